@@ -1,0 +1,2 @@
+#include <cstdio>
+int main() { std::puts("h3rt"); return 0; }

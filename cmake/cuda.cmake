@@ -1,0 +1,33 @@
+# CUDA is optional: AUTO enables it when nvcc is found. The arch list is explicit (never probed
+# from a GPU at build time) and is passed to the code so that dispatch can consult it.
+set(H3RT_HAVE_CUDA OFF)
+if(NOT H3RT_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    set(CMAKE_CUDA_ARCHITECTURES ${H3RT_CUDA_ARCHS})
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
+    set(H3RT_HAVE_CUDA ON)
+  elseif(H3RT_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "H3RT_CUDA=ON but no CUDA compiler was found")
+  endif()
+endif()
+message(STATUS "h3rt: CUDA backend ${H3RT_HAVE_CUDA} (archs: ${H3RT_CUDA_ARCHS})")
+
+# CUTLASS/CuTe headers: from H3RT_CUTLASS_DIR, or the nvidia-cutlass wheel unpacked in .deps.
+set(H3RT_CUTLASS_DIR "${H3RT_DEPS_DIR}/cutlass/include" CACHE PATH "CUTLASS include folder")
+
+function(h3rt_configure_cuda_target target)
+  set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "${H3RT_CUDA_ARCHS}"
+                                             CUDA_SEPARABLE_COMPILATION OFF)
+  string(REPLACE ";" "," _archs "${H3RT_CUDA_ARCHS}")
+  target_compile_definitions(${target} PUBLIC H3RT_HAVE_CUDA=1 H3RT_CUDA_ARCH_LIST="${_archs}")
+  target_compile_options(${target} PRIVATE
+      $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo -Xcompiler=-Wall>)
+  target_link_libraries(${target} PUBLIC CUDA::cudart CUDA::cublasLt CUDA::cublas)
+  if(EXISTS "${H3RT_CUTLASS_DIR}/cutlass/cutlass.h")
+    target_include_directories(${target} SYSTEM PRIVATE "${H3RT_CUTLASS_DIR}")
+    target_compile_definitions(${target} PRIVATE H3RT_HAVE_CUTLASS=1)
+  endif()
+endfunction()

@@ -1,0 +1,54 @@
+#include <gtest/gtest.h>
+
+#include "h3rt/check.h"
+#include "h3rt/memory.h"
+#include "h3rt/tensor.h"
+
+namespace h3rt {
+
+TEST(Check, ThrowsWithExpressionFileAndLine) {
+  try {
+    H3RT_CHECK(1 + 1 == 3, "arithmetic is off by ", 1);
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("arithmetic is off by 1"), std::string::npos);
+    EXPECT_NE(m.find("1 + 1 == 3"), std::string::npos);
+    EXPECT_NE(m.find("test_core.cpp"), std::string::npos);
+  }
+}
+
+TEST(Tensor, ViewsShareMemoryAndKeepStrides) {
+  Tensor t = Tensor::zeros(DType::f32, {2, 3, 4});
+  for (int i = 0; i < 24; ++i) t.ptr<float>()[i] = static_cast<float>(i);
+  Tensor s = t.slice(2, 1, 3);
+  EXPECT_EQ(s.shape(), (Shape{2, 3, 2}));
+  EXPECT_EQ(s.strides(), (Shape{12, 4, 1}));
+  EXPECT_FALSE(s.is_contiguous());
+  std::vector<float> v = s.to_f32();
+  ASSERT_EQ(v.size(), 12u);
+  EXPECT_EQ(v[0], 1.0f);
+  EXPECT_EQ(v[1], 2.0f);
+  EXPECT_EQ(v[2], 5.0f);
+  Tensor r = t.select(0, 1);
+  EXPECT_EQ(r.shape(), (Shape{3, 4}));
+  EXPECT_EQ(r.to_f32()[0], 12.0f);
+  EXPECT_THROW(t.slice(1, 2, 5), Error);
+  EXPECT_THROW(s.reshape({12}), Error);
+  Tensor c = s.contiguous_copy();
+  EXPECT_TRUE(c.is_contiguous());
+  EXPECT_EQ(c.to_f32(), v);
+}
+
+TEST(Memory, PeakTracksTrackedAllocations) {
+  reset_host_peak();
+  int64_t base = host_memory_stats().current_bytes;
+  {
+    FloatVec a(1 << 20);
+    EXPECT_EQ(host_memory_stats().current_bytes, base + (4 << 20));
+  }
+  EXPECT_EQ(host_memory_stats().current_bytes, base);
+  EXPECT_GE(host_memory_stats().peak_bytes, base + (4 << 20));
+}
+
+}  // namespace h3rt
