@@ -1,0 +1,126 @@
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "h3rt/safetensors.h"
+#include "test_util.h"
+
+namespace h3rt {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string temp_path(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / "h3rt_tests";
+  fs::create_directories(dir);
+  return (dir / name).string();
+}
+
+// Writes a file from a raw header string and a data section of `data_bytes` bytes.
+std::string write_raw(const std::string& name, const std::string& header, size_t data_bytes,
+                      uint64_t header_len_override = 0) {
+  std::string path = temp_path(name);
+  std::ofstream f(path, std::ios::binary);
+  uint64_t n = header_len_override ? header_len_override : header.size();
+  for (int i = 0; i < 8; ++i) f.put(static_cast<char>(n >> (8 * i)));
+  f << header << std::string(data_bytes, '\x01');
+  return path;
+}
+
+// Expects open() to throw and the message to mention the file and `needle`.
+void expect_error(const std::string& path, const std::string& needle) {
+  try {
+    SafetensorsFile::open(path);
+    ADD_FAILURE() << "no error for " << path;
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find(path), std::string::npos) << m;
+    EXPECT_NE(m.find(needle), std::string::npos) << "missing '" << needle << "' in: " << m;
+  }
+}
+
+TEST(Safetensors, RoundTripKeepsValuesShapesDtypesAndMetadata) {
+  Tensor a = tensor_from_f32({1.5f, -2.0f, 3.25f, 0.0f, 7.0f, -0.5f}, {2, 3}, DType::f32);
+  Tensor b = tensor_from_f32({1.0f, 2.0f, 3.0f, 4.0f}, {4}, DType::bf16);
+  Tensor c = Tensor::zeros(DType::i64, {3});
+  c.ptr<int64_t>()[2] = -42;
+  Tensor strided = a.slice(1, 1, 3);  // non-contiguous: written contiguous
+  std::string path = temp_path("roundtrip.safetensors");
+  write_safetensors(path, {{"a", a}, {"b", b}, {"c", c}, {"s", strided}}, {{"format", "pt"}});
+  SafetensorsFile f = SafetensorsFile::open(path);
+  EXPECT_EQ(f.metadata().at("format"), "pt");
+  EXPECT_EQ(f.get("a").to_f32(), a.to_f32());
+  EXPECT_EQ(f.get("b").dtype(), DType::bf16);
+  EXPECT_EQ(f.get("b").to_f32(), b.to_f32());
+  EXPECT_EQ(f.get("c").ptr<int64_t>()[2], -42);
+  EXPECT_EQ(f.get("s").shape(), (Shape{2, 2}));
+  EXPECT_EQ(f.get("s").to_f32(), (std::vector<float>{-2.0f, 3.25f, 7.0f, -0.5f}));
+  EXPECT_NO_THROW(f.get("a", DType::f32, {2, 3}));
+  EXPECT_THROW(f.get("a", DType::f32, {3, 2}), Error);
+  EXPECT_THROW(f.get("missing"), Error);
+}
+
+TEST(Safetensors, ViewsOutliveTheFileObject) {
+  std::string path = temp_path("outlive.safetensors");
+  write_safetensors(path, {{"x", tensor_from_f32({4.0f, 5.0f}, {2})}});
+  Tensor t;
+  { t = SafetensorsFile::open(path).get("x"); }
+  EXPECT_EQ(t.to_f32(), (std::vector<float>{4.0f, 5.0f}));
+}
+
+TEST(Safetensors, RejectsEveryMalformedHeader) {
+  expect_error(write_raw("empty.st", "", 0), "not valid JSON");  // 8 bytes, header length 0
+  {
+    std::string p = temp_path("tiny.st");
+    std::ofstream(p, std::ios::binary) << "abc";
+    expect_error(p, "shorter than the 8-byte");
+  }
+  expect_error(write_raw("len.st", "{}", 0, 1000), "does not fit");
+  expect_error(write_raw("huge.st", "{}", 0, 1ull << 40), "does not fit");
+  expect_error(write_raw("json.st", "{\"a\": [", 0), "not valid JSON");
+  expect_error(write_raw("array.st", "[1,2]", 0), "not a JSON object");
+  expect_error(write_raw("dtype.st",
+                         R"({"t":{"dtype":"Q7","shape":[1],"data_offsets":[0,1]}})", 1),
+               "unsupported dtype");
+  expect_error(write_raw("nodtype.st", R"({"t":{"shape":[1],"data_offsets":[0,1]}})", 1),
+               "'t': missing dtype");
+  expect_error(write_raw("negshape.st",
+                         R"({"t":{"dtype":"U8","shape":[-1],"data_offsets":[0,1]}})", 1),
+               "non-negative");
+  expect_error(write_raw("size.st",
+                         R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 4),
+               "needs 8");
+  expect_error(write_raw("order.st",
+                         R"({"t":{"dtype":"U8","shape":[0],"data_offsets":[4,0]}})", 4),
+               "begin > end");
+  expect_error(write_raw("outside.st",
+                         R"({"t":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8),
+               "outside the data section");
+  expect_error(write_raw("overlap.st",
+                         R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                         R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                         12),
+               "overlap");
+  expect_error(write_raw("meta.st", R"({"__metadata__":{"k":1}})", 0), "__metadata__");
+  expect_error(write_raw("field.st",
+                         R"({"t":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":1}})", 1),
+               "unknown field");
+  expect_error(temp_path("does_not_exist.st"), "cannot open");
+}
+
+TEST(Safetensors, TruncatedGoldenCheckpointIsAnErrorNotACrash) {
+  std::string src = test::golden_dir() + "/weights.safetensors";
+  std::ifstream in(src, std::ios::binary);
+  ASSERT_TRUE(in) << src;
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string path = temp_path("truncated.safetensors");
+  std::ofstream(path, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  expect_error(path, "outside the data section");
+  EXPECT_NO_THROW(SafetensorsFile::open(src));
+}
+
+}  // namespace
+}  // namespace h3rt
