@@ -1,2 +1,31 @@
+// h3rt: the command-line interface. Errors from the runtime (h3rt::Error) become one line on
+// stderr and exit code 1; this is the only place that exits.
 #include <cstdio>
-int main() { std::puts("h3rt"); return 0; }
+#include <exception>
+
+#include "cli/commands.h"
+#include "h3rt/check.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"h3rt: MiniMax H3 audio-video diffusion runtime"};
+  app.require_subcommand(1);
+  app.fallthrough(false);
+  h3rt::cli::add_sample_command(app);
+  h3rt::cli::add_forward_command(app);
+  h3rt::cli::add_info_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const h3rt::Error& e) {
+    std::fprintf(stderr, "h3rt: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "h3rt: error: out of host memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "h3rt: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,12 @@
+// The CLI's verbs. Each adds one subcommand (options + callback) to the app.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace h3rt::cli {
+
+void add_sample_command(CLI::App& app);
+void add_forward_command(CLI::App& app);
+void add_info_command(CLI::App& app);
+
+}  // namespace h3rt::cli

@@ -1,0 +1,84 @@
+#include "h3rt/report.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "h3rt/check.h"
+
+namespace h3rt {
+
+Checksum checksum(const float* values, int64_t n) {
+  Checksum c;
+  for (int64_t i = 0; i < n; ++i) {
+    c.sum += values[i];
+    c.abs_sum += std::fabs(static_cast<double>(values[i]));
+  }
+  return c;
+}
+
+namespace {
+
+nlohmann::json stage_json(const StageSeconds& s) {
+  return {{"packing", s.packing},
+          {"denoiser", s.denoiser},
+          {"output_transform", s.output_transform},
+          {"sampler_update", s.sampler_update},
+          {"step_total", s.step_total()}};
+}
+
+}  // namespace
+
+nlohmann::json to_json(const SampleReport& r) {
+  nlohmann::json steps = nlohmann::json::array();
+  StageSeconds sum;
+  for (const auto& s : r.stages) {
+    steps.push_back(stage_json(s));
+    sum.packing += s.packing;
+    sum.denoiser += s.denoiser;
+    sum.output_transform += s.output_transform;
+    sum.sampler_update += s.sampler_update;
+  }
+  return {
+      {"device", r.device},
+      {"model", r.model},
+      {"precision", r.precision},
+      {"resolution", {r.width, r.height}},
+      {"frames", r.frames},
+      {"latent_shape", {r.latent_frames, r.latent_height, r.latent_width}},
+      {"audio_latents_per_channel", r.audio_latents},
+      {"packed_tokens", r.packed_tokens},
+      {"rows", {{"text", r.text_tokens}, {"audio", r.audio_rows}, {"video", r.video_rows}}},
+      {"seed", r.seed},
+      {"steps", r.steps},
+      {"sampling_seconds", r.total_seconds},
+      {"sampling_stage_seconds_per_step", steps},
+      {"sampling_stage_seconds_total", stage_json(sum)},
+      {"peak_memory_bytes",
+       {{"host", r.peak_host_bytes},
+        {"device_allocated", r.peak_device_allocated_bytes},
+        {"device_reserved", r.peak_device_reserved_bytes}}},
+      {"checksums",
+       {{"video_latents", {{"sum", r.video.sum}, {"abs_sum", r.video.abs_sum}}},
+        {"audio_latents", {{"sum", r.audio.sum}, {"abs_sum", r.audio.abs_sum}}}}},
+  };
+}
+
+void write_json(const std::string& path, const nlohmann::json& j) {
+  std::string text = j.dump(1) + "\n";
+  if (path == "-") {
+    std::cout << text << std::flush;
+    return;
+  }
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    H3RT_CHECK(f, path, ": cannot create report file");
+    f << text;
+    H3RT_CHECK(f.good(), path, ": write failed");
+  }
+  H3RT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, path, ": cannot rename report file");
+}
+
+}  // namespace h3rt
