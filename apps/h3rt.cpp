@@ -10,8 +10,6 @@ int main(int argc, char** argv) {
   CLI::App app{"h3rt: MiniMax H3 audio-video diffusion runtime"};
   app.require_subcommand(1);
   app.fallthrough(false);
-  h3rt::cli::add_sample_command(app);
-  h3rt::cli::add_forward_command(app);
   h3rt::cli::add_info_command(app);
   try {
     app.parse(argc, argv);
