@@ -1,0 +1,77 @@
+// `h3rt forward`: one transformer forward at a given video sigma (audio sigma derived as the
+// reference does), writing the data-ward velocities.
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/request.h"
+#include "h3rt/safetensors.h"
+#include "h3rt/sampler.h"
+
+namespace h3rt::cli {
+namespace {
+
+struct ForwardOptions {
+  ModelOptions model;
+  std::string inputs, out;
+  double sigma = -1;
+};
+
+float sigma_from(const ForwardOptions& o) {
+  if (o.sigma >= 0) return static_cast<float>(o.sigma);
+  SafetensorsFile f = SafetensorsFile::open(o.inputs);
+  H3RT_CHECK(f.contains("fwd/sigma_video"), o.inputs,
+             ": no tensor 'fwd/sigma_video' and no --sigma given");
+  Tensor s = f.get("fwd/sigma_video");
+  H3RT_CHECK(s.numel() == 1, o.inputs, ": tensor 'fwd/sigma_video' has shape ",
+             shape_str(s.shape()), ", expected one value");
+  return s.to_f32()[0];
+}
+
+void run_forward(const ForwardOptions& o) {
+  const float sigma_v = sigma_from(o);
+  H3RT_CHECK(std::isfinite(sigma_v) && sigma_v >= 0.0f && sigma_v <= 1.0f,
+             "--sigma must lie in [0, 1], got ", sigma_v);
+  H3Model model = o.model.load();
+  const H3Config& c = model.config;
+  Request req = request_from_inputs(o.inputs, c);
+  const float sigma_a = audio_sigma_from_video(sigma_v);
+  TimestepPlan plan = make_timestep_plan(req.layout, 1.0f - sigma_v, 1.0f - sigma_a);
+  ForwardInputs in{req.layout, plan, req.video_rows.data(), req.audio_rows.data(),
+                   req.text.data()};
+  ForwardOutputs v = forward_cpu(model, in, o.model.parsed_precision());
+  std::vector<float> vv(v.video_velocity.begin(), v.video_velocity.end());
+  std::vector<float> av(v.audio_velocity.begin(), v.audio_velocity.end());
+  write_safetensors(
+      o.out,
+      {{"video_velocity", tensor_from_f32(vv, {1, req.layout.video_rows(), c.video_features()})},
+       {"audio_velocity", tensor_from_f32(av, {1, req.layout.audio_rows(), c.audio_channels})}},
+      {{"producer", "h3rt forward"},
+       {"sigma_video", std::to_string(sigma_v)},
+       {"sigma_audio", std::to_string(sigma_a)},
+       {"precision", o.model.precision}});
+  std::fprintf(stderr, "h3rt forward: sigma video %.7g audio %.7g, %lld rows -> %s\n", sigma_v,
+               sigma_a, (long long)req.layout.seq_len(), o.out.c_str());
+}
+
+}  // namespace
+
+void add_forward_command(CLI::App& app) {
+  auto o = std::make_shared<ForwardOptions>();
+  auto* cmd = app.add_subcommand("forward", "One transformer forward; writes video_velocity "
+                                            "[1,Nv,96] and audio_velocity [1,2N,32] (f32, "
+                                            "data-ward: x0 = x + sigma v)");
+  o->model.add_to(cmd, false);
+  cmd->add_option("--inputs", o->inputs, "Inputs: input/text_embeds [1,L,text_dim], "
+                                         "input/video_latents [1,24,T,H,W], input/audio_latents "
+                                         "[2,32,N]")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--sigma", o->sigma, "Video sigma in [0, 1] (default: fwd/sigma_video of the "
+                                       "inputs file); the audio sigma is derived from it");
+  cmd->add_option("--out", o->out, "Output .safetensors file")->required();
+  cmd->callback([o] { run_forward(*o); });
+}
+
+}  // namespace h3rt::cli

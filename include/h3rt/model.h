@@ -1,0 +1,175 @@
+// The MiniMax H3 transformer: configuration, weights and the CPU reference forward pass.
+// The forward follows ../shared/golden/h3_tiny/README.md (sections 5-6) exactly; it is the
+// oracle the CUDA kernels are tested against, written for clarity rather than speed.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "h3rt/layout.h"
+#include "h3rt/memory.h"
+#include "h3rt/tensor.h"
+
+namespace h3rt {
+
+// ---- configuration ----------------------------------------------------------------------
+struct H3Config {
+  int64_t hidden = 192;         // H (not heads*head_dim)
+  int64_t heads = 2;            // nh
+  int64_t head_dim = 128;       // hd
+  int64_t layers = 2;           // transformer blocks
+  int64_t refiner_layers = 1;   // token-refiner blocks
+  int64_t ffn = 384;            // F (SwiGLU width)
+  int64_t text_dim = 64;        // text encoder width
+  int64_t in_channels = 24;     // video latent channels (patch (1,2,2): 4*24 = 96 features)
+  int64_t audio_channels = 32;  // audio latent channels
+  int64_t freq_dim = 256;       // timestep sinusoid width
+  int64_t time_embed_hidden = 192;
+  int64_t time_embed_dim = 96;
+  int64_t rope_freqs = 16;  // frequencies per rotary axis (t, h, w): 96 rotated channels
+  float rope_theta = 10000.0f;
+  float norm_eps = 1e-5f;  // norm1/norm2
+  float qk_norm_eps = 1e-5f;
+  float final_norm_eps = 1e-5f;  // token_refiner.final_norm and final_layer.norm
+
+  int64_t inner() const { return heads * head_dim; }          // I
+  int64_t video_features() const { return in_channels * 4; }  // P = 96
+  int64_t rope_dim() const { return 6 * rope_freqs; }         // R = 96
+
+  static H3Config tiny();  // the golden tiny set's dimensions
+  static H3Config h3();    // the release: 5376 hidden, 50 blocks, 56 heads, ffn 14336
+  void validate() const;   // throws on inconsistent dimensions
+};
+
+std::optional<H3Config> config_preset(const std::string& name);  // "tiny" / "h3"
+
+enum class Precision { fp32, bf16 };
+const char* precision_name(Precision p);
+
+// ---- weights ----------------------------------------------------------------------------
+// How a linear layer's weight is stored in its checkpoint. Only f32/bf16 are loaded today;
+// the quantized formats are detected per layer (see weights.cpp) and rejected by name.
+enum class WeightFormat { f32, bf16, fp8_scaled, nvfp4 };
+const char* weight_format_name(WeightFormat f);
+
+// A linear layer y = x W^T + b, W [out, in]. `data`/`scale`/`bias_data` keep the tensors as
+// stored (views into the mapped file, or owned), for device upload; `w`/`b` are the exact
+// float32 values the CPU reference computes with (bf16 upcast without change).
+struct LinearWeight {
+  std::string name;  // layer key prefix, e.g. "blocks.0.attn.qkv_proj"
+  WeightFormat format = WeightFormat::f32;
+  int64_t out = 0, in = 0;
+  Tensor data;       // [out, in] as stored
+  Tensor scale;      // scales of quantized formats; empty for f32/bf16
+  Tensor bias_data;  // [out] as stored, or empty
+  FloatVec w;        // [out, in]
+  FloatVec b;        // [out] or empty
+  bool has_bias() const { return !b.empty(); }
+};
+
+struct AttentionWeights {
+  LinearWeight qkv;         // [3I, H], rows [q; k; v] (fused thirds) after loading
+  LinearWeight out;         // [H, I]
+  FloatVec q_norm, k_norm;  // [hd]
+};
+
+struct MlpWeights {
+  LinearWeight fc1;  // [2F, H], rows [gate; value]
+  LinearWeight fc2;  // [H, F]
+};
+
+struct RefinerBlockWeights {
+  FloatVec norm1, norm2;  // [H]
+  AttentionWeights attn;
+  MlpWeights mlp;
+};
+
+struct BlockWeights : RefinerBlockWeights {
+  LinearWeight adaln;  // [18H, Tm] with bias
+};
+
+struct H3Weights {
+  LinearWeight video_in, audio_in, text_in;  // patch projections and condition_proj
+  LinearWeight time_in, time_out;            // time_embedder.proj_in / proj_out
+  FloatVec rope_inv_freq;                    // [rope_freqs]
+  std::vector<RefinerBlockWeights> refiner;
+  FloatVec refiner_norm;  // token_refiner.final_norm [H]
+  std::vector<BlockWeights> blocks;
+  FloatVec final_norm;                // final_layer.norm [H]
+  LinearWeight final_adaln;           // [2H, Tm]: [shift; scale]
+  LinearWeight video_out, audio_out;  // [96, H], [32, H]
+};
+
+struct H3Model {
+  H3Config config;
+  H3Weights weights;
+};
+
+// Row order of the fused qkv_proj weight in a file. fused_thirds: [q_all; k_all; v_all]
+// (ComfyUI / original keys). per_head_interleaved: [q_0 k_0 v_0 q_1 ...] (raw MiniMaxAI
+// shards). autodetect: the file's __metadata__ "qkv_layout" if present, else fused_thirds.
+enum class QkvLayout { fused_thirds, per_head_interleaved, autodetect };
+
+struct WeightFile {
+  std::string path;
+  QkvLayout qkv_layout = QkvLayout::autodetect;
+};
+
+struct LoadOptions {
+  QkvLayout qkv_layout = QkvLayout::autodetect;  // of the main file
+  // Later files replace entries of earlier ones (e.g. a file holding only the qkv tensors);
+  // every key they hold must be a key of the model.
+  std::vector<WeightFile> overrides;
+};
+
+// Infers the configuration from tensor shapes and key counts (heads = qkv rows / 3 / 128,
+// layers = number of blocks.i, ...). Throws naming the file if a needed key is absent.
+class SafetensorsFile;
+H3Config infer_config(const SafetensorsFile& file);
+
+// Loads a checkpoint under the original / ComfyUI key names, validating every key: all missing,
+// unexpected and mis-shaped keys are reported together in one h3rt::Error.
+H3Model load_model(const std::string& path, const LoadOptions& options = {});
+// Same, with the configuration given instead of inferred.
+H3Model load_model(const std::string& path, const H3Config& config,
+                   const LoadOptions& options = {});
+
+// Deterministic synthetic weights (see synthetic.cpp for the hash), stored in the release's
+// dtypes: a runnable model with no files.
+H3Model make_synthetic_model(const H3Config& config, uint64_t seed);
+
+struct WeightBytes {
+  int64_t params = 0;        // number of parameters
+  int64_t stored_bytes = 0;  // in the release's dtypes (f32 islands, bf16 elsewhere)
+  int64_t cpu_bytes = 0;     // what the CPU reference holds: stored + a float32 copy
+};
+WeightBytes estimate_weight_bytes(const H3Config& config);
+
+// ---- forward ----------------------------------------------------------------------------
+struct ForwardInputs {
+  const SequenceLayout& layout;
+  const TimestepPlan& plan;
+  const float* video_rows = nullptr;  // [Nv, 96]
+  const float* audio_rows = nullptr;  // [2N, 32]
+  const float* text = nullptr;        // [L, text_dim] (values of the bf16 encoder output)
+};
+
+struct ForwardOutputs {
+  FloatVec video_velocity;  // [Nv, 96], data-ward: x0 = x_t + sigma * v
+  FloatVec audio_velocity;  // [2N, 32]
+};
+
+// Observes intermediates by the golden set's names ("time_sinusoid", "temb", "video_embeds",
+// "audio_embeds", "text_proj", "text_refined", "packed_input", "adaln_indices" (as floats),
+// "rope_cos", "rope_sin", "block<i>/{adaln,norm1_out,q_norm,k_norm,q_rope,k_rope,attn_out,
+// norm2_out,ff_out}", "block<i>_out", "final_norm_out"). Shapes have no batch axis; adaln is
+// [6, 3M, H] and q/k tensors are [S, heads, hd]. `data` is contiguous and valid for the call.
+using Probe = std::function<void(const std::string& name, const float* data, const Shape& shape)>;
+
+ForwardOutputs forward_cpu(const H3Model& model, const ForwardInputs& inputs, Precision precision,
+                           const Probe* probe = nullptr);
+
+}  // namespace h3rt

@@ -1,0 +1,100 @@
+// H3Config presets, validation, and inference of the configuration from a checkpoint.
+#include <set>
+#include <string>
+
+#include "h3rt/check.h"
+#include "h3rt/model.h"
+#include "h3rt/safetensors.h"
+
+namespace h3rt {
+
+H3Config H3Config::tiny() {
+  return H3Config{};
+}  // the defaults are the golden tiny set
+
+H3Config H3Config::h3() {
+  H3Config c;
+  c.hidden = 5376;
+  c.heads = 56;
+  c.layers = 50;
+  c.refiner_layers = 2;
+  c.ffn = 14336;
+  c.text_dim = 5120;
+  c.time_embed_hidden = 5376;
+  c.time_embed_dim = 2688;
+  return c;
+}
+
+void H3Config::validate() const {
+  H3RT_CHECK(hidden > 0 && heads > 0 && layers > 0 && refiner_layers >= 0 && ffn > 0 &&
+                 text_dim > 0 && in_channels > 0 && audio_channels > 0 && time_embed_hidden > 0 &&
+                 time_embed_dim > 0,
+             "H3Config: every dimension must be positive");
+  H3RT_CHECK(freq_dim > 0 && freq_dim % 2 == 0, "H3Config: freq_dim ", freq_dim, " must be even");
+  H3RT_CHECK(rope_dim() <= head_dim && rope_dim() % 2 == 0, "H3Config: rope_dim ", rope_dim(),
+             " exceeds head_dim ", head_dim);
+}
+
+std::optional<H3Config> config_preset(const std::string& name) {
+  if (name == "tiny") return H3Config::tiny();
+  if (name == "h3") return H3Config::h3();
+  return std::nullopt;
+}
+
+const char* precision_name(Precision p) {
+  return p == Precision::bf16 ? "bf16" : "fp32";
+}
+
+namespace {
+
+const SafetensorsEntry& need(const SafetensorsFile& f, const std::string& key, size_t rank) {
+  const SafetensorsEntry* e = f.find(key);
+  H3RT_CHECK(e != nullptr, f.path(), ": cannot infer the H3 config: key '", key, "' is missing");
+  H3RT_CHECK(e->shape.size() == rank, f.path(), ": cannot infer the H3 config: '", key,
+             "' has shape ", shape_str(e->shape), ", expected rank ", rank);
+  return *e;
+}
+
+// Number of distinct i in keys "<prefix><i>." (block indices need not be listed in order).
+int64_t count_blocks(const SafetensorsFile& f, const std::string& prefix) {
+  std::set<int64_t> ids;
+  for (const auto& e : f.entries()) {
+    if (e.name.rfind(prefix, 0) != 0) continue;
+    const size_t dot = e.name.find('.', prefix.size());
+    const std::string num = e.name.substr(prefix.size(), dot - prefix.size());
+    if (!num.empty() && num.find_first_not_of("0123456789") == std::string::npos)
+      ids.insert(std::stoll(num));
+  }
+  return static_cast<int64_t>(ids.size());
+}
+
+}  // namespace
+
+H3Config infer_config(const SafetensorsFile& f) {
+  H3Config c;
+  const auto& cond = need(f, "condition_proj.weight", 2);
+  c.hidden = cond.shape[0];
+  c.text_dim = cond.shape[1];
+  const auto& qkv = need(f, "blocks.0.attn.qkv_proj.weight", 2);
+  H3RT_CHECK(qkv.shape[0] % (3 * c.head_dim) == 0, f.path(), ": qkv_proj rows ", qkv.shape[0],
+             " are not a multiple of 3 x head_dim ", c.head_dim);
+  c.heads = qkv.shape[0] / 3 / c.head_dim;
+  c.layers = count_blocks(f, "blocks.");
+  c.refiner_layers = count_blocks(f, "token_refiner.blocks.");
+  c.ffn = need(f, "blocks.0.mlp.fc1.weight", 2).shape[0] / 2;
+  const auto& tin = need(f, "time_embedder.proj_in.weight", 2);
+  c.time_embed_hidden = tin.shape[0];
+  c.freq_dim = tin.shape[1];
+  c.time_embed_dim = need(f, "time_embedder.proj_out.weight", 2).shape[0];
+  const auto& vin = need(f, "video_patch_proj.weight", 2);
+  H3RT_CHECK(vin.shape[1] % 4 == 0, f.path(), ": video_patch_proj has ", vin.shape[1],
+             " input features, expected 4 x latent channels (patch 1x2x2)");
+  c.in_channels = vin.shape[1] / 4;
+  c.audio_channels = need(f, "audio_patch_proj.weight", 2).shape[1];
+  if (const auto* inv = f.find("rope.inv_freq"); inv && inv->shape.size() == 1)
+    c.rope_freqs = inv->shape[0];
+  c.validate();
+  return c;
+}
+
+}  // namespace h3rt

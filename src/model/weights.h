@@ -1,0 +1,42 @@
+// Internal: the list of checkpoint keys a configuration needs, and the assembly of H3Weights
+// from named tensors (a mapped file with overrides, or synthetic tensors) with full validation.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "h3rt/model.h"
+
+namespace h3rt::model {
+
+// One checkpoint tensor under its original / ComfyUI key, with the release's storage dtype.
+struct WeightSpec {
+  std::string key;
+  Shape shape;
+  DType dtype;  // f32 for the float32 islands, bf16 elsewhere
+};
+std::vector<WeightSpec> weight_specs(const H3Config& config);
+
+// A tensor offered to the assembly, and where it came from (named in error messages).
+struct SourceTensor {
+  Tensor tensor;
+  std::string file;
+  QkvLayout qkv_layout = QkvLayout::fused_thirds;  // resolved (never autodetect)
+};
+using TensorSource = std::map<std::string, SourceTensor>;
+
+// Validates every key of `source` against the specs (missing, unexpected, mis-shaped,
+// unsupported dtype or format: all reported in one h3rt::Error) and builds the weights,
+// reordering per-head-interleaved qkv rows to [q; k; v].
+H3Weights assemble_weights(const H3Config& config, const TensorSource& source);
+
+// The per-layer format hook: how the linear layer `layer` (key prefix) is stored in `source`.
+// ComfyUI marks quantized layers: "<layer>.comfy_quant" (nvfp4, or fp8 when its JSON names a
+// float8 format), or an e4m3 "<layer>.weight" with "<layer>.weight_scale" (fp8_scaled).
+WeightFormat detect_linear_format(const TensorSource& source, const std::string& layer);
+
+// Suffixes of the auxiliary tensors a quantized linear layer may carry besides ".weight".
+const std::vector<std::string>& quantized_aux_suffixes();
+
+}  // namespace h3rt::model

@@ -1,0 +1,73 @@
+// attention: dense bidirectional multi-head attention, softmax(q k^T * scale) v, no mask.
+// q, k and v are read through row strides (head h at column h*head_dim), so they can be the
+// three column blocks of the fused QKV projection output; the output is token-major [rows, I]
+// with I = heads*head_dim (heads concatenated), ready for out_proj.
+//
+// CPU reference: scores, softmax and the weighted sum in double; the result is rounded to
+// float32 and, when `round_bf16` is set, to bf16 (the bf16 run reads bf16 q/k/v, keeps the
+// softmax in fp32 and writes bf16).
+#pragma once
+
+#include <cstdint>
+
+namespace h3rt::ops {
+
+struct AttentionParams {
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t q_row_stride = 0, k_row_stride = 0, v_row_stride = 0;  // 0: heads*head_dim
+  float* out = nullptr;  // [rows, out_row_stride (0: heads*head_dim)]; must not alias q/k/v
+  int64_t out_row_stride = 0;
+  int64_t rows = 0, heads = 0, head_dim = 128;
+  double scale = 0.0;  // 0: 1/sqrt(head_dim)
+  bool round_bf16 = false;
+};
+
+void attention_cpu(const AttentionParams& p);
+
+}  // namespace h3rt::ops
+
+#ifdef H3RT_HAVE_CUDA
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+namespace h3rt::ops {
+
+// GPU attention (cuda.cu). One parameter block for every kernel: the dense bf16 flash kernel
+// today, 8-bit (Sage-class) kernels later, which quantize q/k/v into `workspace` first
+// (attention_workspace_bytes tells the size; 0 for flash_bf16). Device pointers; strides in
+// elements; head h of q starts at q + h*q_head_stride (0: head_dim), token r at
+// + r*q_row_stride (0: heads*head_dim). The output is token-major: out + r*out_row_stride +
+// h*out_head_stride. bf16 inputs and output, fp32 softmax and accumulation.
+enum class AttentionKernel : uint8_t {
+  flash_bf16 = 0,  // mma.sync bf16, online softmax (sm_80+: sm_90a, sm_121a)
+};
+
+struct AttentionCudaParams {
+  const __nv_bfloat16* q = nullptr;
+  const __nv_bfloat16* k = nullptr;
+  const __nv_bfloat16* v = nullptr;
+  int64_t q_row_stride = 0, k_row_stride = 0, v_row_stride = 0;
+  int64_t q_head_stride = 0, k_head_stride = 0, v_head_stride = 0;
+  __nv_bfloat16* out = nullptr;  // must not alias q/k/v
+  int64_t out_row_stride = 0, out_head_stride = 0;
+  int64_t rows = 0, heads = 0, head_dim = 128;
+  float scale = 0.0f;  // 0: 1/sqrt(head_dim)
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+// q/k/v as the three column blocks of a fused QKV projection [rows, 3, heads, 128] (the
+// weights.safetensors layout); out contiguous [rows, heads*128].
+AttentionCudaParams attention_params_from_qkv(const __nv_bfloat16* qkv, int64_t rows, int64_t heads,
+                                              __nv_bfloat16* out);
+size_t attention_workspace_bytes(const AttentionCudaParams& p, AttentionKernel kernel);
+cudaError_t attention_cuda(const AttentionCudaParams& p, AttentionKernel kernel,
+                           cudaStream_t stream);
+cudaError_t attention_flash_bf16_cuda(const AttentionCudaParams& p, cudaStream_t stream);
+
+}  // namespace h3rt::ops
+#endif  // H3RT_HAVE_CUDA

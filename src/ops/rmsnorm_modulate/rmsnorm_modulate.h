@@ -1,0 +1,63 @@
+// rmsnorm_modulate: per row r of x [rows, dim]
+//   n = x / sqrt(mean(x^2) + eps) * weight                       (plain RMSNorm)
+//   y = n * (1 + scale[t]) + shift[t],  t = row_table_index[r]    (AdaLN modulation)
+// scale/shift are rows of a modulation table (row stride table_row_stride); with both null the
+// op is a plain RMSNorm. `norm_out` (optional) receives n before the modulation.
+//
+// Precision (README section 6): fp32 computes in float32 (the sum of squares in double). bf16
+// mode reproduces the reference's bf16 run: n = round_bf16(x * rsqrt(mean + eps) * w) with a
+// single rounding, then every elementwise op rounds: 1 + scale, n * (1 + scale), + shift.
+#pragma once
+
+#include <cstdint>
+
+namespace h3rt::ops {
+
+struct RmsNormModulateParams {
+  const float* x = nullptr;       // [rows, dim], row stride x_row_stride (0: dim)
+  float* y = nullptr;             // [rows, dim], row stride y_row_stride (0: dim); may equal x
+  float* norm_out = nullptr;      // optional [rows, dim] contiguous: n before modulation
+  const float* weight = nullptr;  // [dim] or null (all ones)
+  const float* shift = nullptr;   // table [*, table_row_stride], dim values used per row
+  const float* scale = nullptr;   // same table layout as shift
+  const int64_t* row_table_index = nullptr;  // [rows]; null: table row 0 for every row
+  int64_t rows = 0, dim = 0;
+  int64_t x_row_stride = 0, y_row_stride = 0, table_row_stride = 0;
+  float eps = 1e-5f;
+  bool bf16 = false;
+};
+
+void rmsnorm_modulate_cpu(const RmsNormModulateParams& p);
+
+}  // namespace h3rt::ops
+
+#ifdef H3RT_HAVE_CUDA
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+namespace h3rt::ops {
+
+// GPU version (cuda.cu): bf16 storage, float32 math, bit-exact with rmsnorm_modulate_cpu in bf16
+// mode. One block per row, 16-byte accesses: dim and all row strides multiples of 8, pointers
+// 16-byte aligned, dim <= 32768. Optionally fuses the preceding gated residual
+// (x = round(x + round(gate[t] * residual)), written back to x) so the block's second half reads
+// x once: residual_rmsnorm(x += g*attn; n = norm2(x)). All pointers are device pointers.
+struct RmsNormModulateCudaParams {
+  __nv_bfloat16* x = nullptr;  // [rows, dim], row stride x_row_stride; written only with residual
+  __nv_bfloat16* y = nullptr;  // [rows, dim], row stride y_row_stride
+  const __nv_bfloat16* weight = nullptr;  // [dim] or null (ones)
+  const __nv_bfloat16* shift = nullptr;   // table [*, table_row_stride] or null (plain RMSNorm)
+  const __nv_bfloat16* scale = nullptr;
+  const int64_t* row_table_index = nullptr;      // [rows]; null: table row 0
+  const __nv_bfloat16* residual = nullptr;       // optional [rows, dim], stride residual_row_stride
+  const __nv_bfloat16* residual_gate = nullptr;  // table (same rows as shift) or null (gate 1)
+  int64_t rows = 0, dim = 0;
+  int64_t x_row_stride = 0, y_row_stride = 0, residual_row_stride = 0;  // 0: dim
+  int64_t table_row_stride = 0;
+  float eps = 1e-5f;
+};
+
+cudaError_t rmsnorm_modulate_cuda(const RmsNormModulateCudaParams& p, cudaStream_t stream);
+
+}  // namespace h3rt::ops
+#endif  // H3RT_HAVE_CUDA
