@@ -1,0 +1,21 @@
+// Benchmark of the Sage attention op at the seed shape: pre-pass and kernel timed separately
+// with CUDA events (warm-up, then the median of timed runs); FLOPs = 4 * S^2 * 128 * heads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace h3rt::bench {
+
+struct AttentionBenchOptions {
+  int64_t seq = 37810;
+  int64_t heads = 56;
+  int warmup = 3;
+  int iters = 10;
+  std::string json_path;  // optional: write the results as JSON here
+};
+
+// Prints a table and returns 0; throws h3rt::Error on CUDA failures or without a CUDA build.
+int run_attention_bench(const AttentionBenchOptions& opt);
+
+}  // namespace h3rt::bench

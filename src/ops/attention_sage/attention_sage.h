@@ -1,0 +1,111 @@
+// Dense 8-bit attention with SageAttention2-style numerics (non-causal, head_dim 128).
+//
+// Input: the QKV projection output, bf16, one row per token: row s holds q (H*128 values),
+// then k (H*128) then v (H*128); rows are `row_stride` elements apart. Output: bf16 [S, H*128]
+// token-major with its own row stride.
+//
+// Numerics (shared by the CPU reference below and the CUDA kernels):
+//  * Sp = S rounded up to 128. Quantized tensors are padded to Sp with zeros; padded keys are
+//    masked in the kernel, padded query rows are not written.
+//  * Rounding to int8: r = x / scale; q = trunc(r + (r >= 0 ? 0.5 : -0.5)) (half away from 0);
+//    scale = amax / 127 + 1e-7 (fp32 ops in this order).
+//  * Q: one scale per (head, group of rows {16w+g, 16w+g+8}), g = 0..7: the two rows an mma
+//    thread holds. The stored scale is scale * sm_scale * log2(e) (so scores are in log2 units).
+//  * K is smoothed: k - mean_k (per head and channel, over the S tokens). The mean is a fixed-
+//    order fp32 sum: per 128-token chunk c, sub[r] = sum_j k[128c + 8j + r] (j ascending),
+//    chunk = sum_r sub[r] (r ascending), total = sum_c chunk[c]; mean = total / S.
+//    One scale per (head, 128-token block b, group g = (t % 8) / 2): the 32 keys an mma thread
+//    meets in the n dimension.
+//  * V: per-channel fp8 e4m3: v_scale = amax_over_tokens / 448 (1 when amax == 0),
+//    v8 = e4m3_satfinite(v / v_scale). Stored transposed [H][128][Sp], tokens permuted inside
+//    each group of 16 (see v_slot_of_token) so the PV mma B fragment is a plain ldmatrix.
+//  * Scores s = int32(q8 . k8) * (q_scale * k_scale). Online softmax in base 2 by KV blocks of
+//    kBlockN keys: m' = max(m, max s), alpha = exp2(m - m'), p = exp2(s - m'), l = l*alpha + sum p
+//    (fp32 p). P8 = e4m3(448 p). Block accumulator Ob = sum P8 * V8 in fp32 (fresh per block),
+//    O = O*alpha + Ob. Output o = O * v_scale / (448 l), rounded to bf16.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace h3rt::attention_sage {
+
+constexpr int kHeadDim = 128;
+constexpr int kTokenPad = 128;  // quantized tensors are padded to a multiple of this
+constexpr int kQWarpRows = 16;  // rows per Q scale block (8 scales each)
+constexpr int kKBlock = 128;    // keys per K scale block (4 scales each)
+constexpr int kBlockN = 64;     // keys per softmax / two-level accumulation block
+constexpr float kPScale = 448.0f;
+constexpr float kLog2e = 1.4426950408889634f;
+
+inline int64_t padded_len(int64_t s) {
+  return (s + kTokenPad - 1) / kTokenPad * kTokenPad;
+}
+inline int64_t q_scales_per_head(int64_t s) {
+  return padded_len(s) / kQWarpRows * 8;
+}
+inline int64_t k_scales_per_head(int64_t s) {
+  return padded_len(s) / kKBlock * 4;
+}
+inline int64_t q_scale_index(int64_t t) {
+  return t / kQWarpRows * 8 + t % 8;
+}
+inline int64_t k_scale_index(int64_t t) {
+  return t / kKBlock * 4 + (t % 8) / 2;
+}
+
+// Position of token t inside the transposed V row: within each group of 16, token 2q+i (i<2)
+// goes to slot 4q+i and token 8+2q+i goes to slot 4q+2+i.
+inline int64_t v_slot_of_token(int64_t t) {
+  int64_t base = t / 16 * 16, r = t % 16;
+  int64_t q = (r % 8) / 2, i = (r % 2) + (r >= 8 ? 2 : 0);
+  return base + 4 * q + i;
+}
+
+// Rounding used for int8 quantization (half away from zero); exact same fp32 ops on the GPU.
+inline int8_t quantize_int8(float x, float scale) {
+  float r = x / scale;
+  r = r + (r >= 0.0f ? 0.5f : -0.5f);
+  return static_cast<int8_t>(static_cast<int>(r));  // truncation toward zero
+}
+inline float int8_scale(float amax) {
+  return amax / 127.0f + 1e-7f;
+}
+inline float fp8_v_scale(float amax) {
+  return amax > 0.0f ? amax / kPScale : 1.0f;
+}
+
+// The quantized tensors the attention kernel consumes (host copies).
+struct Quantized {
+  int64_t seq = 0, heads = 0, padded = 0;
+  std::vector<int8_t> q8;      // [H][Sp][128]
+  std::vector<int8_t> k8;      // [H][Sp][128] (smoothed)
+  std::vector<uint8_t> v8t;    // [H][128][Sp] e4m3, tokens permuted by v_slot_of_token
+  std::vector<float> q_scale;  // [H][Sp/16*8], includes sm_scale*log2(e)
+  std::vector<float> k_scale;  // [H][Sp/128*4]
+  std::vector<float> v_scale;  // [H][128]
+  std::vector<float> k_mean;   // [H][128]
+};
+
+// Views of the bf16 QKV rows (raw uint16 bits).
+struct QkvView {
+  const uint16_t* data = nullptr;
+  int64_t seq = 0, heads = 0, row_stride = 0;  // row_stride in elements, >= 3*H*128
+};
+
+// Softmax scale times log2(e), computed in fp32 exactly as the CUDA launcher does.
+inline float qk_scale_log2(float sm_scale) {
+  return sm_scale * kLog2e;
+}
+
+// The quantization pre-pass reference (bit-exact contract for the CUDA pre-pass).
+Quantized quantize_reference(const QkvView& qkv, float sm_scale);
+
+// The Sage attention reference on quantized tensors: fp32 math mirroring the kernel (exact exp2).
+// Returns fp32 [S][H*128] (the kernel output before bf16 rounding).
+std::vector<float> attention_reference(const Quantized& qz);
+
+// Exact attention in fp64 on the bf16 inputs: softmax(q k^T * sm_scale) v, [S][H*128].
+std::vector<double> attention_exact_f64(const QkvView& qkv, float sm_scale);
+
+}  // namespace h3rt::attention_sage

@@ -1,0 +1,60 @@
+// CUDA launchers of the Sage attention op (numerics: see attention_sage.h).
+//
+//   sage_prepass:   2 launches. (1) per (128-token chunk, head): Q -> int8 with its scales,
+//                   fixed-order partial K sums and V channel maxima; the last chunk of each head
+//                   (atomic ticket) reduces the partials in order into k_mean and v_scale.
+//                   (2) per (chunk, head): K - mean -> int8 with scales, V -> e4m3 transposed.
+//                   Reads Q/K/V through the QKV row stride; no copies; tail rows masked.
+//   sage_attention: the sm_90a / sm_120a kernel (mma.sync int8 QK, fp8 e4m3 PV, cp.async
+//                   double buffering), writes bf16 token-major output with a row stride.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace h3rt::attention_sage {
+
+// Device buffers for one (S, H): carved from one allocation by sage_buffers(). The allocation
+// must be zero-filled once after it is made (the per-head tickets reset themselves).
+struct SageBuffers {
+  int8_t* q8 = nullptr;         // [H][Sp][128]
+  int8_t* k8 = nullptr;         // [H][Sp][128]
+  uint8_t* v8t = nullptr;       // [H][128][Sp]
+  float* q_scale = nullptr;     // [H][Sp/16*8]
+  float* k_scale = nullptr;     // [H][Sp/128*4]
+  float* v_scale = nullptr;     // [H][128]
+  float* k_mean = nullptr;      // [H][128]
+  float* k_partial = nullptr;   // [Sp/128][H][128] workspace
+  float* v_partial = nullptr;   // [Sp/128][H][128] workspace
+  unsigned* tickets = nullptr;  // [H] workspace
+};
+
+size_t sage_buffer_bytes(int64_t seq, int64_t heads);
+SageBuffers sage_buffers(void* base, int64_t seq, int64_t heads);
+
+struct SagePrepassParams {
+  const void* qkv = nullptr;  // bf16 [S][row_stride]: q | k | v, each H*128
+  int64_t row_stride = 0;     // elements
+  int64_t seq = 0, heads = 0;
+  float sm_scale = 0.0f;  // softmax scale (usually 1/sqrt(128))
+  SageBuffers buf;
+};
+cudaError_t sage_prepass(const SagePrepassParams& p, cudaStream_t stream);
+
+// Kernel variants (query rows per CTA = 16 * warps).
+enum class SageVariant { w4, w8 };
+
+struct SageAttentionParams {
+  SageBuffers buf;  // filled by sage_prepass
+  int64_t seq = 0, heads = 0;
+  void* out = nullptr;         // bf16 [S][out_row_stride], head h at column h*128
+  int64_t out_row_stride = 0;  // elements, >= H*128
+  SageVariant variant = SageVariant::w4;
+};
+// Returns cudaErrorNotSupported when the device is not sm_90 / sm_120 / sm_121 or the binary
+// lacks that arch.
+cudaError_t sage_attention(const SageAttentionParams& p, cudaStream_t stream);
+
+}  // namespace h3rt::attention_sage

@@ -1,0 +1,349 @@
+// Sage attention kernel for sm_90a (and the Blackwell-consumer sm_120a / sm_121a builds, where
+// the same mma.sync instructions exist; those cannot be run on the H200 used for testing).
+//
+// Algorithm (numerics: attention_sage.h): CTA = 16*W query rows of one head (W warps, 16 rows
+// each), loops over KV blocks of 64 keys with a 2-stage cp.async pipeline.
+//   S = Q8 K8^T : mma.sync m16n8k32 s8 -> s32, Q fragments held in registers.
+//   online softmax in base 2 (ex2.approx), P -> e4m3 as 448*p.
+//   O_blk = P8 V8 : mma.sync m16n8k32 e4m3 -> f32 into a fresh per-block accumulator that is
+//   then added into the running fp32 O (two-level accumulation).
+// Layouts: Q8/K8 [H][Sp][128] int8; V8 [H][128][Sp] e4m3 with tokens permuted in groups of 16 so
+// the P accumulator fragment is directly the A operand of the PV mma. Shared-memory tiles use an
+// XOR swizzle of 16-byte chunks so ldmatrix is conflict free.
+// Output bf16 [S][out_row_stride]; padded keys (>= S) are masked, padded rows not written.
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <cstring>
+#include <string>
+
+#include "ops/attention_sage/attention_sage.h"
+#include "ops/attention_sage/attention_sage_cuda.h"
+
+#if defined(__CUDA_ARCH__) && \
+    (__CUDA_ARCH__ == 900 || __CUDA_ARCH__ == 1200 || __CUDA_ARCH__ == 1210)
+#define H3RT_SAGE_KERNEL_ENABLED 1
+#endif
+
+namespace h3rt::attention_sage {
+namespace {
+
+constexpr int kD = kHeadDim;
+constexpr int kStages = 2;
+
+template <int W>
+struct Cfg {
+  static constexpr int kThreads = 32 * W;
+  static constexpr int kRows = 16 * W;
+  static constexpr int kQBytes = kRows * kD;
+  static constexpr int kKBytes = kBlockN * kD;
+  static constexpr int kVBytes = kD * kBlockN;
+  static constexpr int kSmem = kQBytes + kStages * (kKBytes + kVBytes);
+};
+
+struct KernelArgs {
+  const int8_t* q8;
+  const int8_t* k8;
+  const uint8_t* v8t;
+  const float* q_scale;
+  const float* k_scale;
+  const float* v_scale;
+  __nv_bfloat16* out;
+  int64_t out_stride;
+  int seq, padded;
+};
+
+#ifdef H3RT_SAGE_KERNEL_ENABLED
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+}
+__device__ __forceinline__ void cp_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                       uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_e4m3(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+// Four floats -> four e4m3 bytes (first in the low byte), satfinite RNE.
+__device__ __forceinline__ uint32_t pack_e4m3(float a, float b, float c, float d) {
+  uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+  uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
+  return lo | (hi << 16);
+}
+
+// Swizzled byte offsets: 128-byte rows (Q, K) and 64-byte rows (V^T tile of 64 keys).
+__device__ __forceinline__ uint32_t off128(int row, int chunk) {
+  return row * 128 + ((chunk ^ (row & 7)) << 4);
+}
+__device__ __forceinline__ uint32_t off64(int row, int chunk) {
+  return row * 64 + ((chunk ^ ((row >> 1) & 3)) << 4);
+}
+
+template <int W>
+__device__ __forceinline__ void load_q(const KernelArgs& a, int h, int q0, uint32_t s_q) {
+  const int8_t* src = a.q8 + (static_cast<int64_t>(h) * a.padded + q0) * kD;
+  for (int i = threadIdx.x; i < Cfg<W>::kRows * 8; i += Cfg<W>::kThreads)
+    cp_async16(s_q + off128(i / 8, i % 8), src + i * 16);
+}
+
+template <int W>
+__device__ __forceinline__ void load_kv(const KernelArgs& a, int h, int kv0, uint32_t s_k,
+                                        uint32_t s_v) {
+  const int8_t* ks = a.k8 + (static_cast<int64_t>(h) * a.padded + kv0) * kD;
+  for (int i = threadIdx.x; i < kBlockN * 8; i += Cfg<W>::kThreads)
+    cp_async16(s_k + off128(i / 8, i % 8), ks + i * 16);
+  const uint8_t* vs = a.v8t + static_cast<int64_t>(h) * kD * a.padded + kv0;
+  for (int i = threadIdx.x; i < kD * (kBlockN / 16); i += Cfg<W>::kThreads) {
+    int row = i / (kBlockN / 16), chunk = i % (kBlockN / 16);
+    cp_async16(s_v + off64(row, chunk), vs + static_cast<int64_t>(row) * a.padded + chunk * 16);
+  }
+}
+
+// S = Q K^T for one warp: 16 rows x 64 keys, int32.
+__device__ __forceinline__ void qk_block(const uint32_t (&qf)[4][4], uint32_t s_k, int lane,
+                                         int (&acc)[8][4]) {
+#pragma unroll
+  for (int n = 0; n < 8; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[n][i] = 0;
+  const int mat = lane / 8;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      uint32_t b[4];
+      ldsm_x4(s_k + off128((2 * np + mat / 2) * 8 + lane % 8, 2 * kk + mat % 2), b);
+      mma_s8(acc[2 * np], qf[kk], b[0], b[1]);
+      mma_s8(acc[2 * np + 1], qf[kk], b[2], b[3]);
+    }
+  }
+}
+
+template <int W>
+__global__ void __launch_bounds__(Cfg<W>::kThreads) sage_attn_kernel(KernelArgs a) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int h = blockIdx.y, q0 = blockIdx.x * Cfg<W>::kRows;
+  const uint32_t s_q = smem_addr(smem);
+  auto s_k = [&](int st) {
+    return s_q + Cfg<W>::kQBytes + st * (Cfg<W>::kKBytes + Cfg<W>::kVBytes);
+  };
+  auto s_v = [&](int st) { return s_k(st) + Cfg<W>::kKBytes; };
+
+  const int nblocks = (a.seq + kBlockN - 1) / kBlockN;
+  load_q<W>(a, h, q0, s_q);
+  load_kv<W>(a, h, 0, s_k(0), s_v(0));
+  cp_commit();
+
+  const float qs = a.q_scale[static_cast<int64_t>(h) * (a.padded / kQWarpRows * 8) +
+                             (q0 / kQWarpRows + warp) * 8 + lane / 4];
+  const float* kscale = a.k_scale + static_cast<int64_t>(h) * (a.padded / kKBlock * 4) + lane % 4;
+  uint32_t qf[4][4];
+  float o[16][4];
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o[j][i] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int mat = lane / 8;
+
+  for (int b = 0; b < nblocks; ++b) {
+    const int kv0 = b * kBlockN, st = b % kStages;
+    if (b + 1 < nblocks)
+      load_kv<W>(a, h, kv0 + kBlockN, s_k((b + 1) % kStages), s_v((b + 1) % kStages));
+    cp_commit();
+    cp_wait<1>();
+    __syncthreads();
+    if (b == 0) {
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        ldsm_x4(s_q + off128(warp * 16 + (mat % 2) * 8 + lane % 8, 2 * kk + mat / 2), qf[kk]);
+    }
+    int acc[8][4];
+    qk_block(qf, s_k(st), lane, acc);
+
+    // Scores in log2 units; mask padded keys of the last block.
+    const float dq = qs * kscale[(kv0 / kKBlock) * 4];
+    float s[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[n][i] = static_cast<float>(acc[n][i]) * dq;
+    if (kv0 + kBlockN > a.seq) {
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          if (kv0 + n * 8 + (lane % 4) * 2 + (i % 2) >= a.seq) s[n][i] = -INFINITY;
+    }
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      mx[0] = fmaxf(mx[0], fmaxf(s[n][0], s[n][1]));
+      mx[1] = fmaxf(mx[1], fmaxf(s[n][2], s[n][3]));
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    }
+    const float alpha[2] = {ex2(m[0] - mx[0]), ex2(m[1] - mx[1])};
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        s[n][i] = ex2(s[n][i] - mx[i / 2]);
+        sum[i / 2] += s[n][i];
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l[r] = l[r] * alpha[r] + sum[r];
+      m[r] = mx[r];
+    }
+    // P fragments (A operand of the PV mma), one per 32-key step.
+    uint32_t pa[2][4];
+#pragma unroll
+    for (int k2 = 0; k2 < 2; ++k2) {
+      const int n0 = 4 * k2;
+      pa[k2][0] = pack_e4m3(s[n0][0] * kPScale, s[n0][1] * kPScale, s[n0 + 1][0] * kPScale,
+                            s[n0 + 1][1] * kPScale);
+      pa[k2][1] = pack_e4m3(s[n0][2] * kPScale, s[n0][3] * kPScale, s[n0 + 1][2] * kPScale,
+                            s[n0 + 1][3] * kPScale);
+      pa[k2][2] = pack_e4m3(s[n0 + 2][0] * kPScale, s[n0 + 2][1] * kPScale, s[n0 + 3][0] * kPScale,
+                            s[n0 + 3][1] * kPScale);
+      pa[k2][3] = pack_e4m3(s[n0 + 2][2] * kPScale, s[n0 + 2][3] * kPScale, s[n0 + 3][2] * kPScale,
+                            s[n0 + 3][3] * kPScale);
+    }
+    // O = O*alpha + P8 V8 (fresh fp32 accumulator per block, 8 channels at a time).
+    const uint32_t sv = s_v(st);
+#pragma unroll
+    for (int jp = 0; jp < 8; ++jp) {
+      uint32_t vb[2][4];
+#pragma unroll
+      for (int k2 = 0; k2 < 2; ++k2)
+        ldsm_x4(sv + off64((2 * jp + mat / 2) * 8 + lane % 8, 2 * k2 + mat % 2), vb[k2]);
+#pragma unroll
+      for (int x = 0; x < 2; ++x) {
+        float ob[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mma_e4m3(ob, pa[0], vb[0][2 * x], vb[0][2 * x + 1]);
+        mma_e4m3(ob, pa[1], vb[1][2 * x], vb[1][2 * x + 1]);
+        float* oj = o[2 * jp + x];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) oj[i] = oj[i] * alpha[i / 2] + ob[i];
+      }
+    }
+    __syncthreads();
+  }
+
+  // Normalize: o * v_scale / (448 l); write bf16 pairs.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+  const float inv[2] = {1.0f / (kPScale * l[0]), 1.0f / (kPScale * l[1])};
+  const float* vsc = a.v_scale + h * kD;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = q0 + warp * 16 + lane / 4 + 8 * r;
+    if (row >= a.seq) continue;
+    __nv_bfloat16* dst = a.out + static_cast<int64_t>(row) * a.out_stride + h * kD;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int d = j * 8 + (lane % 4) * 2;
+      __nv_bfloat162 v = __floats2bfloat162_rn(o[j][2 * r] * (vsc[d] * inv[r]),
+                                               o[j][2 * r + 1] * (vsc[d + 1] * inv[r]));
+      *reinterpret_cast<__nv_bfloat162*>(dst + d) = v;
+    }
+  }
+}
+
+#else  // not an arch this kernel is built for: an empty body keeps the symbol.
+
+template <int W>
+__global__ void sage_attn_kernel(KernelArgs) {}
+
+#endif
+
+// True when H3RT_CUDA_ARCH_LIST names the device's arch ("90a", "120a", "121a" or plain).
+bool arch_compiled(int major, int minor) {
+#ifdef H3RT_CUDA_ARCH_LIST
+  std::string list = std::string(",") + H3RT_CUDA_ARCH_LIST + ",";
+  std::string cc = std::to_string(major * 10 + minor);
+  return list.find("," + cc + ",") != std::string::npos ||
+         list.find("," + cc + "a,") != std::string::npos;
+#else
+  (void)major, (void)minor;
+  return false;
+#endif
+}
+
+template <int W>
+cudaError_t launch(const SageAttentionParams& p, cudaStream_t stream) {
+  KernelArgs a{p.buf.q8,
+               p.buf.k8,
+               p.buf.v8t,
+               p.buf.q_scale,
+               p.buf.k_scale,
+               p.buf.v_scale,
+               static_cast<__nv_bfloat16*>(p.out),
+               p.out_row_stride,
+               static_cast<int>(p.seq),
+               static_cast<int>(padded_len(p.seq))};
+  cudaError_t e = cudaFuncSetAttribute(sage_attn_kernel<W>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg<W>::kSmem);
+  if (e != cudaSuccess) return e;
+  dim3 grid(static_cast<unsigned>((p.seq + Cfg<W>::kRows - 1) / Cfg<W>::kRows),
+            static_cast<unsigned>(p.heads));
+  sage_attn_kernel<W><<<grid, Cfg<W>::kThreads, Cfg<W>::kSmem, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t sage_attention(const SageAttentionParams& p, cudaStream_t stream) {
+  if (p.seq <= 0 || p.heads <= 0 || p.heads > 65535 || p.seq > (1 << 30) || p.out == nullptr ||
+      p.out_row_stride < p.heads * kD || p.out_row_stride % 2 != 0 || p.buf.q8 == nullptr)
+    return cudaErrorInvalidValue;
+  int dev = 0, major = 0, minor = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  if (e != cudaSuccess) return e;
+  const bool arch_ok = (major == 9 && minor == 0) || (major == 12 && (minor == 0 || minor == 1));
+  if (!arch_ok || !arch_compiled(major, minor)) return cudaErrorNotSupported;
+  return p.variant == SageVariant::w8 ? launch<8>(p, stream) : launch<4>(p, stream);
+}
+
+}  // namespace h3rt::attention_sage
