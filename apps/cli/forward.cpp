@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "cli/backend.h"
 #include "cli/commands.h"
 #include "cli/request.h"
 #include "h3rt/safetensors.h"
@@ -33,14 +34,14 @@ void run_forward(const ForwardOptions& o) {
   const float sigma_v = sigma_from(o);
   H3RT_CHECK(std::isfinite(sigma_v) && sigma_v >= 0.0f && sigma_v <= 1.0f,
              "--sigma must lie in [0, 1], got ", sigma_v);
-  H3Model model = o.model.load();
-  const H3Config& c = model.config;
+  std::unique_ptr<Backend> backend = Backend::create(o.model, o.model.device);
+  const H3Config& c = backend->config();
   Request req = request_from_inputs(o.inputs, c);
   const float sigma_a = audio_sigma_from_video(sigma_v);
   TimestepPlan plan = make_timestep_plan(req.layout, 1.0f - sigma_v, 1.0f - sigma_a);
   ForwardInputs in{req.layout, plan, req.video_rows.data(), req.audio_rows.data(),
                    req.text.data()};
-  ForwardOutputs v = forward_cpu(model, in, o.model.parsed_precision());
+  ForwardOutputs v = backend->forward(in);
   std::vector<float> vv(v.video_velocity.begin(), v.video_velocity.end());
   std::vector<float> av(v.audio_velocity.begin(), v.audio_velocity.end());
   write_safetensors(
@@ -50,7 +51,8 @@ void run_forward(const ForwardOptions& o) {
       {{"producer", "h3rt forward"},
        {"sigma_video", std::to_string(sigma_v)},
        {"sigma_audio", std::to_string(sigma_a)},
-       {"precision", o.model.precision}});
+       {"precision", o.model.precision_name()},
+       {"device", backend->device_name()}});
   std::fprintf(stderr, "h3rt forward: sigma video %.7g audio %.7g, %lld rows -> %s\n", sigma_v,
                sigma_a, (long long)req.layout.seq_len(), o.out.c_str());
 }

@@ -5,7 +5,9 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "h3rt/model.h"
 #include "h3rt/safetensors.h"
+#include "model/weights.h"
 
 namespace h3rt::cli {
 namespace {
@@ -21,6 +23,39 @@ void print_tensors(const SafetensorsFile& f) {
   std::printf("\n");
 }
 
+// For files with H3 keys: the inferred config, the qkv row order and each linear layer's format.
+void print_h3(const SafetensorsFile& f) {
+  if (!f.contains("blocks.0.attn.qkv_proj.weight")) {
+    std::printf("not an H3 checkpoint (no blocks.0.attn.qkv_proj.weight)\n");
+    return;
+  }
+  H3Config c = infer_config(f);
+  std::printf("H3 checkpoint: hidden %lld, %lld blocks, %lld heads x %lld, ffn %lld, %lld refiner "
+              "blocks, text_dim %lld, time embed %lld/%lld\n",
+              (long long)c.hidden, (long long)c.layers, (long long)c.heads, (long long)c.head_dim,
+              (long long)c.ffn, (long long)c.refiner_layers, (long long)c.text_dim,
+              (long long)c.time_embed_hidden, (long long)c.time_embed_dim);
+  auto it = f.metadata().find("qkv_layout");
+  std::printf("qkv_proj rows: %s\n", it == f.metadata().end()
+                                          ? "fused [q; k; v] (no qkv_layout metadata)"
+                                          : ("metadata qkv_layout = " + it->second).c_str());
+  model::TensorSource src;
+  for (const auto& e : f.entries()) src[e.name] = {f.get(e.name), f.path()};
+  std::map<std::string, int> formats;
+  for (const auto& spec : model::weight_specs(c)) {
+    const std::string suffix = ".weight";
+    if (spec.shape.size() != 2 || spec.key.size() <= suffix.size() ||
+        spec.key.compare(spec.key.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    std::string layer = spec.key.substr(0, spec.key.size() - suffix.size());
+    if (src.count(spec.key)) ++formats[weight_format_name(model::detect_linear_format(src, layer))];
+  }
+  std::printf("linear layers by format:");
+  for (const auto& [name, n] : formats) std::printf(" %s %d;", name.c_str(), n);
+  WeightBytes b = estimate_weight_bytes(c);
+  std::printf("\n%.3fB parameters\n", b.params / 1e9);
+}
+
 }  // namespace
 
 void add_info_command(CLI::App& app) {
@@ -33,6 +68,7 @@ void add_info_command(CLI::App& app) {
     std::printf("%s\n", path->c_str());
     for (const auto& [k, v] : f.metadata()) std::printf("  metadata %s = %s\n", k.c_str(), v.c_str());
     print_tensors(f);
+    print_h3(f);
   });
 }
 

@@ -33,14 +33,22 @@ void ModelOptions::add_to(CLI::App* cmd, bool with_preset) {
     cmd->add_option("--weights-seed", weights_seed, "Seed of a preset's synthetic weights")
         ->capture_default_str();
   cmd->add_option("--precision", precision,
-                  "fp32 (bf16 weights upcast, fp32 math) or bf16 (the reference's bf16 "
-                  "storage and rounding points)")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
+                  "fp32 (bf16 weights upcast, fp32 math; CPU only) or bf16 (the reference's "
+                  "bf16 storage and rounding points). Default: fp32 on cpu, bf16 on cuda")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  cmd->add_option("--device", device,
+                  "cpu (the exact reference) or cuda (bf16 kernels; needs a CUDA build and GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
 }
 
+std::string ModelOptions::precision_name() const {
+  if (!precision.empty()) return precision;
+  return device == "cuda" ? "bf16" : "fp32";
+}
+
 Precision ModelOptions::parsed_precision() const {
-  return precision == "bf16" ? Precision::bf16 : Precision::fp32;
+  return precision_name() == "bf16" ? Precision::bf16 : Precision::fp32;
 }
 
 namespace {

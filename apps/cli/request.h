@@ -17,10 +17,12 @@ struct ModelOptions {
   std::string qkv_layout = "auto";
   std::string qkv_override;  // a file holding only the qkv tensors, loaded over the checkpoint
   uint64_t weights_seed = 0;
-  std::string precision = "fp32";
+  std::string precision;       // empty: fp32 on the CPU, bf16 on CUDA
+  std::string device = "cpu";  // cpu or cuda
 
   void add_to(CLI::App* cmd, bool with_preset);
   Precision parsed_precision() const;
+  std::string precision_name() const;
   // The model, refusing up front what the CPU reference cannot hold.
   H3Model load() const;
   std::string describe() const;

@@ -3,7 +3,9 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <tuple>
 
+#include "cli/backend.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "cli/request.h"
@@ -65,17 +67,18 @@ void run_sample(const SampleOptions& o) {
   H3RT_CHECK(steps >= 1 && steps <= 1000, "--steps must be in [1, 1000], got ", steps);
   reset_host_peak();
   auto t_start = Clock::now();
-  H3Model model = o.model.load();
-  const H3Config& c = model.config;
+  std::unique_ptr<Backend> backend = Backend::create(o.model, o.model.device);
+  const H3Config& c = backend->config();
   Request req = o.inputs.empty() ? request_from_options(o, c, o.model.preset == "h3")
                                  : request_from_inputs(o.inputs, c);
   const SequenceLayout& L = req.layout;
   SamplerPlan plan = make_sampler_plan(L, steps + 1);
   const int evals = static_cast<int>(plan.steps.size());
   std::fprintf(stderr, "h3rt sample: %s, %s, %lld rows (text %lld, audio %lld, video %lld), "
-               "%d steps, seed %llu\n", o.model.describe().c_str(), o.model.precision.c_str(),
+               "%d steps, seed %llu, %s\n", o.model.describe().c_str(), o.model.precision_name().c_str(),
                (long long)L.seq_len(), (long long)L.text_len, (long long)L.audio_rows(),
-               (long long)L.video_rows(), evals, (unsigned long long)o.seed);
+               (long long)L.video_rows(), evals, (unsigned long long)o.seed,
+               backend->device_name().c_str());
 
   SampleReport rep;
   Progress progress("denoising", evals);
@@ -87,7 +90,7 @@ void run_sample(const SampleOptions& o) {
                      req.text.data()};
     st.packing = seconds_since(t0);
     t0 = Clock::now();
-    ForwardOutputs v = forward_cpu(model, in, o.model.parsed_precision());
+    ForwardOutputs v = backend->forward(in);
     st.denoiser = seconds_since(t0);
     t0 = Clock::now();
     sampler_step(plan, i, req.video_rows.data(), v.video_velocity.data(),
@@ -109,9 +112,9 @@ void run_sample(const SampleOptions& o) {
                      {"audio_latents", tensor_from_f32(av, {2, c.audio_channels, L.audio_len})}},
                     {{"producer", "h3rt sample"}, {"seed", std::to_string(o.seed)}});
 
-  rep.device = "cpu";
+  rep.device = backend->device_name();
   rep.model = o.model.describe();
-  rep.precision = o.model.precision;
+  rep.precision = o.model.precision_name();
   rep.latent_frames = L.frames;
   rep.latent_height = L.height;
   rep.latent_width = L.width;
@@ -127,6 +130,8 @@ void run_sample(const SampleOptions& o) {
   rep.steps = evals;
   rep.total_seconds = seconds_since(t_start);
   rep.peak_host_bytes = host_memory_stats().peak_bytes;
+  std::tie(rep.peak_device_allocated_bytes, rep.peak_device_reserved_bytes) =
+      backend->device_peak_bytes();
   rep.video = checksum(video.data(), static_cast<int64_t>(video.size()));
   rep.audio = checksum(audio.data(), static_cast<int64_t>(audio.size()));
   std::fprintf(stderr, "h3rt sample: wrote %s in %.2f s; checksums video %.6g (|x| %.6g), "

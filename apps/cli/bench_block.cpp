@@ -1,0 +1,41 @@
+// `h3rt bench block`: see src/bench/block_bench.h.
+#include <cstdio>
+#include <memory>
+
+#include "cli/commands.h"
+#include "h3rt/check.h"
+#include "h3rt/report.h"
+#ifdef H3RT_HAVE_CUDA
+#include "bench/block_bench.h"
+#endif
+
+namespace h3rt::cli {
+
+void add_bench_block_command(CLI::App& bench) {
+  struct Opts {
+    std::string preset = "h3", out = "-";
+    int reps = 10;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = bench.add_subcommand("block", "Time one DiT block on the GPU (bf16, synthetic "
+                                            "weights) at the seed shape: 1344x768, 124 frames, "
+                                            "37,810 rows; JSON report");
+  cmd->add_option("--preset", o->preset, "h3 (release dims) or tiny")
+      ->check(CLI::IsMember({"h3", "tiny"}))
+      ->capture_default_str();
+  cmd->add_option("--reps", o->reps, "Timed repetitions (medians)")->capture_default_str();
+  cmd->add_option("--out", o->out, "JSON report path, - for stdout")->capture_default_str();
+  cmd->callback([o] {
+#ifdef H3RT_HAVE_CUDA
+    bench::BlockBenchOptions b;
+    b.h3_dims = o->preset == "h3";
+    if (!b.h3_dims) b = {false, 10, 9, 7, 8, 12};
+    b.reps = o->reps;
+    write_json(o->out, bench::run_block_bench(b));
+#else
+    H3RT_FAIL("this h3rt was built without CUDA (cmake -DH3RT_CUDA=ON needs nvcc)");
+#endif
+  });
+}
+
+}  // namespace h3rt::cli

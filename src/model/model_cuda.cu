@@ -1,0 +1,202 @@
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "cuda/arena.h"
+#include "cuda/runtime.h"
+#include "model/model_cuda.h"
+#include "model/weights.h"
+#include "ops/rope_table/rope_table.h"
+
+namespace h3rt::model {
+namespace {
+
+// ---- upload ------------------------------------------------------------------------------
+
+Tensor upload_values(const FloatVec& v, Shape shape, DType dtype) {
+  return cuda::to_device(tensor_from_f32(std::vector<float>(v.begin(), v.end()), std::move(shape),
+                                         dtype));
+}
+
+DeviceLinear upload_linear(const LinearWeight& l) {
+  H3RT_CHECK(l.format == WeightFormat::bf16 || l.format == WeightFormat::f32, "layer '", l.name,
+             "' is ", weight_format_name(l.format),
+             "; the CUDA backend runs bf16/f32 layers only so far");
+  const DType t = l.format == WeightFormat::f32 ? DType::f32 : DType::bf16;
+  DeviceLinear d;
+  d.out = l.out;
+  d.in = l.in;
+  d.w = upload_values(l.w, {l.out, l.in}, t);
+  if (l.has_bias()) d.b = upload_values(l.b, {l.out}, t);
+  return d;
+}
+
+Tensor upload_norm(const FloatVec& v) {
+  return upload_values(v, {static_cast<int64_t>(v.size())}, DType::bf16);
+}
+
+}  // namespace
+
+DeviceBlock upload_block(const RefinerBlockWeights& w) {
+  DeviceBlock d;
+  d.norm1 = upload_norm(w.norm1);
+  d.norm2 = upload_norm(w.norm2);
+  d.q_norm = upload_norm(w.attn.q_norm);
+  d.k_norm = upload_norm(w.attn.k_norm);
+  d.qkv = upload_linear(w.attn.qkv);
+  d.out = upload_linear(w.attn.out);
+  d.fc1 = upload_linear(w.mlp.fc1);
+  d.fc2 = upload_linear(w.mlp.fc2);
+  return d;
+}
+
+namespace {
+
+// ---- synthesis (the hash of synthetic.cpp, evaluated on the device) -----------------------
+
+__device__ uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t splitmix64_host(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Element e: u = top 24 bits of splitmix64(base + e) mapped exactly to [-1, 1); a norm gain is
+// 1 + 0.1 u, anything else u * scale. Products and sums are rounded singly (no FMA), as on the
+// host, so the values are bit-identical to the CPU's.
+template <typename T>
+__global__ void synth_kernel(T* out, int64_t n, uint64_t base, float scale, bool norm) {
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const uint64_t h = splitmix64(base + static_cast<uint64_t>(e));
+    const float u = __fadd_rn(__fmul_rn(static_cast<float>(h >> 40), 1.0f / 8388608.0f), -1.0f);
+    const float v = norm ? __fadd_rn(1.0f, __fmul_rn(0.1f, u)) : __fmul_rn(u, scale);
+    if constexpr (sizeof(T) == 2) out[e] = __float2bfloat16_rn(v);
+    else out[e] = v;
+  }
+}
+
+struct Synth {
+  uint64_t seed;
+  std::map<std::string, std::pair<size_t, WeightSpec>> specs;  // key -> (index, spec)
+  std::map<std::string, int64_t> fan_in;
+
+  Synth(const H3Config& c, uint64_t s) : seed(s) {
+    const auto list = weight_specs(c);
+    int64_t fan = 1;
+    for (size_t k = 0; k < list.size(); ++k) {
+      if (list[k].shape.size() == 2) fan = list[k].shape[1];  // a bias follows its weight
+      specs[list[k].key] = {k, list[k]};
+      fan_in[list[k].key] = fan;
+    }
+  }
+
+  Tensor tensor(const std::string& key) const {
+    const auto& [k, spec] = specs.at(key);
+    Tensor t = cuda::device_empty(spec.dtype, spec.shape);
+    const uint64_t base = splitmix64_host(seed ^ splitmix64_host(k));
+    const bool norm = spec.shape.size() == 1 && key.size() > 7 &&
+                      key.compare(key.size() - 7, 7, ".weight") == 0;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(fan_in.at(key)));
+    const int64_t n = t.numel();
+    const int grid = static_cast<int>(std::min<int64_t>((n + 255) / 256, 4096));
+    if (spec.dtype == DType::bf16)
+      synth_kernel<<<grid, 256>>>(t.ptr<__nv_bfloat16>(), n, base, scale, norm);
+    else
+      synth_kernel<<<grid, 256>>>(t.ptr<float>(), n, base, scale, norm);
+    H3RT_CUDA_CHECK(cudaGetLastError());
+    return t;
+  }
+
+  DeviceLinear linear(const std::string& name, bool bias) const {
+    DeviceLinear d;
+    d.w = tensor(name + ".weight");
+    d.out = d.w.size(0);
+    d.in = d.w.size(1);
+    if (bias) d.b = tensor(name + ".bias");
+    return d;
+  }
+
+  DeviceBlock block(const std::string& p, bool adaln) const {
+    DeviceBlock d;
+    d.norm1 = tensor(p + "norm1.weight");
+    d.norm2 = tensor(p + "norm2.weight");
+    d.q_norm = tensor(p + "attn.q_norm.weight");
+    d.k_norm = tensor(p + "attn.k_norm.weight");
+    d.qkv = linear(p + "attn.qkv_proj", false);
+    d.out = linear(p + "attn.out_proj", false);
+    d.fc1 = linear(p + "mlp.fc1", false);
+    d.fc2 = linear(p + "mlp.fc2", false);
+    if (adaln) d.adaln = linear(p + "adaln_proj.linear", true);
+    return d;
+  }
+};
+
+FloatVec download(const Tensor& t) {
+  std::vector<float> v = cuda::to_host(t).to_f32();
+  return FloatVec(v.begin(), v.end());
+}
+
+}  // namespace
+
+DeviceModel upload_model(const H3Model& m) {
+  const H3Weights& w = m.weights;
+  DeviceModel d;
+  d.config = m.config;
+  d.video_in = upload_linear(w.video_in);
+  d.audio_in = upload_linear(w.audio_in);
+  d.text_in = upload_linear(w.text_in);
+  d.final_adaln = upload_linear(w.final_adaln);
+  d.video_out = upload_linear(w.video_out);
+  d.audio_out = upload_linear(w.audio_out);
+  for (const auto& b : w.refiner) d.refiner.push_back(upload_block(b));
+  for (const auto& b : w.blocks) {
+    d.blocks.push_back(upload_block(b));
+    d.blocks.back().adaln = upload_linear(b.adaln);
+  }
+  d.refiner_norm = upload_norm(w.refiner_norm);
+  d.final_norm = upload_norm(w.final_norm);
+  d.time_in_w = w.time_in.w;
+  d.time_in_b = w.time_in.b;
+  d.time_out_w = w.time_out.w;
+  d.time_out_b = w.time_out.b;
+  d.rope_inv_freq.assign(w.rope_inv_freq.begin(), w.rope_inv_freq.end());
+  return d;
+}
+
+DeviceModel make_synthetic_device_model(const H3Config& c, uint64_t seed) {
+  c.validate();
+  Synth s(c, seed);
+  DeviceModel d;
+  d.config = c;
+  d.video_in = s.linear("video_patch_proj", true);
+  d.audio_in = s.linear("audio_patch_proj", true);
+  d.text_in = s.linear("condition_proj", true);
+  d.final_adaln = s.linear("final_layer.adaln_proj.linear", true);
+  d.video_out = s.linear("final_layer.video_out", true);
+  d.audio_out = s.linear("final_layer.audio_out", true);
+  for (int64_t i = 0; i < c.refiner_layers; ++i)
+    d.refiner.push_back(s.block("token_refiner.blocks." + std::to_string(i) + ".", false));
+  for (int64_t i = 0; i < c.layers; ++i)
+    d.blocks.push_back(s.block("blocks." + std::to_string(i) + ".", true));
+  d.refiner_norm = s.tensor("token_refiner.final_norm.weight");
+  d.final_norm = s.tensor("final_layer.norm.weight");
+  d.time_in_w = download(s.tensor("time_embedder.proj_in.weight"));
+  d.time_in_b = download(s.tensor("time_embedder.proj_in.bias"));
+  d.time_out_w = download(s.tensor("time_embedder.proj_out.weight"));
+  d.time_out_b = download(s.tensor("time_embedder.proj_out.bias"));
+  d.rope_inv_freq = ops::rope_inv_freq(c.rope_freqs, c.rope_theta);
+  H3RT_CUDA_CHECK(cudaDeviceSynchronize());
+  return d;
+}
+
+}  // namespace h3rt::model

@@ -1,0 +1,43 @@
+// The H3 model on the GPU: device copies of the weights in the release's dtypes (bf16, with the
+// float32 islands kept in float32) and the bf16 forward pass, with the same inputs and outputs
+// as forward_cpu so the CLI and the sampler can use either backend.
+//
+// The forward follows the reference's bf16 run (README section 6): the time embedding runs on
+// the host in float32 (a few rows); AdaLN tables, condition_proj, the token refiner, the blocks
+// and the final norm run in bf16 on the GPU through src/ops launchers; the patch projections and
+// output heads are float32 GEMMs (cuBLAS, TF32 off).
+#pragma once
+
+#ifdef H3RT_HAVE_CUDA
+#include <cstdint>
+#include <vector>
+
+#include "h3rt/model.h"
+#include "h3rt/tensor.h"
+#include "model/block_cuda.h"
+
+namespace h3rt::model {
+
+struct DeviceModel {
+  H3Config config;
+  DeviceLinear video_in, audio_in, text_in, final_adaln, video_out, audio_out;
+  std::vector<DeviceBlock> refiner, blocks;
+  Tensor refiner_norm, final_norm;
+  // Host float32 copies of the small time MLP and the RoPE frequencies (host-side work).
+  FloatVec time_in_w, time_in_b, time_out_w, time_out_b;
+  std::vector<float> rope_inv_freq;
+};
+
+// Uploads a loaded (or synthetic) model. bf16/f32 layers only; quantized layers are refused by
+// name (their GPU GEMMs are separate work).
+DeviceModel upload_model(const H3Model& model);
+
+// The same synthetic weights as make_synthetic_model (bit-identical values), generated directly
+// on the GPU, so the release-sized preset needs no host copy of its 33B parameters.
+DeviceModel make_synthetic_device_model(const H3Config& config, uint64_t seed);
+
+// One forward in bf16 (the only GPU precision); host inputs and outputs as forward_cpu.
+ForwardOutputs forward_cuda(const DeviceModel& model, const ForwardInputs& inputs);
+
+}  // namespace h3rt::model
+#endif  // H3RT_HAVE_CUDA

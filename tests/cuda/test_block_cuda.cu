@@ -1,0 +1,98 @@
+// The GPU bf16 block (src/model/block_cuda) on the golden tiny model: block 0 from the CPU bf16
+// run's packed input and modulation table, against the float64 reference's block0_out. The GPU
+// error must stay within 2x the CPU bf16 reference's own error (FlashAttention-style rule).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "h3rt/layout.h"
+#include "h3rt/model.h"
+#include "h3rt/safetensors.h"
+#include "model/block_cuda.h"
+
+namespace h3rt {
+namespace {
+
+std::string golden_dir() {
+  if (const char* env = std::getenv("H3RT_SHARED_DIR")) return std::string(env) + "/golden/h3_tiny";
+  return std::string(H3RT_SHARED_DIR) + "/golden/h3_tiny";
+}
+
+struct Probed {
+  std::map<std::string, std::vector<float>> t;
+  std::map<std::string, Shape> shape;
+};
+
+double max_abs_err(const std::vector<float>& a, const std::vector<double>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+TEST(BlockCuda, GoldenBlock0WithinTwiceCpuBf16Error) {
+  H3RT_REQUIRE_GPU();
+  SafetensorsFile g = SafetensorsFile::open(golden_dir() + "/golden.safetensors");
+  H3Model model = load_model(golden_dir() + "/weights.safetensors");
+  const H3Config& c = model.config;
+  Tensor lat = g.get("input/video_latents");
+  SequenceLayout layout = make_t2va_layout(g.get("layout/text_indices").numel(),
+                                           g.get("input/audio_latents").size(2), lat.size(2),
+                                           lat.size(3), lat.size(4));
+  TimestepPlan plan;
+  plan.timestep = g.get("fwd/timestep").to_f32();
+  for (double v : g.get("fwd/timestep_indices").to_f64()) plan.timestep_indices.push_back(int64_t(v));
+  std::vector<float> video = g.get("input/video_rows").to_f32(), audio = g.get("input/audio_rows").to_f32(),
+                     text = g.get("input/text_embeds").to_f32();
+
+  Probed p;
+  Probe probe = [&](const std::string& name, const float* d, const Shape& s) {
+    p.t[name].assign(d, d + shape_numel(s));
+    p.shape[name] = s;
+  };
+  forward_cpu(model, {layout, plan, video.data(), audio.data(), text.data()}, Precision::bf16, &probe);
+  const int64_t S = layout.seq_len(), H = c.hidden;
+  const std::vector<float>& adaln = p.t.at("block0/adaln");  // [6, 3M, H]
+  const int64_t table_rows = p.shape.at("block0/adaln")[1];
+  std::vector<float> table(table_rows * 6 * H);  // [3M, 6H]: chunk c of row m at c*H
+  for (int64_t ch = 0; ch < 6; ++ch)
+    for (int64_t m = 0; m < table_rows; ++m)
+      for (int64_t j = 0; j < H; ++j) table[(m * 6 + ch) * H + j] = adaln[(ch * table_rows + m) * H + j];
+  std::vector<int64_t> row_index = adaln_indices(layout, plan);
+
+  cuda::Stream stream;
+  model::DeviceBlock w = model::upload_block(model.weights.blocks[0]);
+  model::BlockCudaBuffers b = model::make_block_buffers(c, S, table_rows);
+  auto upload = [&](Tensor& dst, const Tensor& host) {
+    H3RT_CUDA_CHECK(cudaMemcpyAsync(dst.data(), host.data(), host.nbytes(), cudaMemcpyHostToDevice, stream));
+  };
+  Tensor x_host = tensor_from_f32(p.t.at("packed_input"), {S, H}, DType::bf16);
+  Tensor table_host = tensor_from_f32(table, {table_rows, 6 * H}, DType::bf16);
+  Tensor cos_host = tensor_from_f32(p.t.at("rope_cos"), {S, c.rope_dim()});
+  Tensor sin_host = tensor_from_f32(p.t.at("rope_sin"), {S, c.rope_dim()});
+  Tensor idx_host = Tensor::zeros(DType::i64, {S});
+  for (int64_t r = 0; r < S; ++r) idx_host.ptr<int64_t>()[r] = row_index[r];
+  upload(b.x, x_host);
+  upload(b.table, table_host);
+  upload(b.cos, cos_host);
+  upload(b.sin, sin_host);
+  upload(b.row_index, idx_host);
+  model::block_forward_cuda(c, w, b, stream);
+  stream.synchronize();
+  std::vector<float> gpu = cuda::to_host(b.x).to_f32();
+
+  const std::vector<double> ref = g.get("fwd_f64/block0_out").to_f64();
+  const double cpu_err = max_abs_err(p.t.at("block0_out"), ref);
+  const double gpu_err = max_abs_err(gpu, ref);
+  RecordProperty("cpu_bf16_max_err", std::to_string(cpu_err));
+  RecordProperty("gpu_bf16_max_err", std::to_string(gpu_err));
+  EXPECT_GT(cpu_err, 0.0);
+  EXPECT_LE(gpu_err, 2.0 * cpu_err) << "cpu bf16 error " << cpu_err;
+  for (float v : gpu) ASSERT_TRUE(std::isfinite(v));
+}
+
+}  // namespace
+}  // namespace h3rt

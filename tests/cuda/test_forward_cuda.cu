@@ -1,0 +1,95 @@
+// The whole bf16 forward on the GPU against the golden tiny set, and the GPU-generated synthetic
+// weights against the host generator.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "h3rt/layout.h"
+#include "h3rt/model.h"
+#include "h3rt/safetensors.h"
+#include "model/model_cuda.h"
+
+namespace h3rt {
+namespace {
+
+std::string golden_file(const std::string& name) {
+  const char* env = std::getenv("H3RT_SHARED_DIR");
+  return (env ? std::string(env) : std::string(H3RT_SHARED_DIR)) + "/golden/h3_tiny/" + name;
+}
+
+struct Err {
+  double max_abs = 0, mean_abs = 0;
+};
+
+Err error(const FloatVec& got, const std::vector<double>& ref) {
+  Err e;
+  EXPECT_EQ(got.size(), ref.size());
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = std::fabs(got[i] - ref[i]);
+    EXPECT_TRUE(std::isfinite(got[i]));
+    e.max_abs = std::max(e.max_abs, d);
+    e.mean_abs += d / ref.size();
+  }
+  return e;
+}
+
+TEST(ForwardCuda, GoldenBf16WithinTwiceCpuBf16Error) {
+  H3RT_REQUIRE_GPU();
+  SafetensorsFile g = SafetensorsFile::open(golden_file("golden.safetensors"));
+  H3Model host = load_model(golden_file("weights.safetensors"));
+  Tensor lat = g.get("input/video_latents");
+  SequenceLayout layout = make_t2va_layout(g.get("layout/text_indices").numel(),
+                                           g.get("input/audio_latents").size(2), lat.size(2),
+                                           lat.size(3), lat.size(4));
+  TimestepPlan plan;
+  plan.timestep = g.get("fwd/timestep").to_f32();
+  for (double v : g.get("fwd/timestep_indices").to_f64()) plan.timestep_indices.push_back(int64_t(v));
+  std::vector<float> video = g.get("input/video_rows").to_f32(),
+                     audio = g.get("input/audio_rows").to_f32(),
+                     text = g.get("input/text_embeds").to_f32();
+  ForwardInputs in{layout, plan, video.data(), audio.data(), text.data()};
+
+  model::DeviceModel dev = model::upload_model(host);
+  ForwardOutputs gpu = model::forward_cuda(dev, in);
+  ForwardOutputs cpu = forward_cpu(host, in, Precision::bf16);
+  const auto ref_v = g.get("fwd_f64/video_velocity").to_f64();
+  const auto ref_a = g.get("fwd_f64/audio_velocity").to_f64();
+  const Err gv = error(gpu.video_velocity, ref_v), ga = error(gpu.audio_velocity, ref_a);
+  const Err cv = error(cpu.video_velocity, ref_v), ca = error(cpu.audio_velocity, ref_a);
+  std::printf("video max/mean: gpu %.4g/%.4g cpu-bf16 %.4g/%.4g; audio gpu %.4g/%.4g cpu-bf16 "
+              "%.4g/%.4g\n", gv.max_abs, gv.mean_abs, cv.max_abs, cv.mean_abs, ga.max_abs,
+              ga.mean_abs, ca.max_abs, ca.mean_abs);
+  EXPECT_GT(cv.max_abs, 0.0);
+  EXPECT_LE(gv.max_abs, 2.0 * cv.max_abs);
+  EXPECT_LE(gv.mean_abs, 2.0 * cv.mean_abs);
+  EXPECT_LE(ga.max_abs, 2.0 * ca.max_abs);
+  EXPECT_LE(ga.mean_abs, 2.0 * ca.mean_abs);
+}
+
+TEST(ForwardCuda, DeviceSyntheticWeightsEqualHostSynthetic) {
+  H3RT_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const H3Config c = H3Config::tiny();
+  H3Model host = make_synthetic_model(c, seed);
+  model::DeviceModel dev = model::make_synthetic_device_model(c, seed);
+  auto same = [](const Tensor& d, const FloatVec& h) {
+    std::vector<float> v = cuda::to_host(d).to_f32();
+    ASSERT_EQ(v.size(), h.size());
+    for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(v[i], h[i]) << "element " << i;
+  };
+  same(dev.blocks[1].qkv.w, host.weights.blocks[1].attn.qkv.w);
+  same(dev.blocks[0].norm2, host.weights.blocks[0].norm2);
+  same(dev.blocks[0].adaln.b, host.weights.blocks[0].adaln.b);
+  same(dev.refiner[0].fc2.w, host.weights.refiner[0].mlp.fc2.w);
+  same(dev.video_in.w, host.weights.video_in.w);
+  same(dev.final_norm, host.weights.final_norm);
+  EXPECT_EQ(dev.time_out_w, host.weights.time_out.w);
+}
+
+}  // namespace
+}  // namespace h3rt
