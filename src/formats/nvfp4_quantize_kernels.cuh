@@ -1,0 +1,338 @@
+// NVFP4 quantize kernels (see src/formats/nvfp4_quantize.h for the algorithm and contract).
+// Templated on the e2m1 converter so that nvfp4_quantize.cu (software conversion) and
+// nvfp4_quantize_sm100.cu (hardware cvt where the target has it) instantiate the same code.
+//
+// Work decomposition: the bf16 input is viewed as rows * cols / 8 "chunks" of 8 elements
+// (one 16-byte load); a tile is kThreads * kUnroll chunks; thread t of a tile handles chunks
+// base + j * kThreads + t (j < kUnroll), so each load instruction of a warp reads 512 contiguous
+// bytes and the kUnroll loads are issued before any arithmetic. Lanes 2i and 2i+1 hold the two
+// halves of one 16-element block (cols / 8 is even): one shuffle gives the block amax; each lane
+// writes its 4 qdata bytes and the even lane the scale byte.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <cstdint>
+
+#include "formats/nvfp4_layout.h"
+#include "formats/nvfp4_quantize.h"
+
+#if defined(__CUDA_ARCH_FEAT_SM100_ALL) || defined(__CUDA_ARCH_FEAT_SM103_ALL) || \
+    defined(__CUDA_ARCH_FEAT_SM110_ALL) || defined(__CUDA_ARCH_FEAT_SM120_ALL) || \
+    defined(__CUDA_ARCH_FEAT_SM121_ALL) ||                                        \
+    (defined(__CUDA_ARCH_FAMILY_SPECIFIC__) && __CUDA_ARCH_FAMILY_SPECIFIC__ >= 1000)
+#define H3RT_HAS_E2M1_CVT 1
+#else
+#define H3RT_HAS_E2M1_CVT 0
+#endif
+
+namespace h3rt::nvfp4_detail {
+
+constexpr int kThreads = 256;
+constexpr int kUnroll = 4;
+constexpr uint32_t kTileChunks = kThreads * kUnroll;
+
+struct Workspace {
+  unsigned amax_bits;   // fp32 bits of the running amax (0 between launches)
+  unsigned count;       // CTAs arrived (0 between launches)
+  unsigned generation;  // bumped once per single-launch barrier
+  float g;              // published global scale
+};
+
+struct Geometry {
+  const __nv_bfloat16* x;
+  int64_t ld;
+  uint32_t cpr;      // chunks per row (cols / 8)
+  uint32_t nchunks;  // rows * cpr
+  uint32_t ntiles;
+  int64_t rows, kb, kbp;  // block-scale columns: cols / 16 and roundup(kb, 4)
+  int64_t pad_right;      // padding entries right of real columns: rows * (kbp - kb)
+  int64_t pad_total;      // all padding entries: roundup(rows,128) * kbp - rows * kb
+  uint8_t* qdata;
+  uint8_t* scales;
+  int bf16_rule;
+};
+
+// ---- e2m1 converters: 8 signed values -> 4 bytes, element 2j in the high nibble of byte j ----
+
+struct SoftwareCvt {
+  __device__ __forceinline__ static uint32_t pack8(const float (&v)[8]) {
+    uint32_t w = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t code =
+          nvfp4::e2m1_magnitude(fabsf(v[i])) | ((__float_as_uint(v[i]) >> 28) & 8u);
+      w |= code << (8 * (i / 2) + ((i & 1) ? 0 : 4));
+    }
+    return w;
+  }
+};
+
+struct HardwareCvt {
+  __device__ __forceinline__ static uint32_t pack8(const float (&v)[8]) {
+#if H3RT_HAS_E2M1_CVT
+    uint32_t w = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      unsigned short b;
+      // a (upper nibble) = element 2j, b (lower nibble) = element 2j+1
+      asm("{\n .reg .b8 t;\n cvt.rn.satfinite.e2m1x2.f32 t, %1, %2;\n mov.b16 %0, {t, 0};\n}"
+          : "=h"(b)
+          : "f"(v[2 * j]), "f"(v[2 * j + 1]));
+      w |= static_cast<uint32_t>(b & 0xffu) << (8 * j);
+    }
+    return w;
+#else
+    return SoftwareCvt::pack8(v);
+#endif
+  }
+};
+
+// ---- fast-math primitives (what nvcc --use_fast_math emits for / and 1/x) ----
+
+__device__ __forceinline__ float div_approx_ftz(float a, float b) {
+  float d;
+  asm("div.approx.ftz.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+__device__ __forceinline__ float rcp_approx_ftz(float a) {
+  float d;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(d) : "f"(a));
+  return d;
+}
+__device__ __forceinline__ float mul_ftz(float a, float b) {
+  float d;
+  asm("mul.ftz.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+
+__device__ __forceinline__ float e4m3_value(__nv_fp8_storage_t s) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(s, __NV_E4M3)));  // exact: e4m3 in f16
+}
+
+// ---- per-chunk pieces ----
+
+__device__ __forceinline__ uint32_t absmax_bits16(const uint4& v) {
+  // |bf16| orders like its bits with the sign cleared (NaN above Inf, so NaN propagates)
+  const uint32_t m = __vmaxu2(__vmaxu2(v.x & 0x7fff7fffu, v.y & 0x7fff7fffu),
+                              __vmaxu2(v.z & 0x7fff7fffu, v.w & 0x7fff7fffu));
+  return max(m >> 16, m & 0xffffu);
+}
+
+__device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+__device__ __forceinline__ const uint4* chunk_ptr(const Geometry& geo, uint32_t chunk,
+                                                  uint32_t& row, uint32_t& cc) {
+  row = chunk / geo.cpr;
+  cc = chunk - row * geo.cpr;
+  return reinterpret_cast<const uint4*>(geo.x + static_cast<int64_t>(row) * geo.ld + cc * 8u);
+}
+
+// IEEE mode: reference semantics exactly.
+template <class Cvt>
+__device__ __forceinline__ uint32_t encode_ieee(const float (&f)[8], float amax, float g,
+                                                __nv_fp8_storage_t& s) {
+  s = __nv_cvt_float_to_fp8(nvfp4::scale_quotient(amax, g), __NV_SATFINITE, __NV_E4M3);
+  const float d = __fmul_rn(g, e4m3_value(s));
+  if (d == 0.0f) return 0u;
+  float v[8];
+  if (d >= nvfp4::kRecipMinDivisor && d <= nvfp4::kRecipMaxDivisor) {
+    const float r = __frcp_rn(d);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = copysignf(nvfp4::div_by_reciprocal(fabsf(f[i]), d, r), f[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = copysignf(__fdiv_rn(fabsf(f[i]), d), f[i]);
+  }
+  return Cvt::pack8(v);
+}
+
+// Fast-math mode: comfy-kitchen's kernel formula with approximate division and ftz.
+template <class Cvt>
+__device__ __forceinline__ uint32_t encode_fast(const float (&f)[8], float amax, float g,
+                                                __nv_fp8_storage_t& s) {
+  float q = div_approx_ftz(div_approx_ftz(amax, nvfp4::kE2m1Max), g);
+  q = fminf(q, nvfp4::kE4m3Max);
+  s = __nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3);
+  const float enc = fminf(rcp_approx_ftz(mul_ftz(e4m3_value(s), g)), FLT_MAX);
+  float v[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v[i] = mul_ftz(f[i], enc);
+  return Cvt::pack8(v);
+}
+
+template <class Cvt, bool kFast>
+__device__ __forceinline__ void quantize_tile(const Geometry& geo, uint32_t tile, float g) {
+  uint4 v[kUnroll];
+  uint32_t row[kUnroll], cc[kUnroll];
+  const uint32_t base = tile * kTileChunks + threadIdx.x;
+#pragma unroll
+  for (int j = 0; j < kUnroll; ++j) {
+    const uint32_t chunk = base + j * kThreads;
+    v[j] = chunk < geo.nchunks ? *chunk_ptr(geo, chunk, row[j], cc[j]) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int j = 0; j < kUnroll; ++j) {
+    uint32_t a16 = absmax_bits16(v[j]);
+    a16 = max(a16, __shfl_xor_sync(0xffffffffu, a16, 1));
+    if (base + j * kThreads >= geo.nchunks) continue;  // pairs are active together
+    float f[8];
+    unpack8(v[j], f);
+    const float amax = __uint_as_float(a16 << 16);
+    __nv_fp8_storage_t s;
+    const uint32_t w = kFast ? encode_fast<Cvt>(f, amax, g, s) : encode_ieee<Cvt>(f, amax, g, s);
+    *reinterpret_cast<uint32_t*>(geo.qdata + static_cast<int64_t>(row[j]) * (geo.cpr * 4u) +
+                                 cc[j] * 4u) = w;
+    if ((threadIdx.x & 1u) == 0)
+      geo.scales[nvfp4::scale_offset(row[j], cc[j] / 2, geo.kb)] = static_cast<uint8_t>(s);
+  }
+}
+
+__device__ __forceinline__ uint32_t tile_absmax(const Geometry& geo, uint32_t tile) {
+  uint4 v[kUnroll];
+  uint32_t row, cc;
+  const uint32_t base = tile * kTileChunks + threadIdx.x;
+#pragma unroll
+  for (int j = 0; j < kUnroll; ++j) {
+    const uint32_t chunk = base + j * kThreads;
+    v[j] = chunk < geo.nchunks ? *chunk_ptr(geo, chunk, row, cc) : make_uint4(0, 0, 0, 0);
+  }
+  uint32_t m = 0;
+#pragma unroll
+  for (int j = 0; j < kUnroll; ++j) m = max(m, absmax_bits16(v[j]));
+  return m;
+}
+
+// Max over the CTA; the result is valid in thread 0.
+__device__ __forceinline__ uint32_t block_max(uint32_t v) {
+  __shared__ uint32_t part[kThreads / 32];
+  v = __reduce_max_sync(0xffffffffu, v);
+  if ((threadIdx.x & 31u) == 0) part[threadIdx.x / 32] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    v = threadIdx.x < kThreads / 32 ? part[threadIdx.x] : 0u;
+    v = __reduce_max_sync(0xffffffffu, v);
+  }
+  return v;
+}
+
+// Zero the scale entries outside the real [rows, kb] block grid.
+__device__ __forceinline__ void write_padding(const Geometry& geo) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < geo.pad_total;
+       i += stride) {
+    int64_t r, c;
+    if (i < geo.pad_right) {
+      const int64_t w = geo.kbp - geo.kb;
+      r = i / w;
+      c = geo.kb + i % w;
+    } else {
+      const int64_t j = i - geo.pad_right;
+      r = geo.rows + j / geo.kbp;
+      c = j % geo.kbp;
+    }
+    geo.scales[nvfp4::scale_offset(r, c, geo.kb)] = 0;
+  }
+}
+
+// Thread 0: add this CTA's amax and arrive; the last CTA computes g, resets the counters and
+// returns true (g in *g_out).
+__device__ __forceinline__ bool arrive_amax(const Geometry& geo, Workspace* ws, uint32_t amax16,
+                                            float* g_out) {
+  atomicMax(&ws->amax_bits, amax16 << 16);
+  __threadfence();
+  if (atomicAdd(&ws->count, 1u) != gridDim.x - 1) return false;
+  __threadfence();
+  const unsigned bits = atomicExch(&ws->amax_bits, 0u);
+  atomicExch(&ws->count, 0u);
+  *g_out = nvfp4::global_scale_from_amax(__uint_as_float(bits), geo.bf16_rule);
+  return true;
+}
+
+// ---- kernels ----
+
+template <class Cvt, bool kFast>
+__global__ void __launch_bounds__(kThreads) quantize_kernel(Geometry geo, const float* g_in) {
+  const float g = *g_in;
+  quantize_tile<Cvt, kFast>(geo, geo.ntiles - 1 - blockIdx.x, g);
+  write_padding(geo);
+}
+
+template <class Cvt, bool kFast>
+__global__ void __launch_bounds__(kThreads)
+    fused_kernel(Geometry geo, Workspace* ws, float* g_out) {
+  __shared__ float g_shared;
+  uint32_t m = 0;
+  for (uint32_t t = blockIdx.x; t < geo.ntiles; t += gridDim.x) m = max(m, tile_absmax(geo, t));
+  m = block_max(m);
+  if (threadIdx.x == 0) {
+    volatile unsigned* gen = &ws->generation;
+    const unsigned seen = *gen;  // ordered before the arrival by the fence in arrive_amax
+    float g;
+    if (arrive_amax(geo, ws, m, &g)) {
+      *reinterpret_cast<volatile float*>(&ws->g) = g;
+      *g_out = g;
+      __threadfence();
+      atomicAdd(&ws->generation, 1u);
+    } else {
+      while (*gen == seen) __nanosleep(100);
+      __threadfence();
+      g = *reinterpret_cast<volatile float*>(&ws->g);
+    }
+    g_shared = g;
+  }
+  __syncthreads();
+  const float g = g_shared;
+  for (int64_t t = static_cast<int64_t>(geo.ntiles) - 1 - blockIdx.x; t >= 0; t -= gridDim.x)
+    quantize_tile<Cvt, kFast>(geo, static_cast<uint32_t>(t), g);
+  write_padding(geo);
+}
+
+// ---- host-side launch helpers, instantiated per converter ----
+
+template <class Cvt>
+cudaError_t launch_quantize(const Geometry& geo, const float* g, bool fast, cudaStream_t s) {
+  if (fast)
+    quantize_kernel<Cvt, true><<<geo.ntiles, kThreads, 0, s>>>(geo, g);
+  else
+    quantize_kernel<Cvt, false><<<geo.ntiles, kThreads, 0, s>>>(geo, g);
+  return cudaGetLastError();
+}
+
+template <class Cvt>
+cudaError_t launch_fused(const Geometry& geo, Workspace* ws, float* g_out, bool fast,
+                         cudaStream_t s) {
+  void (*k)(Geometry, Workspace*, float*) =
+      fast ? fused_kernel<Cvt, true> : fused_kernel<Cvt, false>;
+  int dev = 0, sms = 0, per_sm = 0, coop = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, kThreads, 0);
+  if (e != cudaSuccess) return e;
+  if (!coop || per_sm < 1) return cudaErrorNotSupported;
+  const int64_t resident = static_cast<int64_t>(per_sm) * sms;
+  const unsigned grid = static_cast<unsigned>(resident < geo.ntiles ? resident : geo.ntiles);
+  Geometry g = geo;
+  void* args[] = {&g, &ws, &g_out};
+  return cudaLaunchCooperativeKernel(reinterpret_cast<void*>(k), dim3(grid), dim3(kThreads), args,
+                                     0, s);
+}
+
+// Implemented in nvfp4_quantize_sm100.cu (hardware e2m1 conversion where compiled for it).
+cudaError_t launch_quantize_hw(const Geometry& geo, const float* g, bool fast, cudaStream_t s);
+cudaError_t launch_fused_hw(const Geometry& geo, Workspace* ws, float* g_out, bool fast,
+                            cudaStream_t s);
+
+}  // namespace h3rt::nvfp4_detail
