@@ -10,7 +10,18 @@ int main(int argc, char** argv) {
   CLI::App app{"h3rt: MiniMax H3 audio-video diffusion runtime"};
   app.require_subcommand(1);
   app.fallthrough(false);
+  h3rt::cli::add_sample_command(app);
+  h3rt::cli::add_forward_command(app);
   h3rt::cli::add_info_command(app);
+  CLI::App* bench = app.add_subcommand("bench", "GPU benchmarks; JSON reports shaped like the "
+                                                "reference stack's measurements");
+  bench->require_subcommand(1);
+  h3rt::cli::add_bench_block_command(*bench);
+  h3rt::cli::add_bench_attention_command(*bench);
+  h3rt::cli::add_quantize_nvfp4_command(app);
+  h3rt::cli::add_quantize_checkpoint_command(app);
+  h3rt::cli::add_bench_nvfp4_command(*bench);
+  h3rt::cli::add_bench_kernels_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -10,7 +10,7 @@
 namespace h3rt::cli {
 
 void add_bench_attention_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("bench-attention",
+  auto* cmd = app.add_subcommand("attention",
                                  "Time the 8-bit Sage attention (pre-pass + kernel) on the GPU");
 #ifdef H3RT_HAVE_CUDA
   auto opt = std::make_shared<bench::AttentionBenchOptions>();
@@ -18,7 +18,7 @@ void add_bench_attention_command(CLI::App& app) {
   cmd->add_option("--heads", opt->heads, "attention heads (head_dim 128)")->capture_default_str();
   cmd->add_option("--warmup", opt->warmup, "untimed runs")->capture_default_str();
   cmd->add_option("--iters", opt->iters, "timed runs (median reported)")->capture_default_str();
-  cmd->add_option("--json", opt->json_path, "write results as JSON");
+  cmd->add_option("--out", opt->json_path, "write results as JSON to this file");
   cmd->callback([opt] { bench::run_attention_bench(*opt); });
 #else
   cmd->callback([] { H3RT_FAIL("bench-attention needs a CUDA build (H3RT_CUDA=ON)"); });

@@ -10,7 +10,7 @@
 namespace h3rt::cli {
 
 void add_bench_nvfp4_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("bench-quantize-nvfp4",
+  auto* cmd = app.add_subcommand("quantize-nvfp4",
                                  "Time the NVFP4 quantize kernels (given g, two-pass, single "
                                  "launch, fast math) on the GPU");
 #ifdef H3RT_HAVE_CUDA
@@ -21,7 +21,7 @@ void add_bench_nvfp4_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--warmup", opt->warmup, "untimed runs")->capture_default_str();
   cmd->add_option("--iters", opt->iters, "timed runs (median reported)")->capture_default_str();
-  cmd->add_option("--json", opt->json_path, "write results as JSON");
+  cmd->add_option("--out", opt->json_path, "write results as JSON to this file");
   cmd->callback([opt] { bench::run_nvfp4_quantize_bench(*opt); });
 #else
   cmd->callback([] { H3RT_FAIL("bench-quantize-nvfp4 needs a CUDA build (H3RT_CUDA=ON)"); });

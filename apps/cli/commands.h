@@ -8,8 +8,11 @@ namespace h3rt::cli {
 void add_sample_command(CLI::App& app);
 void add_forward_command(CLI::App& app);
 void add_info_command(CLI::App& app);
+// Benchmarks: each adds a subcommand to the `bench` verb.
+void add_bench_block_command(CLI::App& bench);
 void add_bench_attention_command(CLI::App& app);
 void add_quantize_nvfp4_command(CLI::App& app);
+void add_quantize_checkpoint_command(CLI::App& app);
 void add_bench_nvfp4_command(CLI::App& app);
 void add_bench_kernels_command(CLI::App& app);
 

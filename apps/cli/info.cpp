@@ -40,7 +40,7 @@ void print_h3(const SafetensorsFile& f) {
                                           ? "fused [q; k; v] (no qkv_layout metadata)"
                                           : ("metadata qkv_layout = " + it->second).c_str());
   model::TensorSource src;
-  for (const auto& e : f.entries()) src[e.name] = {f.get(e.name), f.path()};
+  model::add_source_file(src, f, QkvLayout::autodetect);  // also reads _quantization_metadata
   std::map<std::string, int> formats;
   for (const auto& spec : model::weight_specs(c)) {
     const std::string suffix = ".weight";

@@ -50,24 +50,35 @@ enum class Precision { fp32, bf16 };
 const char* precision_name(Precision p);
 
 // ---- weights ----------------------------------------------------------------------------
-// How a linear layer's weight is stored in its checkpoint. Only f32/bf16 are loaded today;
-// the quantized formats are detected per layer (see weights.cpp) and rejected by name.
+// How a linear layer's weight is stored in its checkpoint, detected per layer (see
+// model/weights.h). The quantized formats follow ComfyUI's conventions:
+//   fp8_scaled: weight e4m3 [out, in], weight_scale f32 scalar; W = e4m3(w) * weight_scale.
+//   nvfp4: weight u8 [out, in/2] (two e2m1 codes per byte, even element in the high nibble),
+//     weight_scale e4m3 [roundup(out,128), roundup(in/16,4)] (cuBLAS 128x4 tiled),
+//     weight_scale_2 f32 scalar g_w; W = e2m1(code) * e4m3(scale) * g_w (include/h3rt/nvfp4.h).
+// Both may carry input_scale, an f32 scalar static activation scale.
 enum class WeightFormat { f32, bf16, fp8_scaled, nvfp4 };
 const char* weight_format_name(WeightFormat f);
 
-// A linear layer y = x W^T + b, W [out, in]. `data`/`scale`/`bias_data` keep the tensors as
-// stored (views into the mapped file, or owned), for device upload; `w`/`b` are the exact
-// float32 values the CPU reference computes with (bf16 upcast without change).
+// A linear layer y = x W^T + b, W [out, in]. `data`/`scale`/`scale_2`/`input_scale`/`bias_data`
+// keep the tensors as stored (views into the mapped file, or owned), for device upload; `w`/`b`
+// are the exact float32 values the CPU reference computes with (bf16 upcast without change,
+// quantized weights dequantized exactly as above).
 struct LinearWeight {
   std::string name;  // layer key prefix, e.g. "blocks.0.attn.qkv_proj"
   WeightFormat format = WeightFormat::f32;
   int64_t out = 0, in = 0;
-  Tensor data;       // [out, in] as stored
-  Tensor scale;      // scales of quantized formats; empty for f32/bf16
-  Tensor bias_data;  // [out] as stored, or empty
-  FloatVec w;        // [out, in]
-  FloatVec b;        // [out] or empty
+  Tensor data;         // as stored: [out, in], or u8 [out, in/2] for nvfp4
+  Tensor scale;        // weight_scale: f32 scalar (fp8_scaled), e4m3 block scales (nvfp4)
+  Tensor scale_2;      // weight_scale_2: f32 scalar global scale (nvfp4); else empty
+  Tensor input_scale;  // f32 scalar static activation scale (quantized formats), or empty
+  Tensor bias_data;    // [out] as stored, or empty
+  FloatVec w;          // [out, in]
+  FloatVec b;          // [out] or empty
   bool has_bias() const { return !b.empty(); }
+  bool quantized() const {
+    return format == WeightFormat::fp8_scaled || format == WeightFormat::nvfp4;
+  }
 };
 
 struct AttentionWeights {

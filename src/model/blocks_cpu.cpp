@@ -4,28 +4,11 @@
 #include "model/forward_internal.h"
 #include "ops/attention/attention.h"
 #include "ops/gated_residual/gated_residual.h"
-#include "ops/linear/linear.h"
 #include "ops/qk_norm_rope/qk_norm_rope.h"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
 #include "ops/swiglu/swiglu.h"
 
 namespace h3rt::model {
-
-FloatVec apply_linear(const LinearWeight& lw, const float* x, int64_t rows, bool round_bf16) {
-  H3RT_CHECK(lw.format == WeightFormat::f32 || lw.format == WeightFormat::bf16,
-             "CPU linear: layer '", lw.name, "' is ", weight_format_name(lw.format),
-             ", not supported yet");
-  FloatVec y(rows * lw.out);
-  ops::linear_cpu({.x = x,
-                   .w = lw.w.data(),
-                   .bias = lw.has_bias() ? lw.b.data() : nullptr,
-                   .y = y.data(),
-                   .rows = rows,
-                   .in = lw.in,
-                   .out = lw.out,
-                   .round_bf16 = round_bf16});
-  return y;
-}
 
 namespace {
 

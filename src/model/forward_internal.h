@@ -20,7 +20,8 @@ struct Ctx {
   }
 };
 
-// y = x W^T + b over `rows` rows; rounded to bf16 when `round_bf16`.
+// y = x W^T + b over `rows` rows; rounded to bf16 when `round_bf16`. Quantized layers first
+// quantize-dequantize x as their format's activation path does (linear_cpu.cpp).
 FloatVec apply_linear(const LinearWeight& lw, const float* x, int64_t rows, bool round_bf16);
 
 // Rotary tables [S, R] for the packed rows.

@@ -2,11 +2,17 @@
 #include "model/weights.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
+#include "formats/nvfp4_layout.h"
 #include "h3rt/check.h"
+#include "h3rt/formats.h"
+#include "h3rt/nvfp4.h"
+#include "h3rt/quantize.h"
 #include "h3rt/safetensors.h"
 
 namespace h3rt::model {
@@ -65,16 +71,43 @@ const std::vector<std::string>& quantized_aux_suffixes() {
   return s;
 }
 
-WeightFormat detect_linear_format(const TensorSource& src, const std::string& layer) {
-  if (auto q = src.find(layer + ".comfy_quant"); q != src.end()) {
-    // The marker is a byte tensor holding a small JSON object naming the format.
-    const Tensor& t = q->second.tensor;
-    std::string text;
-    if (t.dtype() == DType::u8 || t.dtype() == DType::i8)
-      for (float v : t.to_f32()) text.push_back(static_cast<char>(static_cast<int>(v)));
-    return text.find("float8") != std::string::npos ? WeightFormat::fp8_scaled
-                                                    : WeightFormat::nvfp4;
+namespace {
+
+// A layer's "<layer>.comfy_quant" marker: absent, or present with its format name, or present
+// but unreadable (`problem` says why).
+struct Marker {
+  bool present = false;
+  std::string format;
+  std::string problem;
+};
+
+Marker read_marker(const TensorSource& src, const std::string& layer) {
+  auto q = src.find(layer + ".comfy_quant");
+  if (q == src.end()) return {};
+  Marker m;
+  m.present = true;
+  const Tensor& t = q->second.tensor;
+  if ((t.dtype() != DType::u8 && t.dtype() != DType::i8) || t.dim() != 1) {
+    m.problem = detail::concat("has dtype ", dtype_name(t.dtype()), " and shape ",
+                               shape_str(t.shape()), ", expected u8 [n] JSON bytes");
+    return m;
   }
+  const Tensor bytes = t.contiguous_copy();
+  const std::string text(bytes.ptr<char>(), static_cast<size_t>(bytes.numel()));
+  const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && j.contains("format") && j["format"].is_string())
+    m.format = j["format"].get<std::string>();
+  else
+    m.problem = "holds '" + text + "', expected a JSON object with a string \"format\"";
+  return m;
+}
+
+}  // namespace
+
+WeightFormat detect_linear_format(const TensorSource& src, const std::string& layer) {
+  const Marker m = read_marker(src, layer);
+  if (m.format == kComfyNvfp4) return WeightFormat::nvfp4;
+  if (m.format == kComfyFp8) return WeightFormat::fp8_scaled;
   auto w = src.find(layer + ".weight");
   if (w != src.end() && w->second.tensor.dtype() == DType::e4m3) return WeightFormat::fp8_scaled;
   if (w != src.end() && w->second.tensor.dtype() == DType::bf16) return WeightFormat::bf16;
@@ -135,6 +168,24 @@ Tensor per_head_to_thirds(const Tensor& t, int64_t heads, int64_t hd) {
   return dst;
 }
 
+float scalar(const Tensor& t) {
+  return t.to_f32().at(0);
+}
+
+// e4m3(w) * s for every element (fp8_scaled).
+FloatVec dequantize_fp8(const Tensor& w, float s) {
+  const std::vector<float> v = w.to_f32();
+  FloatVec out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = v[i] * s;
+  return out;
+}
+
+FloatVec dequantize_nvfp4(const Tensor& q, const Tensor& scales, float g) {
+  auto packed = [](const Tensor& t) { return t.is_contiguous() ? t : t.contiguous_copy(); };
+  const Tensor d = nvfp4_dequantize(packed(q), packed(scales), g);
+  return FloatVec(d.ptr<float>(), d.ptr<float>() + d.numel());
+}
+
 class Assembler {
  public:
   Assembler(const H3Config& c, const TensorSource& s) : c_(c), src_(s) {}
@@ -143,8 +194,10 @@ class Assembler {
     std::set<std::string> expected;
     for (const auto& spec : weight_specs(c_)) {
       expected.insert(spec.key);
-      check_spec(spec);
+      if (ends_with(spec.key, ".weight") && spec.shape.size() == 2)
+        linear_layers_.insert(layer_of(spec.key));
     }
+    for (const auto& spec : weight_specs(c_)) check_spec(spec);
     for (const auto& [key, st] : src_) {
       if (expected.count(key) || is_quantized_aux(key)) continue;
       problems_.add("unexpected key '", key, "' ", shape_str(st.tensor.shape()), " in ", st.file);
@@ -156,13 +209,27 @@ class Assembler {
     LinearWeight lw;
     lw.name = name;
     const SourceTensor& w = src_.at(name + ".weight");
-    lw.format = w.tensor.dtype() == DType::bf16 ? WeightFormat::bf16 : WeightFormat::f32;
+    lw.format = detect_linear_format(src_, name);
     lw.out = w.tensor.size(0);
-    lw.in = w.tensor.size(1);
+    lw.in = w.tensor.size(1) * (lw.format == WeightFormat::nvfp4 ? 2 : 1);
     lw.data = w.tensor;
     if (ends_with(name, ".qkv_proj") && w.qkv_layout == QkvLayout::per_head_interleaved)
-      lw.data = per_head_to_thirds(w.tensor, c_.heads, c_.head_dim);
-    lw.w = to_float(lw.data);
+      lw.data = per_head_to_thirds(w.tensor, c_.heads, c_.head_dim);  // not nvfp4 (validated)
+    if (auto s = src_.find(name + ".input_scale"); s != src_.end() && lw.quantized())
+      lw.input_scale = s->second.tensor;
+    switch (lw.format) {
+      case WeightFormat::nvfp4:
+        lw.scale = src_.at(name + ".weight_scale").tensor;
+        lw.scale_2 = src_.at(name + ".weight_scale_2").tensor;
+        lw.w = dequantize_nvfp4(lw.data, lw.scale, scalar(lw.scale_2));
+        break;
+      case WeightFormat::fp8_scaled:
+        lw.scale = src_.at(name + ".weight_scale").tensor;
+        lw.w = dequantize_fp8(lw.data, scalar(lw.scale));
+        break;
+      default:
+        lw.w = to_float(lw.data);
+    }
     if (auto b = src_.find(name + ".bias"); b != src_.end()) {
       lw.bias_data = b->second.tensor;
       lw.b = to_float(lw.bias_data);
@@ -173,10 +240,20 @@ class Assembler {
   FloatVec vec(const std::string& key) const { return to_float(src_.at(key).tensor); }
 
  private:
+  // Aux tensors belong to a linear layer that is quantized (or marked, whatever the marker's
+  // problem), and only the ones its format uses; anything else is unexpected.
   bool is_quantized_aux(const std::string& key) const {
-    for (const auto& s : quantized_aux_suffixes())
-      if (ends_with(key, s) && src_.count(key.substr(0, key.size() - s.size()) + ".weight"))
-        return true;
+    for (const auto& s : quantized_aux_suffixes()) {
+      if (!ends_with(key, s)) continue;
+      const std::string layer = key.substr(0, key.size() - s.size());
+      if (!linear_layers_.count(layer) || !src_.count(layer + ".weight")) return false;
+      if (s == ".comfy_quant") return true;
+      const Marker m = read_marker(src_, layer);
+      const WeightFormat f = detect_linear_format(src_, layer);
+      if (f == WeightFormat::nvfp4) return true;
+      if (f == WeightFormat::fp8_scaled) return s != ".weight_scale_2";
+      return m.present;  // its marker's problem is reported instead
+    }
     return false;
   }
 
@@ -187,25 +264,117 @@ class Assembler {
                     dtype_name(spec.dtype), ")");
       return;
     }
-    const Tensor& t = it->second.tensor;
-    if (ends_with(spec.key, ".weight") && spec.shape.size() == 2) {
-      const WeightFormat f = detect_linear_format(src_, layer_of(spec.key));
-      if (f == WeightFormat::fp8_scaled || f == WeightFormat::nvfp4) {
-        problems_.add("layer '", layer_of(spec.key), "' in ", it->second.file, " is stored as ",
-                      weight_format_name(f), ", which is not supported yet");
-        return;
-      }
+    if (linear_layers_.count(layer_of(spec.key)) && ends_with(spec.key, ".weight")) {
+      check_linear(spec, it->second);
+      return;
     }
+    check_plain(spec, it->second);
+  }
+
+  void check_plain(const WeightSpec& spec, const SourceTensor& st) {
+    const Tensor& t = st.tensor;
     if (t.dtype() != DType::f32 && t.dtype() != DType::bf16)
-      problems_.add("key '", spec.key, "' in ", it->second.file, " has dtype ",
-                    dtype_name(t.dtype()), ", expected f32 or bf16");
+      problems_.add("key '", spec.key, "' in ", st.file, " has dtype ", dtype_name(t.dtype()),
+                    ", expected f32 or bf16",
+                    t.dtype() == DType::u8 ? " (an nvfp4 layer needs a comfy_quant marker or a "
+                                             "_quantization_metadata entry)"
+                                           : "");
     if (t.shape() != spec.shape)
-      problems_.add("key '", spec.key, "' in ", it->second.file, " has shape ",
-                    shape_str(t.shape()), ", expected ", shape_str(spec.shape));
+      problems_.add("key '", spec.key, "' in ", st.file, " has shape ", shape_str(t.shape()),
+                    ", expected ", shape_str(spec.shape));
+  }
+
+  void check_linear(const WeightSpec& spec, const SourceTensor& w) {
+    const std::string layer = layer_of(spec.key);
+    Marker m = read_marker(src_, layer);
+    const std::string& marker_file = m.present ? src_.at(layer + ".comfy_quant").file : w.file;
+    if (m.present && m.problem.empty() && m.format != kComfyNvfp4 && m.format != kComfyFp8)
+      m.problem = "names format '" + m.format + "'; supported: " + kComfyNvfp4 + ", " + kComfyFp8;
+    if (!m.problem.empty()) {
+      problems_.add("quantization marker of layer '", layer, "' in ", marker_file,
+                    " (comfy_quant tensor or _quantization_metadata entry) ", m.problem);
+      return;
+    }
+    switch (detect_linear_format(src_, layer)) {
+      case WeightFormat::nvfp4:
+        return check_nvfp4(spec, w, layer);
+      case WeightFormat::fp8_scaled:
+        return check_fp8(spec, w, layer);
+      default:
+        return check_plain(spec, w);
+    }
+  }
+
+  void check_nvfp4(const WeightSpec& spec, const SourceTensor& w, const std::string& layer) {
+    const int64_t n = spec.shape[0], k = spec.shape[1];
+    const std::string what = " (nvfp4 layer '" + layer + "')";
+    if (k % nvfp4::kBlock != 0) {
+      problems_.add("layer '", layer, "' in ", w.file, " is stored as nvfp4 but its ", k,
+                    " input features are not a multiple of 16");
+      return;
+    }
+    if (ends_with(layer, ".qkv_proj") && w.qkv_layout == QkvLayout::per_head_interleaved)
+      problems_.add("layer '", layer, "' in ", w.file,
+                    " is nvfp4 with per-head-interleaved qkv "
+                    "rows; only fused [q; k; v] rows are supported for quantized qkv_proj");
+    check_tensor(spec.key, w.file, {n, k / 2}, {DType::u8}, "u8", what);
+    check_tensor(layer + ".weight_scale", w.file, {nvfp4::scale_rows(n), nvfp4::scale_cols(k)},
+                 {DType::e4m3, DType::u8}, "e4m3 (or u8)", what);
+    check_scalar(layer + ".weight_scale_2", w.file, true, false, what);
+    check_scalar(layer + ".input_scale", w.file, false, true, what);
+  }
+
+  void check_fp8(const WeightSpec& spec, const SourceTensor& w, const std::string& layer) {
+    const std::string what = " (fp8_scaled layer '" + layer + "')";
+    check_tensor(spec.key, w.file, spec.shape, {DType::e4m3}, "e4m3", what);
+    check_scalar(layer + ".weight_scale", w.file, true, false, what);
+    check_scalar(layer + ".input_scale", w.file, false, true, what);
+  }
+
+  // `key` (reported missing against `file`, the layer's weight file) must have `shape` and one
+  // of `dtypes`.
+  void check_tensor(const std::string& key, const std::string& file, const Shape& shape,
+                    std::initializer_list<DType> dtypes, const char* dtypes_text,
+                    const std::string& what) {
+    auto it = src_.find(key);
+    if (it == src_.end()) {
+      problems_.add("missing key '", key, "' in ", file, " (expected ", shape_str(shape), " ",
+                    dtypes_text, ")", what);
+      return;
+    }
+    const Tensor& t = it->second.tensor;
+    if (std::find(dtypes.begin(), dtypes.end(), t.dtype()) == dtypes.end())
+      problems_.add("key '", key, "' in ", it->second.file, " has dtype ", dtype_name(t.dtype()),
+                    ", expected ", dtypes_text, what);
+    if (t.shape() != shape)
+      problems_.add("key '", key, "' in ", it->second.file, " has shape ", shape_str(t.shape()),
+                    ", expected ", shape_str(shape), what);
+  }
+
+  // An f32 scalar (shape [] or [1]), finite and >= 0 (> 0 when `positive`).
+  void check_scalar(const std::string& key, const std::string& file, bool required, bool positive,
+                    const std::string& what) {
+    auto it = src_.find(key);
+    if (it == src_.end()) {
+      if (required)
+        problems_.add("missing key '", key, "' in ", file, " (expected [] or [1] f32)", what);
+      return;
+    }
+    const Tensor& t = it->second.tensor;
+    if (t.dtype() != DType::f32 || t.numel() != 1 || t.dim() > 1) {
+      problems_.add("key '", key, "' in ", it->second.file, " is ", dtype_name(t.dtype()), " ",
+                    shape_str(t.shape()), ", expected [] or [1] f32", what);
+      return;
+    }
+    const float v = scalar(t);
+    if (!std::isfinite(v) || v < 0.0f || (positive && v == 0.0f))
+      problems_.add("key '", key, "' in ", it->second.file, " holds ", v, ", expected a finite ",
+                    positive ? "value > 0" : "value >= 0", what);
   }
 
   const H3Config& c_;
   const TensorSource& src_;
+  std::set<std::string> linear_layers_;  // key prefixes of the 2-D ".weight" specs
   Problems problems_;
 };
 
@@ -281,12 +450,44 @@ QkvLayout resolve_layout(const SafetensorsFile& f, QkvLayout asked) {
             "' (expected fused_thirds or per_head_interleaved)");
 }
 
-// Adds (or replaces) every tensor of `f`; the file object must outlive the tensors' use only
-// through their shared mapping, which the views keep alive.
-void add_file(model::TensorSource& src, const SafetensorsFile& f, QkvLayout asked) {
+// The layer -> entry mapping of __metadata__ "_quantization_metadata" (empty when absent).
+nlohmann::json quantization_metadata(const SafetensorsFile& f) {
+  auto it = f.metadata().find("_quantization_metadata");
+  if (it == f.metadata().end()) return nlohmann::json::object();
+  auto j = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+  H3RT_CHECK(j.is_object(), f.path(),
+             ": __metadata__ _quantization_metadata is not a JSON object: ", it->second);
+  if (j.contains("layers")) {
+    H3RT_CHECK(j["layers"].is_object(), f.path(),
+               ": __metadata__ _quantization_metadata \"layers\" is not a JSON object");
+    return j["layers"];
+  }
+  j.erase("format_version");
+  return j;
+}
+
+}  // namespace
+
+namespace model {
+
+void add_source_file(TensorSource& src, const SafetensorsFile& f, QkvLayout asked) {
   const QkvLayout layout = resolve_layout(f, asked);
   for (const auto& e : f.entries()) src[e.name] = {f.get(e.name), f.path(), layout};
+  const nlohmann::json layers = quantization_metadata(f);
+  for (const auto& [layer, entry] : layers.items()) {
+    if (f.contains(layer + ".comfy_quant")) continue;
+    // The marker holds the entry's JSON as is, so an entry without a string "format" is
+    // reported by the assembly together with every other problem.
+    const std::string text = entry.dump();
+    Tensor marker = Tensor::zeros(DType::u8, {static_cast<int64_t>(text.size())});
+    std::memcpy(marker.data(), text.data(), text.size());
+    src[layer + ".comfy_quant"] = {marker, f.path(), layout};
+  }
 }
+
+}  // namespace model
+
+namespace {
 
 H3Model load_with(const std::string& path, const std::optional<H3Config>& config,
                   const LoadOptions& options) {
@@ -294,11 +495,11 @@ H3Model load_with(const std::string& path, const std::optional<H3Config>& config
   H3Model m;
   m.config = config ? *config : infer_config(main);
   model::TensorSource src;
-  add_file(src, main, options.qkv_layout);
+  model::add_source_file(src, main, options.qkv_layout);
   std::vector<SafetensorsFile> extra;  // kept open while assembling
   for (const auto& o : options.overrides) {
     extra.push_back(SafetensorsFile::open(o.path));
-    add_file(src, extra.back(), o.qkv_layout);
+    model::add_source_file(src, extra.back(), o.qkv_layout);
   }
   m.weights = model::assemble_weights(m.config, src);
   return m;

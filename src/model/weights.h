@@ -32,11 +32,18 @@ using TensorSource = std::map<std::string, SourceTensor>;
 H3Weights assemble_weights(const H3Config& config, const TensorSource& source);
 
 // The per-layer format hook: how the linear layer `layer` (key prefix) is stored in `source`.
-// ComfyUI marks quantized layers: "<layer>.comfy_quant" (nvfp4, or fp8 when its JSON names a
-// float8 format), or an e4m3 "<layer>.weight" with "<layer>.weight_scale" (fp8_scaled).
+// A "<layer>.comfy_quant" marker (u8 JSON bytes, {"format": "nvfp4"} or {"format":
+// "float8_e4m3fn"}) decides; without a readable marker of a known format, an e4m3
+// "<layer>.weight" is fp8_scaled and otherwise the weight's dtype (bf16, else f32) is used.
 WeightFormat detect_linear_format(const TensorSource& source, const std::string& layer);
 
 // Suffixes of the auxiliary tensors a quantized linear layer may carry besides ".weight".
 const std::vector<std::string>& quantized_aux_suffixes();
+
+// Adds (or replaces) every tensor of `file` with its resolved qkv layout. Layers the file's
+// __metadata__ "_quantization_metadata" names (ComfyUI: {"layers": {"<layer>": {"format":
+// ...}}}, or the bare layer mapping) get a "<layer>.comfy_quant" marker made from their entry,
+// unless the file holds that marker as a tensor. Throws naming the file on unparsable metadata.
+void add_source_file(TensorSource& source, const SafetensorsFile& file, QkvLayout asked);
 
 }  // namespace h3rt::model

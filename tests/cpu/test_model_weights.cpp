@@ -8,6 +8,7 @@
 
 #include "h3rt/formats.h"
 #include "h3rt/model.h"
+#include "h3rt/quantize.h"
 #include "h3rt/safetensors.h"
 #include "test_util.h"
 
@@ -90,30 +91,60 @@ TEST(ModelWeights, OverrideKeysMustBeModelKeys) {
   EXPECT_NE(msg.find("override.safetensors"), std::string::npos) << msg;
 }
 
-TEST(ModelWeights, QuantizedLayersAreNamedAsNotSupportedYet) {
+TEST(ModelWeights, QuantizedLayerProblemsAreListedTogether) {
   const SafetensorsFile f = SafetensorsFile::open(weights_path());
   NamedTensors t;
   for (auto& [name, tensor] : all_tensors(f)) {
-    if (name == "blocks.0.mlp.fc2.weight") {  // ComfyUI fp8_scaled: e4m3 weight + f32 scale
+    if (name == "blocks.0.mlp.fc2.weight") {  // fp8_scaled with a mis-shaped weight_scale
       t.emplace_back(name, tensor_from_f32(tensor.to_f32(), tensor.shape(), DType::e4m3));
-      t.emplace_back("blocks.0.mlp.fc2.weight_scale", tensor_from_f32({1.0f}, {}));
+      t.emplace_back("blocks.0.mlp.fc2.weight_scale", tensor_from_f32({1.0f, 1.0f}, {2}));
       continue;
     }
-    if (name == "blocks.1.attn.out_proj.weight")  // nvfp4 marker
-      t.emplace_back("blocks.1.attn.out_proj.comfy_quant",
-                     tensor_from_f32({123, 125}, {2}, DType::f32));
+    if (name == "blocks.1.attn.out_proj.weight") {  // nvfp4 marker, bf16 weight, no scales
+      Tensor marker = Tensor::zeros(DType::u8, {2});
+      marker.ptr<char>()[0] = '{';
+      marker.ptr<char>()[1] = '}';
+      t.emplace_back("blocks.1.attn.out_proj.comfy_quant", marker);
+    }
+    if (name == "blocks.1.mlp.fc1.weight")  // a marker naming a format we do not load
+      t.emplace_back("blocks.1.mlp.fc1.comfy_quant", comfy_quant_marker("int8_tensorwise"));
     t.emplace_back(name, tensor);
   }
   TempDir dir;
   const std::string path = dir.file("quant.safetensors");
   write_safetensors(path, t);
   const std::string msg = load_error(path);
-  EXPECT_NE(msg.find("layer 'blocks.0.mlp.fc2'"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("fp8_scaled, which is not supported yet"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("layer 'blocks.1.attn.out_proj'"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("nvfp4, which is not supported yet"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("key 'blocks.0.mlp.fc2.weight_scale' in " + path +
+                     " is f32 [2], expected [] or [1] f32 (fp8_scaled layer 'blocks.0.mlp.fc2')"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("quantization marker of layer 'blocks.1.attn.out_proj' in " + path),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("holds '{}', expected a JSON object with a string \"format\""),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("names format 'int8_tensorwise'; supported: nvfp4, float8_e4m3fn"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("3 problem(s)"), std::string::npos) << msg;
   EXPECT_EQ(msg.find("unexpected"), std::string::npos) << "aux tensors belong to their layer\n"
                                                        << msg;
+}
+
+TEST(ModelWeights, AuxTensorsOfUnquantizedLayersAreUnexpected) {
+  const SafetensorsFile f = SafetensorsFile::open(weights_path());
+  NamedTensors t = all_tensors(f);
+  t.emplace_back("blocks.0.mlp.fc1.weight_scale", tensor_from_f32({1.0f}, {}));
+  t.emplace_back("final_layer.norm.comfy_quant", comfy_quant_marker("nvfp4"));
+  TempDir dir;
+  const std::string path = dir.file("stray.safetensors");
+  write_safetensors(path, t);
+  const std::string msg = load_error(path);
+  EXPECT_NE(msg.find("unexpected key 'blocks.0.mlp.fc1.weight_scale' []"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("unexpected key 'final_layer.norm.comfy_quant'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("2 problem(s)"), std::string::npos) << msg;
 }
 
 TEST(ModelWeights, UnknownQkvLayoutMetadataIsRejected) {

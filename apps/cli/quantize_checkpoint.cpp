@@ -1,0 +1,54 @@
+// `h3rt quantize-checkpoint`: write a ComfyUI-format quantized copy (nvfp4 or fp8_scaled) of a
+// bf16/f32 H3 checkpoint: the chosen linears of every block and refiner block are quantized and
+// marked with `<layer>.comfy_quant`; every other tensor and __metadata__ is copied unchanged.
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "h3rt/quantize.h"
+
+namespace h3rt::cli {
+
+void add_quantize_checkpoint_command(CLI::App& app) {
+  struct Opts {
+    std::string in, out, format;
+    std::vector<std::string> layers = {"qkv", "out", "fc1", "fc2"}, keep;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand(
+      "quantize-checkpoint",
+      "Quantize the big linears (attn.qkv_proj, attn.out_proj, mlp.fc1, mlp.fc2) of an H3 "
+      "checkpoint to NVFP4 (g_w = amax/2688, e4m3 block scales, 128x4 tiled) or fp8_scaled "
+      "(weight_scale = amax/448), in ComfyUI's format with comfy_quant markers");
+  cmd->add_option("--in", o->in, "input .safetensors (bf16/f32 linears)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--out", o->out, "output .safetensors")->required();
+  cmd->add_option("--format", o->format, "target format")
+      ->required()
+      ->check(CLI::IsMember({"nvfp4", "fp8"}));
+  cmd->add_option("--layers", o->layers, "which linears of each block (comma separated)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"qkv", "out", "fc1", "fc2"}))
+      ->capture_default_str();
+  cmd->add_option("--keep-bf16", o->keep,
+                  "layers left as stored: a layer (blocks.0.mlp.fc2) or a block prefix "
+                  "(blocks.0, token_refiner.blocks.0); comma separated or repeated")
+      ->delimiter(',');
+  cmd->callback([o] {
+    QuantizeCheckpointOptions q;
+    q.format = o->format == "nvfp4" ? WeightFormat::nvfp4 : WeightFormat::fp8_scaled;
+    q.layers = o->layers;
+    q.keep = o->keep;
+    q.progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+    const QuantizeCheckpointReport r = quantize_checkpoint(o->in, o->out, q);
+    std::fprintf(stderr,
+                 "h3rt quantize-checkpoint: %d layers -> %s, %d kept; %.3f MB -> %.3f MB: %s\n",
+                 r.quantized, o->format.c_str(), r.kept, r.in_bytes / 1e6, r.out_bytes / 1e6,
+                 o->out.c_str());
+  });
+}
+
+}  // namespace h3rt::cli

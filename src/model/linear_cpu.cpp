@@ -1,0 +1,65 @@
+// The CPU reference's linear layer, the one place that knows the weight formats: quantized
+// layers see their input as the matching GPU path would (W4A4 for nvfp4, e4m3 activations for
+// fp8_scaled with a static input_scale), then y = x' W^T + b with the dequantized weight.
+#include <cmath>
+
+#include "h3rt/formats.h"
+#include "h3rt/nvfp4.h"
+#include "model/forward_internal.h"
+#include "ops/linear/linear.h"
+
+namespace h3rt::model {
+
+namespace {
+
+float scalar(const Tensor& t) {
+  return t.to_f32().at(0);
+}
+
+bool present(const Tensor& t) {
+  return t.data() != nullptr;
+}
+
+// NVFP4 activations, per tensor: g_x = input_scale when the checkpoint has one, else the
+// packer's activation rule (Nvfp4ScaleRule::kBf16Activation) on amax|x|; then per-16 block
+// scales and e2m1 codes exactly as nvfp4_quantize, dequantized back. In bf16 precision x holds
+// bf16 values already; in fp32 precision the same functions see the float values.
+FloatVec nvfp4_activation(const LinearWeight& lw, const float* x, int64_t rows) {
+  const Tensor xt(const_cast<float*>(x), DType::f32, {rows, lw.in});
+  const float g = present(lw.input_scale) ? scalar(lw.input_scale)
+                                          : nvfp4_global_scale(xt, Nvfp4ScaleRule::kBf16Activation);
+  H3RT_CHECK(std::isfinite(g), "nvfp4 layer '", lw.name, "': activation global scale is ", g,
+             " (non-finite input or input_scale)");
+  const Nvfp4Tensor q = nvfp4_quantize(xt, g);
+  const Tensor d = nvfp4_dequantize(q.qdata, q.scales, g);
+  return FloatVec(d.ptr<float>(), d.ptr<float>() + d.numel());
+}
+
+// fp8_scaled with a static input_scale s: x' = e4m3_satfinite(x / s) * s.
+FloatVec fp8_activation(const LinearWeight& lw, const float* x, int64_t rows) {
+  const float s = scalar(lw.input_scale);
+  FloatVec out(rows * lw.in);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = e4m3_to_f32(f32_to_e4m3_satfinite(x[i] / s)) * s;
+  return out;
+}
+
+}  // namespace
+
+FloatVec apply_linear(const LinearWeight& lw, const float* x, int64_t rows, bool round_bf16) {
+  FloatVec xq;  // the quantized-dequantized input, when the format has one
+  if (rows > 0 && lw.format == WeightFormat::nvfp4) xq = nvfp4_activation(lw, x, rows);
+  if (rows > 0 && lw.format == WeightFormat::fp8_scaled && present(lw.input_scale))
+    xq = fp8_activation(lw, x, rows);
+  FloatVec y(rows * lw.out);
+  ops::linear_cpu({.x = xq.empty() ? x : xq.data(),
+                   .w = lw.w.data(),
+                   .bias = lw.has_bias() ? lw.b.data() : nullptr,
+                   .y = y.data(),
+                   .rows = rows,
+                   .in = lw.in,
+                   .out = lw.out,
+                   .round_bf16 = round_bf16});
+  return y;
+}
+
+}  // namespace h3rt::model

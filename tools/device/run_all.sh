@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# One device call that builds for sm_90a, runs every GPU test and the benchmarks, and leaves the
+# logs and JSON reports under $OUT (device tool, carry [".deps"]):
+#   bash tools/device/run_all.sh            # everything
+#   H3RT_SKIP_SAMPLE=1 bash tools/device/run_all.sh
+# Each step has its own time limit so one slow step cannot take the rest down with it.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+log() { echo "== $(date +%T) $*"; }
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu \
+    --format=csv; nvcc --version | tail -2; } > "$OUT/device.txt" 2>&1
+log build
+t0=$(date +%s)
+H3RT_TARGETS="h3rt_cuda_tests h3rt_cli" bash tools/device/build.sh > "$OUT/build.log" 2>&1 \
+  || { tail -50 "$OUT/build.log"; exit 1; }
+log "built in $(( $(date +%s) - t0 )) s"
+B=build-device
+log tests
+timeout 240 $B/tests/h3rt_cuda_tests --gtest_output=json:"$OUT/cuda_tests.json" > "$OUT/cuda_tests.log" 2>&1
+echo "cuda tests rc=$?"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]|SKIPPED" "$OUT/cuda_tests.log" | head -40
+log bench block
+timeout 120 $B/h3rt bench block --out "$OUT/bench_block.json" 2>&1 | tail -3
+log bench kernels
+timeout 120 $B/h3rt bench kernels --out "$OUT/bench_kernels.json" > "$OUT/bench_kernels.log" 2>&1; tail -15 "$OUT/bench_kernels.log"
+log bench attention
+timeout 90 $B/h3rt bench attention --out "$OUT/bench_attention.json" 2>&1 | tail -8
+log bench nvfp4
+timeout 60 $B/h3rt bench quantize-nvfp4 --out "$OUT/bench_nvfp4.json" 2>&1 | tail -8
+log sdpa reference
+timeout 60 python3 bench/sdpa_reference.py > "$OUT/sdpa.json" 2>&1; tail -5 "$OUT/sdpa.json"
+if [ -z "${H3RT_SKIP_SAMPLE:-}" ]; then
+  log "sample h3 preset, seed shape, 1 step, cuda"
+  timeout 150 $B/h3rt sample --preset h3 --device cuda --steps 1 --out /tmp/h3.safetensors \
+    --report "$OUT/sample_h3.json" 2>&1 | tail -3
+fi
+log done
