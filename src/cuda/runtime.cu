@@ -1,0 +1,104 @@
+#include <nvtx3/nvToolsExt.h>
+
+#include <cstdio>
+#include <sstream>
+
+#include "cuda/runtime.h"
+
+namespace h3rt::cuda {
+
+void fail_cuda(cudaError_t err, const char* expr, const char* file, int line) {
+  std::ostringstream os;
+  os << "CUDA error " << cudaGetErrorName(err) << ": " << cudaGetErrorString(err) << " [in `"
+     << expr << "` at " << file << ":" << line << "]";
+  throw Error(os.str());
+}
+
+cudaError_t check_launch(const char* what, const char* file, int line) {
+  cudaError_t err = cudaGetLastError();
+#if defined(H3RT_DEBUG_SYNC) || !defined(NDEBUG)
+  if (err == cudaSuccess) err = cudaDeviceSynchronize();
+#endif
+  if (err != cudaSuccess)
+    std::fprintf(stderr, "h3rt: kernel %s failed: %s (%s:%d)\n", what, cudaGetErrorString(err),
+                 file, line);
+  return err;
+}
+
+bool cuda_device_available() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    return false;
+  }
+  return n > 0;
+}
+
+int current_device_cc() {
+  int dev = 0, major = 0, minor = 0;
+  H3RT_CUDA_CHECK(cudaGetDevice(&dev));
+  H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  return major * 10 + minor;
+}
+
+int compiled_arch_supports(int cc_major, int cc_minor, const std::string& list) {
+  int best = 0;
+  bool exact = false;
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    size_t end = list.find_first_of(",;", pos);
+    if (end == std::string::npos) end = list.size();
+    std::string tok = list.substr(pos, end - pos);
+    pos = end + 1;
+    size_t digits = 0;
+    while (digits < tok.size() && tok[digits] >= '0' && tok[digits] <= '9') ++digits;
+    if (digits < 2) continue;  // "", "native" or garbage: not a usable arch
+    int arch = std::stoi(tok.substr(0, digits));
+    std::string suffix = tok.substr(digits);
+    int major = arch / 10, minor = arch % 10;
+    bool runs;
+    if (suffix == "a")
+      runs = major == cc_major && minor == cc_minor;
+    else if (suffix == "f" || suffix.empty())
+      runs = major == cc_major && minor <= cc_minor;
+    else
+      runs = false;
+    if (!runs) continue;
+    bool is_exact = minor == cc_minor;
+    if (is_exact && !exact) {
+      best = arch;
+      exact = true;
+    } else if (!exact && arch > best) {
+      best = arch;
+    }
+  }
+  return best;
+}
+
+int compiled_arch_supports(int cc_major, int cc_minor) {
+#ifdef H3RT_CUDA_ARCH_LIST
+  return compiled_arch_supports(cc_major, cc_minor, H3RT_CUDA_ARCH_LIST);
+#else
+  return 0;
+#endif
+}
+
+Stream::Stream() {
+  H3RT_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking));
+}
+Stream::~Stream() {
+  if (s_) cudaStreamDestroy(s_);
+}
+void Stream::synchronize() const {
+  H3RT_CUDA_CHECK(cudaStreamSynchronize(s_));
+}
+
+NvtxRange::NvtxRange(const char* name) {
+  nvtxRangePushA(name);
+}
+NvtxRange::~NvtxRange() {
+  nvtxRangePop();
+}
+
+}  // namespace h3rt::cuda

@@ -1,0 +1,72 @@
+// Device runtime basics: error checks, device discovery, compiled-arch dispatch, streams and
+// NVTX ranges. Everything here is host code; kernels include src/cuda/device_math.cuh instead.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "h3rt/check.h"
+
+namespace h3rt::cuda {
+
+[[noreturn]] void fail_cuda(cudaError_t err, const char* expr, const char* file, int line);
+
+// After a launch: picks up launch-configuration errors (cudaGetLastError, no synchronisation).
+// Debug builds (no NDEBUG) and builds defining H3RT_DEBUG_SYNC also synchronise the device, so a
+// faulting kernel is reported at its own launch site. Failures are logged and returned.
+cudaError_t check_launch(const char* what, const char* file, int line);
+
+// True when the CUDA runtime works and at least one device is present. Tests GTEST_SKIP on false.
+bool cuda_device_available();
+
+// Compute capability of the current device as major*10+minor (90 for an H200, 121 for a GB10).
+int current_device_cc();
+
+// The compiled arch (major*10+minor, e.g. 90 for "90a") whose code runs on a device of
+// compute capability cc_major.cc_minor, or 0 when none does. Parses H3RT_CUDA_ARCH_LIST
+// ("90a,121a"): an "a" arch runs only on its exact cc; an "f" arch on its family (same major,
+// minor >= its own); a plain arch on the same major with minor >= its own (SASS compatibility).
+// Prefers an exact match. `list` defaults to the compile-time list.
+int compiled_arch_supports(int cc_major, int cc_minor);
+int compiled_arch_supports(int cc_major, int cc_minor, const std::string& list);
+
+// An owned stream (non-blocking w.r.t. the legacy default stream). Launchers take the raw handle.
+class Stream {
+ public:
+  Stream();
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  Stream(Stream&& o) noexcept : s_(o.s_) { o.s_ = nullptr; }
+  cudaStream_t get() const { return s_; }
+  operator cudaStream_t() const { return s_; }
+  void synchronize() const;
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+// An NVTX range that lasts for the scope (visible in Nsight Systems per component).
+class NvtxRange {
+ public:
+  explicit NvtxRange(const char* name);
+  ~NvtxRange();
+  NvtxRange(const NvtxRange&) = delete;
+  NvtxRange& operator=(const NvtxRange&) = delete;
+};
+
+}  // namespace h3rt::cuda
+
+#define H3RT_CUDA_CHECK(expr)                                                                    \
+  do {                                                                                           \
+    cudaError_t h3rt_err_ = (expr);                                                              \
+    if (h3rt_err_ != cudaSuccess) ::h3rt::cuda::fail_cuda(h3rt_err_, #expr, __FILE__, __LINE__); \
+  } while (0)
+
+// After a kernel launch inside a launcher: returns the error (launchers return cudaError_t).
+#define H3RT_LAUNCH_CHECK(what) ::h3rt::cuda::check_launch(what, __FILE__, __LINE__)
+
+#define H3RT_NVTX_CAT2_(a, b) a##b
+#define H3RT_NVTX_CAT_(a, b) H3RT_NVTX_CAT2_(a, b)
+#define H3RT_NVTX_RANGE(name) ::h3rt::cuda::NvtxRange H3RT_NVTX_CAT_(h3rt_nvtx_, __LINE__)(name)

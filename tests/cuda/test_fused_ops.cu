@@ -1,0 +1,372 @@
+// Fused memory-bound kernels vs the CPU references in bf16 mode, at the release widths
+// (H = 5376, 56 heads x 128, F = 14336) on a few thousand rows of fresh random data. The
+// kernels keep the reference's bf16 rounding points and reduce the norms in double, so every
+// comparison is bit-exact, except swiglu's fast-exp path (bounded by one bf16 ulp).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "ops/gated_residual/gated_residual.h"
+#include "ops/qk_norm_rope/qk_norm_rope.h"
+#include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
+#include "ops/rope_table/rope_table.h"
+#include "ops/swiglu/swiglu.h"
+
+namespace h3rt {
+namespace {
+
+using test::Bf16Data;
+using test::dptr;
+
+constexpr int64_t kH = 5376, kHeads = 56, kHd = 128, kF = 14336, kTimesteps = 3;
+
+// AdaLN table [3M, 6H] and per-row table indices a[r] = t*3 + tag.
+struct Modulation {
+  Bf16Data table;
+  std::vector<int64_t> idx;
+};
+
+Modulation random_modulation(int64_t rows, std::mt19937_64& g) {
+  Modulation m;
+  m.table = test::random_bf16(3 * kTimesteps * 6 * kH, g, 0.0f, 0.7f);
+  std::uniform_int_distribution<int64_t> t(0, kTimesteps - 1), tag(0, 2);
+  m.idx.resize(rows);
+  for (auto& v : m.idx) v = t(g) * 3 + tag(g);
+  return m;
+}
+
+const __nv_bfloat16* bf(const Tensor& t, int64_t offset = 0) {
+  return dptr<__nv_bfloat16>(t) + offset;
+}
+
+TEST(CudaFusedOps, RmsNormModulateBitExact) {
+  H3RT_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 g(seed);
+  const int64_t rows = 3001;
+  Bf16Data x = test::random_rows_bf16(rows, kH, g);
+  Bf16Data w = test::random_bf16(kH, g, 1.0f, 0.2f);
+  Modulation mod = random_modulation(rows, g);
+
+  std::vector<float> want(rows * kH);
+  ops::RmsNormModulateParams c;
+  c.x = x.f.data();
+  c.y = want.data();
+  c.weight = w.f.data();
+  c.shift = mod.table.f.data();       // chunk 0: shift_msa
+  c.scale = mod.table.f.data() + kH;  // chunk 1: scale_msa
+  c.row_table_index = mod.idx.data();
+  c.rows = rows;
+  c.dim = kH;
+  c.table_row_stride = 6 * kH;
+  c.bf16 = true;
+  ops::rmsnorm_modulate_cpu(c);
+
+  Tensor dx = test::upload(x.bits, DType::bf16, {rows, kH});
+  Tensor dw = test::upload(w.bits, DType::bf16, {kH});
+  Tensor dt = test::upload(mod.table.bits, DType::bf16, {3 * kTimesteps, 6 * kH});
+  Tensor di = test::upload(mod.idx, DType::i64, {rows});
+  Tensor dy = test::device_buffer(DType::bf16, {rows, kH});
+  ops::RmsNormModulateCudaParams p;
+  p.x = dptr<__nv_bfloat16>(dx);
+  p.y = dptr<__nv_bfloat16>(dy);
+  p.weight = bf(dw);
+  p.shift = bf(dt);
+  p.scale = bf(dt, kH);
+  p.row_table_index = dptr<int64_t>(di);
+  p.rows = rows;
+  p.dim = kH;
+  p.table_row_stride = 6 * kH;
+  ASSERT_EQ(ops::rmsnorm_modulate_cuda(p, nullptr), cudaSuccess);
+  auto cmp = test::compare_bf16(test::download<uint16_t>(dy), want.data(), want.size());
+  EXPECT_EQ(cmp.mismatches, 0) << "max " << cmp.max_ulp << " ulp, first at " << cmp.first_bad;
+  // x is only read without a fused residual.
+  EXPECT_EQ(test::download<uint16_t>(dx), x.bits);
+}
+
+TEST(CudaFusedOps, PlainRmsNormSmallWidthBitExact) {
+  H3RT_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 g(seed);
+  const int64_t rows = 77, dim = 192;  // the tiny golden width: 24 vectors, one warp
+  Bf16Data x = test::random_rows_bf16(rows, dim, g);
+  std::vector<float> want(rows * dim);
+  ops::RmsNormModulateParams c;
+  c.x = x.f.data();
+  c.y = want.data();
+  c.rows = rows;
+  c.dim = dim;
+  c.bf16 = true;
+  ops::rmsnorm_modulate_cpu(c);
+  Tensor dx = test::upload(x.bits, DType::bf16, {rows, dim});
+  Tensor dy = test::device_buffer(DType::bf16, {rows, dim});
+  ops::RmsNormModulateCudaParams p;
+  p.x = dptr<__nv_bfloat16>(dx);
+  p.y = dptr<__nv_bfloat16>(dy);
+  p.rows = rows;
+  p.dim = dim;
+  ASSERT_EQ(ops::rmsnorm_modulate_cuda(p, nullptr), cudaSuccess);
+  auto cmp = test::compare_bf16(test::download<uint16_t>(dy), want.data(), want.size());
+  EXPECT_EQ(cmp.mismatches, 0) << "max " << cmp.max_ulp << " ulp";
+}
+
+TEST(CudaFusedOps, GatedResidualBitExact) {
+  H3RT_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 g(seed);
+  const int64_t rows = 2500;
+  Bf16Data x = test::random_rows_bf16(rows, kH, g);
+  Bf16Data y = test::random_rows_bf16(rows, kH, g);
+  Modulation mod = random_modulation(rows, g);
+
+  std::vector<float> want = x.f;
+  ops::GatedResidualParams c;
+  c.x = want.data();
+  c.y = y.f.data();
+  c.gate = mod.table.f.data() + 2 * kH;  // chunk 2: gate_msa
+  c.row_table_index = mod.idx.data();
+  c.rows = rows;
+  c.dim = kH;
+  c.table_row_stride = 6 * kH;
+  c.bf16 = true;
+  ops::gated_residual_cpu(c);
+
+  Tensor dx = test::upload(x.bits, DType::bf16, {rows, kH});
+  Tensor dy = test::upload(y.bits, DType::bf16, {rows, kH});
+  Tensor dt = test::upload(mod.table.bits, DType::bf16, {3 * kTimesteps, 6 * kH});
+  Tensor di = test::upload(mod.idx, DType::i64, {rows});
+  ops::GatedResidualCudaParams p;
+  p.x = dptr<__nv_bfloat16>(dx);
+  p.y = bf(dy);
+  p.gate = bf(dt, 2 * kH);
+  p.row_table_index = dptr<int64_t>(di);
+  p.rows = rows;
+  p.dim = kH;
+  p.table_row_stride = 6 * kH;
+  ASSERT_EQ(ops::gated_residual_cuda(p, nullptr), cudaSuccess);
+  auto cmp = test::compare_bf16(test::download<uint16_t>(dx), want.data(), want.size());
+  EXPECT_EQ(cmp.mismatches, 0) << "max " << cmp.max_ulp << " ulp, first at " << cmp.first_bad;
+}
+
+// x += gate_msa * attn; n = RMSNorm2(x) * (1 + scale_mlp) + shift_mlp: one fused kernel vs
+// gated_residual_cuda followed by rmsnorm_modulate_cuda, and both vs the CPU chain.
+TEST(CudaFusedOps, FusedResidualNormMatchesUnfusedAndCpu) {
+  H3RT_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 g(seed);
+  const int64_t rows = 2049;
+  Bf16Data x = test::random_rows_bf16(rows, kH, g);
+  Bf16Data y = test::random_rows_bf16(rows, kH, g);
+  Bf16Data w = test::random_bf16(kH, g, 1.0f, 0.2f);
+  Modulation mod = random_modulation(rows, g);
+
+  std::vector<float> want_x = x.f, want_n(rows * kH);
+  ops::GatedResidualParams cg;
+  cg.x = want_x.data();
+  cg.y = y.f.data();
+  cg.gate = mod.table.f.data() + 2 * kH;
+  cg.row_table_index = mod.idx.data();
+  cg.rows = rows;
+  cg.dim = kH;
+  cg.table_row_stride = 6 * kH;
+  cg.bf16 = true;
+  ops::gated_residual_cpu(cg);
+  ops::RmsNormModulateParams cn;
+  cn.x = want_x.data();
+  cn.y = want_n.data();
+  cn.weight = w.f.data();
+  cn.shift = mod.table.f.data() + 3 * kH;
+  cn.scale = mod.table.f.data() + 4 * kH;
+  cn.row_table_index = mod.idx.data();
+  cn.rows = rows;
+  cn.dim = kH;
+  cn.table_row_stride = 6 * kH;
+  cn.bf16 = true;
+  ops::rmsnorm_modulate_cpu(cn);
+
+  Tensor dy = test::upload(y.bits, DType::bf16, {rows, kH});
+  Tensor dw = test::upload(w.bits, DType::bf16, {kH});
+  Tensor dt = test::upload(mod.table.bits, DType::bf16, {3 * kTimesteps, 6 * kH});
+  Tensor di = test::upload(mod.idx, DType::i64, {rows});
+  ops::RmsNormModulateCudaParams p;
+  p.weight = bf(dw);
+  p.shift = bf(dt, 3 * kH);
+  p.scale = bf(dt, 4 * kH);
+  p.row_table_index = dptr<int64_t>(di);
+  p.rows = rows;
+  p.dim = kH;
+  p.table_row_stride = 6 * kH;
+
+  // Unfused: two kernels.
+  Tensor ux = test::upload(x.bits, DType::bf16, {rows, kH});
+  Tensor un = test::device_buffer(DType::bf16, {rows, kH});
+  ops::GatedResidualCudaParams gp;
+  gp.x = dptr<__nv_bfloat16>(ux);
+  gp.y = bf(dy);
+  gp.gate = bf(dt, 2 * kH);
+  gp.row_table_index = dptr<int64_t>(di);
+  gp.rows = rows;
+  gp.dim = kH;
+  gp.table_row_stride = 6 * kH;
+  ASSERT_EQ(ops::gated_residual_cuda(gp, nullptr), cudaSuccess);
+  ops::RmsNormModulateCudaParams up = p;
+  up.x = dptr<__nv_bfloat16>(ux);
+  up.y = dptr<__nv_bfloat16>(un);
+  ASSERT_EQ(ops::rmsnorm_modulate_cuda(up, nullptr), cudaSuccess);
+
+  // Fused: one kernel.
+  Tensor fx = test::upload(x.bits, DType::bf16, {rows, kH});
+  Tensor fn = test::device_buffer(DType::bf16, {rows, kH});
+  ops::RmsNormModulateCudaParams fp = p;
+  fp.x = dptr<__nv_bfloat16>(fx);
+  fp.y = dptr<__nv_bfloat16>(fn);
+  fp.residual = bf(dy);
+  fp.residual_gate = bf(dt, 2 * kH);
+  ASSERT_EQ(ops::rmsnorm_modulate_cuda(fp, nullptr), cudaSuccess);
+
+  const auto ux_h = test::download<uint16_t>(ux), fx_h = test::download<uint16_t>(fx);
+  const auto un_h = test::download<uint16_t>(un), fn_h = test::download<uint16_t>(fn);
+  EXPECT_EQ(fx_h, ux_h) << "fused residual differs from gated_residual_cuda";
+  EXPECT_EQ(fn_h, un_h) << "fused norm output differs from the unfused chain";
+  auto cx = test::compare_bf16(fx_h, want_x.data(), want_x.size());
+  auto cn2 = test::compare_bf16(fn_h, want_n.data(), want_n.size());
+  EXPECT_EQ(cx.mismatches, 0) << "residual vs CPU: max " << cx.max_ulp << " ulp";
+  EXPECT_EQ(cn2.mismatches, 0) << "norm vs CPU: max " << cn2.max_ulp << " ulp";
+}
+
+struct QkvCase {
+  bool norm, rope;
+};
+
+void run_qk_norm_rope(const QkvCase& qc) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 g(seed);
+  const int64_t rows = 1999, span = kHeads * kHd, stride = 3 * span;
+  Bf16Data qkv = test::random_rows_bf16(rows, stride, g);
+  Bf16Data qw = test::random_bf16(kHd, g, 1.0f, 0.3f), kw = test::random_bf16(kHd, g, 1.0f, 0.3f);
+  // Realistic positions: t up to the seed's ~37,900, h/w on the latent grid (may be negative).
+  std::vector<double> pos(rows * 3);
+  std::uniform_real_distribution<double> pt(0.0, 37900.0), phw(-4.0, 60.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    pos[r * 3] = std::round(pt(g) * 3.0) / 3.0;
+    pos[r * 3 + 1] = phw(g);
+    pos[r * 3 + 2] = phw(g);
+  }
+  const std::vector<float> inv = ops::rope_inv_freq(16);
+  std::vector<float> cosv(rows * 96), sinv(rows * 96);
+  ops::RopeTableParams rt;
+  rt.positions = pos.data();
+  rt.inv_freq = inv.data();
+  rt.cos = cosv.data();
+  rt.sin = sinv.data();
+  rt.rows = rows;
+  rt.freqs = 16;
+  ops::rope_table_cpu(rt);
+
+  std::vector<float> want = qkv.f;
+  ops::QkNormRopeParams c;
+  c.qkv = want.data();
+  c.row_stride = stride;
+  c.q_offset = 0;
+  c.k_offset = span;
+  c.rows = rows;
+  c.heads = kHeads;
+  c.q_weight = qw.f.data();
+  c.k_weight = kw.f.data();
+  c.cos = cosv.data();
+  c.sin = sinv.data();
+  c.norm = qc.norm;
+  c.rope = qc.rope;
+  c.bf16 = true;
+  ops::qk_norm_rope_cpu(c);
+
+  Tensor dq = test::upload(qkv.bits, DType::bf16, {rows, stride});
+  Tensor dqw = test::upload(qw.bits, DType::bf16, {kHd});
+  Tensor dkw = test::upload(kw.bits, DType::bf16, {kHd});
+  Tensor dc = test::upload(cosv, DType::f32, {rows, 96});
+  Tensor ds = test::upload(sinv, DType::f32, {rows, 96});
+  ops::QkNormRopeCudaParams p;
+  p.qkv = dptr<__nv_bfloat16>(dq);
+  p.row_stride = stride;
+  p.q_offset = 0;
+  p.k_offset = span;
+  p.rows = rows;
+  p.heads = kHeads;
+  p.q_weight = bf(dqw);
+  p.k_weight = bf(dkw);
+  p.cos = dptr<float>(dc);
+  p.sin = dptr<float>(ds);
+  p.norm = qc.norm;
+  p.rope = qc.rope;
+  ASSERT_EQ(ops::qk_norm_rope_cuda(p, nullptr), cudaSuccess);
+  const auto got = test::download<uint16_t>(dq);
+  auto cmp = test::compare_bf16(got, want.data(), want.size());  // q, k, and v untouched
+  EXPECT_EQ(cmp.mismatches, 0) << "max " << cmp.max_ulp << " ulp, first at " << cmp.first_bad;
+}
+
+TEST(CudaFusedOps, QkNormRopeInPlaceBitExact) {
+  H3RT_REQUIRE_GPU();
+  run_qk_norm_rope({true, true});
+}
+
+TEST(CudaFusedOps, QkNormOnlyAndRopeOnlyBitExact) {
+  H3RT_REQUIRE_GPU();
+  run_qk_norm_rope({true, false});
+  run_qk_norm_rope({false, true});
+}
+
+void run_swiglu(bool exact) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 g(seed);
+  const int64_t rows = 1500;
+  Bf16Data h = test::random_bf16(rows * 2 * kF, g, 0.0f, 3.0f);
+  std::vector<float> want(rows * kF);
+  ops::SwigluParams c;
+  c.in = h.f.data();
+  c.out = want.data();
+  c.rows = rows;
+  c.ffn = kF;
+  c.bf16 = true;
+  ops::swiglu_cpu(c);
+  Tensor dh = test::upload(h.bits, DType::bf16, {rows, 2 * kF});
+  Tensor dout = test::device_buffer(DType::bf16, {rows, kF});
+  ops::SwigluCudaParams p;
+  p.in = bf(dh);
+  p.out = dptr<__nv_bfloat16>(dout);
+  p.rows = rows;
+  p.ffn = kF;
+  p.exact_exp = exact;
+  ASSERT_EQ(ops::swiglu_cuda(p, nullptr), cudaSuccess);
+  auto cmp = test::compare_bf16(test::download<uint16_t>(dout), want.data(), want.size());
+  if (exact) {
+    EXPECT_EQ(cmp.mismatches, 0) << "max " << cmp.max_ulp << " ulp, first at " << cmp.first_bad;
+  } else {
+    EXPECT_LE(cmp.max_ulp, 1);
+    EXPECT_LE(cmp.mismatches, static_cast<int64_t>(want.size() / 1000))
+        << "fast exp: " << cmp.mismatches << " of " << want.size() << " differ";
+    std::printf("swiglu fast exp: %lld of %zu elements one bf16 ulp from the reference\n",
+                static_cast<long long>(cmp.mismatches), want.size());
+  }
+}
+
+TEST(CudaFusedOps, SwigluExactExpBitExact) {
+  H3RT_REQUIRE_GPU();
+  run_swiglu(true);
+}
+
+TEST(CudaFusedOps, SwigluFastExpWithinOneUlp) {
+  H3RT_REQUIRE_GPU();
+  run_swiglu(false);
+}
+
+}  // namespace
+}  // namespace h3rt

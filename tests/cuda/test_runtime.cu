@@ -1,0 +1,112 @@
+// Device runtime: error macro, arch-list dispatch, arena accounting, tensors, streams.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "cuda/arena.h"
+#include "cuda/runtime.h"
+#include "cuda_test_util.h"
+#include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
+
+namespace h3rt {
+namespace {
+
+using cuda::compiled_arch_supports;
+
+TEST(CudaRuntime, CheckMacroThrowsWithNameExpressionAndLocation) {
+  try {
+    H3RT_CUDA_CHECK(cudaErrorInvalidValue);
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("cudaErrorInvalidValue"), std::string::npos) << m;
+    EXPECT_NE(m.find("invalid argument"), std::string::npos) << m;
+    EXPECT_NE(m.find("test_runtime.cu"), std::string::npos) << m;
+  }
+}
+
+TEST(CudaRuntime, ArchListParsing) {
+  const std::string list = "90a,121a";
+  EXPECT_EQ(compiled_arch_supports(9, 0, list), 90);
+  EXPECT_EQ(compiled_arch_supports(12, 1, list), 121);
+  EXPECT_EQ(compiled_arch_supports(12, 0, list), 0);  // "a" code runs on its exact cc only
+  EXPECT_EQ(compiled_arch_supports(10, 0, list), 0);
+  EXPECT_EQ(compiled_arch_supports(8, 6, "80;90a"), 80);  // plain SASS: same major, >= minor
+  EXPECT_EQ(compiled_arch_supports(8, 0, "86"), 0);
+  EXPECT_EQ(compiled_arch_supports(10, 3, "100f,120a"), 100);  // family code
+  EXPECT_EQ(compiled_arch_supports(12, 1, "120f,121a"), 121);  // exact match preferred
+  EXPECT_EQ(compiled_arch_supports(9, 0, ""), 0);
+  EXPECT_EQ(compiled_arch_supports(9, 0, "native"), 0);
+  EXPECT_EQ(compiled_arch_supports(9, 0), compiled_arch_supports(9, 0, H3RT_CUDA_ARCH_LIST));
+}
+
+TEST(CudaRuntime, LauncherRejectsBadShapesBeforeTouchingTheDevice) {
+  ops::RmsNormModulateCudaParams p;
+  p.x = reinterpret_cast<__nv_bfloat16*>(uintptr_t(256));
+  p.y = p.x;
+  p.rows = 4;
+  p.dim = 100;  // not a multiple of 8
+  EXPECT_THROW(ops::rmsnorm_modulate_cuda(p, nullptr), Error);
+}
+
+TEST(CudaRuntime, DeviceArenaReusesBucketsAndCounts) {
+  H3RT_REQUIRE_GPU();
+  cuda::DeviceArena arena;
+  EXPECT_EQ(cuda::DeviceArena::bucket_size(1000), 1024u);
+  EXPECT_EQ(cuda::DeviceArena::bucket_size(3 << 20), size_t(4) << 20);
+  void* a = arena.allocate(1000);
+  ASSERT_NE(a, nullptr);
+  auto s = arena.stats();
+  EXPECT_EQ(s.current_allocated, 1024);
+  EXPECT_EQ(s.cuda_malloc_calls, 1);
+  arena.free(a);
+  void* b = arena.allocate(1024);  // same bucket: the cached block comes back
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(arena.stats().cuda_malloc_calls, 1);
+  void* c = arena.allocate(3 << 20);
+  s = arena.stats();
+  EXPECT_EQ(s.current_allocated, 1024 + (4 << 20));
+  EXPECT_EQ(s.peak_allocated, s.current_allocated);
+  EXPECT_EQ(s.current_reserved, 1024 + (4 << 20));
+  arena.free(c);
+  arena.free(b);
+  s = arena.stats();
+  EXPECT_EQ(s.current_allocated, 0);
+  EXPECT_EQ(s.peak_allocated, 1024 + (4 << 20));
+  EXPECT_EQ(s.current_reserved, 1024 + (4 << 20));
+  arena.release_cached();
+  s = arena.stats();
+  EXPECT_EQ(s.current_reserved, 0);
+  EXPECT_EQ(s.peak_reserved, 1024 + (4 << 20));
+  arena.reset_peak();
+  EXPECT_EQ(arena.stats().peak_allocated, 0);
+}
+
+TEST(CudaRuntime, DeviceTensorReturnsItsBlockAndRoundTrips) {
+  H3RT_REQUIRE_GPU();
+  cuda::DeviceArena arena;
+  {
+    Tensor host = tensor_from_f32({1.5f, -2.0f, 3.25f, 0.0f, 7.0f, -0.5f}, {2, 3}, DType::bf16);
+    cuda::Stream stream;
+    H3RT_NVTX_RANGE("test.roundtrip");
+    Tensor dev = cuda::to_device(host, stream, arena);
+    EXPECT_EQ(dev.device(), Device::cuda);
+    EXPECT_EQ(dev.shape(), Shape({2, 3}));
+    EXPECT_EQ(arena.stats().current_allocated, 512);
+    Tensor back = cuda::to_host(dev, stream);
+    EXPECT_EQ(back.to_f32(), host.to_f32());
+  }
+  EXPECT_EQ(arena.stats().current_allocated, 0);
+  EXPECT_EQ(arena.stats().current_reserved, 512);
+}
+
+TEST(CudaRuntime, DeviceIsUsable) {
+  H3RT_REQUIRE_GPU();
+  const int cc = cuda::current_device_cc();
+  EXPECT_GE(cc, 80);
+  EXPECT_NE(compiled_arch_supports(cc / 10, cc % 10), 0)
+      << "this build's arch list " << H3RT_CUDA_ARCH_LIST << " has no code for sm_" << cc;
+}
+
+}  // namespace
+}  // namespace h3rt
