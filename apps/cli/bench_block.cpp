@@ -15,6 +15,7 @@ void add_bench_block_command(CLI::App& bench) {
   struct Opts {
     std::string preset = "h3", out = "-";
     int reps = 10;
+    std::string gemm = "bf16";
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = bench.add_subcommand("block", "Time one DiT block on the GPU (bf16, synthetic "
@@ -22,6 +23,10 @@ void add_bench_block_command(CLI::App& bench) {
                                             "37,810 rows; JSON report");
   cmd->add_option("--preset", o->preset, "h3 (release dims) or tiny")
       ->check(CLI::IsMember({"h3", "tiny"}))
+      ->capture_default_str();
+  cmd->add_option("--gemm", o->gemm, "Projection GEMMs: bf16, or fp8 (e4m3, static per-tensor "
+                                     "scales, as ComfyUI fp8_scaled with input_scale)")
+      ->check(CLI::IsMember({"bf16", "fp8"}))
       ->capture_default_str();
   cmd->add_option("--reps", o->reps, "Timed repetitions (medians)")->capture_default_str();
   cmd->add_option("--out", o->out, "JSON report path, - for stdout")->capture_default_str();
@@ -31,6 +36,7 @@ void add_bench_block_command(CLI::App& bench) {
     b.h3_dims = o->preset == "h3";
     if (!b.h3_dims) b = {false, 10, 9, 7, 8, 12};
     b.reps = o->reps;
+    b.fp8 = o->gemm == "fp8";
     write_json(o->out, bench::run_block_bench(b));
 #else
     H3RT_FAIL("this h3rt was built without CUDA (cmake -DH3RT_CUDA=ON needs nvcc)");

@@ -12,6 +12,7 @@
 #include "h3rt/layout.h"
 #include "h3rt/model.h"
 #include "model/block_cuda.h"
+#include "ops/linear/linear.h"
 #include "ops/rope_table/rope_table.h"
 
 namespace h3rt::bench {
@@ -40,6 +41,19 @@ __global__ void fill_uniform(bf16* p, int64_t n, uint64_t seed, float center, fl
 void fill(const Tensor& t, uint64_t seed, float center, float scale, cudaStream_t s) {
   fill_uniform<<<1024, 256, 0, s>>>(t.ptr<bf16>(), t.numel(), seed, center, scale);
   H3RT_CUDA_CHECK(cudaGetLastError());
+}
+
+Tensor device_scalar(float v) { return cuda::to_device(tensor_from_f32({v}, {1})); }
+
+// Turns a bf16 layer whose values lie in [-wmax, wmax] into an fp8_scaled one: e4m3 weights with
+// w_scale = wmax / 448, and a static activation scale for inputs up to 8 in magnitude.
+void make_fp8(model::DeviceLinear& l, float wmax, cudaStream_t s) {
+  l.w_scale = device_scalar(wmax / 448.0f);
+  l.x_scale = device_scalar(8.0f / 448.0f);
+  l.w8 = cuda::device_empty(DType::e4m3, {l.out, l.in});
+  ops::QuantizeE4m3CudaParams q{l.w.ptr<bf16>(), l.w8.ptr<__nv_fp8_e4m3>(), l.w_scale.ptr<float>(),
+                                l.out, l.in};
+  H3RT_CUDA_CHECK(ops::quantize_e4m3_cuda(q, s));
 }
 
 double median(std::vector<double> v) {
@@ -101,7 +115,17 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
   fill(w.fc1.w, ++k, 0.0f, 1.0f / std::sqrt(float(H)), s);
   fill(w.fc2.w, ++k, 0.0f, 1.0f / std::sqrt(float(F)), s);
 
-  model::BlockCudaBuffers b = model::make_block_buffers(c, S, table_rows);
+  w.qkv.out = 3 * I, w.qkv.in = H;
+  w.out.out = H, w.out.in = I;
+  w.fc1.out = 2 * F, w.fc1.in = H;
+  w.fc2.out = H, w.fc2.in = F;
+  if (o.fp8) {
+    make_fp8(w.qkv, 1.0f / std::sqrt(float(H)), s);
+    make_fp8(w.out, 1.0f / std::sqrt(float(I)), s);
+    make_fp8(w.fc1, 1.0f / std::sqrt(float(H)), s);
+    make_fp8(w.fc2, 1.0f / std::sqrt(float(F)), s);
+  }
+  model::BlockCudaBuffers b = model::make_block_buffers(c, S, table_rows, o.fp8);
   fill(b.x, ++k, 0.0f, 1.0f, s);
   fill(b.table, ++k, 0.0f, 0.1f, s);
   std::vector<int64_t> idx = adaln_indices(layout, plan);
@@ -121,7 +145,7 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
   // Per-component times: events recorded between stages in stream order.
   std::map<std::string, std::vector<double>> comp;
   std::vector<double> instrumented, plain, graph;
-  std::vector<cudaEvent_t> ev(model::kBlockLaunches + 1);
+  std::vector<cudaEvent_t> ev(16);
   for (auto& e : ev) H3RT_CUDA_CHECK(cudaEventCreate(&e));
   std::vector<std::string> names;
   for (int r = 0; r < o.reps; ++r) {
@@ -211,7 +235,10 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
       {"workload", {{"packed_tokens", S}, {"text", layout.text_len}, {"audio", layout.audio_rows()},
                     {"video", layout.video_rows()}, {"hidden", H}, {"heads", c.heads}, {"ffn", F},
                     {"precision", "bf16"}, {"attention", "flash_bf16 (h3rt)"},
-                    {"gemm", "cuBLASLt bf16"}, {"seed", o.seed}}},
+                    {"gemm", o.fp8 ? "cuBLASLt fp8 e4m3, static per-tensor scales (the "
+                                     "activation quantize launch is inside each projection)"
+                                   : "cuBLASLt bf16"},
+                    {"seed", o.seed}}},
       {"representative_block_p50_milliseconds", p50},
       {"component_fusion",
        {{"norm_modulate", "norm1 + AdaLN modulate (seeds: norm + modulate)"},
@@ -224,7 +251,7 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
       {"attention_milliseconds", attention_ms},
       {"memory_bound_milliseconds", memory_bound_ms},
       {"block_over_gemm_plus_attention", median(plain) / (gemm_ms + attention_ms)},
-      {"launches_per_block", {{"launcher_calls", model::kBlockLaunches},
+      {"launches_per_block", {{"launcher_calls", model::kBlockLaunches + (o.fp8 ? 4 : 0)},
                               {"cuda_graph_nodes", graph_nodes}}},
       {"bytes_moved_model", moved},
       {"roofline", roof},

@@ -1,5 +1,7 @@
 #include "model/block_cuda.h"
 
+#include <algorithm>
+
 #include <vector>
 
 #include "cuda/arena.h"
@@ -19,13 +21,37 @@ using bf16 = __nv_bfloat16;
 
 bf16* bp(const Tensor& t) { return t.ptr<bf16>(); }
 
+// y = x W^T through the layer's path: bf16 GEMM, or e4m3 quantize + fp8 GEMM.
+void project(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows, BlockCudaBuffers& b,
+             cudaStream_t s) {
+  if (!l.fp8()) {
+    H3RT_CUDA_CHECK(ops::linear_bf16_cuda({x, bp(l.w), nullptr, y, rows, l.in, l.out}, s));
+    return;
+  }
+  H3RT_CHECK(b.x8.data() != nullptr, "fp8 layer without fp8 activation buffers");
+  auto* x8 = b.x8.ptr<__nv_fp8_e4m3>();
+  ops::QuantizeE4m3CudaParams q{x, x8, l.x_scale.ptr<float>(), rows, l.in};
+  H3RT_CUDA_CHECK(ops::quantize_e4m3_cuda(q, s));
+  ops::LinearFp8CudaParams g;
+  g.x = x8;
+  g.w = l.w8.ptr<__nv_fp8_e4m3>();
+  g.x_scale = l.x_scale.ptr<float>();
+  g.w_scale = l.w_scale.ptr<float>();
+  g.y = y;
+  g.rows = rows;
+  g.in = l.in;
+  g.out = l.out;
+  H3RT_CUDA_CHECK(ops::linear_fp8_cuda(g, s));
+}
+
 void stage(const StageHook* hook, const char* name) {
   if (hook) (*hook)(name);
 }
 
 }  // namespace
 
-BlockCudaBuffers make_block_buffers(const H3Config& c, int64_t rows, int64_t table_rows) {
+BlockCudaBuffers make_block_buffers(const H3Config& c, int64_t rows, int64_t table_rows,
+                                    bool fp8) {
   BlockCudaBuffers b;
   b.rows = rows;
   b.hidden = c.hidden;
@@ -43,6 +69,7 @@ BlockCudaBuffers make_block_buffers(const H3Config& c, int64_t rows, int64_t tab
   b.row_index = cuda::device_empty(DType::i64, {rows});
   b.cos = cuda::device_empty(DType::f32, {rows, c.rope_dim()});
   b.sin = cuda::device_empty(DType::f32, {rows, c.rope_dim()});
+  if (fp8) b.x8 = cuda::device_empty(DType::e4m3, {rows, std::max({c.hidden, I, c.ffn})});
   return b;
 }
 
@@ -69,7 +96,7 @@ void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffer
   H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(n1, s));
   stage(hook, "norm_modulate");
 
-  H3RT_CUDA_CHECK(ops::linear_bf16_cuda({bp(b.n), bp(w.qkv.w), nullptr, bp(b.qkv), S, H, 3 * I}, s));
+  project(w.qkv, bp(b.n), bp(b.qkv), S, b, s);
   stage(hook, "qkv_projection");
 
   ops::QkNormRopeCudaParams qk;
@@ -93,7 +120,7 @@ void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffer
   H3RT_CUDA_CHECK(ops::attention_cuda(at, ops::AttentionKernel::flash_bf16, s));
   stage(hook, "attention");
 
-  H3RT_CUDA_CHECK(ops::linear_bf16_cuda({bp(b.attn), bp(w.out.w), nullptr, bp(b.y), S, I, H}, s));
+  project(w.out, bp(b.attn), bp(b.y), S, b, s);
   stage(hook, "output_projection");
 
   ops::RmsNormModulateCudaParams n2 = n1;
@@ -105,7 +132,7 @@ void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffer
   H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(n2, s));
   stage(hook, "residual_gate_norm_modulate");
 
-  H3RT_CUDA_CHECK(ops::linear_bf16_cuda({bp(b.n), bp(w.fc1.w), nullptr, bp(b.h), S, H, 2 * F}, s));
+  project(w.fc1, bp(b.n), bp(b.h), S, b, s);
   stage(hook, "mlp_fc1");
 
   ops::SwigluCudaParams sw;
@@ -116,7 +143,7 @@ void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffer
   H3RT_CUDA_CHECK(ops::swiglu_cuda(sw, s));
   stage(hook, "swiglu");
 
-  H3RT_CUDA_CHECK(ops::linear_bf16_cuda({bp(b.g), bp(w.fc2.w), nullptr, bp(b.y), S, F, H}, s));
+  project(w.fc2, bp(b.g), bp(b.y), S, b, s);
   stage(hook, "mlp_fc2");
 
   ops::GatedResidualCudaParams gr;

@@ -11,6 +11,7 @@
 //   8 swiglu              g = silu(h[:, :F]) * h[:, F:]
 //   9 linear              y = g Wfc2^T
 //  10 gated_residual      x += gate_mlp * y
+// fp8 layers add one quantize launch before each of their GEMMs.
 #pragma once
 
 #ifdef H3RT_HAVE_CUDA
@@ -25,11 +26,16 @@
 
 namespace h3rt::model {
 
-// A linear layer on the device: y = x W^T (+ b).
+// A linear layer on the device: y = x W^T (+ b). With `w8` set it runs as an fp8 e4m3
+// per-tensor-scaled GEMM (ComfyUI fp8_scaled with a static input scale): the bf16 activation is
+// quantized to e4m3 with `x_scale`, and the product scaled by x_scale * w_scale.
 struct DeviceLinear {
   Tensor w;  // [out, in], bf16 or f32 (as the checkpoint stores the layer)
   Tensor b;  // [out] in the same dtype, or empty
   int64_t out = 0, in = 0;
+  Tensor w8;                // [out, in] e4m3, or empty
+  Tensor w_scale, x_scale;  // device float32 scalars of the fp8 path
+  bool fp8() const { return w8.data() != nullptr; }
 };
 
 // Device copies (bf16) of one block's weights.
@@ -54,8 +60,10 @@ struct BlockCudaBuffers {
   Tensor table;    // [3M, 6H] modulation table (shift_msa, scale_msa, gate_msa, shift_mlp, ...)
   Tensor row_index;  // [S] int64: timestep_index * 3 + tag
   Tensor cos, sin;   // [S, 96] float32 RoPE tables
+  Tensor x8;         // [S, max(H, I, F)] e4m3 activations of fp8 layers (empty without them)
 };
-BlockCudaBuffers make_block_buffers(const H3Config& c, int64_t rows, int64_t table_rows);
+BlockCudaBuffers make_block_buffers(const H3Config& c, int64_t rows, int64_t table_rows,
+                                    bool fp8 = false);
 
 // Called after each stage with its name (the seeds' component names) when timing per component.
 using StageHook = std::function<void(const char* component)>;
