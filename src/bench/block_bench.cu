@@ -1,4 +1,5 @@
 #include "bench/block_bench.h"
+#include "bench/launch_count.h"
 
 #include <algorithm>
 #include <cmath>
@@ -197,6 +198,13 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
     H3RT_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
     graph.push_back(ms);
   }
+  int64_t cupti_kernels = -1;  // -1: built without CUPTI
+#ifdef H3RT_HAVE_CUPTI
+  cupti_kernels = count_kernel_launches([&] {
+    model::block_forward_cuda(c, w, b, s);
+    s.synchronize();
+  });
+#endif
   H3RT_CUDA_CHECK(cudaGraphExecDestroy(ge));
   H3RT_CUDA_CHECK(cudaGraphDestroy(g));
   for (auto& e : ev) H3RT_CUDA_CHECK(cudaEventDestroy(e));
@@ -252,7 +260,8 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
       {"memory_bound_milliseconds", memory_bound_ms},
       {"block_over_gemm_plus_attention", median(plain) / (gemm_ms + attention_ms)},
       {"launches_per_block", {{"launcher_calls", model::kBlockLaunches + (o.fp8 ? 4 : 0)},
-                              {"cuda_graph_nodes", graph_nodes}}},
+                              {"cuda_graph_nodes", graph_nodes},
+                              {"cupti_kernels", cupti_kernels}}},
       {"bytes_moved_model", moved},
       {"roofline", roof},
       {"peak_device_bytes", {{"allocated", mem.peak_allocated}, {"reserved", mem.peak_reserved}}},
