@@ -6,11 +6,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define H3RT_HD __host__ __device__
-#else
-#define H3RT_HD
-#endif
+#include "core/host_device.h"
 
 namespace h3rt::nvfp4 {
 
@@ -18,26 +14,6 @@ inline constexpr int kBlock = 16;  // elements per block scale, along K
 inline constexpr float kE2m1Max = 6.0f;
 inline constexpr float kE4m3Max = 448.0f;
 inline constexpr float kScaleDenominator = 2688.0f;  // 6 * 448
-
-H3RT_HD inline uint32_t float_bits(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  __builtin_memcpy(&u, &f, 4);
-  return u;
-#endif
-}
-
-H3RT_HD inline float bits_float(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  __builtin_memcpy(&f, &u, 4);
-  return f;
-#endif
-}
 
 // The global scale from amax|x| (see Nvfp4ScaleRule in include/h3rt/nvfp4.h): rule 0 divides in
 // fp32; rule 1 multiplies by float32(1/2688) and rounds the product to bf16 (RNE).

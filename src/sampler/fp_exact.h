@@ -8,11 +8,7 @@
 
 #include <cmath>
 
-#if defined(__CUDACC__)
-#define H3RT_HD __host__ __device__
-#else
-#define H3RT_HD
-#endif
+#include "core/host_device.h"
 
 namespace h3rt::fp {
 

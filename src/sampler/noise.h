@@ -60,26 +60,6 @@ H3RT_HD inline Words4 philox4x32_10(Words4 c, uint32_t k0, uint32_t k1) {
   return c;
 }
 
-H3RT_HD inline uint32_t float_bits(float x) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(x);
-#else
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
-#endif
-}
-
-H3RT_HD inline float bits_float(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float x;
-  std::memcpy(&x, &u, sizeof x);
-  return x;
-#endif
-}
-
 // Natural log of a positive normal float: x = m * 2^e with m in [sqrt(1/2), sqrt(2)) taken
 // from the bits, ln m = 2 atanh(s) with s = (m-1)/(m+1), |s| < 0.172, by its odd series to
 // s^11, and e*ln2 added in two parts (ln2_hi has 15 significant bits, so e*ln2_hi is exact).

@@ -13,6 +13,9 @@
 namespace h3rt {
 namespace {
 
+using test::bits;
+using test::expect_same_bits;
+
 // Golden set a: L = 10, N = 9, latent 24 x 7 x 8 x 12.
 constexpr int64_t kL = 10, kN = 9, kT = 7, kH = 8, kW = 12;
 
@@ -25,21 +28,6 @@ std::vector<int64_t> as_i64(const Tensor& t) {
   return std::vector<int64_t>(t.ptr<int64_t>(), t.ptr<int64_t>() + t.numel());
 }
 
-uint32_t bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-
-template <typename A, typename B>
-void expect_same_bits(const A& got, const B& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int64_t bad = 0;
-  for (size_t i = 0; i < got.size(); ++i)
-    if (bits(got[i]) != bits(want[i]) && bad++ < 5)
-      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i];
-  EXPECT_EQ(bad, 0) << what << ": elements differing in bits";
-}
 
 TEST(Layout, GoldenIndicesTagsAndPositionsBitExact) {
   const SafetensorsFile g = golden();

@@ -19,6 +19,7 @@
 #include "h3rt/safetensors.h"
 #include "model/forward_internal.h"
 #include "ops/linear/linear.h"
+#include "golden_inputs.h"
 #include "test_util.h"
 
 namespace h3rt {
@@ -172,36 +173,6 @@ TEST(QuantizedModel, Fp8CheckpointDequantizesBitExactly) {
 }
 
 // ---- forward with quantized weights ------------------------------------------------------
-struct GoldenInputs {
-  SafetensorsFile file = SafetensorsFile::open(kGolden);
-  SequenceLayout layout;
-  TimestepPlan plan;
-  std::vector<float> video, audio, text;
-
-  std::vector<int64_t> ints(const std::string& name) const {
-    const std::vector<double> d = file.get(name).to_f64();
-    return std::vector<int64_t>(d.begin(), d.end());
-  }
-  GoldenInputs() {
-    const Tensor lat = file.get("input/video_latents");  // [1, 24, T, Hl, Wl]
-    layout.text_len = file.get("layout/text_indices").numel();
-    layout.audio_len = file.get("input/audio_latents").size(2);
-    layout.frames = lat.size(2);
-    layout.height = lat.size(3);
-    layout.width = lat.size(4);
-    layout.text_indices = ints("layout/text_indices");
-    layout.audio_indices = ints("layout/audio_indices");
-    layout.video_indices = ints("layout/video_indices");
-    for (int64_t t : ints("layout/token_tags")) layout.token_tags.push_back(int32_t(t));
-    layout.position_ids = file.get("layout/position_ids").to_f64();
-    plan.timestep = file.get("fwd/timestep").to_f32();
-    plan.timestep_indices = ints("fwd/timestep_indices");
-    video = file.get("input/video_rows").to_f32();
-    audio = file.get("input/audio_rows").to_f32();
-    text = file.get("input/text_embeds").to_f32();
-  }
-  ForwardInputs inputs() const { return {layout, plan, video.data(), audio.data(), text.data()}; }
-};
 
 // sqrt(sum (a - b)^2 / sum b^2), asserting every value of `a` is finite.
 double rel_l2(const FloatVec& a, const FloatVec& b) {
@@ -220,7 +191,7 @@ struct VelocityError {
 };
 
 VelocityError forward_error(const std::string& quantized, Precision p) {
-  static const GoldenInputs g;
+  const test::GoldenInputs& g = test::golden_inputs();
   const ForwardOutputs ref = forward_cpu(load_model(kWeights), g.inputs(), Precision::fp32);
   const ForwardOutputs got = forward_cpu(load_model(quantized), g.inputs(), p);
   VelocityError e{rel_l2(got.video_velocity, ref.video_velocity),

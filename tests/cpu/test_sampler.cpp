@@ -15,26 +15,13 @@
 namespace h3rt {
 namespace {
 
+using test::bits;
+using test::expect_same_bits;
+
 SafetensorsFile golden() {
   return SafetensorsFile::open(test::golden_dir() + "/golden.safetensors");
 }
 
-uint32_t bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-
-template <typename A, typename B>
-void expect_same_bits(const A& got, const B& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int64_t bad = 0;
-  for (size_t i = 0; i < got.size(); ++i)
-    if (bits(got[i]) != bits(want[i]) && bad++ < 5)
-      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << " (0x" << std::hex << bits(got[i])
-                    << "), want " << want[i] << " (0x" << bits(want[i]) << std::dec << ")";
-  EXPECT_EQ(bad, 0) << what << ": elements differing in bits";
-}
 
 std::vector<int64_t> as_i64(const Tensor& t) {
   H3RT_CHECK(t.dtype() == DType::i64 && t.is_contiguous(), "expected a contiguous int64 tensor");

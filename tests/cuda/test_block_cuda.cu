@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "../cpu/golden_inputs.h"
 #include "cuda_test_util.h"
 #include "h3rt/layout.h"
 #include "h3rt/model.h"
@@ -17,10 +18,6 @@
 namespace h3rt {
 namespace {
 
-std::string golden_dir() {
-  if (const char* env = std::getenv("H3RT_SHARED_DIR")) return std::string(env) + "/golden/h3_tiny";
-  return std::string(H3RT_SHARED_DIR) + "/golden/h3_tiny";
-}
 
 struct Probed {
   std::map<std::string, std::vector<float>> t;
@@ -35,25 +32,19 @@ double max_abs_err(const std::vector<float>& a, const std::vector<double>& b) {
 
 TEST(BlockCuda, GoldenBlock0WithinTwiceCpuBf16Error) {
   H3RT_REQUIRE_GPU();
-  SafetensorsFile g = SafetensorsFile::open(golden_dir() + "/golden.safetensors");
-  H3Model model = load_model(golden_dir() + "/weights.safetensors");
+  const test::GoldenInputs& golden = test::golden_inputs();
+  const SafetensorsFile& g = golden.file;
+  const SequenceLayout& layout = golden.layout;
+  const TimestepPlan& plan = golden.plan;
+  H3Model model = load_model(test::golden_dir() + "/weights.safetensors");
   const H3Config& c = model.config;
-  Tensor lat = g.get("input/video_latents");
-  SequenceLayout layout = make_t2va_layout(g.get("layout/text_indices").numel(),
-                                           g.get("input/audio_latents").size(2), lat.size(2),
-                                           lat.size(3), lat.size(4));
-  TimestepPlan plan;
-  plan.timestep = g.get("fwd/timestep").to_f32();
-  for (double v : g.get("fwd/timestep_indices").to_f64()) plan.timestep_indices.push_back(int64_t(v));
-  std::vector<float> video = g.get("input/video_rows").to_f32(), audio = g.get("input/audio_rows").to_f32(),
-                     text = g.get("input/text_embeds").to_f32();
 
   Probed p;
   Probe probe = [&](const std::string& name, const float* d, const Shape& s) {
     p.t[name].assign(d, d + shape_numel(s));
     p.shape[name] = s;
   };
-  forward_cpu(model, {layout, plan, video.data(), audio.data(), text.data()}, Precision::bf16, &probe);
+  forward_cpu(model, golden.inputs(), Precision::bf16, &probe);
   const int64_t S = layout.seq_len(), H = c.hidden;
   const std::vector<float>& adaln = p.t.at("block0/adaln");  // [6, 3M, H]
   const int64_t table_rows = p.shape.at("block0/adaln")[1];

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "../cpu/golden_inputs.h"
 #include "cuda_test_util.h"
 #include "h3rt/layout.h"
 #include "h3rt/model.h"
@@ -16,10 +17,7 @@
 namespace h3rt {
 namespace {
 
-std::string golden_file(const std::string& name) {
-  const char* env = std::getenv("H3RT_SHARED_DIR");
-  return (env ? std::string(env) : std::string(H3RT_SHARED_DIR)) + "/golden/h3_tiny/" + name;
-}
+std::string golden_file(const std::string& name) { return test::golden_dir() + "/" + name; }
 
 struct Err {
   double max_abs = 0, mean_abs = 0;
@@ -39,19 +37,10 @@ Err error(const FloatVec& got, const std::vector<double>& ref) {
 
 TEST(ForwardCuda, GoldenBf16WithinTwiceCpuBf16Error) {
   H3RT_REQUIRE_GPU();
-  SafetensorsFile g = SafetensorsFile::open(golden_file("golden.safetensors"));
+  const test::GoldenInputs& golden = test::golden_inputs();
+  const SafetensorsFile& g = golden.file;
   H3Model host = load_model(golden_file("weights.safetensors"));
-  Tensor lat = g.get("input/video_latents");
-  SequenceLayout layout = make_t2va_layout(g.get("layout/text_indices").numel(),
-                                           g.get("input/audio_latents").size(2), lat.size(2),
-                                           lat.size(3), lat.size(4));
-  TimestepPlan plan;
-  plan.timestep = g.get("fwd/timestep").to_f32();
-  for (double v : g.get("fwd/timestep_indices").to_f64()) plan.timestep_indices.push_back(int64_t(v));
-  std::vector<float> video = g.get("input/video_rows").to_f32(),
-                     audio = g.get("input/audio_rows").to_f32(),
-                     text = g.get("input/text_embeds").to_f32();
-  ForwardInputs in{layout, plan, video.data(), audio.data(), text.data()};
+  const ForwardInputs in = golden.inputs();
 
   model::DeviceModel dev = model::upload_model(host);
   ForwardOutputs gpu = model::forward_cuda(dev, in);
