@@ -46,9 +46,60 @@ __device__ __forceinline__ Bf16x8 pack8(const float (&f)[8]) {
   return v;
 }
 
-// round_bf16 of the host (RNE), as a float.
+// Predicated 16-byte loads (zeros when pred is false), written as one predicated instruction:
+// a load placed after a branch is not hoisted above it, so a guard between two loads would
+// serialize their memory latencies. Issue every load of a phase before the first use.
+__device__ __forceinline__ uint4 load_u4(const __nv_bfloat16* p, bool pred) {
+  uint4 u;
+  asm("{\n .reg .pred q;\n setp.ne.b32 q, %5, 0;\n"
+      " mov.b32 %0, 0; mov.b32 %1, 0; mov.b32 %2, 0; mov.b32 %3, 0;\n"
+      " @q ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n}"
+      : "=&r"(u.x), "=&r"(u.y), "=&r"(u.z), "=&r"(u.w)
+      : "l"(p), "r"(static_cast<int>(pred)));
+  return u;
+}
+
+// Streaming variant (evict-first) for data read once.
+__device__ __forceinline__ uint4 load_u4_stream(const __nv_bfloat16* p, bool pred) {
+  uint4 u;
+  asm("{\n .reg .pred q;\n setp.ne.b32 q, %5, 0;\n"
+      " mov.b32 %0, 0; mov.b32 %1, 0; mov.b32 %2, 0; mov.b32 %3, 0;\n"
+      " @q ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];\n}"
+      : "=&r"(u.x), "=&r"(u.y), "=&r"(u.z), "=&r"(u.w)
+      : "l"(p), "r"(static_cast<int>(pred)));
+  return u;
+}
+
+// Element e (0..7) of 8 packed bf16 values, as a float (exact; no conversion instruction).
+__device__ __forceinline__ float bf16_elem(const uint4& u, int e) {
+  const uint32_t w = e < 2 ? u.x : e < 4 ? u.y : e < 6 ? u.z : u.w;
+  return __uint_as_float((e & 1) ? (w & 0xffff0000u) : (w << 16));
+}
+
+__device__ __forceinline__ void unpack_u4(const uint4& u, float (&f)[8]) {
+#pragma unroll
+  for (int e = 0; e < 8; ++e) f[e] = bf16_elem(u, e);
+}
+
+// Round 8 floats to bf16 (RNE) and pack them.
+__device__ __forceinline__ uint4 pack_u4(const float (&f)[8]) {
+  const Bf16x8 v = pack8(f);
+  return *reinterpret_cast<const uint4*>(&v);
+}
+
+// One 16-byte store (a struct assembled under conditions may otherwise be split into four).
+__device__ __forceinline__ void store_u4(__nv_bfloat16* p, const uint4& u) {
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(u.x), "r"(u.y), "r"(u.z),
+               "r"(u.w)
+               : "memory");
+}
+
+// round_bf16 of the host (RNE), as a float. Packing (0, x) puts bf16(x) in the high half, which
+// is then the float's bit pattern: one F2FP (ALU) instead of a conversion-unit F2F plus a shift
+// (the F2F path's 16/clk/SM throughput bounded the elementwise kernels).
 __device__ __forceinline__ float rbf(float x) {
-  return __bfloat162float(__float2bfloat16_rn(x));
+  const __nv_bfloat162 h = __floats2bfloat162_rn(0.0f, x);
+  return __uint_as_float(*reinterpret_cast<const uint32_t*>(&h));
 }
 
 template <typename T>

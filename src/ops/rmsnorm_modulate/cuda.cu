@@ -1,8 +1,10 @@
 // rmsnorm_modulate on the GPU (declared in rmsnorm_modulate.h). One block per row; each thread
-// keeps up to kMaxVec 16-byte vectors of the row in registers, so x is read once and y written
-// once. The sum of squares is accumulated in double, as the CPU reference does: squares of bf16
-// values are exact in double, so the sum (and hence the norm) does not depend on the reduction
-// order and the result is bit-exact with rmsnorm_modulate_cpu in bf16 mode.
+// keeps kVec 16-byte vectors of the row in registers (packed bf16), so x is read once and y
+// written once. Every load of a phase is issued before the first use (guards are predicates,
+// not branches), and the weight/shift/scale rows are fetched before the reduction so their
+// latency overlaps it. The sum of squares is accumulated in double, as the CPU reference does:
+// squares of bf16 values are exact in double, so the sum (and hence the norm) does not depend
+// on the reduction order and the result is bit-exact with rmsnorm_modulate_cpu in bf16 mode.
 #include <algorithm>
 
 #include "cuda/device_math.cuh"
@@ -13,65 +15,127 @@ namespace h3rt::ops {
 
 namespace {
 
-using cuda::Bf16x8;
 using cuda::rbf;
 
 constexpr int kMaxVec = 4;  // vectors per thread: up to 1024 * 4 * 8 = 32768 channels
 
-template <bool kModulate, bool kResidual>
-__global__ void __launch_bounds__(1024) rmsnorm_modulate_kernel(RmsNormModulateCudaParams p) {
+// kVec 3 (at most 256 threads, dims up to 6144, the release width) fetches the weight/shift/scale
+// rows before the reduction; kVec 4 (up to 1024 threads) after it, to stay within 64 registers.
+template <int kVec>
+constexpr int kMaxThreads = kVec == 3 ? 256 : 1024;
+
+template <int kVec, bool kModulate, bool kResidual>
+__global__ void __launch_bounds__(kMaxThreads<kVec>)
+    rmsnorm_modulate_kernel(RmsNormModulateCudaParams p) {
+  constexpr bool kEarlyTables = kVec == 3;
   const int64_t row = blockIdx.x;
   const int nvec = static_cast<int>(p.dim / 8);
-  const int64_t t = p.row_table_index ? p.row_table_index[row] : 0;
   __nv_bfloat16* xr = p.x + row * p.x_row_stride;
-  float xv[kMaxVec][8];
-  double ss = 0.0;
+  uint4 xv[kVec];
 #pragma unroll
-  for (int i = 0; i < kMaxVec; ++i) {
+  for (int i = 0; i < kVec; ++i) {
     const int c = threadIdx.x + i * blockDim.x;
-    if (c >= nvec) break;
-    cuda::unpack8(cuda::load8(xr + c * 8), xv[i]);
-    if constexpr (kResidual) {
-      float r[8], g[8];
-      cuda::unpack8(cuda::load8_stream(p.residual + row * p.residual_row_stride + c * 8), r);
-      if (p.residual_gate) {
-        cuda::unpack8(cuda::load8(p.residual_gate + t * p.table_row_stride + c * 8), g);
+    xv[i] = cuda::load_u4(xr + c * 8, c < nvec);
+  }
+  const bool tables = kModulate || (kResidual && p.residual_gate);
+  const int64_t t = tables && p.row_table_index ? p.row_table_index[row] : 0;
+  if constexpr (kResidual) {
+    const __nv_bfloat16* rr = p.residual + row * p.residual_row_stride;
+    const __nv_bfloat16* gr = p.residual_gate ? p.residual_gate + t * p.table_row_stride : nullptr;
+    // x = round(x + round(g * r)) for vector i, written back to x.
+    auto combine = [&](int i, const uint4& rv, const uint4& gv) {
+      const int c = threadIdx.x + i * blockDim.x;
+      float x[8];
 #pragma unroll
-        for (int e = 0; e < 8; ++e) r[e] = rbf(__fmul_rn(g[e], r[e]));
+      for (int e = 0; e < 8; ++e) {
+        float r = cuda::bf16_elem(rv, e);
+        if (gr) r = rbf(__fmul_rn(cuda::bf16_elem(gv, e), r));
+        x[e] = rbf(__fadd_rn(cuda::bf16_elem(xv[i], e), r));
+      }
+      xv[i] = cuda::pack_u4(x);
+      if (c < nvec) cuda::store_u4(xr + c * 8, xv[i]);
+    };
+    if constexpr (kEarlyTables) {  // all residual and gate loads in flight together
+      uint4 rv[kVec], gv[kVec];
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        const int c = threadIdx.x + i * blockDim.x;
+        rv[i] = cuda::load_u4_stream(rr + c * 8, c < nvec);
+        gv[i] = cuda::load_u4(gr + c * 8, gr && c < nvec);
       }
 #pragma unroll
-      for (int e = 0; e < 8; ++e) xv[i][e] = rbf(__fadd_rn(xv[i][e], r[e]));
-      cuda::store8(xr + c * 8, cuda::pack8(xv[i]));
-    }
+      for (int i = 0; i < kVec; ++i) combine(i, rv[i], gv[i]);
+    } else {  // one vector at a time (register budget of 1024 threads)
 #pragma unroll
-    for (int e = 0; e < 8; ++e) ss = fma(double(xv[i][e]), double(xv[i][e]), ss);
+      for (int i = 0; i < kVec; ++i) {
+        const int c = threadIdx.x + i * blockDim.x;
+        combine(i, cuda::load_u4_stream(rr + c * 8, c < nvec),
+                cuda::load_u4(gr + c * 8, gr && c < nvec));
+      }
+    }
   }
-  ss = cuda::block_sum(ss);
-  const float mean = static_cast<float>(__ddiv_rn(ss, static_cast<double>(p.dim)));
+  // Row-invariant operands (L2-resident); fetched early, their latency hides behind the reduction.
+  uint4 wv[kVec], shv[kVec], scv[kVec];
+  const __nv_bfloat16* shr = kModulate ? p.shift + t * p.table_row_stride : nullptr;
+  const __nv_bfloat16* scr = kModulate ? p.scale + t * p.table_row_stride : nullptr;
+  auto fetch_tables = [&](int i) {
+    const int c = threadIdx.x + i * blockDim.x;
+    wv[i] = cuda::load_u4(p.weight + c * 8, p.weight && c < nvec);
+    if constexpr (kModulate) {
+      shv[i] = cuda::load_u4(shr + c * 8, c < nvec);
+      scv[i] = cuda::load_u4(scr + c * 8, c < nvec);
+    }
+  };
+  if constexpr (kEarlyTables) {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) fetch_tables(i);
+  }
+  double ss[2] = {0.0, 0.0};  // two chains; the exact sum does not depend on the order
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const double v = cuda::bf16_elem(xv[i], e);
+      ss[e & 1] = fma(v, v, ss[e & 1]);
+    }
+  }
+  const double sum = cuda::block_sum(ss[0] + ss[1]);
+  const float mean = static_cast<float>(__ddiv_rn(sum, static_cast<double>(p.dim)));
   const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, p.eps)));
 #pragma unroll
-  for (int i = 0; i < kMaxVec; ++i) {
+  for (int i = 0; i < kVec; ++i) {
     const int c = threadIdx.x + i * blockDim.x;
-    if (c >= nvec) break;
-    float w[8], y[8];
-    if (p.weight) {
-      cuda::unpack8(cuda::load8(p.weight + c * 8), w);
-    } else {
+    if constexpr (!kEarlyTables) fetch_tables(i);  // one vector at a time (register budget)
+    float y[8];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) w[e] = 1.0f;
+    for (int e = 0; e < 8; ++e) {
+      const float w = p.weight ? cuda::bf16_elem(wv[i], e) : 1.0f;
+      y[e] = rbf(__fmul_rn(__fmul_rn(cuda::bf16_elem(xv[i], e), inv), w));
+      if constexpr (kModulate) {
+        const float sc = rbf(__fadd_rn(1.0f, cuda::bf16_elem(scv[i], e)));
+        y[e] = rbf(__fadd_rn(rbf(__fmul_rn(y[e], sc)), cuda::bf16_elem(shv[i], e)));
+      }
     }
-#pragma unroll
-    for (int e = 0; e < 8; ++e) y[e] = rbf(__fmul_rn(__fmul_rn(xv[i][e], inv), w[e]));
-    if constexpr (kModulate) {
-      float sh[8], sc[8];
-      cuda::unpack8(cuda::load8(p.shift + t * p.table_row_stride + c * 8), sh);
-      cuda::unpack8(cuda::load8(p.scale + t * p.table_row_stride + c * 8), sc);
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        y[e] = rbf(__fadd_rn(rbf(__fmul_rn(y[e], rbf(__fadd_rn(1.0f, sc[e])))), sh[e]));
-    }
-    cuda::store8(p.y + row * p.y_row_stride + c * 8, cuda::pack8(y));
+    if (c < nvec) cuda::store_u4(p.y + row * p.y_row_stride + c * 8, cuda::pack_u4(y));
   }
+}
+
+template <int kVec>
+void launch(const RmsNormModulateCudaParams& p, int threads, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(p.rows));
+  const bool modulate = p.scale != nullptr;
+  if (modulate && p.residual)
+    rmsnorm_modulate_kernel<kVec, true, true><<<grid, threads, 0, stream>>>(p);
+  else if (modulate)
+    rmsnorm_modulate_kernel<kVec, true, false><<<grid, threads, 0, stream>>>(p);
+  else if (p.residual)
+    rmsnorm_modulate_kernel<kVec, false, true><<<grid, threads, 0, stream>>>(p);
+  else
+    rmsnorm_modulate_kernel<kVec, false, false><<<grid, threads, 0, stream>>>(p);
+}
+
+int threads_for(int nvec, int vec) {
+  return (((nvec + vec - 1) / vec) + 31) / 32 * 32;
 }
 
 bool aligned16(const void* p) {
@@ -100,17 +164,13 @@ cudaError_t rmsnorm_modulate_cuda(const RmsNormModulateCudaParams& in, cudaStrea
   H3RT_CHECK((!modulate && !p.residual_gate) || p.table_row_stride >= p.dim,
              "rmsnorm_modulate_cuda: table row stride ", p.table_row_stride, " < dim ", p.dim);
   if (p.rows == 0) return cudaSuccess;
+  // 3 or 4 vectors per thread, whichever leaves fewer idle slots (5376 channels: 224 x 3).
   const int nvec = static_cast<int>(p.dim / 8);
-  const int threads = std::min(1024, ((nvec + kMaxVec - 1) / kMaxVec + 31) / 32 * 32);
-  const dim3 grid(static_cast<unsigned>(p.rows));
-  if (modulate && p.residual)
-    rmsnorm_modulate_kernel<true, true><<<grid, threads, 0, stream>>>(p);
-  else if (modulate)
-    rmsnorm_modulate_kernel<true, false><<<grid, threads, 0, stream>>>(p);
-  else if (p.residual)
-    rmsnorm_modulate_kernel<false, true><<<grid, threads, 0, stream>>>(p);
+  const int t3 = threads_for(nvec, 3), t4 = threads_for(nvec, 4);
+  if (t3 <= kMaxThreads<3> && t3 * 3 - nvec <= t4 * 4 - nvec)
+    launch<3>(p, t3, stream);
   else
-    rmsnorm_modulate_kernel<false, false><<<grid, threads, 0, stream>>>(p);
+    launch<4>(p, t4, stream);
   return H3RT_LAUNCH_CHECK("rmsnorm_modulate");
 }
 

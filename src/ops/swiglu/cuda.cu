@@ -1,9 +1,16 @@
 // swiglu on the GPU (declared in swiglu.h): out = round(round(silu(gate)) * value) over the
 // [gate | value] halves of each fc1 output row. One block per row, 16-byte vectors.
-// exact_exp: exp(-g) is evaluated in double and rounded to float, i.e. correctly rounded, which
-// matches the host's expf (glibc, <= 0.502 ulp) so the result is bit-exact with swiglu_cpu; the
-// fast path uses the device expf (<= 2 ulp), which can move a result by one bf16 ulp when the
-// float value sits next to a bf16 rounding boundary.
+// exact_exp: bit-exact with swiglu_cpu, whose silu is g / (1 + expf(-g)) in float with the
+// host's expf (glibc, <= 0.502 ulp). The reference value is exp(-g) evaluated in double and
+// rounded to float, but that costs ~40 fp64 instructions per element, so it is taken only where
+// the fast value could round differently: silu is first computed with the device expf (<= 2 ulp)
+// and the approximate division (<= 2 ulp): e differs from the host's by <= 2.5 ulp, d = 1 + e by
+// <= 3.5 ulp(d), so the quotient by <= 7 ulp(s) + 2 + 0.5 (<= 20 steps of the bit pattern even
+// across a binade). Its bf16 rounding can differ from the reference's only if a bf16 rounding
+// midpoint (low 16 bits 0x8000) lies within that distance, so values whose low 16 bits are
+// within kGuard = 64 of the midpoint, and gates outside [2^-100, 64) (where s could be subnormal
+// or exp overflow; inf/nan), are recomputed exactly: about 0.2% of the elements.
+// The fast path (exact_exp = false) keeps the device expf and the IEEE division only.
 #include <algorithm>
 
 #include "cuda/device_math.cuh"
@@ -16,10 +23,24 @@ namespace {
 
 using cuda::rbf;
 
-template <bool kExactExp>
-__device__ __forceinline__ float silu_dev(float g) {
-  const float e = kExactExp ? static_cast<float>(exp(-static_cast<double>(g))) : expf(-g);
+constexpr uint32_t kGuard = 64;
+
+__device__ __forceinline__ float silu_double_exp(float g) {
+  const float e = static_cast<float>(exp(-static_cast<double>(g)));
   return __fdiv_rn(g, __fadd_rn(1.0f, e));
+}
+
+// round_bf16(silu(g)) exactly as swiglu_cpu computes it.
+__device__ __forceinline__ float silu_bf16_exact(float g) {
+  const float s = __fdividef(g, __fadd_rn(1.0f, expf(-g)));
+  const uint32_t abs_g = __float_as_uint(g) & 0x7fffffffu;
+  const bool in_range = abs_g - 0x0d800000u < 0x42800000u - 0x0d800000u;  // 2^-100 <= |g| < 64
+  const bool near_mid = (__float_as_uint(s) & 0xffffu) - (0x8000u - kGuard) <= 2 * kGuard;
+  return rbf(in_range && !near_mid ? s : silu_double_exp(g));
+}
+
+__device__ __forceinline__ float silu_bf16_fast(float g) {
+  return rbf(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))));
 }
 
 template <bool kExactExp>
@@ -30,12 +51,16 @@ __global__ void swiglu_kernel(SwigluCudaParams p) {
   const __nv_bfloat16* vr = gr + p.ffn;
   __nv_bfloat16* orow = p.out + row * p.out_row_stride;
   for (int c = threadIdx.x; c < nvec; c += blockDim.x) {
-    float g[8], v[8];
-    cuda::unpack8(cuda::load8_stream(gr + c * 8), g);
-    cuda::unpack8(cuda::load8_stream(vr + c * 8), v);
+    const uint4 gv = cuda::load_u4_stream(gr + c * 8, true);
+    const uint4 vv = cuda::load_u4_stream(vr + c * 8, true);
+    float o[8];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) g[e] = rbf(__fmul_rn(rbf(silu_dev<kExactExp>(g[e])), v[e]));
-    cuda::store8(orow + c * 8, cuda::pack8(g));
+    for (int e = 0; e < 8; ++e) {
+      const float g = cuda::bf16_elem(gv, e);
+      const float s = kExactExp ? silu_bf16_exact(g) : silu_bf16_fast(g);
+      o[e] = __fmul_rn(s, cuda::bf16_elem(vv, e));
+    }
+    cuda::store_u4(orow + c * 8, cuda::pack_u4(o));
   }
 }
 
