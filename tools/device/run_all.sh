@@ -9,21 +9,24 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 log() { echo "== $(date +%T) $*"; }
-{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu \
-    --format=csv; nvcc --version | tail -2; } > "$OUT/device.txt" 2>&1
+# At most 8 files come back from $OUT: logs that matter go there, the rest to /tmp.
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu \
+  --format=csv 2>&1; nvcc --version | tail -1
 log build
 t0=$(date +%s)
-H3RT_TARGETS="h3rt_cuda_tests h3rt_cli" bash tools/device/build.sh > "$OUT/build.log" 2>&1 \
-  || { tail -50 "$OUT/build.log"; exit 1; }
+H3RT_TARGETS="h3rt_cuda_tests h3rt_cli" bash tools/device/build.sh > /tmp/build.log 2>&1 \
+  || { tail -50 /tmp/build.log; exit 1; }
 log "built in $(( $(date +%s) - t0 )) s"
 B=build-device
 log tests
-timeout 240 $B/tests/h3rt_cuda_tests --gtest_output=json:"$OUT/cuda_tests.json" > "$OUT/cuda_tests.log" 2>&1
+timeout 240 $B/tests/h3rt_cuda_tests > "$OUT/cuda_tests.log" 2>&1
 echo "cuda tests rc=$?"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]|SKIPPED" "$OUT/cuda_tests.log" | head -40
 log bench block
 timeout 120 $B/h3rt bench block --out "$OUT/bench_block.json" 2>&1 | tail -3
+log bench block fp8
+timeout 120 $B/h3rt bench block --gemm fp8 --out "$OUT/bench_block_fp8.json" 2>&1 | tail -3
 log bench kernels
-timeout 120 $B/h3rt bench kernels --out "$OUT/bench_kernels.json" > "$OUT/bench_kernels.log" 2>&1; tail -15 "$OUT/bench_kernels.log"
+timeout 120 $B/h3rt bench kernels --out "$OUT/bench_kernels.json" > /tmp/bench_kernels.log 2>&1; tail -22 /tmp/bench_kernels.log
 log bench attention
 timeout 90 $B/h3rt bench attention --out "$OUT/bench_attention.json" 2>&1 | tail -8
 log bench nvfp4
