@@ -21,6 +21,11 @@ B=build-device
 log tests
 timeout 240 $B/tests/h3rt_cuda_tests > "$OUT/cuda_tests.log" 2>&1
 echo "cuda tests rc=$?"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]|SKIPPED" "$OUT/cuda_tests.log" | head -40
+log "cli smoke: forward and sample on cuda"
+G=.deps/shared/golden/h3_tiny
+timeout 60 $B/h3rt forward --device cuda --checkpoint $G/weights.safetensors --inputs $G/golden.safetensors \
+  --out /tmp/fwd.safetensors 2>&1 | tail -1
+timeout 60 $B/h3rt sample --device cuda --steps 2 --out /tmp/tiny.safetensors 2>&1 | tail -1
 log bench block
 timeout 120 $B/h3rt bench block --out "$OUT/bench_block.json" 2>&1 | tail -3
 log bench block fp8
