@@ -18,14 +18,16 @@ void add_bench_block_command(CLI::App& bench) {
     std::string gemm = "bf16";
   };
   auto o = std::make_shared<Opts>();
-  auto* cmd = bench.add_subcommand("block", "Time one DiT block on the GPU (bf16, synthetic "
-                                            "weights) at the seed shape: 1344x768, 124 frames, "
-                                            "37,810 rows; JSON report");
+  auto* cmd = bench.add_subcommand("block",
+                                   "Time one DiT block on the GPU (bf16, synthetic "
+                                   "weights) at the seed shape: 1344x768, 124 frames, "
+                                   "37,810 rows; JSON report");
   cmd->add_option("--preset", o->preset, "h3 (release dims) or tiny")
       ->check(CLI::IsMember({"h3", "tiny"}))
       ->capture_default_str();
-  cmd->add_option("--gemm", o->gemm, "Projection GEMMs: bf16, or fp8 (e4m3, static per-tensor "
-                                     "scales, as ComfyUI fp8_scaled with input_scale)")
+  cmd->add_option("--gemm", o->gemm,
+                  "Projection GEMMs: bf16, or fp8 (e4m3, static per-tensor "
+                  "scales, as ComfyUI fp8_scaled with input_scale)")
       ->check(CLI::IsMember({"bf16", "fp8"}))
       ->capture_default_str();
   cmd->add_option("--reps", o->reps, "Timed repetitions (medians)")->capture_default_str();

@@ -10,8 +10,9 @@ namespace h3rt::cli {
 
 void add_bench_compare_command(CLI::App& bench) {
   auto files = std::make_shared<std::vector<std::string>>();
-  auto* cmd = bench.add_subcommand("compare", "Print two reports' timings side by side with "
-                                              "speedups (first = before, second = after)");
+  auto* cmd = bench.add_subcommand("compare",
+                                   "Print two reports' timings side by side with "
+                                   "speedups (first = before, second = after)");
   cmd->add_option("reports", *files, "two JSON reports (bench block, sample --report, ...)")
       ->required()
       ->expected(2)

@@ -39,8 +39,7 @@ void run_forward(const ForwardOptions& o) {
   Request req = request_from_inputs(o.inputs, c);
   const float sigma_a = audio_sigma_from_video(sigma_v);
   TimestepPlan plan = make_timestep_plan(req.layout, 1.0f - sigma_v, 1.0f - sigma_a);
-  ForwardInputs in{req.layout, plan, req.video_rows.data(), req.audio_rows.data(),
-                   req.text.data()};
+  ForwardInputs in{req.layout, plan, req.video_rows.data(), req.audio_rows.data(), req.text.data()};
   ForwardOutputs v = backend->forward(in);
   std::vector<float> vv(v.video_velocity.begin(), v.video_velocity.end());
   std::vector<float> av(v.audio_velocity.begin(), v.audio_velocity.end());
@@ -61,17 +60,20 @@ void run_forward(const ForwardOptions& o) {
 
 void add_forward_command(CLI::App& app) {
   auto o = std::make_shared<ForwardOptions>();
-  auto* cmd = app.add_subcommand("forward", "One transformer forward; writes video_velocity "
-                                            "[1,Nv,96] and audio_velocity [1,2N,32] (f32, "
-                                            "data-ward: x0 = x + sigma v)");
+  auto* cmd = app.add_subcommand("forward",
+                                 "One transformer forward; writes video_velocity "
+                                 "[1,Nv,96] and audio_velocity [1,2N,32] (f32, "
+                                 "data-ward: x0 = x + sigma v)");
   o->model.add_to(cmd, false);
-  cmd->add_option("--inputs", o->inputs, "Inputs: input/text_embeds [1,L,text_dim], "
-                                         "input/video_latents [1,24,T,H,W], input/audio_latents "
-                                         "[2,32,N]")
+  cmd->add_option("--inputs", o->inputs,
+                  "Inputs: input/text_embeds [1,L,text_dim], "
+                  "input/video_latents [1,24,T,H,W], input/audio_latents "
+                  "[2,32,N]")
       ->required()
       ->check(CLI::ExistingFile);
-  cmd->add_option("--sigma", o->sigma, "Video sigma in [0, 1] (default: fwd/sigma_video of the "
-                                       "inputs file); the audio sigma is derived from it");
+  cmd->add_option("--sigma", o->sigma,
+                  "Video sigma in [0, 1] (default: fwd/sigma_video of the "
+                  "inputs file); the audio sigma is derived from it");
   cmd->add_option("--out", o->out, "Output .safetensors file")->required();
   cmd->callback([o] { run_forward(*o); });
 }

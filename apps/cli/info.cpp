@@ -15,7 +15,8 @@ namespace {
 void print_tensors(const SafetensorsFile& f) {
   std::map<std::string, int64_t> bytes_by_dtype;
   for (const auto& e : f.entries()) {
-    std::printf("  %-64s %-7s %s\n", e.name.c_str(), dtype_name(e.dtype), shape_str(e.shape).c_str());
+    std::printf("  %-64s %-7s %s\n", e.name.c_str(), dtype_name(e.dtype),
+                shape_str(e.shape).c_str());
     bytes_by_dtype[dtype_name(e.dtype)] += e.end - e.begin;
   }
   std::printf("%zu tensors;", f.entries().size());
@@ -30,15 +31,16 @@ void print_h3(const SafetensorsFile& f) {
     return;
   }
   H3Config c = infer_config(f);
-  std::printf("H3 checkpoint: hidden %lld, %lld blocks, %lld heads x %lld, ffn %lld, %lld refiner "
-              "blocks, text_dim %lld, time embed %lld/%lld\n",
-              (long long)c.hidden, (long long)c.layers, (long long)c.heads, (long long)c.head_dim,
-              (long long)c.ffn, (long long)c.refiner_layers, (long long)c.text_dim,
-              (long long)c.time_embed_hidden, (long long)c.time_embed_dim);
+  std::printf(
+      "H3 checkpoint: hidden %lld, %lld blocks, %lld heads x %lld, ffn %lld, %lld refiner "
+      "blocks, text_dim %lld, time embed %lld/%lld\n",
+      (long long)c.hidden, (long long)c.layers, (long long)c.heads, (long long)c.head_dim,
+      (long long)c.ffn, (long long)c.refiner_layers, (long long)c.text_dim,
+      (long long)c.time_embed_hidden, (long long)c.time_embed_dim);
   auto it = f.metadata().find("qkv_layout");
   std::printf("qkv_proj rows: %s\n", it == f.metadata().end()
-                                          ? "fused [q; k; v] (no qkv_layout metadata)"
-                                          : ("metadata qkv_layout = " + it->second).c_str());
+                                         ? "fused [q; k; v] (no qkv_layout metadata)"
+                                         : ("metadata qkv_layout = " + it->second).c_str());
   model::TensorSource src;
   model::add_source_file(src, f, QkvLayout::autodetect);  // also reads _quantization_metadata
   std::map<std::string, int> formats;
@@ -59,14 +61,16 @@ void print_h3(const SafetensorsFile& f) {
 }  // namespace
 
 void add_info_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("info", "List a safetensors file's tensors, metadata, detected "
-                                         "checkpoint format and inferred H3 config");
+  auto* cmd = app.add_subcommand("info",
+                                 "List a safetensors file's tensors, metadata, detected "
+                                 "checkpoint format and inferred H3 config");
   auto path = std::make_shared<std::string>();
   cmd->add_option("file", *path, "a .safetensors file")->required();
   cmd->callback([path] {
     SafetensorsFile f = SafetensorsFile::open(*path);
     std::printf("%s\n", path->c_str());
-    for (const auto& [k, v] : f.metadata()) std::printf("  metadata %s = %s\n", k.c_str(), v.c_str());
+    for (const auto& [k, v] : f.metadata())
+      std::printf("  metadata %s = %s\n", k.c_str(), v.c_str());
     print_tensors(f);
     print_h3(f);
   });

@@ -13,11 +13,14 @@ namespace h3rt::cli {
 class Progress {
  public:
   Progress(std::string label, int total)
-      : label_(std::move(label)), total_(total), tty_(isatty(fileno(stderr))),
+      : label_(std::move(label)),
+        total_(total),
+        tty_(isatty(fileno(stderr))),
         start_(std::chrono::steady_clock::now()) {}
 
   void update(int done) {
-    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     double per = done > 0 ? elapsed / done : 0.0;
     double eta = per * (total_ - done);
     int width = 24, filled = total_ > 0 ? width * done / total_ : width;

@@ -77,10 +77,11 @@ H3Model ModelOptions::load() const {
   H3Config config = *config_preset(name);
   WeightBytes need = estimate_weight_bytes(config);
   double have = host_memory_bytes();
-  H3RT_CHECK(need.cpu_bytes < 0.8 * have, "the ", name, " preset has ", need.params / 1e9,
-             "B parameters and needs ", need.cpu_bytes / 1e9,
-             " GB of host memory on the CPU reference backend; this machine has ", have / 1e9,
-             " GB. The CPU backend is the exact oracle for small configs; run large ones on a GPU.");
+  H3RT_CHECK(
+      need.cpu_bytes < 0.8 * have, "the ", name, " preset has ", need.params / 1e9,
+      "B parameters and needs ", need.cpu_bytes / 1e9,
+      " GB of host memory on the CPU reference backend; this machine has ", have / 1e9,
+      " GB. The CPU backend is the exact oracle for small configs; run large ones on a GPU.");
   return make_synthetic_model(config, weights_seed);
 }
 

@@ -50,8 +50,8 @@ Request request_from_options(const SampleOptions& o, const H3Config& config, boo
     gaussian_noise(o.seed, 2, 0, r.text.data(), static_cast<int64_t>(r.text.size()));
     for (float& x : r.text) x = round_bf16(x);
   }
-  r.layout = make_t2va_layout(text_len, audio_latents_for(audio_seconds),
-                              latent_frames_for(frames), height / 16, width / 16);
+  r.layout = make_t2va_layout(text_len, audio_latents_for(audio_seconds), latent_frames_for(frames),
+                              height / 16, width / 16);
   InitialNoise noise = initial_noise(o.seed, r.layout, config.in_channels, config.audio_channels);
   r.video_rows = std::move(noise.video_rows);
   r.audio_rows = std::move(noise.audio_rows);
@@ -74,11 +74,12 @@ void run_sample(const SampleOptions& o) {
   const SequenceLayout& L = req.layout;
   SamplerPlan plan = make_sampler_plan(L, steps + 1);
   const int evals = static_cast<int>(plan.steps.size());
-  std::fprintf(stderr, "h3rt sample: %s, %s, %lld rows (text %lld, audio %lld, video %lld), "
-               "%d steps, seed %llu, %s\n", o.model.describe().c_str(), o.model.precision_name().c_str(),
-               (long long)L.seq_len(), (long long)L.text_len, (long long)L.audio_rows(),
-               (long long)L.video_rows(), evals, (unsigned long long)o.seed,
-               backend->device_name().c_str());
+  std::fprintf(stderr,
+               "h3rt sample: %s, %s, %lld rows (text %lld, audio %lld, video %lld), "
+               "%d steps, seed %llu, %s\n",
+               o.model.describe().c_str(), o.model.precision_name().c_str(), (long long)L.seq_len(),
+               (long long)L.text_len, (long long)L.audio_rows(), (long long)L.video_rows(), evals,
+               (unsigned long long)o.seed, backend->device_name().c_str());
 
   SampleReport rep;
   Progress progress("denoising", evals);
@@ -101,16 +102,16 @@ void run_sample(const SampleOptions& o) {
     progress.update(i + 1);
   }
   auto t0 = Clock::now();
-  FloatVec video = unpatchify_video(req.video_rows.data(), c.in_channels, L.frames, L.height,
-                                    L.width);
+  FloatVec video =
+      unpatchify_video(req.video_rows.data(), c.in_channels, L.frames, L.height, L.width);
   FloatVec audio = audio_rows_to_latents(req.audio_rows.data(), c.audio_channels, L.audio_len);
   if (!rep.stages.empty()) rep.stages.back().output_transform = seconds_since(t0);
   std::vector<float> vv(video.begin(), video.end()), av(audio.begin(), audio.end());
-  write_safetensors(o.out,
-                    {{"video_latents", tensor_from_f32(vv, {1, c.in_channels, L.frames, L.height,
-                                                            L.width})},
-                     {"audio_latents", tensor_from_f32(av, {2, c.audio_channels, L.audio_len})}},
-                    {{"producer", "h3rt sample"}, {"seed", std::to_string(o.seed)}});
+  write_safetensors(
+      o.out,
+      {{"video_latents", tensor_from_f32(vv, {1, c.in_channels, L.frames, L.height, L.width})},
+       {"audio_latents", tensor_from_f32(av, {2, c.audio_channels, L.audio_len})}},
+      {{"producer", "h3rt sample"}, {"seed", std::to_string(o.seed)}});
 
   rep.device = backend->device_name();
   rep.model = o.model.describe();
@@ -134,9 +135,11 @@ void run_sample(const SampleOptions& o) {
       backend->device_peak_bytes();
   rep.video = checksum(video.data(), static_cast<int64_t>(video.size()));
   rep.audio = checksum(audio.data(), static_cast<int64_t>(audio.size()));
-  std::fprintf(stderr, "h3rt sample: wrote %s in %.2f s; checksums video %.6g (|x| %.6g), "
-               "audio %.6g (|x| %.6g)\n", o.out.c_str(), rep.total_seconds, rep.video.sum,
-               rep.video.abs_sum, rep.audio.sum, rep.audio.abs_sum);
+  std::fprintf(stderr,
+               "h3rt sample: wrote %s in %.2f s; checksums video %.6g (|x| %.6g), "
+               "audio %.6g (|x| %.6g)\n",
+               o.out.c_str(), rep.total_seconds, rep.video.sum, rep.video.abs_sum, rep.audio.sum,
+               rep.audio.abs_sum);
   if (!o.report.empty()) write_json(o.report, to_json(rep));
 }
 
@@ -145,8 +148,9 @@ void run_sample(const SampleOptions& o) {
 void add_sample_command(CLI::App& app) {
   auto o = std::make_shared<SampleOptions>();
   auto* cmd = app.add_subcommand(
-      "sample", "Run the whole denoising loop and write the final latents (with no arguments: "
-                "the tiny preset, a few seconds on the CPU)");
+      "sample",
+      "Run the whole denoising loop and write the final latents (with no arguments: "
+      "the tiny preset, a few seconds on the CPU)");
   o->model.add_to(cmd, true);
   cmd->add_option("--inputs", o->inputs,
                   "Inputs file (input/text_embeds, input/video_latents as the starting noise, "
@@ -158,22 +162,27 @@ void add_sample_command(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--text-tokens", o->text_tokens,
                   "Length of the stand-in text embeddings (default 10 tiny, 100 h3)");
-  cmd->add_option("--frames", o->frames, "Video frames: 1, 5, 9, 13, 17, 18, 22, ... "
-                                         "(default 22 tiny, 124 h3)");
-  cmd->add_option("--width", o->width, "Width in pixels, a multiple of 32 (default 192 tiny, "
-                                       "1344 h3)");
-  cmd->add_option("--height", o->height, "Height in pixels, a multiple of 32 (default 128 tiny, "
-                                         "768 h3)");
+  cmd->add_option("--frames", o->frames,
+                  "Video frames: 1, 5, 9, 13, 17, 18, 22, ... "
+                  "(default 22 tiny, 124 h3)");
+  cmd->add_option("--width", o->width,
+                  "Width in pixels, a multiple of 32 (default 192 tiny, "
+                  "1344 h3)");
+  cmd->add_option("--height", o->height,
+                  "Height in pixels, a multiple of 32 (default 128 tiny, "
+                  "768 h3)");
   cmd->add_option("--audio-seconds", o->audio_seconds,
                   "Audio length in seconds, 40 latents/s (default: the video's length at 24 fps)");
   cmd->add_option("--steps", o->steps, "Model evaluations (default 8)");
   cmd->add_option("--seed", o->seed, "Noise seed (Philox4x32-10, same bits on CPU and GPU)")
       ->capture_default_str();
-  cmd->add_option("--out", o->out, "Output: video_latents [1,24,T,H,W] and audio_latents "
-                                   "[2,32,N], f32")
+  cmd->add_option("--out", o->out,
+                  "Output: video_latents [1,24,T,H,W] and audio_latents "
+                  "[2,32,N], f32")
       ->capture_default_str();
-  cmd->add_option("--report", o->report, "Write a JSON report (stage times, peak memory, "
-                                         "checksums); - for stdout");
+  cmd->add_option("--report", o->report,
+                  "Write a JSON report (stage times, peak memory, "
+                  "checksums); - for stdout");
   cmd->callback([o] { run_sample(*o); });
 }
 

@@ -28,10 +28,11 @@ std::string concat(Args&&... args) {
 }  // namespace detail
 }  // namespace h3rt
 
-#define H3RT_CHECK(cond, ...)                                                           \
-  do {                                                                                  \
-    if (!(cond))                                                                        \
+#define H3RT_CHECK(cond, ...)                                                               \
+  do {                                                                                      \
+    if (!(cond))                                                                            \
       ::h3rt::detail::fail(#cond, __FILE__, __LINE__, ::h3rt::detail::concat(__VA_ARGS__)); \
   } while (0)
 
-#define H3RT_FAIL(...) ::h3rt::detail::fail(nullptr, __FILE__, __LINE__, ::h3rt::detail::concat(__VA_ARGS__))
+#define H3RT_FAIL(...) \
+  ::h3rt::detail::fail(nullptr, __FILE__, __LINE__, ::h3rt::detail::concat(__VA_ARGS__))

@@ -9,7 +9,9 @@
 namespace h3rt {
 
 // ---- bf16 -------------------------------------------------------------------------------
-inline float bf16_to_f32(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+inline float bf16_to_f32(uint16_t b) {
+  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+}
 
 inline uint16_t f32_to_bf16(float f) {
   uint32_t u = std::bit_cast<uint32_t>(f);
@@ -19,7 +21,9 @@ inline uint16_t f32_to_bf16(float f) {
 }
 
 // Round a float to the nearest bf16 value, returned as float.
-inline float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+inline float round_bf16(float f) {
+  return bf16_to_f32(f32_to_bf16(f));
+}
 
 // ---- fp16 -------------------------------------------------------------------------------
 float f16_to_f32(uint16_t h);

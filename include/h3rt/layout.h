@@ -12,15 +12,15 @@ namespace h3rt {
 enum ModalityTag : int32_t { kTagVideo = 0, kTagText = 1, kTagAudio = 2 };
 
 struct SequenceLayout {
-  int64_t text_len = 0;      // L
-  int64_t audio_len = 0;     // N latents per stereo channel (2N audio rows)
-  int64_t frames = 0;        // latent T
-  int64_t height = 0;        // latent Hl (even)
-  int64_t width = 0;         // latent Wl (even)
+  int64_t text_len = 0;   // L
+  int64_t audio_len = 0;  // N latents per stereo channel (2N audio rows)
+  int64_t frames = 0;     // latent T
+  int64_t height = 0;     // latent Hl (even)
+  int64_t width = 0;      // latent Wl (even)
 
   std::vector<int64_t> text_indices, audio_indices, video_indices;
-  std::vector<int32_t> token_tags;     // [S]
-  std::vector<double> position_ids;    // [S, 3] row-major (t, h, w), float64 as the reference
+  std::vector<int32_t> token_tags;   // [S]
+  std::vector<double> position_ids;  // [S, 3] row-major (t, h, w), float64 as the reference
 
   int64_t audio_rows() const { return 2 * audio_len; }
   int64_t video_rows() const { return frames * (height / 2) * (width / 2); }
@@ -28,8 +28,8 @@ struct SequenceLayout {
 };
 
 // Builds indices, tags and positions exactly as the reference pipeline (README section 3-4).
-SequenceLayout make_t2va_layout(int64_t text_len, int64_t audio_len, int64_t frames,
-                                int64_t height, int64_t width);
+SequenceLayout make_t2va_layout(int64_t text_len, int64_t audio_len, int64_t frames, int64_t height,
+                                int64_t width);
 
 // Per-row timesteps: `timestep` holds the distinct values sorted ascending, and
 // `timestep_indices[r]` each row's index into it (text and video rows: t_video, audio: t_audio).

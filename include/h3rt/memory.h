@@ -28,7 +28,9 @@ struct TrackedAllocator {
   T* allocate(size_t n) { return static_cast<T*>(host_alloc(n * sizeof(T))); }
   void deallocate(T* p, size_t n) noexcept { host_free(p, n * sizeof(T)); }
   template <typename U>
-  bool operator==(const TrackedAllocator<U>&) const { return true; }
+  bool operator==(const TrackedAllocator<U>&) const {
+    return true;
+  }
 };
 
 // The float buffer of the CPU reference.

@@ -28,7 +28,7 @@ struct SampleReport {
   int64_t latent_frames = 0, latent_height = 0, latent_width = 0, audio_latents = 0;
   int64_t text_tokens = 0, audio_rows = 0, video_rows = 0, packed_tokens = 0;
   uint64_t seed = 0;
-  int steps = 0;  // model evaluations
+  int steps = 0;                     // model evaluations
   std::vector<StageSeconds> stages;  // one per step
   double total_seconds = 0;
   int64_t peak_host_bytes = 0;

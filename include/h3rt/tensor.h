@@ -30,7 +30,9 @@ class Tensor {
 
   void* data() const { return data_; }
   template <typename T>
-  T* ptr() const { return static_cast<T*>(data_); }
+  T* ptr() const {
+    return static_cast<T*>(data_);
+  }
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }
   const Shape& shape() const { return shape_; }

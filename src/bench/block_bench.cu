@@ -1,6 +1,3 @@
-#include "bench/block_bench.h"
-#include "bench/launch_count.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -8,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/block_bench.h"
+#include "bench/launch_count.h"
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
 #include "h3rt/layout.h"
@@ -44,7 +43,9 @@ void fill(const Tensor& t, uint64_t seed, float center, float scale, cudaStream_
   H3RT_CUDA_CHECK(cudaGetLastError());
 }
 
-Tensor device_scalar(float v) { return cuda::to_device(tensor_from_f32({v}, {1})); }
+Tensor device_scalar(float v) {
+  return cuda::to_device(tensor_from_f32({v}, {1}));
+}
 
 // Turns a bf16 layer whose values lie in [-wmax, wmax] into an fp8_scaled one: e4m3 weights with
 // w_scale = wmax / 448, and a static activation scale for inputs up to 8 in magnitude.
@@ -81,8 +82,10 @@ std::map<std::string, double> byte_model(const H3Config& c, int64_t S) {
 
 std::map<std::string, double> flop_model(const H3Config& c, int64_t S) {
   const double H = c.hidden, I = c.inner(), F = c.ffn;
-  return {{"qkv_projection", 2.0 * S * H * 3 * I}, {"output_projection", 2.0 * S * I * H},
-          {"mlp_fc1", 2.0 * S * H * 2 * F},       {"mlp_fc2", 2.0 * S * F * H},
+  return {{"qkv_projection", 2.0 * S * H * 3 * I},
+          {"output_projection", 2.0 * S * I * H},
+          {"mlp_fc1", 2.0 * S * H * 2 * F},
+          {"mlp_fc2", 2.0 * S * F * H},
           {"attention", 4.0 * S * S * I}};
 }
 
@@ -94,8 +97,8 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
   SequenceLayout layout = make_t2va_layout(o.text_len, o.audio_len, o.frames, o.height, o.width);
   TimestepPlan plan = make_timestep_plan(layout, 0.3f, 0.631579f);
   const int64_t S = layout.seq_len(), table_rows = 3 * int64_t(plan.timestep.size());
-  std::fprintf(stderr, "bench block: %lld rows, hidden %lld, %lld heads, ffn %lld\n",
-               (long long)S, (long long)c.hidden, (long long)c.heads, (long long)c.ffn);
+  std::fprintf(stderr, "bench block: %lld rows, hidden %lld, %lld heads, ffn %lld\n", (long long)S,
+               (long long)c.hidden, (long long)c.heads, (long long)c.ffn);
 
   cuda::Stream s;
   cuda::default_arena().reset_peak();
@@ -132,11 +135,14 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
   std::vector<int64_t> idx = adaln_indices(layout, plan);
   std::vector<float> inv = ops::rope_inv_freq(c.rope_freqs, c.rope_theta);
   std::vector<float> cosv(S * c.rope_dim()), sinv(S * c.rope_dim());
-  ops::rope_table_cpu({layout.position_ids.data(), inv.data(), cosv.data(), sinv.data(), S,
-                       c.rope_freqs});
-  H3RT_CUDA_CHECK(cudaMemcpyAsync(b.row_index.data(), idx.data(), S * 8, cudaMemcpyHostToDevice, s));
-  H3RT_CUDA_CHECK(cudaMemcpyAsync(b.cos.data(), cosv.data(), cosv.size() * 4, cudaMemcpyHostToDevice, s));
-  H3RT_CUDA_CHECK(cudaMemcpyAsync(b.sin.data(), sinv.data(), sinv.size() * 4, cudaMemcpyHostToDevice, s));
+  ops::rope_table_cpu(
+      {layout.position_ids.data(), inv.data(), cosv.data(), sinv.data(), S, c.rope_freqs});
+  H3RT_CUDA_CHECK(
+      cudaMemcpyAsync(b.row_index.data(), idx.data(), S * 8, cudaMemcpyHostToDevice, s));
+  H3RT_CUDA_CHECK(
+      cudaMemcpyAsync(b.cos.data(), cosv.data(), cosv.size() * 4, cudaMemcpyHostToDevice, s));
+  H3RT_CUDA_CHECK(
+      cudaMemcpyAsync(b.sin.data(), sinv.data(), sinv.size() * 4, cudaMemcpyHostToDevice, s));
   // The residual stream grows block after block; re-filling x keeps every repetition alike.
   auto reset_x = [&] { fill(b.x, o.seed, 0.0f, 1.0f, s); };
 
@@ -229,8 +235,10 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
                   {"gb10_273GBps_ms", by / 273e6},
                   {"achieved_GBps", by / (ms * 1e6)}};
     if (flops.count(name)) roof[name]["achieved_TFLOPs"] = flops.at(name) / (ms * 1e9);
-    if (name.find("projection") != std::string::npos || name.rfind("mlp_fc", 0) == 0) gemm_ms += ms;
-    else if (name != "attention") memory_bound_ms += ms;
+    if (name.find("projection") != std::string::npos || name.rfind("mlp_fc", 0) == 0)
+      gemm_ms += ms;
+    else if (name != "attention")
+      memory_bound_ms += ms;
   }
   p50["module_forward"] = median(instrumented);
   const double attention_ms = p50["attention"].get<double>();
@@ -240,13 +248,20 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
       {"compute_capability", std::to_string(prop.major) + std::to_string(prop.minor)},
       {"driver_version", driver},
       {"cuda_runtime_version", runtime},
-      {"workload", {{"packed_tokens", S}, {"text", layout.text_len}, {"audio", layout.audio_rows()},
-                    {"video", layout.video_rows()}, {"hidden", H}, {"heads", c.heads}, {"ffn", F},
-                    {"precision", "bf16"}, {"attention", "flash_bf16 (h3rt)"},
-                    {"gemm", o.fp8 ? "cuBLASLt fp8 e4m3, static per-tensor scales (the "
-                                     "activation quantize launch is inside each projection)"
-                                   : "cuBLASLt bf16"},
-                    {"seed", o.seed}}},
+      {"workload",
+       {{"packed_tokens", S},
+        {"text", layout.text_len},
+        {"audio", layout.audio_rows()},
+        {"video", layout.video_rows()},
+        {"hidden", H},
+        {"heads", c.heads},
+        {"ffn", F},
+        {"precision", "bf16"},
+        {"attention", "flash_bf16 (h3rt)"},
+        {"gemm", o.fp8 ? "cuBLASLt fp8 e4m3, static per-tensor scales (the "
+                         "activation quantize launch is inside each projection)"
+                       : "cuBLASLt bf16"},
+        {"seed", o.seed}}},
       {"representative_block_p50_milliseconds", p50},
       {"component_fusion",
        {{"norm_modulate", "norm1 + AdaLN modulate (seeds: norm + modulate)"},
@@ -259,9 +274,10 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
       {"attention_milliseconds", attention_ms},
       {"memory_bound_milliseconds", memory_bound_ms},
       {"block_over_gemm_plus_attention", median(plain) / (gemm_ms + attention_ms)},
-      {"launches_per_block", {{"launcher_calls", model::kBlockLaunches + (o.fp8 ? 4 : 0)},
-                              {"cuda_graph_nodes", graph_nodes},
-                              {"cupti_kernels", cupti_kernels}}},
+      {"launches_per_block",
+       {{"launcher_calls", model::kBlockLaunches + (o.fp8 ? 4 : 0)},
+        {"cuda_graph_nodes", graph_nodes},
+        {"cupti_kernels", cupti_kernels}}},
       {"bytes_moved_model", moved},
       {"roofline", roof},
       {"peak_device_bytes", {{"allocated", mem.peak_allocated}, {"reserved", mem.peak_reserved}}},

@@ -11,7 +11,7 @@
 namespace h3rt::bench {
 
 struct BlockBenchOptions {
-  bool h3_dims = true;       // false: the tiny config
+  bool h3_dims = true;  // false: the tiny config
   int64_t text_len = 100, audio_len = 207, frames = 37, height = 48, width = 84;  // latents
   int reps = 10, warmup = 2;
   bool fp8 = false;  // fp8 e4m3 GEMMs (static per-tensor scales) instead of bf16

@@ -9,7 +9,8 @@ namespace h3rt {
 namespace {
 
 bool names_a_time(const std::string& path) {
-  return path.find("seconds") != std::string::npos || path.find("milliseconds") != std::string::npos;
+  return path.find("seconds") != std::string::npos ||
+         path.find("milliseconds") != std::string::npos;
 }
 
 void walk(const nlohmann::json& a, const nlohmann::json& b, const std::string& path,

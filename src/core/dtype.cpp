@@ -25,13 +25,21 @@ constexpr std::array<DTypeInfo, 10> kInfo = {{
     {DType::i64, 8, "i64", "I64"},
 }};
 
-const DTypeInfo& info(DType t) { return kInfo[static_cast<size_t>(t)]; }
+const DTypeInfo& info(DType t) {
+  return kInfo[static_cast<size_t>(t)];
+}
 
 }  // namespace
 
-int64_t dtype_size(DType t) { return info(t).size; }
-const char* dtype_name(DType t) { return info(t).name; }
-const char* safetensors_dtype_name(DType t) { return info(t).st_name; }
+int64_t dtype_size(DType t) {
+  return info(t).size;
+}
+const char* dtype_name(DType t) {
+  return info(t).name;
+}
+const char* safetensors_dtype_name(DType t) {
+  return info(t).st_name;
+}
 
 std::optional<DType> dtype_from_safetensors(std::string_view name) {
   for (const auto& i : kInfo)

@@ -19,9 +19,13 @@ void raise_peak(int64_t now) {
 
 }  // namespace
 
-MemoryStats host_memory_stats() { return {g_current.load(), g_peak.load()}; }
+MemoryStats host_memory_stats() {
+  return {g_current.load(), g_peak.load()};
+}
 
-void reset_host_peak() { g_peak.store(g_current.load()); }
+void reset_host_peak() {
+  g_peak.store(g_current.load());
+}
 
 void* host_alloc(size_t bytes) {
   // 64-byte alignment keeps vector loads and safetensors-style layouts happy.

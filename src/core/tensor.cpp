@@ -37,8 +37,12 @@ Tensor::Tensor(void* data, DType dtype, Shape shape, std::shared_ptr<void> owner
 
 Tensor::Tensor(void* data, DType dtype, Shape shape, Shape strides, std::shared_ptr<void> owner,
                Device device)
-    : data_(data), dtype_(dtype), device_(device), shape_(std::move(shape)),
-      strides_(std::move(strides)), owner_(std::move(owner)) {
+    : data_(data),
+      dtype_(dtype),
+      device_(device),
+      shape_(std::move(shape)),
+      strides_(std::move(strides)),
+      owner_(std::move(owner)) {
   H3RT_CHECK(shape_.size() == strides_.size(), "tensor shape and strides differ in rank");
   for (int64_t d : shape_) H3RT_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape_));
 }
@@ -63,7 +67,9 @@ int64_t Tensor::stride(int64_t d) const {
   return strides_[d];
 }
 
-int64_t Tensor::numel() const { return shape_numel(shape_); }
+int64_t Tensor::numel() const {
+  return shape_numel(shape_);
+}
 
 bool Tensor::is_contiguous() const {
   int64_t acc = 1;
@@ -122,15 +128,43 @@ void for_each_offset(const Shape& shape, const Shape& strides, F&& f) {
 
 double element_to_f64(const char* p, DType t) {
   switch (t) {
-    case DType::f64: { double v; std::memcpy(&v, p, 8); return v; }
-    case DType::f32: { float v; std::memcpy(&v, p, 4); return v; }
-    case DType::bf16: { uint16_t v; std::memcpy(&v, p, 2); return bf16_to_f32(v); }
-    case DType::f16: { uint16_t v; std::memcpy(&v, p, 2); return f16_to_f32(v); }
-    case DType::e4m3: return e4m3_to_f32(static_cast<uint8_t>(*p));
-    case DType::u8: case DType::e2m1x2: return static_cast<uint8_t>(*p);
-    case DType::i8: return static_cast<int8_t>(*p);
-    case DType::i32: { int32_t v; std::memcpy(&v, p, 4); return v; }
-    case DType::i64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
+    case DType::f64: {
+      double v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+    case DType::f32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DType::bf16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return bf16_to_f32(v);
+    }
+    case DType::f16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return f16_to_f32(v);
+    }
+    case DType::e4m3:
+      return e4m3_to_f32(static_cast<uint8_t>(*p));
+    case DType::u8:
+    case DType::e2m1x2:
+      return static_cast<uint8_t>(*p);
+    case DType::i8:
+      return static_cast<int8_t>(*p);
+    case DType::i32: {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DType::i64: {
+      int64_t v;
+      std::memcpy(&v, p, 8);
+      return static_cast<double>(v);
+    }
   }
   return 0.0;
 }
@@ -156,9 +190,8 @@ std::vector<double> Tensor::to_f64() const {
   out.reserve(static_cast<size_t>(numel()));
   int64_t es = dtype_size(dtype_);
   const char* src = static_cast<const char*>(data_);
-  for_each_offset(shape_, strides_, [&](int64_t off) {
-    out.push_back(element_to_f64(src + off * es, dtype_));
-  });
+  for_each_offset(shape_, strides_,
+                  [&](int64_t off) { out.push_back(element_to_f64(src + off * es, dtype_)); });
   return out;
 }
 
@@ -174,12 +207,23 @@ Tensor tensor_from_f32(const std::vector<float>& values, Shape shape, DType dtyp
   for (size_t i = 0; i < values.size(); ++i) {
     float v = values[i];
     switch (dtype) {
-      case DType::f32: t.ptr<float>()[i] = v; break;
-      case DType::f64: t.ptr<double>()[i] = v; break;
-      case DType::bf16: t.ptr<uint16_t>()[i] = f32_to_bf16(v); break;
-      case DType::f16: t.ptr<uint16_t>()[i] = f32_to_f16(v); break;
-      case DType::e4m3: t.ptr<uint8_t>()[i] = f32_to_e4m3_satfinite(v); break;
-      default: H3RT_FAIL("tensor_from_f32 cannot store ", dtype_name(dtype));
+      case DType::f32:
+        t.ptr<float>()[i] = v;
+        break;
+      case DType::f64:
+        t.ptr<double>()[i] = v;
+        break;
+      case DType::bf16:
+        t.ptr<uint16_t>()[i] = f32_to_bf16(v);
+        break;
+      case DType::f16:
+        t.ptr<uint16_t>()[i] = f32_to_f16(v);
+        break;
+      case DType::e4m3:
+        t.ptr<uint8_t>()[i] = f32_to_e4m3_satfinite(v);
+        break;
+      default:
+        H3RT_FAIL("tensor_from_f32 cannot store ", dtype_name(dtype));
     }
   }
   return t;

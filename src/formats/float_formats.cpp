@@ -15,8 +15,8 @@ float round_to_format(float a, int mbits, int emin) {
   std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
   int exp = std::max(e - 1, emin);
   float quantum = std::ldexp(1.0f, exp - mbits);
-  float q = a / quantum;                    // exact: division by a power of two
-  float r = std::nearbyint(q);              // default rounding mode: ties to even
+  float q = a / quantum;        // exact: division by a power of two
+  float r = std::nearbyint(q);  // default rounding mode: ties to even
   return r * quantum;
 }
 
@@ -26,9 +26,12 @@ float round_to_format(float a, int mbits, int emin) {
 float f16_to_f32(uint16_t h) {
   uint32_t sign = (h >> 15) & 1u, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
   float v;
-  if (exp == 0) v = std::ldexp(static_cast<float>(man), -24);
-  else if (exp == 31) v = man ? NAN : INFINITY;
-  else v = std::ldexp(static_cast<float>(man | 0x400u), static_cast<int>(exp) - 25);
+  if (exp == 0)
+    v = std::ldexp(static_cast<float>(man), -24);
+  else if (exp == 31)
+    v = man ? NAN : INFINITY;
+  else
+    v = std::ldexp(static_cast<float>(man | 0x400u), static_cast<int>(exp) - 25);
   return sign ? -v : v;
 }
 

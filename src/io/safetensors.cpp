@@ -58,8 +58,7 @@ SafetensorsEntry parse_entry(const std::string& path, const std::string& name, c
     if (k != "dtype" && k != "shape" && k != "data_offsets") throw bad("unknown field '" + k + "'");
   if (!v.contains("dtype") || !v["dtype"].is_string()) throw bad("missing dtype");
   if (!v.contains("shape") || !v["shape"].is_array()) throw bad("missing shape");
-  if (!v.contains("data_offsets") || !v["data_offsets"].is_array() ||
-      v["data_offsets"].size() != 2)
+  if (!v.contains("data_offsets") || !v["data_offsets"].is_array() || v["data_offsets"].size() != 2)
     throw bad("data_offsets must be [begin, end]");
   SafetensorsEntry e;
   e.name = name;
@@ -83,9 +82,9 @@ SafetensorsEntry parse_entry(const std::string& path, const std::string& name, c
   if (e.begin > e.end) throw bad("data_offsets begin > end");
   int64_t expect = numel * dtype_size(e.dtype);
   if (e.end - e.begin != expect)
-    throw bad("byte range [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
-              ") holds " + std::to_string(e.end - e.begin) + " bytes but shape " +
-              shape_str(e.shape) + " of " + dt + " needs " + std::to_string(expect));
+    throw bad("byte range [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + ") holds " +
+              std::to_string(e.end - e.begin) + " bytes but shape " + shape_str(e.shape) + " of " +
+              dt + " needs " + std::to_string(expect));
   return e;
 }
 
@@ -150,7 +149,9 @@ const SafetensorsEntry* SafetensorsFile::find(const std::string& name) const {
   return nullptr;
 }
 
-bool SafetensorsFile::contains(const std::string& name) const { return find(name) != nullptr; }
+bool SafetensorsFile::contains(const std::string& name) const {
+  return find(name) != nullptr;
+}
 
 Tensor SafetensorsFile::get(const std::string& name) const {
   const SafetensorsEntry* e = find(name);
@@ -165,8 +166,8 @@ Tensor SafetensorsFile::get(const std::string& name, DType dtype, const Shape& s
   H3RT_CHECK(e, path_, ": no tensor named '", name, "' (expected ", dtype_name(dtype), " ",
              shape_str(shape), ")");
   H3RT_CHECK(e->dtype == dtype && e->shape == shape, path_, ": tensor '", name, "' is ",
-             dtype_name(e->dtype), " ", shape_str(e->shape), ", expected ", dtype_name(dtype),
-             " ", shape_str(shape));
+             dtype_name(e->dtype), " ", shape_str(e->shape), ", expected ", dtype_name(dtype), " ",
+             shape_str(shape));
   return get(name);
 }
 

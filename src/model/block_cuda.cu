@@ -1,12 +1,10 @@
-#include "model/block_cuda.h"
-
 #include <algorithm>
-
 #include <vector>
 
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
 #include "h3rt/formats.h"
+#include "model/block_cuda.h"
 #include "ops/attention/attention.h"
 #include "ops/gated_residual/gated_residual.h"
 #include "ops/linear/linear.h"
@@ -19,7 +17,9 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
-bf16* bp(const Tensor& t) { return t.ptr<bf16>(); }
+bf16* bp(const Tensor& t) {
+  return t.ptr<bf16>();
+}
 
 // y = x W^T through the layer's path: bf16 GEMM, or e4m3 quantize + fp8 GEMM.
 void project(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows, BlockCudaBuffers& b,
@@ -50,8 +50,7 @@ void stage(const StageHook* hook, const char* name) {
 
 }  // namespace
 
-BlockCudaBuffers make_block_buffers(const H3Config& c, int64_t rows, int64_t table_rows,
-                                    bool fp8) {
+BlockCudaBuffers make_block_buffers(const H3Config& c, int64_t rows, int64_t table_rows, bool fp8) {
   BlockCudaBuffers b;
   b.rows = rows;
   b.hidden = c.hidden;

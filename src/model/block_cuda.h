@@ -50,14 +50,14 @@ DeviceBlock upload_block(const RefinerBlockWeights& w);
 // The activations of one block at S rows, allocated once and reused across blocks.
 struct BlockCudaBuffers {
   int64_t rows = 0, hidden = 0, heads = 0, ffn = 0;
-  Tensor x;        // [S, H] residual stream, updated in place
-  Tensor n;        // [S, H] normalized + modulated
-  Tensor qkv;      // [S, 3I]
-  Tensor attn;     // [S, I]
-  Tensor y;        // [S, H] projection outputs
-  Tensor h;        // [S, 2F]
-  Tensor g;        // [S, F]
-  Tensor table;    // [3M, 6H] modulation table (shift_msa, scale_msa, gate_msa, shift_mlp, ...)
+  Tensor x;          // [S, H] residual stream, updated in place
+  Tensor n;          // [S, H] normalized + modulated
+  Tensor qkv;        // [S, 3I]
+  Tensor attn;       // [S, I]
+  Tensor y;          // [S, H] projection outputs
+  Tensor h;          // [S, 2F]
+  Tensor g;          // [S, F]
+  Tensor table;      // [3M, 6H] modulation table (shift_msa, scale_msa, gate_msa, shift_mlp, ...)
   Tensor row_index;  // [S] int64: timestep_index * 3 + tag
   Tensor cos, sin;   // [S, 96] float32 RoPE tables
   Tensor x8;         // [S, max(H, I, F)] e4m3 activations of fp8 layers (empty without them)
@@ -71,8 +71,7 @@ using StageHook = std::function<void(const char* component)>;
 // `refiner` runs a token-refiner block instead: no modulation (plain RMSNorms, ungated
 // residuals, no table) and no RoPE; attention over the buffers' rows only.
 void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffers& b,
-                        cudaStream_t stream, const StageHook* hook = nullptr,
-                        bool refiner = false);
+                        cudaStream_t stream, const StageHook* hook = nullptr, bool refiner = false);
 
 // Launches block_forward_cuda issues (kernels and cuBLASLt calls), for reports.
 constexpr int kBlockLaunches = 10;

@@ -47,7 +47,9 @@ __global__ void add_bias_rows(float* y, const float* b, int64_t rows, int64_t co
     y[i] = __fadd_rn(y[i], b[i % cols]);
 }
 
-int grid_for(int64_t n) { return static_cast<int>(std::min<int64_t>((n + 255) / 256, 8192)); }
+int grid_for(int64_t n) {
+  return static_cast<int>(std::min<int64_t>((n + 255) / 256, 8192));
+}
 
 cublasHandle_t cublas(cudaStream_t s) {
   static std::mutex mu;
@@ -68,8 +70,8 @@ void linear_f32(const DeviceLinear& l, const float* x, float* y, int64_t rows, c
   const float one = 1.0f, zero = 0.0f;
   // Column-major view: y^T [out, rows] = W [out, in] . x^T [in, rows].
   H3RT_CHECK(cublasSgemm(cublas(s), CUBLAS_OP_T, CUBLAS_OP_N, int(l.out), int(rows), int(l.in),
-                         &one, l.w.ptr<float>(), int(l.in), x, int(l.in), &zero, y, int(l.out)) ==
-                 CUBLAS_STATUS_SUCCESS,
+                         &one, l.w.ptr<float>(), int(l.in), x, int(l.in), &zero, y,
+                         int(l.out)) == CUBLAS_STATUS_SUCCESS,
              "cublasSgemm failed (", rows, " x ", l.in, " -> ", l.out, ")");
   if (l.b.data()) {
     add_bias_rows<<<grid_for(rows * l.out), 256, 0, s>>>(y, l.b.ptr<float>(), rows, l.out);
@@ -79,8 +81,9 @@ void linear_f32(const DeviceLinear& l, const float* x, float* y, int64_t rows, c
 
 void linear_bf16(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows, cudaStream_t s,
                  int64_t y_row_stride = 0) {
-  ops::LinearCudaParams p{x, l.w.ptr<bf16>(), l.b.data() ? l.b.ptr<bf16>() : nullptr, y, rows,
-                          l.in, l.out, 0, y_row_stride};
+  ops::LinearCudaParams p{
+      x, l.w.ptr<bf16>(), l.b.data() ? l.b.ptr<bf16>() : nullptr, y, rows, l.in, l.out,
+      0, y_row_stride};
   H3RT_CUDA_CHECK(ops::linear_bf16_cuda(p, s));
 }
 
@@ -160,7 +163,8 @@ void head_rows(const DeviceLinear& l, const bf16* y, int64_t rows, int64_t hidde
   if (rows == 0) return;
   Tensor yf = cuda::device_empty(DType::f32, {rows, hidden});
   Tensor v = cuda::device_empty(DType::f32, {rows, l.out});
-  bf16_to_f32_rows<<<grid_for(rows * hidden), 256, 0, s>>>(y, hidden, yf.ptr<float>(), rows, hidden);
+  bf16_to_f32_rows<<<grid_for(rows * hidden), 256, 0, s>>>(y, hidden, yf.ptr<float>(), rows,
+                                                           hidden);
   H3RT_CUDA_CHECK(cudaGetLastError());
   linear_f32(l, yf.ptr<float>(), v.ptr<float>(), rows, s);
   H3RT_CUDA_CHECK(cudaMemcpyAsync(out.data(), v.data(), v.nbytes(), cudaMemcpyDeviceToHost, s));
@@ -195,12 +199,15 @@ ForwardOutputs forward_cuda(const DeviceModel& m, const ForwardInputs& in) {
   project_rows(m.video_in, in.video_rows, L.video_rows(), x + video0 * H, H, s);
 
   std::vector<float> cosv(S * c.rope_dim()), sinv(S * c.rope_dim());
-  ops::rope_table_cpu({L.position_ids.data(), m.rope_inv_freq.data(), cosv.data(), sinv.data(), S,
-                       c.rope_freqs});
-  H3RT_CUDA_CHECK(cudaMemcpyAsync(b.cos.data(), cosv.data(), b.cos.nbytes(), cudaMemcpyHostToDevice, s));
-  H3RT_CUDA_CHECK(cudaMemcpyAsync(b.sin.data(), sinv.data(), b.sin.nbytes(), cudaMemcpyHostToDevice, s));
+  ops::rope_table_cpu(
+      {L.position_ids.data(), m.rope_inv_freq.data(), cosv.data(), sinv.data(), S, c.rope_freqs});
+  H3RT_CUDA_CHECK(
+      cudaMemcpyAsync(b.cos.data(), cosv.data(), b.cos.nbytes(), cudaMemcpyHostToDevice, s));
+  H3RT_CUDA_CHECK(
+      cudaMemcpyAsync(b.sin.data(), sinv.data(), b.sin.nbytes(), cudaMemcpyHostToDevice, s));
   const std::vector<int64_t> rows = adaln_indices(L, in.plan);
-  H3RT_CUDA_CHECK(cudaMemcpyAsync(b.row_index.data(), rows.data(), S * 8, cudaMemcpyHostToDevice, s));
+  H3RT_CUDA_CHECK(
+      cudaMemcpyAsync(b.row_index.data(), rows.data(), S * 8, cudaMemcpyHostToDevice, s));
 
   for (const DeviceBlock& blk : m.blocks) {
     // [M, 18H] is the [3M, 6H] table: row m*3 + modality.

@@ -16,8 +16,8 @@ namespace {
 // ---- upload ------------------------------------------------------------------------------
 
 Tensor upload_values(const FloatVec& v, Shape shape, DType dtype) {
-  return cuda::to_device(tensor_from_f32(std::vector<float>(v.begin(), v.end()), std::move(shape),
-                                         dtype));
+  return cuda::to_device(
+      tensor_from_f32(std::vector<float>(v.begin(), v.end()), std::move(shape), dtype));
 }
 
 DeviceLinear upload_linear(const LinearWeight& l) {
@@ -80,8 +80,10 @@ __global__ void synth_kernel(T* out, int64_t n, uint64_t base, float scale, bool
     const uint64_t h = splitmix64(base + static_cast<uint64_t>(e));
     const float u = __fadd_rn(__fmul_rn(static_cast<float>(h >> 40), 1.0f / 8388608.0f), -1.0f);
     const float v = norm ? __fadd_rn(1.0f, __fmul_rn(0.1f, u)) : __fmul_rn(u, scale);
-    if constexpr (sizeof(T) == 2) out[e] = __float2bfloat16_rn(v);
-    else out[e] = v;
+    if constexpr (sizeof(T) == 2)
+      out[e] = __float2bfloat16_rn(v);
+    else
+      out[e] = v;
   }
 }
 
@@ -104,8 +106,8 @@ struct Synth {
     const auto& [k, spec] = specs.at(key);
     Tensor t = cuda::device_empty(spec.dtype, spec.shape);
     const uint64_t base = splitmix64_host(seed ^ splitmix64_host(k));
-    const bool norm = spec.shape.size() == 1 && key.size() > 7 &&
-                      key.compare(key.size() - 7, 7, ".weight") == 0;
+    const bool norm =
+        spec.shape.size() == 1 && key.size() > 7 && key.compare(key.size() - 7, 7, ".weight") == 0;
     const float scale = 1.0f / std::sqrt(static_cast<float>(fan_in.at(key)));
     const int64_t n = t.numel();
     const int grid = static_cast<int>(std::min<int64_t>((n + 255) / 256, 4096));

@@ -56,11 +56,12 @@ const std::string kGolden = test::golden_dir() + "/golden.safetensors";
 TEST(Cli, SampleReproducesGoldenTrajectoryFp32) {
   std::string out = tmp("traj.safetensors"), report = tmp("traj.json");
   CliRun r = run_cli("sample --checkpoint " + kWeights + " --inputs " + kGolden +
-                  " --steps 2 --precision fp32 --out " + out + " --report " + report);
+                     " --steps 2 --precision fp32 --out " + out + " --report " + report);
   ASSERT_EQ(r.status, 0) << r.output;
   SafetensorsFile ours = SafetensorsFile::open(out), gold = SafetensorsFile::open(kGolden);
   Tensor v = ours.get("video_latents"), a = ours.get("audio_latents");
-  Tensor gv = gold.get("traj_f32/final_video_latents"), ga = gold.get("traj_f32/final_audio_latents");
+  Tensor gv = gold.get("traj_f32/final_video_latents"),
+         ga = gold.get("traj_f32/final_audio_latents");
   EXPECT_EQ(v.shape(), gv.shape());
   EXPECT_EQ(a.shape(), ga.shape());
   EXPECT_LE(rel_max_err(v.to_f64(), gv.to_f64()), 1e-5);
@@ -77,10 +78,12 @@ TEST(Cli, ForwardMatchesFloat64Reference) {
   CliRun r = run_cli("forward --checkpoint " + kWeights + " --inputs " + kGolden + " --out " + out);
   ASSERT_EQ(r.status, 0) << r.output;
   SafetensorsFile ours = SafetensorsFile::open(out), gold = SafetensorsFile::open(kGolden);
-  EXPECT_LE(rel_max_err(ours.get("video_velocity").to_f64(),
-                        gold.get("fwd_f64/video_velocity").to_f64()), 1e-5);
-  EXPECT_LE(rel_max_err(ours.get("audio_velocity").to_f64(),
-                        gold.get("fwd_f64/audio_velocity").to_f64()), 1e-5);
+  EXPECT_LE(
+      rel_max_err(ours.get("video_velocity").to_f64(), gold.get("fwd_f64/video_velocity").to_f64()),
+      1e-5);
+  EXPECT_LE(
+      rel_max_err(ours.get("audio_velocity").to_f64(), gold.get("fwd_f64/audio_velocity").to_f64()),
+      1e-5);
 }
 
 TEST(Cli, TinyPresetRunsWithNoFiles) {

@@ -28,7 +28,6 @@ std::vector<int64_t> as_i64(const Tensor& t) {
   return std::vector<int64_t>(t.ptr<int64_t>(), t.ptr<int64_t>() + t.numel());
 }
 
-
 TEST(Layout, GoldenIndicesTagsAndPositionsBitExact) {
   const SafetensorsFile g = golden();
   const SequenceLayout lay = make_t2va_layout(kL, kN, kT, kH, kW);

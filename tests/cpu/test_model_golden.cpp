@@ -11,17 +11,19 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "golden_inputs.h"
 #include "h3rt/formats.h"
 #include "h3rt/model.h"
 #include "h3rt/safetensors.h"
-#include "golden_inputs.h"
 #include "test_util.h"
 
 namespace h3rt {
 namespace {
 
 using Golden = test::GoldenInputs;
-const Golden& golden() { return test::golden_inputs(); }
+const Golden& golden() {
+  return test::golden_inputs();
+}
 
 const H3Model& golden_model() {
   static const H3Model m = load_model(test::golden_dir() + "/weights.safetensors");

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "golden_inputs.h"
 #include "h3rt/formats.h"
 #include "h3rt/model.h"
 #include "h3rt/nvfp4.h"
@@ -19,7 +20,6 @@
 #include "h3rt/safetensors.h"
 #include "model/forward_internal.h"
 #include "ops/linear/linear.h"
-#include "golden_inputs.h"
 #include "test_util.h"
 
 namespace h3rt {

@@ -82,32 +82,29 @@ TEST(Safetensors, RejectsEveryMalformedHeader) {
   expect_error(write_raw("huge.st", "{}", 0, 1ull << 40), "does not fit");
   expect_error(write_raw("json.st", "{\"a\": [", 0), "not valid JSON");
   expect_error(write_raw("array.st", "[1,2]", 0), "not a JSON object");
-  expect_error(write_raw("dtype.st",
-                         R"({"t":{"dtype":"Q7","shape":[1],"data_offsets":[0,1]}})", 1),
+  expect_error(write_raw("dtype.st", R"({"t":{"dtype":"Q7","shape":[1],"data_offsets":[0,1]}})", 1),
                "unsupported dtype");
   expect_error(write_raw("nodtype.st", R"({"t":{"shape":[1],"data_offsets":[0,1]}})", 1),
                "'t': missing dtype");
-  expect_error(write_raw("negshape.st",
-                         R"({"t":{"dtype":"U8","shape":[-1],"data_offsets":[0,1]}})", 1),
-               "non-negative");
-  expect_error(write_raw("size.st",
-                         R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 4),
+  expect_error(
+      write_raw("negshape.st", R"({"t":{"dtype":"U8","shape":[-1],"data_offsets":[0,1]}})", 1),
+      "non-negative");
+  expect_error(write_raw("size.st", R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 4),
                "needs 8");
-  expect_error(write_raw("order.st",
-                         R"({"t":{"dtype":"U8","shape":[0],"data_offsets":[4,0]}})", 4),
+  expect_error(write_raw("order.st", R"({"t":{"dtype":"U8","shape":[0],"data_offsets":[4,0]}})", 4),
                "begin > end");
-  expect_error(write_raw("outside.st",
-                         R"({"t":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8),
-               "outside the data section");
+  expect_error(
+      write_raw("outside.st", R"({"t":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8),
+      "outside the data section");
   expect_error(write_raw("overlap.st",
                          R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                          R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
                          12),
                "overlap");
   expect_error(write_raw("meta.st", R"({"__metadata__":{"k":1}})", 0), "__metadata__");
-  expect_error(write_raw("field.st",
-                         R"({"t":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":1}})", 1),
-               "unknown field");
+  expect_error(
+      write_raw("field.st", R"({"t":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":1}})", 1),
+      "unknown field");
   expect_error(temp_path("does_not_exist.st"), "cannot open");
 }
 

@@ -22,7 +22,6 @@ SafetensorsFile golden() {
   return SafetensorsFile::open(test::golden_dir() + "/golden.safetensors");
 }
 
-
 std::vector<int64_t> as_i64(const Tensor& t) {
   H3RT_CHECK(t.dtype() == DType::i64 && t.is_contiguous(), "expected a contiguous int64 tensor");
   return std::vector<int64_t>(t.ptr<int64_t>(), t.ptr<int64_t>() + t.numel());

@@ -17,8 +17,12 @@ inline std::string shared_dir() {
   return H3RT_SHARED_DIR;
 }
 
-inline std::string golden_dir() { return shared_dir() + "/golden/h3_tiny"; }
-inline std::string nvfp4_golden_dir() { return shared_dir() + "/golden/nvfp4"; }
+inline std::string golden_dir() {
+  return shared_dir() + "/golden/h3_tiny";
+}
+inline std::string nvfp4_golden_dir() {
+  return shared_dir() + "/golden/nvfp4";
+}
 
 inline uint32_t bits(float x) {
   uint32_t u;

@@ -18,7 +18,6 @@
 namespace h3rt {
 namespace {
 
-
 struct Probed {
   std::map<std::string, std::vector<float>> t;
   std::map<std::string, Shape> shape;
@@ -51,14 +50,16 @@ TEST(BlockCuda, GoldenBlock0WithinTwiceCpuBf16Error) {
   std::vector<float> table(table_rows * 6 * H);  // [3M, 6H]: chunk c of row m at c*H
   for (int64_t ch = 0; ch < 6; ++ch)
     for (int64_t m = 0; m < table_rows; ++m)
-      for (int64_t j = 0; j < H; ++j) table[(m * 6 + ch) * H + j] = adaln[(ch * table_rows + m) * H + j];
+      for (int64_t j = 0; j < H; ++j)
+        table[(m * 6 + ch) * H + j] = adaln[(ch * table_rows + m) * H + j];
   std::vector<int64_t> row_index = adaln_indices(layout, plan);
 
   cuda::Stream stream;
   model::DeviceBlock w = model::upload_block(model.weights.blocks[0]);
   model::BlockCudaBuffers b = model::make_block_buffers(c, S, table_rows);
   auto upload = [&](Tensor& dst, const Tensor& host) {
-    H3RT_CUDA_CHECK(cudaMemcpyAsync(dst.data(), host.data(), host.nbytes(), cudaMemcpyHostToDevice, stream));
+    H3RT_CUDA_CHECK(
+        cudaMemcpyAsync(dst.data(), host.data(), host.nbytes(), cudaMemcpyHostToDevice, stream));
   };
   Tensor x_host = tensor_from_f32(p.t.at("packed_input"), {S, H}, DType::bf16);
   Tensor table_host = tensor_from_f32(table, {table_rows, 6 * H}, DType::bf16);

@@ -17,7 +17,9 @@
 namespace h3rt {
 namespace {
 
-std::string golden_file(const std::string& name) { return test::golden_dir() + "/" + name; }
+std::string golden_file(const std::string& name) {
+  return test::golden_dir() + "/" + name;
+}
 
 struct Err {
   double max_abs = 0, mean_abs = 0;
@@ -49,9 +51,11 @@ TEST(ForwardCuda, GoldenBf16WithinTwiceCpuBf16Error) {
   const auto ref_a = g.get("fwd_f64/audio_velocity").to_f64();
   const Err gv = error(gpu.video_velocity, ref_v), ga = error(gpu.audio_velocity, ref_a);
   const Err cv = error(cpu.video_velocity, ref_v), ca = error(cpu.audio_velocity, ref_a);
-  std::printf("video max/mean: gpu %.4g/%.4g cpu-bf16 %.4g/%.4g; audio gpu %.4g/%.4g cpu-bf16 "
-              "%.4g/%.4g\n", gv.max_abs, gv.mean_abs, cv.max_abs, cv.mean_abs, ga.max_abs,
-              ga.mean_abs, ca.max_abs, ca.mean_abs);
+  std::printf(
+      "video max/mean: gpu %.4g/%.4g cpu-bf16 %.4g/%.4g; audio gpu %.4g/%.4g cpu-bf16 "
+      "%.4g/%.4g\n",
+      gv.max_abs, gv.mean_abs, cv.max_abs, cv.mean_abs, ga.max_abs, ga.mean_abs, ca.max_abs,
+      ca.mean_abs);
   EXPECT_GT(cv.max_abs, 0.0);
   EXPECT_LE(gv.max_abs, 2.0 * cv.max_abs);
   EXPECT_LE(gv.mean_abs, 2.0 * cv.mean_abs);
