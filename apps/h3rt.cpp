@@ -14,8 +14,8 @@ int main(int argc, char** argv) {
   h3rt::cli::add_forward_command(app);
   h3rt::cli::add_info_command(app);
   CLI::App* bench = app.add_subcommand("bench",
-                                       "GPU benchmarks; JSON reports shaped like the "
-                                       "reference stack's measurements");
+                                       "Benchmarks on the GPU (JSON reports shaped like the "
+                                       "reference stack's measurements) and report comparison");
   bench->require_subcommand(1);
   h3rt::cli::add_bench_block_command(*bench);
   h3rt::cli::add_bench_compare_command(*bench);

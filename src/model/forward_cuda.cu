@@ -130,7 +130,7 @@ void text_rows(const DeviceModel& m, const ForwardInputs& in, bf16* x_text, cuda
   const H3Config& c = m.config;
   const int64_t L = in.layout.text_len;
   Tensor text = upload_bf16(in.text, {L, c.text_dim}, s);
-  BlockCudaBuffers rb = make_block_buffers(c, L, 3);
+  BlockCudaBuffers rb = make_block_buffers(c, L, 3, m.has_fp8());
   linear_bf16(m.text_in, text.ptr<bf16>(), rb.x.ptr<bf16>(), L, s);
   for (const DeviceBlock& b : m.refiner) block_forward_cuda(c, b, rb, s, nullptr, true);
   ops::RmsNormModulateCudaParams n;
@@ -192,7 +192,7 @@ ForwardOutputs forward_cuda(const DeviceModel& m, const ForwardInputs& in) {
   H3RT_NVTX_RANGE("forward_cuda");
 
   Tensor silu_temb = adaln_input(m, in.plan.timestep, s);
-  BlockCudaBuffers b = make_block_buffers(c, S, 3 * M);
+  BlockCudaBuffers b = make_block_buffers(c, S, 3 * M, m.has_fp8());
   bf16* x = b.x.ptr<bf16>();
   text_rows(m, in, x, s);
   project_rows(m.audio_in, in.audio_rows, L.audio_rows(), x + audio0 * H, H, s);

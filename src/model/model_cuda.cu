@@ -20,16 +20,38 @@ Tensor upload_values(const FloatVec& v, Shape shape, DType dtype) {
       tensor_from_f32(std::vector<float>(v.begin(), v.end()), std::move(shape), dtype));
 }
 
-DeviceLinear upload_linear(const LinearWeight& l) {
-  H3RT_CHECK(l.format == WeightFormat::bf16 || l.format == WeightFormat::f32, "layer '", l.name,
-             "' is ", weight_format_name(l.format),
-             "; the CUDA backend runs bf16/f32 layers only so far");
-  const DType t = l.format == WeightFormat::f32 ? DType::f32 : DType::bf16;
+Tensor device_scalar(const Tensor& host_scalar, const std::string& what) {
+  H3RT_CHECK(host_scalar.numel() == 1, what, " must hold one value, has shape ",
+             shape_str(host_scalar.shape()));
+  return cuda::to_device(tensor_from_f32({host_scalar.to_f32()[0]}, {1}));
+}
+
+// Where a layer runs: a float32 island (patch projections, output heads), a bf16 GEMM, or a
+// block projection, which can also run the fp8 GEMM.
+enum class LinearPath { f32_island, bf16, projection };
+
+// Weights are uploaded in the dtype their path computes in, from the exact float values: bf16 and
+// f32 layers unchanged; fp8_scaled layers dequantized (e4m3 values are exact in bf16, so this is
+// round_bf16(e4m3 * weight_scale), as ComfyUI computes a layer without input_scale), except block
+// projections with a static input_scale, which keep e4m3 weights for the fp8 GEMM.
+DeviceLinear upload_linear(const LinearWeight& l, LinearPath path) {
+  H3RT_CHECK(l.format != WeightFormat::nvfp4, "layer '", l.name,
+             "' is nvfp4; the CUDA backend runs bf16, f32 and fp8_scaled layers so far");
+  const DType t = path == LinearPath::f32_island ? DType::f32 : DType::bf16;
   DeviceLinear d;
   d.out = l.out;
   d.in = l.in;
-  d.w = upload_values(l.w, {l.out, l.in}, t);
   if (l.has_bias()) d.b = upload_values(l.b, {l.out}, t);
+  if (path == LinearPath::projection && l.format == WeightFormat::fp8_scaled &&
+      l.input_scale.data() != nullptr) {
+    H3RT_CHECK(l.data.dtype() == DType::e4m3 && l.data.is_contiguous(), "layer '", l.name,
+               "': fp8 weight is not a contiguous e4m3 tensor");
+    d.w8 = cuda::to_device(l.data);
+    d.w_scale = device_scalar(l.scale, l.name + ".weight_scale");
+    d.x_scale = device_scalar(l.input_scale, l.name + ".input_scale");
+    return d;
+  }
+  d.w = upload_values(l.w, {l.out, l.in}, t);
   return d;
 }
 
@@ -45,10 +67,10 @@ DeviceBlock upload_block(const RefinerBlockWeights& w) {
   d.norm2 = upload_norm(w.norm2);
   d.q_norm = upload_norm(w.attn.q_norm);
   d.k_norm = upload_norm(w.attn.k_norm);
-  d.qkv = upload_linear(w.attn.qkv);
-  d.out = upload_linear(w.attn.out);
-  d.fc1 = upload_linear(w.mlp.fc1);
-  d.fc2 = upload_linear(w.mlp.fc2);
+  d.qkv = upload_linear(w.attn.qkv, LinearPath::projection);
+  d.out = upload_linear(w.attn.out, LinearPath::projection);
+  d.fc1 = upload_linear(w.mlp.fc1, LinearPath::projection);
+  d.fc2 = upload_linear(w.mlp.fc2, LinearPath::projection);
   return d;
 }
 
@@ -150,20 +172,27 @@ FloatVec download(const Tensor& t) {
 
 }  // namespace
 
+bool DeviceModel::has_fp8() const {
+  for (const auto* list : {&refiner, &blocks})
+    for (const DeviceBlock& b : *list)
+      if (b.qkv.fp8() || b.out.fp8() || b.fc1.fp8() || b.fc2.fp8()) return true;
+  return false;
+}
+
 DeviceModel upload_model(const H3Model& m) {
   const H3Weights& w = m.weights;
   DeviceModel d;
   d.config = m.config;
-  d.video_in = upload_linear(w.video_in);
-  d.audio_in = upload_linear(w.audio_in);
-  d.text_in = upload_linear(w.text_in);
-  d.final_adaln = upload_linear(w.final_adaln);
-  d.video_out = upload_linear(w.video_out);
-  d.audio_out = upload_linear(w.audio_out);
+  d.video_in = upload_linear(w.video_in, LinearPath::f32_island);
+  d.audio_in = upload_linear(w.audio_in, LinearPath::f32_island);
+  d.text_in = upload_linear(w.text_in, LinearPath::bf16);
+  d.final_adaln = upload_linear(w.final_adaln, LinearPath::bf16);
+  d.video_out = upload_linear(w.video_out, LinearPath::f32_island);
+  d.audio_out = upload_linear(w.audio_out, LinearPath::f32_island);
   for (const auto& b : w.refiner) d.refiner.push_back(upload_block(b));
   for (const auto& b : w.blocks) {
     d.blocks.push_back(upload_block(b));
-    d.blocks.back().adaln = upload_linear(b.adaln);
+    d.blocks.back().adaln = upload_linear(b.adaln, LinearPath::bf16);
   }
   d.refiner_norm = upload_norm(w.refiner_norm);
   d.final_norm = upload_norm(w.final_norm);
