@@ -17,6 +17,7 @@
 #include <cstring>
 #include <string>
 
+#include "cuda/mma_sm80.cuh"
 #include "ops/attention_sage/attention_sage.h"
 #include "ops/attention_sage/attention_sage_cuda.h"
 
@@ -27,6 +28,8 @@
 
 namespace h3rt::attention_sage {
 namespace {
+
+using namespace h3rt::cuda;  // mma / cp.async primitives
 
 constexpr int kD = kHeadDim;
 constexpr int kStages = 2;
@@ -55,40 +58,6 @@ struct KernelArgs {
 
 #ifdef H3RT_SAGE_KERNEL_ENABLED
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
-}
-__device__ __forceinline__ void cp_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N>
-__device__ __forceinline__ void cp_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                       uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void mma_e4m3(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 __device__ __forceinline__ float ex2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
@@ -154,7 +123,7 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads) sage_attn_kernel(KernelArgs 
   extern __shared__ __align__(128) uint8_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int h = blockIdx.y, q0 = blockIdx.x * Cfg<W>::kRows;
-  const uint32_t s_q = smem_addr(smem);
+  const uint32_t s_q = smem_u32(smem);
   auto s_k = [&](int st) {
     return s_q + Cfg<W>::kQBytes + st * (Cfg<W>::kKBytes + Cfg<W>::kVBytes);
   };
@@ -163,7 +132,7 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads) sage_attn_kernel(KernelArgs 
   const int nblocks = (a.seq + kBlockN - 1) / kBlockN;
   load_q<W>(a, h, q0, s_q);
   load_kv<W>(a, h, 0, s_k(0), s_v(0));
-  cp_commit();
+  cp_async_commit();
 
   const float qs = a.q_scale[static_cast<int64_t>(h) * (a.padded / kQWarpRows * 8) +
                              (q0 / kQWarpRows + warp) * 8 + lane / 4];
@@ -181,8 +150,8 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads) sage_attn_kernel(KernelArgs 
     const int kv0 = b * kBlockN, st = b % kStages;
     if (b + 1 < nblocks)
       load_kv<W>(a, h, kv0 + kBlockN, s_k((b + 1) % kStages), s_v((b + 1) % kStages));
-    cp_commit();
-    cp_wait<1>();
+    cp_async_commit();
+    cp_async_wait<1>();
     __syncthreads();
     if (b == 0) {
 #pragma unroll
