@@ -102,6 +102,37 @@ __device__ __forceinline__ float rbf(float x) {
   return __uint_as_float(*reinterpret_cast<const uint32_t*>(&h));
 }
 
+// Two floats rounded to bf16 (RNE) and packed into one word, lo in the low half (element order
+// of a 16-byte vector): one F2FP for two values.
+__device__ __forceinline__ uint32_t pack_bf2(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// Packed bf16x2 product and sum, each rounded once (RNE) from the exact result. With bf16
+// operands these equal the reference's float32 op followed by round_bf16: a product of two bf16
+// values is exact in float32, and for a sum the float32 intermediate (24 bits >= 2 x 8 + 2)
+// makes the double rounding innocuous. Explicit .rn keeps the pair from being fused into an FMA.
+__device__ __forceinline__ uint32_t bf2_mul(uint32_t a, uint32_t b) {
+  uint32_t d;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+#else
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));  // + -0
+#endif
+  return d;
+}
+
+__device__ __forceinline__ uint32_t bf2_add(uint32_t a, uint32_t b) {
+  uint32_t d;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+#else
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(0x3f803f80u), "r"(b));  // a*1 + b
+#endif
+  return d;
+}
+
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v) {
 #pragma unroll

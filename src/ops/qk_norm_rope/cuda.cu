@@ -1,11 +1,15 @@
 // qk_norm_rope on the GPU (declared in qk_norm_rope.h), in place on the strided QKV buffer.
-// One block per row. A half-warp owns one (q|k, head) slot of 128 channels at a time, 8 per lane
-// in one 16-byte vector, and works on kSlots slots together (16 x 7 = 112 = q and k of 56 heads),
-// so every lane has kSlots independent loads in flight before any use. A lane covers the same
-// channels in every head, so its cos/sin values (and norm weights) are read once per row.
-// The per-head sum of squares is a 4-step shuffle reduction in double (exact for bf16 inputs,
-// matching the CPU reference bit for bit); the rotate-half partner of lane l (channels
-// j <-> j + R/2) is lane l +- R/16, fetched with one shuffle per bf16 pair.
+// One block per row (and group of 56 heads). A half-warp owns one head of q (half-warps 0-7) or of
+// k (8-15) at a time, 128 channels, 8 per lane in one 16-byte vector, and works on kSlots heads
+// together (8 x 7 = 56 heads per side), so every lane has kSlots independent loads in flight before
+// any use. A lane covers the same channels in every head of one side, so its norm weights and
+// cos/sin values are read and unpacked once per row. The per-head sum of squares is accumulated in
+// double (exact for bf16 inputs, matching the CPU reference bit for bit) and reduced across the
+// half-warp by transposition: each exchange step halves the number of partial sums a lane holds, so
+// 8 slots take 8 double shuffles in all, and lane 2i ends with the sum of slot i. The rotation runs
+// on packed bf16 pairs (cuda::bf2_mul / bf2_add round exactly as the reference); the rotate-half
+// partner of lane l (channels j <-> j + R/2) is lane l +- R/16, fetched with one shuffle per bf16
+// pair.
 #include "cuda/device_math.cuh"
 #include "cuda/runtime.h"
 #include "ops/qk_norm_rope/qk_norm_rope.h"
@@ -14,132 +18,135 @@ namespace h3rt::ops {
 
 namespace {
 
-using cuda::rbf;
-
 constexpr int kHeadDim = 128;
-constexpr int kThreads = 256;  // 16 half-warps
-constexpr int kHalfWarps = kThreads / 16;
-constexpr int kSlots = 7;  // slots per half-warp in flight
+constexpr int kThreads = 256;                  // 16 half-warps
+constexpr int kSideHalfWarps = kThreads / 32;  // half-warps per side (q or k)
+constexpr int kSlots = 7;                      // heads per half-warp in flight
+constexpr int kPad = 8;                        // slots padded to a power of two for the reduction
+constexpr int kHeadsPerBlock = kSideHalfWarps * kSlots;  // of each side; more: blockIdx.y
+static_assert(kSlots <= kPad && kPad == 8, "the transposed reduction is written for 8 slots");
 
 __device__ __forceinline__ uint4 load_f32x4(const float* p, bool pred) {
   return cuda::load_u4(reinterpret_cast<const __nv_bfloat16*>(p), pred);
-}
-
-// Packs 8 floats that already hold bf16 values (low 16 bits zero): byte permutes, no rounding.
-__device__ __forceinline__ uint4 pack_exact(const float (&v)[8]) {
-  auto pair = [](float lo, float hi) {
-    return __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632);
-  };
-  return make_uint4(pair(v[0], v[1]), pair(v[2], v[3]), pair(v[4], v[5]), pair(v[6], v[7]));
 }
 
 __device__ __forceinline__ float word_f32(const uint4& u, int k) {
   return __uint_as_float(k == 0 ? u.x : k == 1 ? u.y : k == 2 ? u.z : u.w);
 }
 
+__device__ __forceinline__ uint32_t& word(uint4& u, int k) {
+  return k == 0 ? u.x : k == 1 ? u.y : k == 2 ? u.z : u.w;
+}
+
+// One transposition step over n pairs (v[j], v[j + n]): the lane whose `bit` is set keeps the
+// upper partial sums and sends the lower ones, its partner the reverse; each kept sum adds the
+// partner's. Afterwards v[j] (j < n) holds slot j + n * (lane has bit) of the previous layout.
+template <int n>
+__device__ __forceinline__ void transpose_step(double (&v)[kPad], bool upper, int offset) {
+#pragma unroll
+  for (int j = 0; j < n; ++j) {
+    const double send = upper ? v[j] : v[j + n];
+    const double keep = upper ? v[j + n] : v[j];
+    v[j] = keep + __shfl_xor_sync(0xffffffffu, send, offset, 16);
+  }
+}
+
 template <bool kNorm, bool kRope>
 __global__ void __launch_bounds__(kThreads, 3) qk_norm_rope_kernel(QkNormRopeCudaParams p) {
   const int64_t row = blockIdx.x;
   const int hw = threadIdx.x >> 4, lane = threadIdx.x & 15;
-  const int heads = static_cast<int>(p.heads), nslots = 2 * heads;
-  const int qoff = static_cast<int>(p.q_offset), koff = static_cast<int>(p.k_offset);
+  const bool is_k = hw >= kSideHalfWarps;
+  const int first = hw % kSideHalfWarps;  // first head of this half-warp
+  const int heads = static_cast<int>(p.heads);
   const int hl = static_cast<int>(p.rope_dim / 16);  // lanes per rotated half
   const bool rot = kRope && lane < 2 * hl;
   // Row-invariant operands first: norm weights (L1/L2; a null weight reads as bf16 ones) and
   // this lane's cos/sin (L2).
+  const __nv_bfloat16* wp = is_k ? p.k_weight : p.q_weight;
   const uint4 ones = make_uint4(0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u);
-  const uint4 wq = p.q_weight ? cuda::load_u4(p.q_weight + lane * 8, kNorm) : ones;
-  const uint4 wk = p.k_weight ? cuda::load_u4(p.k_weight + lane * 8, kNorm) : ones;
+  const uint4 wu = wp ? cuda::load_u4(wp + lane * 8, kNorm) : ones;
   const float* cp = p.cos + row * p.table_row_stride + lane * 8;
   const float* sp = p.sin + row * p.table_row_stride + lane * 8;
   const uint4 tc[2] = {load_f32x4(cp, rot), load_f32x4(cp + 4, rot)};
   const uint4 ts[2] = {load_f32x4(sp, rot), load_f32x4(sp + 4, rot)};
-  __nv_bfloat16* rowp = p.qkv + row * p.row_stride + lane * 8;
-  auto column = [&](int slot) {
-    return slot >= heads ? koff + (slot - heads) * kHeadDim : qoff + slot * kHeadDim;
-  };
-  // All lanes run every shuffle below (slots past the end compute on zeros and are not stored),
+  __nv_bfloat16* sidep = p.qkv + row * p.row_stride + (is_k ? p.k_offset : p.q_offset) + lane * 8;
+  // All lanes run every shuffle below (heads past the end compute on zeros and are not stored),
   // so the full-mask shuffles stay valid.
-  for (int base = 0; base < nslots; base += kHalfWarps * kSlots) {
+  {
+    const int base = static_cast<int>(blockIdx.y) * kHeadsPerBlock;  // this block's head group
+    // Head base + first + 8i of this side: constant offsets from one pointer.
+    __nv_bfloat16* hp = sidep + (base + first) * kHeadDim;
+    const int left = heads - base - first;  // slot i exists when i * 8 < left
     uint4 xv[kSlots];
 #pragma unroll
-    for (int i = 0; i < kSlots; ++i) {
-      const int slot = base + hw + kHalfWarps * i;
-      xv[i] = cuda::load_u4(rowp + column(slot), slot < nslots);
-    }
-    float inv[kSlots];
-    if constexpr (kNorm) {
-      double ss[kSlots];
-#pragma unroll
-      for (int i = 0; i < kSlots; ++i) {
-        double a = 0.0, b = 0.0;  // two chains; the exact sum does not depend on the order
-#pragma unroll
-        for (int e = 0; e < 8; e += 2) {
-          const double u = cuda::bf16_elem(xv[i], e), v = cuda::bf16_elem(xv[i], e + 1);
-          a = fma(u, u, a);
-          b = fma(v, v, b);
-        }
-        ss[i] = a + b;
-      }
-#pragma unroll
-      for (int o = 8; o > 0; o >>= 1) {
-#pragma unroll
-        for (int i = 0; i < kSlots; ++i) ss[i] += __shfl_xor_sync(0xffffffffu, ss[i], o, 16);
-      }
-      // Lane i computes the scale of slot i once (IEEE sqrt and division, as the reference);
-      // the half-warp then fetches each slot's scale by shuffle.
-      static_assert(kSlots <= 16, "one lane per slot");
-      double mine = ss[0];
-#pragma unroll
-      for (int i = 1; i < kSlots; ++i) mine = lane == i ? ss[i] : mine;
-      // mean = ss / 128 in double: a power-of-two scaling, exactly the division.
-      const float mean = static_cast<float>(mine * (1.0 / kHeadDim));
-      const float inv_mine = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, p.eps)));
-#pragma unroll
-      for (int i = 0; i < kSlots; ++i) inv[i] = __shfl_sync(0xffffffffu, inv_mine, i, 16);
-    }
+    for (int i = 0; i < kSlots; ++i)
+      xv[i] = cuda::load_u4(hp + i * kSideHalfWarps * kHeadDim, kSideHalfWarps * i < left);
     // cos/sin in bf16; the first half's sine negated (exact), so both halves add:
     // out[j] = n[j] c[j] + n[j+R/2] (-s[j]),  out[j+R/2] = n[j+R/2] c[j+R/2] + n[j] s[j+R/2].
-    float c[8], sn[8];
+    // Packed while the loads above are in flight (8 registers instead of 16).
+    uint4 cb, sb;
+    if constexpr (kRope) {
+      float c[8], sn[8];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      c[e] = word_f32(tc[e >> 2], e & 3);
-      sn[e] = lane < hl ? -word_f32(ts[e >> 2], e & 3) : word_f32(ts[e >> 2], e & 3);
-    }
-    const uint4 cb = cuda::pack_u4(c), sb = cuda::pack_u4(sn);  // rounded to bf16, packed
-    const int partner = lane < hl ? lane + hl : (lane < 2 * hl ? lane - hl : lane);
-#pragma unroll
-    for (int i = 0; i < kSlots; ++i) {
-      const int slot = base + hw + kHalfWarps * i;
-      float v[8];  // bf16 values held as floats
-      if constexpr (kNorm) {
-        const uint4 w = slot >= heads ? wk : wq;
-#pragma unroll
-        for (int e = 0; e < 8; ++e)
-          v[e] =
-              rbf(__fmul_rn(__fmul_rn(cuda::bf16_elem(xv[i], e), inv[i]), cuda::bf16_elem(w, e)));
-        xv[i] = pack_exact(v);
-      } else {
-        cuda::unpack_u4(xv[i], v);
+      for (int e = 0; e < 8; ++e) {
+        c[e] = word_f32(tc[e >> 2], e & 3);
+        sn[e] = lane < hl ? -word_f32(ts[e >> 2], e & 3) : word_f32(ts[e >> 2], e & 3);
       }
-      if constexpr (kRope) {
-        uint4 o;
-        o.x = __shfl_sync(0xffffffffu, xv[i].x, partner, 16);
-        o.y = __shfl_sync(0xffffffffu, xv[i].y, partner, 16);
-        o.z = __shfl_sync(0xffffffffu, xv[i].z, partner, 16);
-        o.w = __shfl_sync(0xffffffffu, xv[i].w, partner, 16);
-        if (rot) {
+      cb = cuda::pack_u4(c);  // rounded to bf16, packed
+      sb = cuda::pack_u4(sn);
+    }
+    if constexpr (kNorm) {
+      double ss[kPad];
+#pragma unroll
+      for (int i = 0; i < kPad; ++i) {
+        ss[i] = 0.0;
+        if (i < kSlots) {
 #pragma unroll
           for (int e = 0; e < 8; ++e) {
-            const float a = rbf(__fmul_rn(v[e], cuda::bf16_elem(cb, e)));
-            const float b = rbf(__fmul_rn(cuda::bf16_elem(o, e), cuda::bf16_elem(sb, e)));
-            v[e] = __fadd_rn(a, b);
+            const double v = cuda::bf16_elem(xv[i], e);
+            ss[i] = fma(v, v, ss[i]);
           }
-          xv[i] = cuda::pack_u4(v);
         }
       }
-      if (slot < nslots) cuda::store_u4(rowp + column(slot), xv[i]);
+      // Exact sums, so the order does not matter: lane 2i (and 2i+1) ends with slot i.
+      transpose_step<4>(ss, lane & 8, 8);
+      transpose_step<2>(ss, lane & 4, 4);
+      transpose_step<1>(ss, lane & 2, 2);
+      const double mine = ss[0] + __shfl_xor_sync(0xffffffffu, ss[0], 1, 16);
+      // mean = ss / 128 in double: a power-of-two scaling, exactly the division. The scale of
+      // each slot is computed once (IEEE sqrt and division, as the reference), then fetched.
+      const float mean = static_cast<float>(mine * (1.0 / kHeadDim));
+      const float inv_mine = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, p.eps)));
+      float w[8];
+      cuda::unpack_u4(wu, w);
+#pragma unroll
+      for (int i = 0; i < kSlots; ++i) {
+        const float inv = __shfl_sync(0xffffffffu, inv_mine, 2 * i, 16);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const float lo = __fmul_rn(__fmul_rn(cuda::bf16_elem(xv[i], 2 * k), inv), w[2 * k]);
+          const float hi =
+              __fmul_rn(__fmul_rn(cuda::bf16_elem(xv[i], 2 * k + 1), inv), w[2 * k + 1]);
+          word(xv[i], k) = cuda::pack_bf2(lo, hi);
+        }
+      }
     }
+    if constexpr (kRope) {
+      const int partner = lane < hl ? lane + hl : (lane < 2 * hl ? lane - hl : lane);
+#pragma unroll
+      for (int i = 0; i < kSlots; ++i) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const uint32_t o = __shfl_sync(0xffffffffu, word(xv[i], k), partner, 16);
+          const uint32_t r = cuda::bf2_add(cuda::bf2_mul(word(xv[i], k), word(cb, k)),
+                                           cuda::bf2_mul(o, word(sb, k)));
+          if (rot) word(xv[i], k) = r;
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i)
+      if (kSideHalfWarps * i < left) cuda::store_u4(hp + i * kSideHalfWarps * kHeadDim, xv[i]);
   }
 }
 
@@ -171,7 +178,8 @@ cudaError_t qk_norm_rope_cuda(const QkNormRopeCudaParams& in, cudaStream_t strea
   H3RT_CHECK(p.row_stride < (int64_t(1) << 31), "qk_norm_rope_cuda: row stride ", p.row_stride,
              " must fit in 31 bits");
   if (p.rows == 0 || (!p.norm && !p.rope)) return cudaSuccess;
-  const unsigned grid = static_cast<unsigned>(p.rows);
+  const dim3 grid(static_cast<unsigned>(p.rows),
+                  static_cast<unsigned>((p.heads + kHeadsPerBlock - 1) / kHeadsPerBlock));
   if (p.norm && p.rope)
     qk_norm_rope_kernel<true, true><<<grid, kThreads, 0, stream>>>(p);
   else if (p.norm)
