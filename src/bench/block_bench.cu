@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "bench/block_bench.h"
+#include "bench/block_report.h"
 #include "bench/launch_count.h"
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
@@ -56,37 +57,6 @@ void make_fp8(model::DeviceLinear& l, float wmax, cudaStream_t s) {
   ops::QuantizeE4m3CudaParams q{l.w.ptr<bf16>(), l.w8.ptr<__nv_fp8_e4m3>(), l.w_scale.ptr<float>(),
                                 l.out, l.in};
   H3RT_CUDA_CHECK(ops::quantize_e4m3_cuda(q, s));
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
-// Fewest bytes each component must move (bf16 activations and weights, read once, written once).
-std::map<std::string, double> byte_model(const H3Config& c, int64_t S) {
-  const double H = c.hidden, I = c.inner(), F = c.ffn, b = 2.0;
-  return {
-      {"norm_modulate", 2 * S * H * b},
-      {"qkv_projection", (S * H + 3 * I * H + 3 * S * I) * b},
-      {"rms_rope", 4 * S * I * b + 2 * S * 96 * 4.0},
-      {"attention", 4 * S * I * b},
-      {"output_projection", (S * I + H * I + S * H) * b},
-      {"residual_gate_norm_modulate", 4 * S * H * b},
-      {"mlp_fc1", (S * H + 2 * F * H + 2 * S * F) * b},
-      {"swiglu", 3 * S * F * b},
-      {"mlp_fc2", (S * F + H * F + S * H) * b},
-      {"residual_gates", 3 * S * H * b},
-  };
-}
-
-std::map<std::string, double> flop_model(const H3Config& c, int64_t S) {
-  const double H = c.hidden, I = c.inner(), F = c.ffn;
-  return {{"qkv_projection", 2.0 * S * H * 3 * I},
-          {"output_projection", 2.0 * S * I * H},
-          {"mlp_fc1", 2.0 * S * H * 2 * F},
-          {"mlp_fc2", 2.0 * S * F * H},
-          {"attention", 4.0 * S * S * I}};
 }
 
 }  // namespace
@@ -216,73 +186,27 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
   for (auto& e : ev) H3RT_CUDA_CHECK(cudaEventDestroy(e));
 
   cudaDeviceProp prop{};
-  int dev = 0, driver = 0, runtime = 0;
+  int dev = 0;
   H3RT_CUDA_CHECK(cudaGetDevice(&dev));
   H3RT_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-  cudaDriverGetVersion(&driver);
-  cudaRuntimeGetVersion(&runtime);
-  const auto bytes = byte_model(c, S);
-  const auto flops = flop_model(c, S);
-  nlohmann::json p50 = nlohmann::json::object(), moved = nlohmann::json::object(),
-                 roof = nlohmann::json::object();
-  double gemm_ms = 0, memory_bound_ms = 0;
-  for (const auto& [name, v] : comp) {
-    const double ms = median(v);
-    p50[name] = ms;
-    const double by = bytes.at(name);
-    moved[name] = by;
-    roof[name] = {{"h200_hbm_4.8TBps_ms", by / 4.8e9},
-                  {"gb10_273GBps_ms", by / 273e6},
-                  {"achieved_GBps", by / (ms * 1e6)}};
-    if (flops.count(name)) roof[name]["achieved_TFLOPs"] = flops.at(name) / (ms * 1e9);
-    if (name.find("projection") != std::string::npos || name.rfind("mlp_fc", 0) == 0)
-      gemm_ms += ms;
-    else if (name != "attention")
-      memory_bound_ms += ms;
-  }
-  p50["module_forward"] = median(instrumented);
-  const double attention_ms = p50["attention"].get<double>();
+  BlockMeasurements m;
+  m.component_ms = std::move(comp);
+  m.instrumented_ms = std::move(instrumented);
+  m.uninstrumented_ms = std::move(plain);
+  m.graph_ms = std::move(graph);
+  m.launcher_calls = model::kBlockLaunches + (o.fp8 ? 4 : 0);
+  m.graph_nodes = static_cast<int64_t>(graph_nodes);
+  m.cupti_kernels = cupti_kernels;
   const auto mem = cuda::default_arena().stats();
-  return {
-      {"device", prop.name},
-      {"compute_capability", std::to_string(prop.major) + std::to_string(prop.minor)},
-      {"driver_version", driver},
-      {"cuda_runtime_version", runtime},
-      {"workload",
-       {{"packed_tokens", S},
-        {"text", layout.text_len},
-        {"audio", layout.audio_rows()},
-        {"video", layout.video_rows()},
-        {"hidden", H},
-        {"heads", c.heads},
-        {"ffn", F},
-        {"precision", "bf16"},
-        {"attention", "flash_bf16 (h3rt)"},
-        {"gemm", o.fp8 ? "cuBLASLt fp8 e4m3, static per-tensor scales (the "
-                         "activation quantize launch is inside each projection)"
-                       : "cuBLASLt bf16"},
-        {"seed", o.seed}}},
-      {"representative_block_p50_milliseconds", p50},
-      {"component_fusion",
-       {{"norm_modulate", "norm1 + AdaLN modulate (seeds: norm + modulate)"},
-        {"residual_gate_norm_modulate", "gate_msa residual + norm2 + modulate in one kernel"},
-        {"residual_gates", "gate_mlp residual"},
-        {"qkv_and_output_layout", "none: attention reads q/k/v through strides"}}},
-      {"block_p50_milliseconds_uninstrumented", median(plain)},
-      {"block_p50_milliseconds_cuda_graph", median(graph)},
-      {"gemm_milliseconds", gemm_ms},
-      {"attention_milliseconds", attention_ms},
-      {"memory_bound_milliseconds", memory_bound_ms},
-      {"block_over_gemm_plus_attention", median(plain) / (gemm_ms + attention_ms)},
-      {"launches_per_block",
-       {{"launcher_calls", model::kBlockLaunches + (o.fp8 ? 4 : 0)},
-        {"cuda_graph_nodes", graph_nodes},
-        {"cupti_kernels", cupti_kernels}}},
-      {"bytes_moved_model", moved},
-      {"roofline", roof},
-      {"peak_device_bytes", {{"allocated", mem.peak_allocated}, {"reserved", mem.peak_reserved}}},
-      {"reps", o.reps},
-  };
+  m.peak_allocated = mem.peak_allocated;
+  m.peak_reserved = mem.peak_reserved;
+  m.device = prop.name;
+  m.compute_capability = std::to_string(prop.major) + std::to_string(prop.minor);
+  cudaDriverGetVersion(&m.driver_version);
+  cudaRuntimeGetVersion(&m.runtime_version);
+  m.fp8 = o.fp8;
+  m.seed = o.seed;
+  return block_report(c, layout, m);
 }
 
 }  // namespace h3rt::bench

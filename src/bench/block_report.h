@@ -1,0 +1,43 @@
+// The JSON report of `h3rt bench block`, assembled from measured times (CPU code, so its schema
+// is tested in CI): per-component p50 under the reference stack's component names, block times,
+// launch counts, bytes moved per component from a written-down model, and rooflines for an H200
+// (4.8 TB/s) and a GB10 (273 GB/s).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "h3rt/layout.h"
+#include "h3rt/model.h"
+
+namespace h3rt::bench {
+
+// Components of a block as block_forward_cuda names its stages.
+const std::vector<std::string>& block_components();
+
+// Fewest bytes each component must move (bf16 activations and weights, each read once and
+// written once; RoPE tables in float32) and the FLOPs of the matrix components, at S rows.
+std::map<std::string, double> block_byte_model(const H3Config& c, int64_t rows);
+std::map<std::string, double> block_flop_model(const H3Config& c, int64_t rows);
+
+struct BlockMeasurements {
+  std::map<std::string, std::vector<double>> component_ms;  // per repetition
+  std::vector<double> instrumented_ms, uninstrumented_ms, graph_ms;
+  int launcher_calls = 0;
+  int64_t graph_nodes = 0, cupti_kernels = -1;  // -1: not counted (built without CUPTI)
+  int64_t peak_allocated = 0, peak_reserved = 0;
+  std::string device, compute_capability;
+  int driver_version = 0, runtime_version = 0;
+  bool fp8 = false;
+  uint64_t seed = 0;
+};
+
+double median(std::vector<double> v);
+
+nlohmann::json block_report(const H3Config& c, const SequenceLayout& layout,
+                            const BlockMeasurements& m);
+
+}  // namespace h3rt::bench

@@ -1,0 +1,51 @@
+// The bench block report's schema and arithmetic, from given measurements (no GPU needed).
+#include <gtest/gtest.h>
+
+#include "bench/block_report.h"
+
+namespace h3rt {
+namespace {
+
+TEST(BlockReport, SeedShapedSchemaWithRooflinesAndRatios) {
+  const H3Config c = H3Config::h3();
+  const SequenceLayout layout = make_t2va_layout(100, 207, 37, 48, 84);
+  ASSERT_EQ(layout.seq_len(), 37810);
+  bench::BlockMeasurements m;
+  double ms = 1.0;
+  for (const auto& name : bench::block_components()) m.component_ms[name] = {ms, ms + 2, ms + 1};
+  m.component_ms["attention"] = {100.0};
+  m.instrumented_ms = {120.0, 130.0, 110.0};
+  m.uninstrumented_ms = {118.0};
+  m.graph_ms = {117.0};
+  m.launcher_calls = 10;
+  const nlohmann::json r = bench::block_report(c, layout, m);
+
+  const auto& p50 = r.at("representative_block_p50_milliseconds");
+  for (const auto& name : bench::block_components()) EXPECT_TRUE(p50.contains(name)) << name;
+  EXPECT_DOUBLE_EQ(p50.at("swiglu").get<double>(), 2.0);  // median of {1, 3, 2}
+  EXPECT_DOUBLE_EQ(p50.at("module_forward").get<double>(), 120.0);
+  EXPECT_DOUBLE_EQ(r.at("attention_milliseconds").get<double>(), 100.0);
+  EXPECT_DOUBLE_EQ(r.at("gemm_milliseconds").get<double>(), 8.0);           // 4 GEMMs x 2 ms
+  EXPECT_DOUBLE_EQ(r.at("memory_bound_milliseconds").get<double>(), 10.0);  // 5 kernels x 2 ms
+  EXPECT_DOUBLE_EQ(r.at("block_over_gemm_plus_attention").get<double>(), 118.0 / 108.0);
+  EXPECT_EQ(r.at("workload").at("packed_tokens").get<int64_t>(), 37810);
+  EXPECT_EQ(r.at("launches_per_block").at("launcher_calls").get<int>(), 10);
+
+  // swiglu reads [S, 2F] and writes [S, F] in bf16.
+  const double swiglu_bytes = 3.0 * 37810 * 14336 * 2;
+  EXPECT_DOUBLE_EQ(r.at("bytes_moved_model").at("swiglu").get<double>(), swiglu_bytes);
+  const auto& roof = r.at("roofline").at("swiglu");
+  EXPECT_DOUBLE_EQ(roof.at("gb10_273GBps_ms").get<double>(), swiglu_bytes / 273e6);
+  EXPECT_DOUBLE_EQ(roof.at("h200_hbm_4.8TBps_ms").get<double>(), swiglu_bytes / 4.8e9);
+  EXPECT_DOUBLE_EQ(roof.at("achieved_GBps").get<double>(), swiglu_bytes / 2e6);
+  EXPECT_TRUE(r.at("roofline").at("qkv_projection").contains("achieved_TFLOPs"));
+}
+
+TEST(BlockReport, RejectsUnknownComponents) {
+  bench::BlockMeasurements m;
+  m.component_ms["made_up"] = {1.0};
+  EXPECT_THROW(bench::block_report(H3Config::tiny(), make_t2va_layout(10, 9, 7, 8, 12), m), Error);
+}
+
+}  // namespace
+}  // namespace h3rt
