@@ -126,45 +126,35 @@ void for_each_offset(const Shape& shape, const Shape& strides, F&& f) {
   }
 }
 
+// An unaligned read of one T (tensor views into mapped files need not be aligned).
+template <typename T>
+T load(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
 double element_to_f64(const char* p, DType t) {
   switch (t) {
-    case DType::f64: {
-      double v;
-      std::memcpy(&v, p, 8);
-      return v;
-    }
-    case DType::f32: {
-      float v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DType::bf16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return bf16_to_f32(v);
-    }
-    case DType::f16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return f16_to_f32(v);
-    }
+    case DType::f64:
+      return load<double>(p);
+    case DType::f32:
+      return load<float>(p);
+    case DType::bf16:
+      return bf16_to_f32(load<uint16_t>(p));
+    case DType::f16:
+      return f16_to_f32(load<uint16_t>(p));
     case DType::e4m3:
-      return e4m3_to_f32(static_cast<uint8_t>(*p));
+      return e4m3_to_f32(load<uint8_t>(p));
     case DType::u8:
     case DType::e2m1x2:
-      return static_cast<uint8_t>(*p);
+      return load<uint8_t>(p);
     case DType::i8:
-      return static_cast<int8_t>(*p);
-    case DType::i32: {
-      int32_t v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DType::i64: {
-      int64_t v;
-      std::memcpy(&v, p, 8);
-      return static_cast<double>(v);
-    }
+      return load<int8_t>(p);
+    case DType::i32:
+      return load<int32_t>(p);
+    case DType::i64:
+      return static_cast<double>(load<int64_t>(p));
   }
   return 0.0;
 }
