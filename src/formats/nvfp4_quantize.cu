@@ -56,8 +56,6 @@ Geometry make_geometry(const Nvfp4QuantizeParams& p) {
   g.rows = p.rows;
   g.kb = p.cols / nvfp4::kBlock;
   g.kbp = nvfp4::round_up(g.kb, 4);
-  g.pad_right = p.rows * (g.kbp - g.kb);
-  g.pad_total = nvfp4::scale_rows(p.rows) * g.kbp - p.rows * g.kb;
   g.qdata = p.qdata;
   g.scales = p.scales;
   g.bf16_rule = p.rule == Nvfp4ScaleRule::kBf16Activation ? 1 : 0;

@@ -50,8 +50,6 @@ struct Geometry {
   uint32_t nchunks;  // rows * cpr
   uint32_t ntiles;
   int64_t rows, kb, kbp;  // block-scale columns: cols / 16 and roundup(kb, 4)
-  int64_t pad_right;      // padding entries right of real columns: rows * (kbp - kb)
-  int64_t pad_total;      // all padding entries: roundup(rows,128) * kbp - rows * kb
   uint8_t* qdata;
   uint8_t* scales;
   int bf16_rule;
@@ -60,6 +58,12 @@ struct Geometry {
 // ---- e2m1 converters: 8 signed values -> 4 bytes, element 2j in the high nibble of byte j ----
 
 struct SoftwareCvt {
+  // One byte: a in the high nibble, b in the low nibble.
+  __device__ __forceinline__ static uint32_t pack2(float a, float b) {
+    const uint32_t ca = nvfp4::e2m1_magnitude(fabsf(a)) | ((__float_as_uint(a) >> 28) & 8u);
+    const uint32_t cb = nvfp4::e2m1_magnitude(fabsf(b)) | ((__float_as_uint(b) >> 28) & 8u);
+    return (ca << 4) | cb;
+  }
   __device__ __forceinline__ static uint32_t pack8(const float (&v)[8]) {
     uint32_t w = 0;
 #pragma unroll
@@ -73,6 +77,17 @@ struct SoftwareCvt {
 };
 
 struct HardwareCvt {
+  __device__ __forceinline__ static uint32_t pack2(float a, float b) {
+#if H3RT_HAS_E2M1_CVT
+    unsigned short r;
+    asm("{\n .reg .b8 t;\n cvt.rn.satfinite.e2m1x2.f32 t, %1, %2;\n mov.b16 %0, {t, 0};\n}"
+        : "=h"(r)
+        : "f"(a), "f"(b));
+    return r & 0xffu;
+#else
+    return SoftwareCvt::pack2(a, b);
+#endif
+  }
   __device__ __forceinline__ static uint32_t pack8(const float (&v)[8]) {
 #if H3RT_HAS_E2M1_CVT
     uint32_t w = 0;
@@ -139,37 +154,97 @@ __device__ __forceinline__ const uint4* chunk_ptr(const Geometry& geo, uint32_t 
   return reinterpret_cast<const uint4*>(geo.x + static_cast<int64_t>(row) * geo.ld + cc * 8u);
 }
 
+// ---- the per-block encoder, shared by the quantize kernels and the fused producers ----
+//
+// BlockEncoder<kFast>(amax, g) derives a block's e4m3 scale code `s` from the block amax and g;
+// pack8 / pack2 then encode elements of that block: x / (g * s) as the quantizer computes it,
+// converted by Cvt. IEEE mode (kFast false): s = e4m3_satfinite(min(amax/6/g, 448)) with IEEE
+// divisions, d = g * s rounded to fp32, correctly rounded x / d (reciprocal + Markstein correction
+// where d is in range, IEEE division otherwise), and d == 0 gives +0 for every element. Fast mode:
+// comfy-kitchen's fast-math formula (approximate divisions and reciprocal, ftz). A caller that
+// holds a 16-element block (possibly spread over lanes) computes the amax over the bf16 values,
+// builds one encoder and feeds every element through pack8 / pack2: the result is bit-identical to
+// nvfp4_quantize on the same bf16 tensor.
+template <bool kFast>
+struct BlockEncoder {
+  __nv_fp8_storage_t s;
+  float d;   // IEEE: g * float(s); fast: the encode factor min(rcp(s * g), FLT_MAX)
+  float r;   // IEEE: RN(1 / d) when d is in the reciprocal's range
+  int mode;  // IEEE: 0 d == 0 (+0 codes), 1 reciprocal + correction, 2 IEEE division
+
+  __device__ __forceinline__ BlockEncoder(float amax, float g) {
+    if constexpr (kFast) {
+      float q = div_approx_ftz(div_approx_ftz(amax, nvfp4::kE2m1Max), g);
+      q = fminf(q, nvfp4::kE4m3Max);
+      s = __nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3);
+      d = fminf(rcp_approx_ftz(mul_ftz(e4m3_value(s), g)), FLT_MAX);
+      r = 0.0f;
+      mode = 1;
+    } else {
+      s = __nv_cvt_float_to_fp8(nvfp4::scale_quotient(amax, g), __NV_SATFINITE, __NV_E4M3);
+      d = __fmul_rn(g, e4m3_value(s));
+      r = 0.0f;
+      mode = 2;
+      if (d == 0.0f) {
+        mode = 0;
+      } else if (d >= nvfp4::kRecipMinDivisor && d <= nvfp4::kRecipMaxDivisor) {
+        r = __frcp_rn(d);
+        mode = 1;
+      }
+    }
+  }
+
+  // x / (g * s) for N elements; the IEEE mode branches once per call, not per element.
+  template <int N>
+  __device__ __forceinline__ void scale_all(const float* f, float* v) const {
+    if constexpr (kFast) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) v[i] = mul_ftz(f[i], d);
+    } else if (mode == 1) {
+#pragma unroll
+      for (int i = 0; i < N; ++i)
+        v[i] = copysignf(nvfp4::div_by_reciprocal(fabsf(f[i]), d, r), f[i]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < N; ++i) v[i] = copysignf(__fdiv_rn(fabsf(f[i]), d), f[i]);
+    }
+  }
+
+  // 8 consecutive elements of the block -> 4 bytes (element 2j in the high nibble of byte j).
+  template <class Cvt>
+  __device__ __forceinline__ uint32_t pack8(const float (&f)[8]) const {
+    if (!kFast && mode == 0) return 0u;
+    float v[8];
+    scale_all<8>(f, v);
+    return Cvt::pack8(v);
+  }
+  // Elements (a, b) = (2j, 2j+1) of the block -> byte j.
+  template <class Cvt>
+  __device__ __forceinline__ uint32_t pack2(float a, float b) const {
+    if (!kFast && mode == 0) return 0u;
+    const float f[2] = {a, b};
+    float v[2];
+    scale_all<2>(f, v);
+    return Cvt::pack2(v[0], v[1]);
+  }
+};
+
 // IEEE mode: reference semantics exactly.
 template <class Cvt>
 __device__ __forceinline__ uint32_t encode_ieee(const float (&f)[8], float amax, float g,
                                                 __nv_fp8_storage_t& s) {
-  s = __nv_cvt_float_to_fp8(nvfp4::scale_quotient(amax, g), __NV_SATFINITE, __NV_E4M3);
-  const float d = __fmul_rn(g, e4m3_value(s));
-  if (d == 0.0f) return 0u;
-  float v[8];
-  if (d >= nvfp4::kRecipMinDivisor && d <= nvfp4::kRecipMaxDivisor) {
-    const float r = __frcp_rn(d);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = copysignf(nvfp4::div_by_reciprocal(fabsf(f[i]), d, r), f[i]);
-  } else {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = copysignf(__fdiv_rn(fabsf(f[i]), d), f[i]);
-  }
-  return Cvt::pack8(v);
+  const BlockEncoder<false> e(amax, g);
+  s = e.s;
+  return e.template pack8<Cvt>(f);
 }
 
 // Fast-math mode: comfy-kitchen's kernel formula with approximate division and ftz.
 template <class Cvt>
 __device__ __forceinline__ uint32_t encode_fast(const float (&f)[8], float amax, float g,
                                                 __nv_fp8_storage_t& s) {
-  float q = div_approx_ftz(div_approx_ftz(amax, nvfp4::kE2m1Max), g);
-  q = fminf(q, nvfp4::kE4m3Max);
-  s = __nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3);
-  const float enc = fminf(rcp_approx_ftz(mul_ftz(e4m3_value(s), g)), FLT_MAX);
-  float v[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) v[i] = mul_ftz(f[i], enc);
-  return Cvt::pack8(v);
+  const BlockEncoder<true> e(amax, g);
+  s = e.s;
+  return e.template pack8<Cvt>(f);
 }
 
 template <class Cvt, bool kFast>
@@ -214,50 +289,66 @@ __device__ __forceinline__ uint32_t tile_absmax(const Geometry& geo, uint32_t ti
   return m;
 }
 
-// Max over the CTA; the result is valid in thread 0.
+// Max over the CTA (any blockDim.x that is a multiple of 32, up to 1024); valid in thread 0.
 __device__ __forceinline__ uint32_t block_max(uint32_t v) {
-  __shared__ uint32_t part[kThreads / 32];
+  __shared__ uint32_t part[32];
   v = __reduce_max_sync(0xffffffffu, v);
   if ((threadIdx.x & 31u) == 0) part[threadIdx.x / 32] = v;
   __syncthreads();
   if (threadIdx.x < 32) {
-    v = threadIdx.x < kThreads / 32 ? part[threadIdx.x] : 0u;
+    v = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0u;
     v = __reduce_max_sync(0xffffffffu, v);
   }
   return v;
 }
 
-// Zero the scale entries outside the real [rows, kb] block grid.
-__device__ __forceinline__ void write_padding(const Geometry& geo) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < geo.pad_total;
-       i += stride) {
+// Zero the scale entries outside the real [rows, kb] block grid of a scale matrix with
+// kbp = roundup(kb, 4) columns and roundup(rows, 128) rows; thread `tid` of `nthreads` (all
+// threads of the grid together write every padding entry once).
+__device__ __forceinline__ void write_scale_padding(uint8_t* scales, int64_t rows, int64_t kb,
+                                                    int64_t tid, int64_t nthreads) {
+  const int64_t kbp = nvfp4::round_up(kb, 4);
+  const int64_t pad_right = rows * (kbp - kb);
+  const int64_t pad_total = nvfp4::scale_rows(rows) * kbp - rows * kb;
+  for (int64_t i = tid; i < pad_total; i += nthreads) {
     int64_t r, c;
-    if (i < geo.pad_right) {
-      const int64_t w = geo.kbp - geo.kb;
+    if (i < pad_right) {
+      const int64_t w = kbp - kb;
       r = i / w;
-      c = geo.kb + i % w;
+      c = kb + i % w;
     } else {
-      const int64_t j = i - geo.pad_right;
-      r = geo.rows + j / geo.kbp;
-      c = j % geo.kbp;
+      const int64_t j = i - pad_right;
+      r = rows + j / kbp;
+      c = j % kbp;
     }
-    geo.scales[nvfp4::scale_offset(r, c, geo.kb)] = 0;
+    scales[nvfp4::scale_offset(r, c, kb)] = 0;
   }
 }
 
-// Thread 0: add this CTA's amax and arrive; the last CTA computes g, resets the counters and
-// returns true (g in *g_out).
-__device__ __forceinline__ bool arrive_amax(const Geometry& geo, Workspace* ws, uint32_t amax16,
-                                            float* g_out) {
+__device__ __forceinline__ void write_padding(const Geometry& geo) {
+  write_scale_padding(geo.scales, geo.rows, geo.kb,
+                      static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
+                      static_cast<int64_t>(gridDim.x) * blockDim.x);
+}
+
+// Thread 0: add this CTA's amax (bf16 bits of |x|) and arrive; the last of the grid's `ctas`
+// CTAs computes g by the rule (bf16_rule: kBf16Activation), resets the counters and returns
+// true (g in *g_out).
+__device__ __forceinline__ bool arrive_amax(Workspace* ws, uint32_t amax16, unsigned ctas,
+                                            int bf16_rule, float* g_out) {
   atomicMax(&ws->amax_bits, amax16 << 16);
   __threadfence();
-  if (atomicAdd(&ws->count, 1u) != gridDim.x - 1) return false;
+  if (atomicAdd(&ws->count, 1u) != ctas - 1) return false;
   __threadfence();
   const unsigned bits = atomicExch(&ws->amax_bits, 0u);
   atomicExch(&ws->count, 0u);
-  *g_out = nvfp4::global_scale_from_amax(__uint_as_float(bits), geo.bf16_rule);
+  *g_out = nvfp4::global_scale_from_amax(__uint_as_float(bits), bf16_rule);
   return true;
+}
+
+__device__ __forceinline__ bool arrive_amax(const Geometry& geo, Workspace* ws, uint32_t amax16,
+                                            float* g_out) {
+  return arrive_amax(ws, amax16, gridDim.x, geo.bf16_rule, g_out);
 }
 
 // ---- kernels ----

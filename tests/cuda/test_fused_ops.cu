@@ -243,6 +243,7 @@ TEST(CudaFusedOps, FusedResidualNormMatchesUnfusedAndCpu) {
 
 struct QkvCase {
   bool norm, rope;
+  int slots = 0;
 };
 
 void run_qk_norm_rope(const QkvCase& qc) {
@@ -306,6 +307,7 @@ void run_qk_norm_rope(const QkvCase& qc) {
   p.sin = dptr<float>(ds);
   p.norm = qc.norm;
   p.rope = qc.rope;
+  p.slots = qc.slots;
   ASSERT_EQ(ops::qk_norm_rope_cuda(p, nullptr), cudaSuccess);
   const auto got = test::download<uint16_t>(dq);
   auto cmp = test::compare_bf16(got, want.data(), want.size());  // q, k, and v untouched
@@ -315,6 +317,14 @@ void run_qk_norm_rope(const QkvCase& qc) {
 TEST(CudaFusedOps, QkNormRopeInPlaceBitExact) {
   H3RT_REQUIRE_GPU();
   run_qk_norm_rope({true, true});
+}
+
+TEST(CudaFusedOps, QkNormRopeEverySlotCountBitExact) {
+  H3RT_REQUIRE_GPU();
+  for (int slots : {2, 4, 7}) {
+    SCOPED_TRACE("slots " + std::to_string(slots));
+    run_qk_norm_rope({true, true, slots});
+  }
 }
 
 TEST(CudaFusedOps, QkNormOnlyAndRopeOnlyBitExact) {

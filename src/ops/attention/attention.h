@@ -34,6 +34,8 @@ void attention_cpu(const AttentionParams& p);
 
 #include <cstddef>
 
+#include "formats/nvfp4_quantize_fused.h"
+
 namespace h3rt::ops {
 
 // GPU attention (cuda.cu). One parameter block for every kernel: the dense bf16 flash kernel
@@ -58,6 +60,13 @@ struct AttentionCudaParams {
   float scale = 0.0f;  // 0: 1/sqrt(head_dim)
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  // Optional NVFP4 output of the attention output (the out_proj input), flash_bf16 only: the
+  // epilogue rounds O to bf16 exactly as it stores it and encodes it, bit-identical to
+  // nvfp4_quantize (kIeee) of the bf16 output. qdata [rows, heads*head_dim/2] contiguous
+  // (8-byte aligned), scales tiled; out may then be null (or set: both are written). Given g
+  // only (a static input_scale): attention cannot be recomputed for an amax pass, so with a
+  // computed g the caller keeps the unfused path (bf16 out, then nvfp4_quantize kTwoPass).
+  Nvfp4Out nvfp4;
 };
 
 // q/k/v as the three column blocks of a fused QKV projection [rows, 3, heads, 128] (the

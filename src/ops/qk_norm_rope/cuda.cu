@@ -1,15 +1,16 @@
 // qk_norm_rope on the GPU (declared in qk_norm_rope.h), in place on the strided QKV buffer.
-// One block per row (and group of 56 heads). A half-warp owns one head of q (half-warps 0-7) or of
-// k (8-15) at a time, 128 channels, 8 per lane in one 16-byte vector, and works on kSlots heads
-// together (8 x 7 = 56 heads per side), so every lane has kSlots independent loads in flight before
-// any use. A lane covers the same channels in every head of one side, so its norm weights and
-// cos/sin values are read and unpacked once per row. The per-head sum of squares is accumulated in
-// double (exact for bf16 inputs, matching the CPU reference bit for bit) and reduced across the
-// half-warp by transposition: each exchange step halves the number of partial sums a lane holds, so
-// 8 slots take 8 double shuffles in all, and lane 2i ends with the sum of slot i. The rotation runs
-// on packed bf16 pairs (cuda::bf2_mul / bf2_add round exactly as the reference); the rotate-half
-// partner of lane l (channels j <-> j + R/2) is lane l +- R/16, fetched with one shuffle per bf16
-// pair.
+// One block per (row, group of heads). A half-warp owns one head of q (half-warps 0-7) or of k
+// (8-15) at a time, 128 channels, 8 per lane in one 16-byte vector, and works on kSlots heads
+// together (8 x kSlots heads per side and block), so every lane has kSlots independent loads in
+// flight before any use. A lane covers the same channels in every head of one side, so its norm
+// weights and cos/sin values are read and unpacked once per block. The per-head sum of squares is
+// accumulated in double (the CPU reference's precision) and reduced across the half-warp by
+// transposition: each exchange step halves the number of partial sums a lane holds, so kPad slots
+// take about kPad double shuffles in all. The rotation runs on packed bf16 pairs (cuda::bf2_mul /
+// bf2_add round exactly as the reference); the rotate-half partner of lane l (channels
+// j <-> j + R/2) is lane l +- R/16, fetched with one shuffle per bf16 pair.
+// Fewer slots mean smaller blocks with fewer registers, so more of them are resident; the blocks
+// of one row are adjacent in the grid so the row's cos/sin is read from DRAM once.
 #include "cuda/device_math.cuh"
 #include "cuda/runtime.h"
 #include "ops/qk_norm_rope/qk_norm_rope.h"
@@ -21,10 +22,12 @@ namespace {
 constexpr int kHeadDim = 128;
 constexpr int kThreads = 256;                  // 16 half-warps
 constexpr int kSideHalfWarps = kThreads / 32;  // half-warps per side (q or k)
-constexpr int kSlots = 7;                      // heads per half-warp in flight
-constexpr int kPad = 8;                        // slots padded to a power of two for the reduction
-constexpr int kHeadsPerBlock = kSideHalfWarps * kSlots;  // of each side; more: blockIdx.y
-static_assert(kSlots <= kPad && kPad == 8, "the transposed reduction is written for 8 slots");
+constexpr int kDefaultSlots = 7;               // heads per half-warp in flight (56 = 8 x 7)
+
+// Slots padded to a power of two for the reduction.
+constexpr int pad_of(int slots) {
+  return slots > 4 ? 8 : slots > 2 ? 4 : slots > 1 ? 2 : 1;
+}
 
 __device__ __forceinline__ uint4 load_f32x4(const float* p, bool pred) {
   return cuda::load_u4(reinterpret_cast<const __nv_bfloat16*>(p), pred);
@@ -41,7 +44,7 @@ __device__ __forceinline__ uint32_t& word(uint4& u, int k) {
 // One transposition step over n pairs (v[j], v[j + n]): the lane whose `bit` is set keeps the
 // upper partial sums and sends the lower ones, its partner the reverse; each kept sum adds the
 // partner's. Afterwards v[j] (j < n) holds slot j + n * (lane has bit) of the previous layout.
-template <int n>
+template <int n, int kPad>
 __device__ __forceinline__ void transpose_step(double (&v)[kPad], bool upper, int offset) {
 #pragma unroll
   for (int j = 0; j < n; ++j) {
@@ -51,9 +54,33 @@ __device__ __forceinline__ void transpose_step(double (&v)[kPad], bool upper, in
   }
 }
 
-template <bool kNorm, bool kRope>
-__global__ void __launch_bounds__(kThreads, 3) qk_norm_rope_kernel(QkNormRopeCudaParams p) {
-  const int64_t row = blockIdx.x;
+// All transposition steps: n = kPad/2, kPad/4, .., 1 over lane bits 8, 4, 2, ..
+template <int kPad, int n = kPad / 2, int bit = 8>
+__device__ __forceinline__ void transpose_all(double (&v)[kPad], int lane) {
+  if constexpr (n >= 1) {
+    transpose_step<n>(v, lane & bit, bit);
+    transpose_all<kPad, n / 2, bit / 2>(v, lane);
+  }
+}
+
+// Sums slot i over the 16 lanes of the half-warp; the result lands in the lanes with
+// lane / (16 / kPad) == i.
+template <int kPad>
+__device__ __forceinline__ double slot_sums(double (&v)[kPad], int lane) {
+  transpose_all(v, lane);
+  double s = v[0];
+#pragma unroll
+  for (int bit = 8 / kPad; bit >= 1; bit /= 2) s += __shfl_xor_sync(0xffffffffu, s, bit, 16);
+  return s;
+}
+
+template <bool kNorm, bool kRope, int kSlots>
+__global__ void __launch_bounds__(kThreads, kSlots > 4 ? 3 : kSlots > 2 ? 4 : 6)
+    qk_norm_rope_kernel(QkNormRopeCudaParams p, int groups) {
+  constexpr int kPad = pad_of(kSlots);
+  constexpr int kHeadsPerBlock = kSideHalfWarps * kSlots;  // of each side
+  const int64_t row = blockIdx.x / groups;
+  const int group = static_cast<int>(blockIdx.x % groups);
   const int hw = threadIdx.x >> 4, lane = threadIdx.x & 15;
   const bool is_k = hw >= kSideHalfWarps;
   const int first = hw % kSideHalfWarps;  // first head of this half-warp
@@ -73,7 +100,7 @@ __global__ void __launch_bounds__(kThreads, 3) qk_norm_rope_kernel(QkNormRopeCud
   // All lanes run every shuffle below (heads past the end compute on zeros and are not stored),
   // so the full-mask shuffles stay valid.
   {
-    const int base = static_cast<int>(blockIdx.y) * kHeadsPerBlock;  // this block's head group
+    const int base = group * kHeadsPerBlock;  // this block's head group
     // Head base + first + 8i of this side: constant offsets from one pointer.
     __nv_bfloat16* hp = sidep + (base + first) * kHeadDim;
     const int left = heads - base - first;  // slot i exists when i * 8 < left
@@ -108,11 +135,8 @@ __global__ void __launch_bounds__(kThreads, 3) qk_norm_rope_kernel(QkNormRopeCud
           }
         }
       }
-      // Exact sums, so the order does not matter: lane 2i (and 2i+1) ends with slot i.
-      transpose_step<4>(ss, lane & 8, 8);
-      transpose_step<2>(ss, lane & 4, 4);
-      transpose_step<1>(ss, lane & 2, 2);
-      const double mine = ss[0] + __shfl_xor_sync(0xffffffffu, ss[0], 1, 16);
+      // Lanes i * (16 / kPad) .. hold slot i.
+      const double mine = slot_sums(ss, lane);
       // mean = ss / 128 in double: a power-of-two scaling, exactly the division. The scale of
       // each slot is computed once (IEEE sqrt and division, as the reference), then fetched.
       const float mean = static_cast<float>(mine * (1.0 / kHeadDim));
@@ -121,7 +145,7 @@ __global__ void __launch_bounds__(kThreads, 3) qk_norm_rope_kernel(QkNormRopeCud
       cuda::unpack_u4(wu, w);
 #pragma unroll
       for (int i = 0; i < kSlots; ++i) {
-        const float inv = __shfl_sync(0xffffffffu, inv_mine, 2 * i, 16);
+        const float inv = __shfl_sync(0xffffffffu, inv_mine, i * (16 / kPad), 16);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const float lo = __fmul_rn(__fmul_rn(cuda::bf16_elem(xv[i], 2 * k), inv), w[2 * k]);
@@ -154,6 +178,21 @@ bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
 }
 
+template <int kSlots>
+void launch(const QkNormRopeCudaParams& p, cudaStream_t stream) {
+  const int64_t per_block = int64_t(kSideHalfWarps) * kSlots;
+  const int groups = static_cast<int>((p.heads + per_block - 1) / per_block);
+  H3RT_CHECK(p.rows * groups < (int64_t(1) << 31), "qk_norm_rope_cuda: ", p.rows,
+             " rows are too many for one launch");
+  const unsigned grid = static_cast<unsigned>(p.rows * groups);
+  if (p.norm && p.rope)
+    qk_norm_rope_kernel<true, true, kSlots><<<grid, kThreads, 0, stream>>>(p, groups);
+  else if (p.norm)
+    qk_norm_rope_kernel<true, false, kSlots><<<grid, kThreads, 0, stream>>>(p, groups);
+  else
+    qk_norm_rope_kernel<false, true, kSlots><<<grid, kThreads, 0, stream>>>(p, groups);
+}
+
 }  // namespace
 
 cudaError_t qk_norm_rope_cuda(const QkNormRopeCudaParams& in, cudaStream_t stream) {
@@ -178,14 +217,20 @@ cudaError_t qk_norm_rope_cuda(const QkNormRopeCudaParams& in, cudaStream_t strea
   H3RT_CHECK(p.row_stride < (int64_t(1) << 31), "qk_norm_rope_cuda: row stride ", p.row_stride,
              " must fit in 31 bits");
   if (p.rows == 0 || (!p.norm && !p.rope)) return cudaSuccess;
-  const dim3 grid(static_cast<unsigned>(p.rows),
-                  static_cast<unsigned>((p.heads + kHeadsPerBlock - 1) / kHeadsPerBlock));
-  if (p.norm && p.rope)
-    qk_norm_rope_kernel<true, true><<<grid, kThreads, 0, stream>>>(p);
-  else if (p.norm)
-    qk_norm_rope_kernel<true, false><<<grid, kThreads, 0, stream>>>(p);
-  else
-    qk_norm_rope_kernel<false, true><<<grid, kThreads, 0, stream>>>(p);
+  switch (p.slots) {
+    case 0:
+    case kDefaultSlots:
+      launch<kDefaultSlots>(p, stream);
+      break;
+    case 4:
+      launch<4>(p, stream);
+      break;
+    case 2:
+      launch<2>(p, stream);
+      break;
+    default:
+      H3RT_FAIL("qk_norm_rope_cuda: slots ", p.slots, " (0, 2, 4 or 7)");
+  }
   return H3RT_LAUNCH_CHECK("qk_norm_rope");
 }
 

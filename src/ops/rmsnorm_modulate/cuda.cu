@@ -11,6 +11,7 @@
 
 #include "cuda/device_math.cuh"
 #include "cuda/runtime.h"
+#include "formats/nvfp4_quantize_fused.cuh"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
 
 namespace h3rt::ops {
@@ -18,6 +19,7 @@ namespace h3rt::ops {
 namespace {
 
 using cuda::rbf;
+using namespace nvfp4_detail;  // FusedMode, encode_pair_chunk, finish_amax_pass
 
 // Elementwise bf16 ops on 8 packed values, rounded as the reference (cuda::bf2_mul/bf2_add).
 __device__ __forceinline__ uint4 bf2_mul4(const uint4& a, const uint4& b) {
@@ -39,15 +41,33 @@ constexpr int kMaxThreads = kVec == 3 ? 256 : 1024;
 // Minimum resident blocks for __launch_bounds__. kVec 3 without the residual: at most 64
 // registers, so 4 blocks of 224 threads (5376 channels) share an SM (3 at 80 registers). The
 // residual variants keep 0 (no minimum, the compiler's default), which measured faster.
-template <int kVec, bool kResidual>
-constexpr int kMinBlocks = kResidual ? 0 : (kVec == 3 ? 4 : 1);
+// The NVFP4 variants keep the default as well (the encoder needs registers).
+template <int kVec, bool kResidual, int kFuse>
+constexpr int kMinBlocks = kResidual || kFuse != kFuseNone ? 0 : (kVec == 3 ? 4 : 1);
 
-template <int kVec, bool kModulate, bool kResidual>
-__global__ void __launch_bounds__(kMaxThreads<kVec>, kMinBlocks<kVec, kResidual>)
+// kFuse (FusedMode): kFuseNone writes y; kFuseEncode encodes y to p.nvfp4 with g =
+// *p.nvfp4.global_scale (and writes y too if p.y is set); kFuseAmax only reduces amax|y| into
+// the workspace (the residual, if fused, is still added and x written back).
+template <int kVec, bool kModulate, bool kResidual, int kFuse>
+__global__ void __launch_bounds__(kMaxThreads<kVec>, kMinBlocks<kVec, kResidual, kFuse>)
     rmsnorm_modulate_kernel(RmsNormModulateCudaParams p) {
   constexpr bool kEarlyTables = kVec == 3;
   const int64_t row = blockIdx.x;
   const int nvec = static_cast<int>(p.dim / 8);
+  const float g = kFuse == kFuseEncode ? *p.nvfp4.global_scale : 0.0f;
+  uint32_t amax16 = 0;  // kFuseAmax: this thread's max |y| (bf16 bits)
+  // Output vector c: 8 values of y, rounded to bf16 exactly as the plain kernel stores them.
+  auto emit = [&](int c, const uint4& y) {
+    const bool active = c < nvec;
+    if constexpr (kFuse == kFuseNone) {
+      if (active) cuda::store_u4(p.y + row * p.y_row_stride + c * 8, y);
+    } else if constexpr (kFuse == kFuseEncode) {
+      if (p.y && active) cuda::store_u4(p.y + row * p.y_row_stride + c * 8, y);
+      encode_pair_chunk(y, active, g, p.nvfp4, row, c, p.dim);
+    } else {
+      if (active) amax16 = max(amax16, absmax_bits16(y));
+    }
+  };
   __nv_bfloat16* xr = p.x + row * p.x_row_stride;
   uint4 xv[kVec];
 #pragma unroll
@@ -137,7 +157,7 @@ __global__ void __launch_bounds__(kMaxThreads<kVec>, kMinBlocks<kVec, kResidual>
       // y = round(round(n * round(1 + scale)) + shift) on bf16 pairs.
       const uint4 ones = make_uint4(0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u);
       if constexpr (kModulate) y = bf2_add4(bf2_mul4(y, bf2_add4(ones, scv[i])), shv[i]);
-      if (c < nvec) cuda::store_u4(p.y + row * p.y_row_stride + c * 8, y);
+      emit(c, y);
     } else {
       // Element by element in float32 with explicit roundings (same results); measured faster
       // than the packed form for the fused residual variant at the release width.
@@ -151,23 +171,36 @@ __global__ void __launch_bounds__(kMaxThreads<kVec>, kMinBlocks<kVec, kResidual>
           y[e] = rbf(__fadd_rn(rbf(__fmul_rn(y[e], sc)), cuda::bf16_elem(shv[i], e)));
         }
       }
-      if (c < nvec) cuda::store_u4(p.y + row * p.y_row_stride + c * 8, cuda::pack_u4(y));
+      emit(c, cuda::pack_u4(y));
     }
   }
+  if constexpr (kFuse == kFuseAmax) finish_amax_pass(amax16, p.nvfp4);
+  if constexpr (kFuse == kFuseEncode) fused_scale_padding(p.nvfp4, p.rows, p.dim);
 }
 
-template <int kVec>
+template <int kVec, int kFuse>
 void launch(const RmsNormModulateCudaParams& p, int threads, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.rows));
   const bool modulate = p.scale != nullptr;
   if (modulate && p.residual)
-    rmsnorm_modulate_kernel<kVec, true, true><<<grid, threads, 0, stream>>>(p);
+    rmsnorm_modulate_kernel<kVec, true, true, kFuse><<<grid, threads, 0, stream>>>(p);
   else if (modulate)
-    rmsnorm_modulate_kernel<kVec, true, false><<<grid, threads, 0, stream>>>(p);
+    rmsnorm_modulate_kernel<kVec, true, false, kFuse><<<grid, threads, 0, stream>>>(p);
   else if (p.residual)
-    rmsnorm_modulate_kernel<kVec, false, true><<<grid, threads, 0, stream>>>(p);
+    rmsnorm_modulate_kernel<kVec, false, true, kFuse><<<grid, threads, 0, stream>>>(p);
   else
-    rmsnorm_modulate_kernel<kVec, false, false><<<grid, threads, 0, stream>>>(p);
+    rmsnorm_modulate_kernel<kVec, false, false, kFuse><<<grid, threads, 0, stream>>>(p);
+}
+
+template <int kVec>
+void launch_all(const RmsNormModulateCudaParams& p, int threads, cudaStream_t stream) {
+  if (!p.nvfp4.enabled()) return launch<kVec, kFuseNone>(p, threads, stream);
+  if (!p.nvfp4.computed()) return launch<kVec, kFuseEncode>(p, threads, stream);
+  launch<kVec, kFuseAmax>(p, threads, stream);  // adds the residual to x, stores g
+  RmsNormModulateCudaParams p2 = p;             // pass 2: plain norm of the updated x
+  p2.residual = nullptr;
+  p2.residual_gate = nullptr;
+  launch<kVec, kFuseEncode>(p2, threads, stream);
 }
 
 int threads_for(int nvec, int vec) {
@@ -185,7 +218,10 @@ cudaError_t rmsnorm_modulate_cuda(const RmsNormModulateCudaParams& in, cudaStrea
   if (!p.x_row_stride) p.x_row_stride = p.dim;
   if (!p.y_row_stride) p.y_row_stride = p.dim;
   if (!p.residual_row_stride) p.residual_row_stride = p.dim;
-  H3RT_CHECK(p.x && p.y && p.rows >= 0 && p.dim > 0, "rmsnorm_modulate_cuda: bad params");
+  const bool nvfp4 = p.nvfp4.enabled();
+  H3RT_CHECK(p.x && (p.y || nvfp4) && p.rows >= 0 && p.dim > 0,
+             "rmsnorm_modulate_cuda: bad params");
+  if (nvfp4) check_nvfp4_out(p.nvfp4, "rmsnorm_modulate_cuda", p.dim, 4);
   H3RT_CHECK(p.dim % 8 == 0 && p.dim <= 1024 * kMaxVec * 8, "rmsnorm_modulate_cuda: dim ", p.dim,
              " must be a multiple of 8 and at most ", 1024 * kMaxVec * 8);
   H3RT_CHECK((p.shift == nullptr) == (p.scale == nullptr),
@@ -199,14 +235,17 @@ cudaError_t rmsnorm_modulate_cuda(const RmsNormModulateCudaParams& in, cudaStrea
   const bool modulate = p.scale != nullptr;
   H3RT_CHECK((!modulate && !p.residual_gate) || p.table_row_stride >= p.dim,
              "rmsnorm_modulate_cuda: table row stride ", p.table_row_stride, " < dim ", p.dim);
-  if (p.rows == 0) return cudaSuccess;
+  if (p.rows == 0)
+    return nvfp4 && p.nvfp4.computed()
+               ? cudaMemsetAsync(p.nvfp4.global_scale, 0, sizeof(float), stream)
+               : cudaSuccess;
   // 3 or 4 vectors per thread, whichever leaves fewer idle slots (5376 channels: 224 x 3).
   const int nvec = static_cast<int>(p.dim / 8);
   const int t3 = threads_for(nvec, 3), t4 = threads_for(nvec, 4);
   if (t3 <= kMaxThreads<3> && t3 * 3 - nvec <= t4 * 4 - nvec)
-    launch<3>(p, t3, stream);
+    launch_all<3>(p, t3, stream);
   else
-    launch<4>(p, t4, stream);
+    launch_all<4>(p, t4, stream);
   return H3RT_LAUNCH_CHECK("rmsnorm_modulate");
 }
 

@@ -35,6 +35,8 @@ void rmsnorm_modulate_cpu(const RmsNormModulateParams& p);
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include "formats/nvfp4_quantize_fused.h"
+
 namespace h3rt::ops {
 
 // GPU version (cuda.cu): bf16 storage, float32 math, bit-exact with rmsnorm_modulate_cpu in bf16
@@ -42,9 +44,20 @@ namespace h3rt::ops {
 // 16-byte aligned, dim <= 32768. Optionally fuses the preceding gated residual
 // (x = round(x + round(gate[t] * residual)), written back to x) so the block's second half reads
 // x once: residual_rmsnorm(x += g*attn; n = norm2(x)). All pointers are device pointers.
+//
+// NVFP4 output (`nvfp4`, src/formats/nvfp4_quantize_fused.h): the qkv / fc1 input is encoded
+// to NVFP4 in registers, bit-identical to writing y in bf16 and running nvfp4_quantize (kIeee)
+// on it; y may then be null (no bf16 intermediate) or set (both are written). dim % 16 == 0.
+//   given g:    one launch. Lanes 2i/2i+1 hold the two 8-element halves of a 16-element block
+//               (a thread's vectors are chunks threadIdx.x + i*blockDim.x, blockDim % 32 == 0),
+//               one shuffle gives the block amax.
+//   computed g: pass 1 = this kernel computing y and reducing amax|y| only (the fused residual,
+//               if any, is added and x written back here); its last CTA stores g. Pass 2 = the
+//               kernel without the residual on the updated x, encoding with that g. Reads x (and
+//               the tables) twice, never writes y.
 struct RmsNormModulateCudaParams {
   __nv_bfloat16* x = nullptr;  // [rows, dim], row stride x_row_stride; written only with residual
-  __nv_bfloat16* y = nullptr;  // [rows, dim], row stride y_row_stride
+  __nv_bfloat16* y = nullptr;  // [rows, dim], row stride y_row_stride; may be null with nvfp4
   const __nv_bfloat16* weight = nullptr;  // [dim] or null (ones)
   const __nv_bfloat16* shift = nullptr;   // table [*, table_row_stride] or null (plain RMSNorm)
   const __nv_bfloat16* scale = nullptr;
@@ -55,6 +68,7 @@ struct RmsNormModulateCudaParams {
   int64_t x_row_stride = 0, y_row_stride = 0, residual_row_stride = 0;  // 0: dim
   int64_t table_row_stride = 0;
   float eps = 1e-5f;
+  Nvfp4Out nvfp4;  // optional NVFP4 output of y ([rows, dim]); disabled by default
 };
 
 cudaError_t rmsnorm_modulate_cuda(const RmsNormModulateCudaParams& p, cudaStream_t stream);

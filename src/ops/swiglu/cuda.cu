@@ -15,6 +15,7 @@
 
 #include "cuda/device_math.cuh"
 #include "cuda/runtime.h"
+#include "formats/nvfp4_quantize_fused.cuh"
 #include "ops/swiglu/swiglu.h"
 
 namespace h3rt::ops {
@@ -22,6 +23,7 @@ namespace h3rt::ops {
 namespace {
 
 using cuda::rbf;
+using namespace nvfp4_detail;  // FusedMode, encode_pair_chunk, finish_amax_pass
 
 constexpr uint32_t kGuard = 64;
 
@@ -43,16 +45,23 @@ __device__ __forceinline__ float silu_bf16_fast(float g) {
   return rbf(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))));
 }
 
-template <bool kExactExp>
+// kFuse (FusedMode): kFuseNone writes out; kFuseEncode encodes it to p.nvfp4 with g =
+// *p.nvfp4.global_scale (writing out too if set); kFuseAmax reduces amax|out| only. The fused
+// variants run the same trip count in every thread (the pair shuffle needs the whole warp).
+template <bool kExactExp, int kFuse>
 __global__ void swiglu_kernel(SwigluCudaParams p) {
   const int64_t row = blockIdx.x;
   const int nvec = static_cast<int>(p.ffn / 8);
   const __nv_bfloat16* gr = p.in + row * p.in_row_stride;
   const __nv_bfloat16* vr = gr + p.ffn;
   __nv_bfloat16* orow = p.out + row * p.out_row_stride;
-  for (int c = threadIdx.x; c < nvec; c += blockDim.x) {
-    const uint4 gv = cuda::load_u4_stream(gr + c * 8, true);
-    const uint4 vv = cuda::load_u4_stream(vr + c * 8, true);
+  const float gscale = kFuse == kFuseEncode ? *p.nvfp4.global_scale : 0.0f;
+  uint32_t amax16 = 0;
+  const int end = kFuse == kFuseNone ? nvec : (nvec + blockDim.x - 1) / blockDim.x * blockDim.x;
+  for (int c = threadIdx.x; c < end; c += blockDim.x) {
+    const bool active = kFuse == kFuseNone || c < nvec;
+    const uint4 gv = cuda::load_u4_stream(gr + c * 8, active);
+    const uint4 vv = cuda::load_u4_stream(vr + c * 8, active);
     float o[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
@@ -60,8 +69,27 @@ __global__ void swiglu_kernel(SwigluCudaParams p) {
       const float s = kExactExp ? silu_bf16_exact(g) : silu_bf16_fast(g);
       o[e] = __fmul_rn(s, cuda::bf16_elem(vv, e));
     }
-    cuda::store_u4(orow + c * 8, cuda::pack_u4(o));
+    const uint4 y = cuda::pack_u4(o);
+    if constexpr (kFuse == kFuseNone) {
+      cuda::store_u4(orow + c * 8, y);
+    } else if constexpr (kFuse == kFuseEncode) {
+      if (p.out && active) cuda::store_u4(orow + c * 8, y);
+      encode_pair_chunk(y, active, gscale, p.nvfp4, row, c, p.ffn);
+    } else {
+      if (active) amax16 = max(amax16, absmax_bits16(y));
+    }
   }
+  if constexpr (kFuse == kFuseAmax) finish_amax_pass(amax16, p.nvfp4);
+  if constexpr (kFuse == kFuseEncode) fused_scale_padding(p.nvfp4, p.rows, p.ffn);
+}
+
+template <int kFuse>
+void launch(const SwigluCudaParams& p, int threads, cudaStream_t stream) {
+  const unsigned grid = static_cast<unsigned>(p.rows);
+  if (p.exact_exp)
+    swiglu_kernel<true, kFuse><<<grid, threads, 0, stream>>>(p);
+  else
+    swiglu_kernel<false, kFuse><<<grid, threads, 0, stream>>>(p);
 }
 
 bool aligned16(const void* p) {
@@ -74,18 +102,27 @@ cudaError_t swiglu_cuda(const SwigluCudaParams& in, cudaStream_t stream) {
   SwigluCudaParams p = in;
   if (!p.in_row_stride) p.in_row_stride = 2 * p.ffn;
   if (!p.out_row_stride) p.out_row_stride = p.ffn;
-  H3RT_CHECK(p.in && p.out && p.rows >= 0 && p.ffn > 0, "swiglu_cuda: bad params");
+  const bool nvfp4 = p.nvfp4.enabled();
+  H3RT_CHECK(p.in && (p.out || nvfp4) && p.rows >= 0 && p.ffn > 0, "swiglu_cuda: bad params");
+  if (nvfp4) check_nvfp4_out(p.nvfp4, "swiglu_cuda", p.ffn, 4);
   H3RT_CHECK(p.ffn % 8 == 0 && p.in_row_stride % 8 == 0 && p.out_row_stride % 8 == 0,
              "swiglu_cuda: ffn ", p.ffn, " and row strides must be multiples of 8");
   H3RT_CHECK(p.in_row_stride >= 2 * p.ffn, "swiglu_cuda: input row stride < 2*ffn");
   H3RT_CHECK(aligned16(p.in) && aligned16(p.out), "swiglu_cuda: pointers must be 16-byte aligned");
-  if (p.rows == 0) return cudaSuccess;
+  if (p.rows == 0)
+    return nvfp4 && p.nvfp4.computed()
+               ? cudaMemsetAsync(p.nvfp4.global_scale, 0, sizeof(float), stream)
+               : cudaSuccess;
   const int nvec = static_cast<int>(p.ffn / 8);
   const int threads = std::min(256, (nvec + 31) / 32 * 32);
-  if (p.exact_exp)
-    swiglu_kernel<true><<<static_cast<unsigned>(p.rows), threads, 0, stream>>>(p);
-  else
-    swiglu_kernel<false><<<static_cast<unsigned>(p.rows), threads, 0, stream>>>(p);
+  if (!nvfp4) {
+    launch<kFuseNone>(p, threads, stream);
+  } else if (!p.nvfp4.computed()) {
+    launch<kFuseEncode>(p, threads, stream);
+  } else {
+    launch<kFuseAmax>(p, threads, stream);  // stores g
+    launch<kFuseEncode>(p, threads, stream);
+  }
   return H3RT_LAUNCH_CHECK("swiglu");
 }
 

@@ -26,17 +26,28 @@ float silu(float x);
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include "formats/nvfp4_quantize_fused.h"
+
 namespace h3rt::ops {
 
 // GPU version (cuda.cu): bf16 in/out, float32 math, bf16 rounding points of swiglu_cpu(bf16).
 // exact_exp = true evaluates exp in double (bit-exact with the CPU reference, costs fp64 issue
 // slots); false uses the device expf (one bf16 ulp apart in rare elements). ffn and row strides
 // multiples of 8, pointers 16-byte aligned. Device pointers.
+//
+// NVFP4 output (`nvfp4`, src/formats/nvfp4_quantize_fused.h): the fc2 input is encoded to NVFP4
+// in registers, bit-identical to writing out in bf16 and running nvfp4_quantize (kIeee) on it;
+// out may then be null (no bf16 intermediate) or set (both written). ffn % 16 == 0. Lanes
+// 2i/2i+1 hold the two halves of a 16-element block (chunks c0 + threadIdx.x, c0 a multiple of
+// the block size), one shuffle gives the block amax. Given g: one launch. Computed g: pass 1
+// computes out and reduces amax|out| only (its last CTA stores g); pass 2 recomputes and
+// encodes: the fc1 output is read twice, out is never stored.
 struct SwigluCudaParams {
   const __nv_bfloat16* in = nullptr;  // [rows, in_row_stride (0: 2*ffn)], [gate | value]
-  __nv_bfloat16* out = nullptr;       // [rows, out_row_stride (0: ffn)]
+  __nv_bfloat16* out = nullptr;       // [rows, out_row_stride (0: ffn)]; may be null with nvfp4
   int64_t rows = 0, ffn = 0, in_row_stride = 0, out_row_stride = 0;
   bool exact_exp = true;
+  Nvfp4Out nvfp4;  // optional NVFP4 output of out ([rows, ffn]); disabled by default
 };
 
 cudaError_t swiglu_cuda(const SwigluCudaParams& p, cudaStream_t stream);

@@ -1,0 +1,57 @@
+// Device side of the fused NVFP4 producers (src/formats/nvfp4_quantize_fused.h): the pieces a
+// producer kernel calls once its bf16 outputs are in registers. Everything that decides a bit
+// of the result (block amax over bf16 values, BlockEncoder, e2m1 packing, scale layout, padding,
+// the amax reduction and g) is the quantizer's own code from nvfp4_quantize_kernels.cuh.
+#pragma once
+
+#include "formats/nvfp4_quantize_fused.h"
+#include "formats/nvfp4_quantize_kernels.cuh"
+
+namespace h3rt::nvfp4_detail {
+
+// What a producer kernel does with its bf16 output (a template parameter of the kernels).
+enum FusedMode : int {
+  kFuseNone = 0,    // write bf16 only (the plain producer)
+  kFuseEncode = 1,  // encode to NVFP4 with g = *global_scale (given, or pass 2)
+  kFuseAmax = 2,    // pass 1 of a computed g: reduce amax|y| only, store nothing of y
+};
+
+// Lane-pair layout (rmsnorm_modulate, swiglu): lanes 2i and 2i+1 of a warp hold 8 consecutive
+// bf16 outputs each (packed in a uint4), chunks 2k and 2k+1 of row `row`, i.e. elements [0, 8)
+// and [8, 16) of block k. Every lane of the warp must call (one shuffle); `active` is the same
+// for both lanes of a pair. Writes 4 qdata bytes per lane and the scale byte from the even lane.
+__device__ __forceinline__ void encode_pair_chunk(const uint4& y, bool active, float g,
+                                                  const Nvfp4Out& o, int64_t row, int64_t chunk,
+                                                  int64_t cols) {
+  uint32_t a16 = absmax_bits16(y);
+  a16 = max(a16, __shfl_xor_sync(0xffffffffu, a16, 1));
+  if (!active) return;
+  float f[8];
+  unpack8(y, f);
+  const BlockEncoder<false> e(__uint_as_float(a16 << 16), g);
+  const uint32_t w = e.pack8<HardwareCvt>(f);
+  *reinterpret_cast<uint32_t*>(o.qdata + row * (cols / 2) + chunk * 4) = w;
+  if ((chunk & 1) == 0)
+    o.scales[nvfp4::scale_offset(row, chunk / 2, cols / nvfp4::kBlock)] = static_cast<uint8_t>(e.s);
+}
+
+// Pass 1 epilogue: the CTA's amax (bf16 bits of |y|, per thread) is reduced and added to the
+// workspace; the last CTA of the grid stores g. Every thread of the CTA must call.
+__device__ __forceinline__ void finish_amax_pass(uint32_t amax16, const Nvfp4Out& o) {
+  amax16 = block_max(amax16);
+  if (threadIdx.x == 0) {
+    float g;
+    if (arrive_amax(static_cast<Workspace*>(o.workspace), amax16, gridDim.x * gridDim.y,
+                    o.rule == Nvfp4ScaleRule::kBf16Activation ? 1 : 0, &g))
+      *o.global_scale = g;
+  }
+}
+
+// Encode pass: zero the scale padding, spread over every thread of the grid.
+__device__ __forceinline__ void fused_scale_padding(const Nvfp4Out& o, int64_t rows, int64_t cols) {
+  const int64_t cta = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+  write_scale_padding(o.scales, rows, cols / nvfp4::kBlock, cta * blockDim.x + threadIdx.x,
+                      static_cast<int64_t>(gridDim.x) * gridDim.y * blockDim.x);
+}
+
+}  // namespace h3rt::nvfp4_detail

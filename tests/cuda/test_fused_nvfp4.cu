@@ -1,0 +1,322 @@
+// NVFP4 quantization fused into its producers (src/formats/nvfp4_quantize_fused.h): for
+// rmsnorm_modulate (qkv / fc1 input), swiglu (fc2 input) and the flash attention epilogue
+// (out_proj input), the fused qdata, every scale byte (padding included) and the global scale
+// bits must equal those of the unfused producer (bf16 out) followed by nvfp4_quantize, with a
+// given g (kGiven) and a computed one (kTwoPass, kBf16Activation rule), at release widths on
+// fresh random data with row counts that are not multiples of 128.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "cuda_test_util.h"
+#include "formats/nvfp4_quantize.h"
+#include "formats/nvfp4_quantize_fused.h"
+#include "h3rt/nvfp4.h"
+#include "ops/attention/attention.h"
+#include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
+#include "ops/swiglu/swiglu.h"
+
+namespace h3rt {
+namespace {
+
+using test::dptr;
+using Src = Nvfp4GlobalScaleSource;
+
+constexpr int64_t kHidden = 5376, kFfn = 14336, kHeads = 56;
+
+// Fast host bf16 data (large cases): uniform in (-a, a) with a per-row factor in [2^-3, 2^3]
+// and a few exactly-zero and tiny blocks, so zero, subnormal and saturated scales occur.
+std::vector<uint16_t> random_bf16(int64_t rows, int64_t cols, uint64_t seed, float a) {
+  std::vector<uint16_t> v(rows * cols);
+  uint64_t s = seed | 1;
+  auto next = [&s] {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    const float rs = std::exp2(static_cast<float>(next() % 7) - 3.0f);
+    for (int64_t c = 0; c < cols; ++c) {
+      const float u = static_cast<float>(next() >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+      v[r * cols + c] = f32_to_bf16(u * a * rs);
+    }
+  }
+  for (int k = 0; k < 16; ++k) {
+    const int64_t r = next() % rows, b = next() % (cols / 16);
+    for (int i = 0; i < 16; ++i) {
+      uint16_t& x = v[r * cols + b * 16 + i];
+      x = k < 8 ? 0 : f32_to_bf16(bf16_to_f32(x) * 1e-6f);
+    }
+  }
+  return v;
+}
+
+Tensor zeroed(DType dt, Shape shape) {
+  Tensor t = test::device_buffer(dt, std::move(shape));
+  H3RT_CUDA_CHECK(cudaMemset(t.data(), 0, t.nbytes()));
+  return t;
+}
+
+// The NVFP4 output of one run: device buffers (poisoned) and the launcher block pointing at them.
+struct Q {
+  Tensor q, s, g, ws;
+  Nvfp4Out out;
+  Q(int64_t rows, int64_t cols, Src src, float g_given) {
+    q = test::device_buffer(DType::u8, {rows, cols / 2});
+    s = test::device_buffer(DType::u8, {nvfp4_scales_bytes(rows, cols)});
+    g = test::upload(std::vector<float>{src == Src::kGiven ? g_given : NAN}, DType::f32, {1});
+    ws = zeroed(DType::u8, {static_cast<int64_t>(nvfp4_quantize_workspace_bytes())});
+    out.qdata = dptr<uint8_t>(q);
+    out.scales = dptr<uint8_t>(s);
+    out.global_scale = dptr<float>(g);
+    out.source = src;
+    out.rule = Nvfp4ScaleRule::kBf16Activation;
+    out.workspace = ws.data();
+  }
+  // nvfp4_quantize of a bf16 tensor into these buffers (the unfused reference).
+  void quantize(const Tensor& x, int64_t rows, int64_t cols) const {
+    Nvfp4QuantizeParams p;
+    p.x = x.data();
+    p.rows = rows;
+    p.cols = cols;
+    p.ld = cols;
+    p.qdata = out.qdata;
+    p.scales = out.scales;
+    p.global_scale = out.global_scale;
+    p.source = out.source;
+    p.rule = out.rule;
+    p.workspace = out.workspace;
+    H3RT_CUDA_CHECK(nvfp4_quantize(p, nullptr));
+  }
+};
+
+float given_scale(const Tensor& y, int64_t rows, int64_t cols, uint64_t seed) {
+  const Q probe(rows, cols, Src::kTwoPass, 0.0f);
+  probe.quantize(y, rows, cols);
+  return test::download<float>(probe.g)[0] * (0.6f + static_cast<float>(seed % 8) * 0.1f);
+}
+
+// Byte-for-byte comparison of two NVFP4 results (qdata, scales with padding, g bits).
+void expect_identical(const Q& fused, const Q& ref, const char* what) {
+  SCOPED_TRACE(what);
+  const auto fq = test::download<uint8_t>(fused.q), rq = test::download<uint8_t>(ref.q);
+  const auto fs = test::download<uint8_t>(fused.s), rs = test::download<uint8_t>(ref.s);
+  const float fg = test::download<float>(fused.g)[0], rg = test::download<float>(ref.g)[0];
+  uint32_t fgb, rgb;
+  std::memcpy(&fgb, &fg, 4);
+  std::memcpy(&rgb, &rg, 4);
+  EXPECT_EQ(fgb, rgb) << "global scale " << fg << " vs " << rg;
+  EXPECT_GT(rg, 0.0f);
+  int64_t bad_q = 0, bad_s = 0, first_q = -1, first_s = -1;
+  for (size_t i = 0; i < rq.size(); ++i)
+    if (fq[i] != rq[i] && bad_q++ == 0) first_q = static_cast<int64_t>(i);
+  for (size_t i = 0; i < rs.size(); ++i)
+    if (fs[i] != rs[i] && bad_s++ == 0) first_s = static_cast<int64_t>(i);
+  EXPECT_EQ(bad_q, 0) << "qdata bytes differ, first at " << first_q;
+  EXPECT_EQ(bad_s, 0) << "scale bytes differ, first at " << first_s;
+  // The data must exercise the encoder: some nonzero codes and several distinct scales.
+  EXPECT_NE(std::count(rq.begin(), rq.end(), uint8_t{0}), static_cast<ptrdiff_t>(rq.size()));
+}
+
+void expect_same_bits(const Tensor& a, const Tensor& b, const char* what) {
+  const auto x = test::download<uint16_t>(a), y = test::download<uint16_t>(b);
+  ASSERT_EQ(x.size(), y.size());
+  int64_t bad = 0;
+  for (size_t i = 0; i < x.size(); ++i) bad += x[i] != y[i];
+  EXPECT_EQ(bad, 0) << what << ": bf16 elements differ";
+}
+
+// A static input_scale near the computed one (amax/2688 of the bf16 output y), off by a factor
+// in [0.6, 1.3] that varies per run: below 1 the largest blocks saturate at scale 448.
+float given_scale(const Tensor& y, int64_t rows, int64_t cols, uint64_t seed);
+
+// ---- rmsnorm_modulate (optionally with the fused gated residual) ----
+
+struct NormCase {
+  int64_t rows;
+  bool residual;
+  Src src;
+};
+
+void run_norm_case(const NormCase& c) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed << " rows " << c.rows << " residual "
+                                  << c.residual << " src " << static_cast<int>(c.src));
+  H3RT_REQUIRE_GPU();
+  const int64_t rows = c.rows, dim = kHidden, tables = 3;
+  const auto xh = random_bf16(rows, dim, seed, 4.0f);
+  const auto rh = random_bf16(rows, dim, seed * 3 + 1, 2.0f);
+  const auto th = random_bf16(3 * tables, dim, seed * 5 + 7, 0.5f);  // shift, scale, gate rows
+  const auto wh = random_bf16(1, dim, seed * 7 + 3, 1.5f);
+  std::vector<int64_t> idx(rows);
+  for (int64_t r = 0; r < rows; ++r) idx[r] = (r * 7 + static_cast<int64_t>(seed % 5)) % tables;
+  Tensor x_ref = test::upload(xh, DType::bf16, {rows, dim});
+  Tensor x_fused = test::upload(xh, DType::bf16, {rows, dim});
+  Tensor res = test::upload(rh, DType::bf16, {rows, dim});
+  Tensor tab = test::upload(th, DType::bf16, {3 * tables, dim});
+  Tensor w = test::upload(wh, DType::bf16, {dim});
+  Tensor di = test::upload(idx, DType::i64, {rows});
+  Tensor y_ref = test::device_buffer(DType::bf16, {rows, dim});
+  Tensor y_fused = test::device_buffer(DType::bf16, {rows, dim});
+
+  ops::RmsNormModulateCudaParams p;
+  p.weight = dptr<__nv_bfloat16>(w);
+  p.shift = dptr<__nv_bfloat16>(tab);
+  p.scale = p.shift + tables * dim;
+  p.row_table_index = dptr<int64_t>(di);
+  p.table_row_stride = dim;
+  p.rows = rows;
+  p.dim = dim;
+  p.eps = 1e-6f;
+  if (c.residual) {
+    p.residual = dptr<__nv_bfloat16>(res);
+    p.residual_gate = p.shift + 2 * tables * dim;
+  }
+  ops::RmsNormModulateCudaParams pr = p;  // unfused: bf16 y, then quantize
+  pr.x = dptr<__nv_bfloat16>(x_ref);
+  pr.y = dptr<__nv_bfloat16>(y_ref);
+  H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(pr, nullptr));
+  const float g = c.src == Src::kGiven ? given_scale(y_ref, rows, dim, seed) : 0.0f;
+  Q ref(rows, dim, c.src, g), fused(rows, dim, c.src, g);
+  ref.quantize(y_ref, rows, dim);
+
+  ops::RmsNormModulateCudaParams pf = p;  // fused; given g also writes bf16 y (both outputs)
+  pf.x = dptr<__nv_bfloat16>(x_fused);
+  pf.y = c.src == Src::kGiven ? dptr<__nv_bfloat16>(y_fused) : nullptr;
+  pf.nvfp4 = fused.out;
+  H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(pf, nullptr));
+  H3RT_CUDA_CHECK(cudaDeviceSynchronize());
+
+  expect_identical(fused, ref, "rmsnorm_modulate");
+  if (c.residual) expect_same_bits(x_fused, x_ref, "residual stream x");
+  if (c.src == Src::kGiven) expect_same_bits(y_fused, y_ref, "bf16 y written alongside");
+}
+
+TEST(FusedNvfp4, RmsNormModulateGivenScale) {
+  run_norm_case({1000, false, Src::kGiven});
+}
+TEST(FusedNvfp4, RmsNormModulateComputedScale) {
+  run_norm_case({1000, false, Src::kTwoPass});
+}
+TEST(FusedNvfp4, ResidualRmsNormModulateGivenScale) {
+  run_norm_case({1000, true, Src::kGiven});
+}
+TEST(FusedNvfp4, ResidualRmsNormModulateComputedScaleSeedRows) {
+  run_norm_case({37810, true, Src::kTwoPass});
+}
+
+// ---- swiglu ----
+
+void run_swiglu_case(int64_t rows, Src src, bool exact_exp, int64_t f = kFfn) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed << " rows " << rows << " src "
+                                  << static_cast<int>(src) << " exact_exp " << exact_exp);
+  H3RT_REQUIRE_GPU();
+  Tensor in = test::upload(random_bf16(rows, 2 * f, seed, 6.0f), DType::bf16, {rows, 2 * f});
+  Tensor y_ref = test::device_buffer(DType::bf16, {rows, f});
+  Tensor y_fused = test::device_buffer(DType::bf16, {rows, f});
+  ops::SwigluCudaParams p;
+  p.in = dptr<__nv_bfloat16>(in);
+  p.rows = rows;
+  p.ffn = f;
+  p.exact_exp = exact_exp;
+  ops::SwigluCudaParams pr = p;
+  pr.out = dptr<__nv_bfloat16>(y_ref);
+  H3RT_CUDA_CHECK(ops::swiglu_cuda(pr, nullptr));
+  const float g = src == Src::kGiven ? given_scale(y_ref, rows, f, seed) : 0.0f;
+  Q ref(rows, f, src, g), fused(rows, f, src, g);
+  ref.quantize(y_ref, rows, f);
+  ops::SwigluCudaParams pf = p;
+  pf.out = src == Src::kGiven ? dptr<__nv_bfloat16>(y_fused) : nullptr;
+  pf.nvfp4 = fused.out;
+  H3RT_CUDA_CHECK(ops::swiglu_cuda(pf, nullptr));
+  H3RT_CUDA_CHECK(cudaDeviceSynchronize());
+  expect_identical(fused, ref, "swiglu");
+  if (src == Src::kGiven) expect_same_bits(y_fused, y_ref, "bf16 out written alongside");
+}
+
+TEST(FusedNvfp4, SwigluGivenScale) {
+  run_swiglu_case(1000, Src::kGiven, true);
+}
+TEST(FusedNvfp4, SwigluComputedScale) {
+  run_swiglu_case(1000, Src::kTwoPass, true);
+}
+TEST(FusedNvfp4, SwigluFastExpComputedScale) {
+  run_swiglu_case(333, Src::kTwoPass, false);
+}
+// 48 columns: 3 blocks per row, so the scale matrix has a padding column as well as padding rows.
+TEST(FusedNvfp4, SwigluNarrowWidthScalePadding) {
+  run_swiglu_case(200, Src::kGiven, true, 48);
+  run_swiglu_case(200, Src::kTwoPass, true, 48);
+}
+
+// ---- flash attention epilogue (given g only) ----
+
+void run_attention_case(int64_t rows) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed << " rows " << rows);
+  H3RT_REQUIRE_GPU();
+  const int64_t span = kHeads * 128;
+  Tensor qkv = test::upload(random_bf16(rows, 3 * span, seed, 3.0f), DType::bf16, {rows, 3 * span});
+  Tensor o_ref = test::device_buffer(DType::bf16, {rows, span});
+  Tensor o_fused = test::device_buffer(DType::bf16, {rows, span});
+  ops::AttentionCudaParams pr = ops::attention_params_from_qkv(dptr<__nv_bfloat16>(qkv), rows,
+                                                               kHeads, dptr<__nv_bfloat16>(o_ref));
+  H3RT_CUDA_CHECK(ops::attention_flash_bf16_cuda(pr, nullptr));
+  const float g = given_scale(o_ref, rows, span, seed);
+  Q ref(rows, span, Src::kGiven, g), fused(rows, span, Src::kGiven, g);
+  Q only(rows, span, Src::kGiven, g);
+  ref.quantize(o_ref, rows, span);
+  ops::AttentionCudaParams pf = pr;
+  pf.out = dptr<__nv_bfloat16>(o_fused);
+  pf.nvfp4 = fused.out;
+  H3RT_CUDA_CHECK(ops::attention_flash_bf16_cuda(pf, nullptr));
+  ops::AttentionCudaParams po = pr;  // NVFP4 only, no bf16 output
+  po.out = nullptr;
+  po.nvfp4 = only.out;
+  H3RT_CUDA_CHECK(ops::attention_flash_bf16_cuda(po, nullptr));
+  H3RT_CUDA_CHECK(cudaDeviceSynchronize());
+  expect_identical(fused, ref, "attention epilogue, bf16 written too");
+  expect_identical(only, ref, "attention epilogue, NVFP4 only");
+  expect_same_bits(o_fused, o_ref, "bf16 attention output written alongside");
+}
+
+TEST(FusedNvfp4, AttentionEpilogueGivenScale) {
+  run_attention_case(1000);
+}
+TEST(FusedNvfp4, AttentionEpilogueGivenScaleFewRows) {
+  run_attention_case(77);
+}
+
+TEST(FusedNvfp4, AttentionRejectsComputedScale) {
+  H3RT_REQUIRE_GPU();
+  const int64_t rows = 64, span = kHeads * 128;
+  Tensor qkv = zeroed(DType::bf16, {rows, 3 * span});
+  Q q(rows, span, Src::kTwoPass, 0.0f);
+  ops::AttentionCudaParams p =
+      ops::attention_params_from_qkv(dptr<__nv_bfloat16>(qkv), rows, kHeads, nullptr);
+  p.nvfp4 = q.out;
+  EXPECT_THROW(ops::attention_flash_bf16_cuda(p, nullptr), Error);
+}
+
+TEST(FusedNvfp4, ProducersRejectBadNvfp4Params) {
+  H3RT_REQUIRE_GPU();
+  Tensor in = zeroed(DType::bf16, {4, 2 * 24});
+  Q q(4, 24, Src::kGiven, 1.0f);
+  ops::SwigluCudaParams p;
+  p.in = dptr<__nv_bfloat16>(in);
+  p.rows = 4;
+  p.ffn = 24;  // not a multiple of 16
+  p.nvfp4 = q.out;
+  EXPECT_THROW(ops::swiglu_cuda(p, nullptr), Error);
+  p.ffn = 16;
+  p.nvfp4.source = Src::kSingleLaunch;
+  EXPECT_THROW(ops::swiglu_cuda(p, nullptr), Error);
+  p.nvfp4.source = Src::kTwoPass;
+  p.nvfp4.workspace = nullptr;
+  EXPECT_THROW(ops::swiglu_cuda(p, nullptr), Error);
+}
+
+}  // namespace
+}  // namespace h3rt
