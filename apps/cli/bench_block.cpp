@@ -26,9 +26,11 @@ void add_bench_block_command(CLI::App& bench) {
       ->check(CLI::IsMember({"h3", "tiny"}))
       ->capture_default_str();
   cmd->add_option("--gemm", o->gemm,
-                  "Projection GEMMs: bf16, or fp8 (e4m3, static per-tensor "
-                  "scales, as ComfyUI fp8_scaled with input_scale)")
-      ->check(CLI::IsMember({"bf16", "fp8"}))
+                  "Projection GEMMs: bf16; fp8 (e4m3, static per-tensor "
+                  "scales, as ComfyUI fp8_scaled with input_scale); nvfp4 (W4A4 with "
+                  "static input scales: producers encode the GEMM inputs); or "
+                  "nvfp4-dynamic (W4A4, input scales computed per call)")
+      ->check(CLI::IsMember({"bf16", "fp8", "nvfp4", "nvfp4-dynamic"}))
       ->capture_default_str();
   cmd->add_option("--reps", o->reps, "Timed repetitions (medians)")->capture_default_str();
   cmd->add_option("--out", o->out, "JSON report path, - for stdout")->capture_default_str();
@@ -39,6 +41,8 @@ void add_bench_block_command(CLI::App& bench) {
     if (!b.h3_dims) b = {false, 10, 9, 7, 8, 12};
     b.reps = o->reps;
     b.fp8 = o->gemm == "fp8";
+    b.nvfp4 = o->gemm.rfind("nvfp4", 0) == 0;
+    b.nvfp4_static_input_scale = o->gemm == "nvfp4";
     write_json(o->out, bench::run_block_bench(b));
 #else
     H3RT_FAIL("this h3rt was built without CUDA (cmake -DH3RT_CUDA=ON needs nvcc)");

@@ -10,10 +10,13 @@
 #include "bench/launch_count.h"
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
+#include "formats/nvfp4_quantize.h"
 #include "h3rt/layout.h"
 #include "h3rt/model.h"
+#include "h3rt/nvfp4.h"
 #include "model/block_cuda.h"
 #include "ops/linear/linear.h"
+#include "ops/linear_nvfp4/linear_nvfp4.h"
 #include "ops/rope_table/rope_table.h"
 
 namespace h3rt::bench {
@@ -59,6 +62,45 @@ void make_fp8(model::DeviceLinear& l, float wmax, cudaStream_t s) {
   H3RT_CUDA_CHECK(ops::quantize_e4m3_cuda(q, s));
 }
 
+// Turns a bf16 layer into an NVFP4 one (weights packed on the device with their own global
+// scale, as quantize-checkpoint packs them), with a static activation scale or none (computed
+// per call).
+void make_nvfp4(model::DeviceLinear& l, bool static_input_scale, cudaStream_t s) {
+  // A static input scale for activations up to 8 in magnitude, as a calibrated checkpoint has.
+  if (static_input_scale) l.x4_global = device_scalar(8.0f / 2688.0f);
+  l.w4 = cuda::device_empty(DType::u8, {l.out, l.in / 2});
+  l.w4_scales = cuda::device_empty(DType::u8, {nvfp4_scales_bytes(l.out, l.in)});
+  l.w4_global = cuda::device_empty(DType::f32, {1});
+  Tensor ws = cuda::device_empty(DType::u8, {int64_t(nvfp4_quantize_workspace_bytes())});
+  H3RT_CUDA_CHECK(cudaMemsetAsync(ws.data(), 0, ws.nbytes(), s));
+  Nvfp4QuantizeParams q;
+  q.x = l.w.data();
+  q.rows = l.out;
+  q.cols = l.in;
+  q.ld = l.in;
+  q.qdata = l.w4.ptr<uint8_t>();
+  q.scales = l.w4_scales.ptr<uint8_t>();
+  q.global_scale = l.w4_global.ptr<float>();
+  q.source = Nvfp4GlobalScaleSource::kTwoPass;
+  q.rule = Nvfp4ScaleRule::kF32Divide;
+  q.workspace = ws.data();
+  H3RT_CUDA_CHECK(nvfp4_quantize(q, s));
+  H3RT_CUDA_CHECK(cudaStreamSynchronize(s));  // `ws` returns to the arena
+}
+
+const char* nvfp4_algo_name(ops::Nvfp4GemmAlgo a) {
+  switch (a) {
+    case ops::Nvfp4GemmAlgo::kDequantCublas:
+      return "dequantize to bf16 scratch + cuBLASLt bf16";
+    case ops::Nvfp4GemmAlgo::kMainloopSm90:
+      return "sm_90a wgmma, dequantized in the mainloop";
+    case ops::Nvfp4GemmAlgo::kBlockScaledSm100:
+      return "cuBLASLt block-scaled NVFP4";
+    default:
+      return "auto";
+  }
+}
+
 }  // namespace
 
 nlohmann::json run_block_bench(const BlockBenchOptions& o) {
@@ -99,7 +141,13 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
     make_fp8(w.fc1, 1.0f / std::sqrt(float(H)), s);
     make_fp8(w.fc2, 1.0f / std::sqrt(float(F)), s);
   }
-  model::BlockCudaBuffers b = model::make_block_buffers(c, S, table_rows, o.fp8);
+  H3RT_CHECK(!(o.fp8 && o.nvfp4), "bench block: choose one of fp8 and nvfp4");
+  if (o.nvfp4)
+    for (model::DeviceLinear* l : {&w.qkv, &w.out, &w.fc1, &w.fc2}) {
+      make_nvfp4(*l, o.nvfp4_static_input_scale, s);
+      l->w = Tensor();  // only the packed weights stay
+    }
+  model::BlockCudaBuffers b = model::make_block_buffers(c, S, table_rows, o.fp8, o.nvfp4);
   fill(b.x, ++k, 0.0f, 1.0f, s);
   fill(b.table, ++k, 0.0f, 0.1f, s);
   std::vector<int64_t> idx = adaln_indices(layout, plan);
@@ -194,7 +242,10 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
   m.instrumented_ms = std::move(instrumented);
   m.uninstrumented_ms = std::move(plain);
   m.graph_ms = std::move(graph);
-  m.launcher_calls = model::kBlockLaunches + (o.fp8 ? 4 : 0);
+  // fp8: a quantize launcher call per projection; nvfp4: none with static input scales (the
+  // producers encode), one (two-pass quantizer) per projection otherwise.
+  m.launcher_calls =
+      model::kBlockLaunches + (o.fp8 || (o.nvfp4 && !o.nvfp4_static_input_scale) ? 4 : 0);
   m.graph_nodes = static_cast<int64_t>(graph_nodes);
   m.cupti_kernels = cupti_kernels;
   const auto mem = cuda::default_arena().stats();
@@ -205,6 +256,9 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
   cudaDriverGetVersion(&m.driver_version);
   cudaRuntimeGetVersion(&m.runtime_version);
   m.fp8 = o.fp8;
+  m.nvfp4 = o.nvfp4;
+  m.nvfp4_static_input_scale = o.nvfp4_static_input_scale;
+  if (o.nvfp4) m.nvfp4_algo = nvfp4_algo_name(ops::linear_nvfp4_resolve(ops::Nvfp4GemmAlgo::kAuto));
   m.seed = o.seed;
   return block_report(c, layout, m);
 }

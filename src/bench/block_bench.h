@@ -14,7 +14,9 @@ struct BlockBenchOptions {
   bool h3_dims = true;  // false: the tiny config
   int64_t text_len = 100, audio_len = 207, frames = 37, height = 48, width = 84;  // latents
   int reps = 10, warmup = 2;
-  bool fp8 = false;  // fp8 e4m3 GEMMs (static per-tensor scales) instead of bf16
+  bool fp8 = false;    // fp8 e4m3 GEMMs (static per-tensor scales) instead of bf16
+  bool nvfp4 = false;  // NVFP4 W4A4 GEMMs
+  bool nvfp4_static_input_scale = true;  // producers encode the input; else computed per call
   uint64_t seed = 440420;
 };
 

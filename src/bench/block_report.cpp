@@ -47,6 +47,19 @@ double median(std::vector<double> v) {
 
 namespace {
 
+std::string gemm_description(const BlockMeasurements& m) {
+  if (m.nvfp4)
+    return "NVFP4 W4A4 (" + m.nvfp4_algo + "); " +
+           (m.nvfp4_static_input_scale
+                ? "static input scales: the producers encode the NVFP4 inputs (fused)"
+                : "computed input scales: each projection includes its two-pass activation "
+                  "quantization (amax, encode)");
+  if (m.fp8)
+    return "cuBLASLt fp8 e4m3, static per-tensor scales (the activation quantize launch is "
+           "inside each projection)";
+  return "cuBLASLt bf16";
+}
+
 bool is_gemm(const std::string& name) {
   return name.find("projection") != std::string::npos || name.rfind("mlp_fc", 0) == 0;
 }
@@ -94,9 +107,7 @@ nlohmann::json block_report(const H3Config& c, const SequenceLayout& layout,
         {"ffn", c.ffn},
         {"precision", "bf16"},
         {"attention", "flash_bf16 (h3rt)"},
-        {"gemm", m.fp8 ? "cuBLASLt fp8 e4m3, static per-tensor scales (the "
-                         "activation quantize launch is inside each projection)"
-                       : "cuBLASLt bf16"},
+        {"gemm", gemm_description(m)},
         {"seed", m.seed}}},
       {"representative_block_p50_milliseconds", p50},
       {"component_fusion",

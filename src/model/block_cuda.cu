@@ -7,7 +7,9 @@
 #include "model/block_cuda.h"
 #include "ops/attention/attention.h"
 #include "ops/gated_residual/gated_residual.h"
+#include "formats/nvfp4_quantize.h"
 #include "ops/linear/linear.h"
+#include "ops/linear_nvfp4/linear_nvfp4.h"
 #include "ops/qk_norm_rope/qk_norm_rope.h"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
 #include "ops/swiglu/swiglu.h"
@@ -21,9 +23,68 @@ bf16* bp(const Tensor& t) {
   return t.ptr<bf16>();
 }
 
-// y = x W^T through the layer's path: bf16 GEMM, or e4m3 quantize + fp8 GEMM.
+// NVFP4 W4A4 GEMM of the activation already packed in b.x4 (global scale at `a_global`).
+void gemm_nvfp4(const DeviceLinear& l, const float* a_global, bf16* y, int64_t rows,
+                BlockCudaBuffers& b, cudaStream_t s) {
+  ops::LinearNvfp4CudaParams g;
+  g.a_q = b.x4.ptr<uint8_t>();
+  g.a_scales = b.x4_scales.ptr<uint8_t>();
+  g.a_global = a_global;
+  g.w_q = l.w4.ptr<uint8_t>();
+  g.w_scales = l.w4_scales.ptr<uint8_t>();
+  g.w_global = l.w4_global.ptr<float>();
+  g.y = y;
+  g.rows = rows;
+  g.in = l.in;
+  g.out = l.out;
+  g.workspace = b.gemm_workspace.data();
+  g.workspace_bytes = b.gemm_workspace.nbytes();
+  H3RT_CHECK(ops::linear_nvfp4_workspace_bytes(g) <= g.workspace_bytes,
+             "nvfp4 GEMM scratch too small for ", rows, " x ", l.in, " -> ", l.out);
+  H3RT_CUDA_CHECK(ops::linear_nvfp4_cuda(g, s));
+}
+
+// Whether the producer of an NVFP4 layer's input encodes it itself. Only with a static input
+// scale: with a computed one the fused producers run twice (amax pass, encode pass), which the
+// H200 measured 10-21% slower than producing bf16 and quantizing it (bench/RESULTS.md).
+bool fused_input(const DeviceLinear& l) {
+  return l.nvfp4() && l.x4_global.data() != nullptr;
+}
+
+// The NVFP4 output block a producer fills for layer `l` (fused_input(l) must hold).
+Nvfp4Out nvfp4_input(const DeviceLinear& l, BlockCudaBuffers& b) {
+  Nvfp4Out o;
+  o.qdata = b.x4.ptr<uint8_t>();
+  o.scales = b.x4_scales.ptr<uint8_t>();
+  o.global_scale = l.x4_global.ptr<float>();
+  o.source = Nvfp4GlobalScaleSource::kGiven;
+  return o;
+}
+
+// NVFP4 W4A4 from a bf16 activation: quantize (given or computed global scale), then the GEMM.
+void project_nvfp4(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows,
+                   BlockCudaBuffers& b, cudaStream_t s) {
+  H3RT_CHECK(b.x4.data() != nullptr, "nvfp4 layer without nvfp4 activation buffers");
+  const bool given = l.x4_global.data() != nullptr;
+  Nvfp4QuantizeParams q;
+  q.x = x;
+  q.rows = rows;
+  q.cols = l.in;
+  q.ld = l.in;
+  q.qdata = b.x4.ptr<uint8_t>();
+  q.scales = b.x4_scales.ptr<uint8_t>();
+  q.global_scale = given ? l.x4_global.ptr<float>() : b.x4_global.ptr<float>();
+  q.source = given ? Nvfp4GlobalScaleSource::kGiven : Nvfp4GlobalScaleSource::kTwoPass;
+  q.rule = Nvfp4ScaleRule::kBf16Activation;
+  q.workspace = b.x4_workspace.data();
+  H3RT_CUDA_CHECK(nvfp4_quantize(q, s));
+  gemm_nvfp4(l, q.global_scale, y, rows, b, s);
+}
+
+// y = x W^T through the layer's path: bf16 GEMM, e4m3 quantize + fp8 GEMM, or NVFP4.
 void project(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows, BlockCudaBuffers& b,
              cudaStream_t s) {
+  if (l.nvfp4()) return project_nvfp4(l, x, y, rows, b, s);
   if (!l.fp8()) {
     H3RT_CUDA_CHECK(ops::linear_bf16_cuda({x, bp(l.w), nullptr, y, rows, l.in, l.out}, s));
     return;
@@ -44,13 +105,37 @@ void project(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows, BlockC
   H3RT_CUDA_CHECK(ops::linear_fp8_cuda(g, s));
 }
 
+// The projection of an input its producer may have encoded already (fused_input).
+void project_input(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows,
+                   BlockCudaBuffers& b, cudaStream_t s) {
+  if (fused_input(l)) return gemm_nvfp4(l, l.x4_global.ptr<float>(), y, rows, b, s);
+  project(l, x, y, rows, b, s);
+}
+
+// Scratch of the nvfp4 GEMMs of a block at `rows`: the largest any projection shape needs.
+size_t nvfp4_gemm_scratch(const H3Config& c, int64_t rows) {
+  const int64_t H = c.hidden, I = c.inner(), F = c.ffn;
+  const int64_t shapes[4][2] = {{3 * I, H}, {H, I}, {2 * F, H}, {H, F}};  // out, in
+  size_t most = 0;
+  for (const auto& sh : shapes) {
+    ops::LinearNvfp4CudaParams g;
+    g.a_q = reinterpret_cast<const uint8_t*>(1);  // W4A4 (only the shape matters)
+    g.rows = rows;
+    g.out = sh[0];
+    g.in = sh[1];
+    most = std::max(most, ops::linear_nvfp4_workspace_bytes(g));
+  }
+  return most;
+}
+
 void stage(const StageHook* hook, const char* name) {
   if (hook) (*hook)(name);
 }
 
 }  // namespace
 
-BlockCudaBuffers make_block_buffers(const H3Config& c, int64_t rows, int64_t table_rows, bool fp8) {
+BlockCudaBuffers make_block_buffers(const H3Config& c, int64_t rows, int64_t table_rows, bool fp8,
+                                    bool nvfp4) {
   BlockCudaBuffers b;
   b.rows = rows;
   b.hidden = c.hidden;
@@ -68,7 +153,16 @@ BlockCudaBuffers make_block_buffers(const H3Config& c, int64_t rows, int64_t tab
   b.row_index = cuda::device_empty(DType::i64, {rows});
   b.cos = cuda::device_empty(DType::f32, {rows, c.rope_dim()});
   b.sin = cuda::device_empty(DType::f32, {rows, c.rope_dim()});
-  if (fp8) b.x8 = cuda::device_empty(DType::e4m3, {rows, std::max({c.hidden, I, c.ffn})});
+  const int64_t widest = std::max({c.hidden, I, c.ffn});
+  if (fp8) b.x8 = cuda::device_empty(DType::e4m3, {rows, widest});
+  if (nvfp4) {
+    b.x4 = cuda::device_empty(DType::u8, {rows, widest / 2});
+    b.x4_scales = cuda::device_empty(DType::u8, {nvfp4_scales_bytes(rows, widest)});
+    b.x4_global = cuda::device_empty(DType::f32, {1});
+    b.x4_workspace = cuda::device_empty(DType::u8, {int64_t(nvfp4_quantize_workspace_bytes())});
+    H3RT_CUDA_CHECK(cudaMemset(b.x4_workspace.data(), 0, b.x4_workspace.nbytes()));
+    b.gemm_workspace = cuda::device_empty(DType::u8, {int64_t(nvfp4_gemm_scratch(c, rows))});
+  }
   return b;
 }
 
@@ -92,10 +186,15 @@ void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffer
   n1.dim = H;
   n1.table_row_stride = 6 * H;
   n1.eps = c.norm_eps;
+  ops::RmsNormModulateCudaParams n2 = n1;  // the same rows and table, second half
+  if (fused_input(w.qkv)) {
+    n1.y = nullptr;
+    n1.nvfp4 = nvfp4_input(w.qkv, b);
+  }
   H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(n1, s));
   stage(hook, "norm_modulate");
 
-  project(w.qkv, bp(b.n), bp(b.qkv), S, b, s);
+  project_input(w.qkv, bp(b.n), bp(b.qkv), S, b, s);
   stage(hook, "qkv_projection");
 
   ops::QkNormRopeCudaParams qk;
@@ -116,22 +215,29 @@ void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffer
   stage(hook, "rms_rope");
 
   ops::AttentionCudaParams at = ops::attention_params_from_qkv(bp(b.qkv), S, c.heads, bp(b.attn));
+  if (fused_input(w.out)) {
+    at.out = nullptr;
+    at.nvfp4 = nvfp4_input(w.out, b);
+  }
   H3RT_CUDA_CHECK(ops::attention_cuda(at, ops::AttentionKernel::flash_bf16, s));
   stage(hook, "attention");
 
-  project(w.out, bp(b.attn), bp(b.y), S, b, s);
+  project_input(w.out, bp(b.attn), bp(b.y), S, b, s);
   stage(hook, "output_projection");
 
-  ops::RmsNormModulateCudaParams n2 = n1;
   n2.weight = bp(w.norm2);
   n2.shift = chunk(3);
   n2.scale = chunk(4);
   n2.residual = bp(b.y);
   n2.residual_gate = chunk(2);
+  if (fused_input(w.fc1)) {
+    n2.y = nullptr;
+    n2.nvfp4 = nvfp4_input(w.fc1, b);
+  }
   H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(n2, s));
   stage(hook, "residual_gate_norm_modulate");
 
-  project(w.fc1, bp(b.n), bp(b.h), S, b, s);
+  project_input(w.fc1, bp(b.n), bp(b.h), S, b, s);
   stage(hook, "mlp_fc1");
 
   ops::SwigluCudaParams sw;
@@ -139,10 +245,14 @@ void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffer
   sw.out = bp(b.g);
   sw.rows = S;
   sw.ffn = F;
+  if (fused_input(w.fc2)) {
+    sw.out = nullptr;
+    sw.nvfp4 = nvfp4_input(w.fc2, b);
+  }
   H3RT_CUDA_CHECK(ops::swiglu_cuda(sw, s));
   stage(hook, "swiglu");
 
-  project(w.fc2, bp(b.g), bp(b.y), S, b, s);
+  project_input(w.fc2, bp(b.g), bp(b.y), S, b, s);
   stage(hook, "mlp_fc2");
 
   ops::GatedResidualCudaParams gr;

@@ -11,7 +11,9 @@
 //   8 swiglu              g = silu(h[:, :F]) * h[:, F:]
 //   9 linear              y = g Wfc2^T
 //  10 gated_residual      x += gate_mlp * y
-// fp8 layers add one quantize launch before each of their GEMMs.
+// fp8 layers add one quantize launch before each of their GEMMs. nvfp4 layers with a static
+// input scale get their input encoded by its producer (steps 1, 4, 6, 8 write NVFP4 instead of
+// bf16); without one, the bf16 input is quantized in two launches (amax, then encode).
 #pragma once
 
 #ifdef H3RT_HAVE_CUDA
@@ -26,16 +28,25 @@
 
 namespace h3rt::model {
 
-// A linear layer on the device: y = x W^T (+ b). With `w8` set it runs as an fp8 e4m3
-// per-tensor-scaled GEMM (ComfyUI fp8_scaled with a static input scale): the bf16 activation is
-// quantized to e4m3 with `x_scale`, and the product scaled by x_scale * w_scale.
+// A linear layer on the device: y = x W^T (+ b), on one of three paths.
+//  * bf16: `w` (bf16, or f32 on the float32 islands).
+//  * fp8 (`w8` set): ComfyUI fp8_scaled with a static input scale: the bf16 activation is
+//    quantized to e4m3 with `x_scale`, and the product scaled by x_scale * w_scale.
+//  * nvfp4 (`w4` set): W4A4. The bf16 activation is quantized to NVFP4 with `x4_global` (the
+//    checkpoint's input_scale) or, without one, with the global scale computed from its amax
+//    (ComfyUI's bf16 activation rule); then the NVFP4 GEMM (src/ops/linear_nvfp4).
 struct DeviceLinear {
   Tensor w;  // [out, in], bf16 or f32 (as the checkpoint stores the layer)
   Tensor b;  // [out] in the same dtype, or empty
   int64_t out = 0, in = 0;
   Tensor w8;                // [out, in] e4m3, or empty
   Tensor w_scale, x_scale;  // device float32 scalars of the fp8 path
+  Tensor w4;                // u8 [out, in/2] packed e2m1 (nvfp4), or empty
+  Tensor w4_scales;         // u8 block scales, 128x4 tiled
+  Tensor w4_global;         // device float32 scalar (weight_scale_2)
+  Tensor x4_global;         // device float32 scalar (input_scale), or empty: computed per call
   bool fp8() const { return w8.data() != nullptr; }
+  bool nvfp4() const { return w4.data() != nullptr; }
 };
 
 // Device copies (bf16) of one block's weights.
@@ -44,7 +55,7 @@ struct DeviceBlock {
   DeviceLinear qkv, out, fc1, fc2;      // [3I, H], [H, I], [2F, H], [H, F], no bias
   DeviceLinear adaln;                   // [18H, Tm] with bias (transformer blocks only)
 };
-// Uploads a block's weights (model_cuda.cu); bf16 layers only.
+// Uploads a block's weights (model_cuda.cu).
 DeviceBlock upload_block(const RefinerBlockWeights& w);
 
 // The activations of one block at S rows, allocated once and reused across blocks.
@@ -61,9 +72,12 @@ struct BlockCudaBuffers {
   Tensor row_index;  // [S] int64: timestep_index * 3 + tag
   Tensor cos, sin;   // [S, 96] float32 RoPE tables
   Tensor x8;         // [S, max(H, I, F)] e4m3 activations of fp8 layers (empty without them)
+  // NVFP4 layers (empty without them): the packed activation, its block scales and global
+  // scale, the quantizer's workspace (zeroed once) and the GEMM's scratch.
+  Tensor x4, x4_scales, x4_global, x4_workspace, gemm_workspace;
 };
 BlockCudaBuffers make_block_buffers(const H3Config& c, int64_t rows, int64_t table_rows,
-                                    bool fp8 = false);
+                                    bool fp8 = false, bool nvfp4 = false);
 
 // Called after each stage with its name (the seeds' component names) when timing per component.
 using StageHook = std::function<void(const char* component)>;

@@ -7,6 +7,7 @@
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
 #include "model/model_cuda.h"
+#include "h3rt/nvfp4.h"
 #include "model/weights.h"
 #include "ops/rope_table/rope_table.h"
 
@@ -34,14 +35,31 @@ enum class LinearPath { f32_island, bf16, projection };
 // f32 layers unchanged; fp8_scaled layers dequantized (e4m3 values are exact in bf16, so this is
 // round_bf16(e4m3 * weight_scale), as ComfyUI computes a layer without input_scale), except block
 // projections with a static input_scale, which keep e4m3 weights for the fp8 GEMM.
+// NVFP4 block projections keep their packed weights for the W4A4 GEMM.
+void upload_nvfp4(const LinearWeight& l, DeviceLinear& d) {
+  H3RT_CHECK(l.data.is_contiguous() && l.scale.is_contiguous() &&
+                 l.data.nbytes() == l.out * l.in / 2 &&
+                 l.scale.nbytes() == nvfp4_scales_bytes(l.out, l.in),
+             "layer '", l.name, "': nvfp4 weight or weight_scale is not a contiguous packed tensor");
+  d.w4 = cuda::to_device(l.data);
+  d.w4_scales = cuda::to_device(l.scale);
+  d.w4_global = device_scalar(l.scale_2, l.name + ".weight_scale_2");
+  if (l.input_scale.data()) d.x4_global = device_scalar(l.input_scale, l.name + ".input_scale");
+}
+
 DeviceLinear upload_linear(const LinearWeight& l, LinearPath path) {
-  H3RT_CHECK(l.format != WeightFormat::nvfp4, "layer '", l.name,
-             "' is nvfp4; the CUDA backend runs bf16, f32 and fp8_scaled layers so far");
+  H3RT_CHECK(l.format != WeightFormat::nvfp4 || path == LinearPath::projection, "layer '", l.name,
+             "' is nvfp4; the CUDA backend runs nvfp4 in the block projections (qkv, out, fc1, "
+             "fc2) only");
   const DType t = path == LinearPath::f32_island ? DType::f32 : DType::bf16;
   DeviceLinear d;
   d.out = l.out;
   d.in = l.in;
   if (l.has_bias()) d.b = upload_values(l.b, {l.out}, t);
+  if (l.format == WeightFormat::nvfp4) {
+    upload_nvfp4(l, d);
+    return d;
+  }
   if (path == LinearPath::projection && l.format == WeightFormat::fp8_scaled &&
       l.input_scale.data() != nullptr) {
     H3RT_CHECK(l.data.dtype() == DType::e4m3 && l.data.is_contiguous(), "layer '", l.name,
@@ -176,6 +194,13 @@ bool DeviceModel::has_fp8() const {
   for (const auto* list : {&refiner, &blocks})
     for (const DeviceBlock& b : *list)
       if (b.qkv.fp8() || b.out.fp8() || b.fc1.fp8() || b.fc2.fp8()) return true;
+  return false;
+}
+
+bool DeviceModel::has_nvfp4() const {
+  for (const auto* list : {&refiner, &blocks})
+    for (const DeviceBlock& b : *list)
+      if (b.qkv.nvfp4() || b.out.nvfp4() || b.fc1.nvfp4() || b.fc2.nvfp4()) return true;
   return false;
 }
 

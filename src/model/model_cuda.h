@@ -27,12 +27,13 @@ struct DeviceModel {
   FloatVec time_in_w, time_in_b, time_out_w, time_out_b;
   std::vector<float> rope_inv_freq;
 
-  bool has_fp8() const;  // any block projection on the fp8 GEMM path
+  bool has_fp8() const;    // any block projection on the fp8 GEMM path
+  bool has_nvfp4() const;  // any block projection on the NVFP4 GEMM path
 };
 
 // Uploads a loaded (or synthetic) model: bf16/f32 layers as stored; fp8_scaled block projections
 // with an input_scale as e4m3 (fp8 GEMMs), other fp8_scaled layers dequantized to bf16; NVFP4
-// layers are refused by name (their GPU GEMMs are separate work).
+// block projections packed (W4A4 GEMMs); NVFP4 elsewhere is refused by name.
 DeviceModel upload_model(const H3Model& model);
 
 // The same synthetic weights as make_synthetic_model (bit-identical values), generated directly

@@ -85,19 +85,21 @@ TEST(ForwardCuda, DeviceSyntheticWeightsEqualHostSynthetic) {
   EXPECT_EQ(dev.time_out_w, host.weights.time_out.w);
 }
 
-// An fp8_scaled checkpoint (from quantize-checkpoint), without and with static input scales: the
+// A quantized checkpoint (from quantize-checkpoint), without and with static input scales: the
 // GPU forward must stay as close to the CPU fp32 forward of the same checkpoint as the CPU bf16
-// forward is (mean error within 2x, max within 3x). With input scales the block projections run
-// the fp8 e4m3 GEMMs.
-TEST(ForwardCuda, Fp8ScaledCheckpointTracksCpuReference) {
-  H3RT_REQUIRE_GPU();
+// forward is (mean error within 2x, max within 3x). fp8_scaled with input scales runs the fp8
+// e4m3 GEMMs (without, the weights are dequantized to bf16); nvfp4 always runs W4A4 GEMMs, with
+// the activation's global scale computed on the device when the checkpoint has no input_scale.
+void quantized_checkpoint_tracks_cpu(WeightFormat format, float input_scale) {
   const std::string dir = ::testing::TempDir();
-  const std::string fp8 = dir + "/h3rt_fp8.safetensors", fp8_in = dir + "/h3rt_fp8_in.safetensors";
+  const std::string name = format == WeightFormat::nvfp4 ? "nvfp4" : "fp8";
+  const std::string plain = dir + "/h3rt_" + name + ".safetensors",
+                    with_in = dir + "/h3rt_" + name + "_in.safetensors";
   QuantizeCheckpointOptions opt;
-  opt.format = WeightFormat::fp8_scaled;
-  quantize_checkpoint(golden_file("weights.safetensors"), fp8, opt);
+  opt.format = format;
+  quantize_checkpoint(golden_file("weights.safetensors"), plain, opt);
   {
-    SafetensorsFile f = SafetensorsFile::open(fp8);
+    SafetensorsFile f = SafetensorsFile::open(plain);
     NamedTensors all;
     for (const auto& e : f.entries()) all.push_back({e.name, f.get(e.name)});
     const std::string marker = ".comfy_quant";
@@ -105,15 +107,20 @@ TEST(ForwardCuda, Fp8ScaledCheckpointTracksCpuReference) {
       if (e.name.size() > marker.size() &&
           e.name.compare(e.name.size() - marker.size(), marker.size(), marker) == 0)
         all.push_back({e.name.substr(0, e.name.size() - marker.size()) + ".input_scale",
-                       tensor_from_f32({16.0f / 448.0f}, {})});
-    write_safetensors(fp8_in, all, f.metadata());
+                       tensor_from_f32({input_scale}, {})});
+    write_safetensors(with_in, all, f.metadata());
   }
   const ForwardInputs in = test::golden_inputs().inputs();
-  for (const std::string& file : {fp8, fp8_in}) {
+  for (const std::string& file : {plain, with_in}) {
     SCOPED_TRACE(file);
     H3Model host = load_model(file);
     model::DeviceModel dev = model::upload_model(host);
-    EXPECT_EQ(dev.has_fp8(), file == fp8_in);
+    if (format == WeightFormat::nvfp4) {
+      EXPECT_TRUE(dev.has_nvfp4());
+      EXPECT_FALSE(dev.has_fp8());
+    } else {
+      EXPECT_EQ(dev.has_fp8(), file == with_in);
+    }
     const ForwardOutputs ref = forward_cpu(host, in, Precision::fp32);
     const ForwardOutputs cpu = forward_cpu(host, in, Precision::bf16);
     const ForwardOutputs gpu = model::forward_cuda(dev, in);
@@ -129,6 +136,16 @@ TEST(ForwardCuda, Fp8ScaledCheckpointTracksCpuReference) {
       EXPECT_LE(g.max_abs, 3.0 * c.max_abs);
     }
   }
+}
+
+TEST(ForwardCuda, Fp8ScaledCheckpointTracksCpuReference) {
+  H3RT_REQUIRE_GPU();
+  quantized_checkpoint_tracks_cpu(WeightFormat::fp8_scaled, 16.0f / 448.0f);
+}
+
+TEST(ForwardCuda, Nvfp4CheckpointTracksCpuReference) {
+  H3RT_REQUIRE_GPU();
+  quantized_checkpoint_tracks_cpu(WeightFormat::nvfp4, 16.0f / 2688.0f);
 }
 
 }  // namespace

@@ -1,0 +1,38 @@
+// `h3rt bench nvfp4-gemm`: times the NVFP4 GEMM algorithms against cuBLASLt bf16 at the seed
+// shape's four projections (see src/bench/nvfp4_gemm_bench.h).
+#include <memory>
+
+#include "cli/commands.h"
+#include "h3rt/check.h"
+#ifdef H3RT_HAVE_CUDA
+#include "bench/nvfp4_gemm_bench.h"
+#endif
+
+namespace h3rt::cli {
+
+void add_bench_nvfp4_gemm_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("nvfp4-gemm",
+                                 "Time the NVFP4 GEMMs (dequantize + cuBLASLt, Hopper mainloop, "
+                                 "Blackwell block-scaled) against cuBLASLt bf16 (JSON report)");
+#ifdef H3RT_HAVE_CUDA
+  auto opt = std::make_shared<bench::Nvfp4GemmBenchOptions>();
+  cmd->add_option("--rows", opt->rows, "packed rows M")->capture_default_str();
+  cmd->add_option("--hidden", opt->hidden, "hidden size (multiple of 64)")->capture_default_str();
+  cmd->add_option("--inner", opt->inner, "attention width, heads x 128 (multiple of 64)")
+      ->capture_default_str();
+  cmd->add_option("--ffn", opt->ffn, "SwiGLU width (multiple of 64)")->capture_default_str();
+  cmd->add_option("--warmup", opt->warmup, "untimed calls first")->capture_default_str();
+  cmd->add_option("--iters", opt->iters, "timed calls (median reported)")->capture_default_str();
+  cmd->add_option("--out", opt->json_path, "write the report as JSON to this file");
+  auto no_mainloop = std::make_shared<bool>(false);
+  cmd->add_flag("--no-mainloop", *no_mainloop, "leave out the sm_90a mainloop kernel");
+  cmd->callback([opt, no_mainloop] {
+    opt->mainloop = !*no_mainloop;
+    bench::run_nvfp4_gemm_bench(*opt);
+  });
+#else
+  cmd->callback([] { H3RT_FAIL("bench nvfp4-gemm needs a CUDA build (H3RT_CUDA=ON)"); });
+#endif
+}
+
+}  // namespace h3rt::cli

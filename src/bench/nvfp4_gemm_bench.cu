@@ -1,0 +1,271 @@
+// NVFP4 GEMM benchmark (see nvfp4_gemm_bench.h).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "bench/nvfp4_gemm_bench.h"
+#include "formats/nvfp4_quantize.h"
+#include "h3rt/check.h"
+#include "h3rt/report.h"
+#include "ops/linear/linear.h"
+#include "ops/linear_nvfp4/linear_nvfp4.h"
+#include "ops/linear_nvfp4/nvfp4_dequant.h"
+
+namespace h3rt::bench {
+namespace {
+
+#define NGB_CUDA(x)                                                                        \
+  do {                                                                                     \
+    cudaError_t e_ = (x);                                                                  \
+    H3RT_CHECK(e_ == cudaSuccess, "nvfp4-gemm bench: ", #x, ": ", cudaGetErrorString(e_)); \
+  } while (0)
+
+// Synthetic bf16 data: hashed values ~ U(-amp, amp) times a per-row factor in [0.25, 4].
+__global__ void fill_kernel(uint16_t* x, int64_t n, int64_t cols, float amp, uint64_t salt) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    uint64_t h = (uint64_t(i) + salt) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 31;
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 29;
+    const uint64_t r = uint64_t(i / cols) * 0x94D049BB133111EBull + salt;
+    const float row = 0.25f + 3.75f * float((r >> 40) & 0xffff) / 65535.0f;
+    const float v = (float(h >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * amp * row;
+    x[i] = uint16_t(__float_as_uint(v) >> 16);
+  }
+}
+
+// A device allocation freed at scope exit.
+struct DevBuf {
+  void* p = nullptr;
+  explicit DevBuf(size_t bytes) { NGB_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
+  ~DevBuf() { cudaFree(p); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
+
+struct Timer {
+  cudaStream_t s;
+  cudaEvent_t e0, e1;
+  int warmup, iters;
+  // Median and best ms of `launch` (each call timed alone).
+  template <typename F>
+  std::pair<double, double> time(F&& launch) {
+    for (int i = 0; i < warmup; ++i) launch();
+    std::vector<float> ms;
+    for (int i = 0; i < iters; ++i) {
+      NGB_CUDA(cudaEventRecord(e0, s));
+      launch();
+      NGB_CUDA(cudaEventRecord(e1, s));
+      NGB_CUDA(cudaEventSynchronize(e1));
+      float t = 0;
+      NGB_CUDA(cudaEventElapsedTime(&t, e0, e1));
+      ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    return {ms[ms.size() / 2], ms.front()};
+  }
+};
+
+struct Shape {
+  const char* name;
+  int64_t n, k;
+};
+
+struct Variant {
+  const char* name;
+  bool nvfp4_a;  // W4A4 (else W4A16); ignored for bf16
+  ops::Nvfp4GemmAlgo algo;
+  bool bf16_reference;
+};
+
+void quantize(const void* x, int64_t rows, int64_t cols, Nvfp4ScaleRule rule, const DevBuf& q,
+              const DevBuf& s, const DevBuf& g, const DevBuf& ws, cudaStream_t st) {
+  Nvfp4QuantizeParams p;
+  p.x = x;
+  p.rows = rows;
+  p.cols = p.ld = cols;
+  p.qdata = q.as<uint8_t>();
+  p.scales = s.as<uint8_t>();
+  p.global_scale = g.as<float>();
+  p.source = Nvfp4GlobalScaleSource::kTwoPass;
+  p.rule = rule;
+  p.workspace = ws.p;
+  NGB_CUDA(nvfp4_quantize(p, st));
+}
+
+}  // namespace
+
+nlohmann::json run_nvfp4_gemm_bench(const Nvfp4GemmBenchOptions& o) {
+  H3RT_CHECK(o.rows > 0 && o.hidden % 64 == 0 && o.inner % 64 == 0 && o.ffn % 64 == 0 &&
+                 o.iters >= 1 && o.warmup >= 0,
+             "nvfp4-gemm bench: bad options (hidden, inner and ffn must be multiples of 64)");
+  int dev = 0;
+  cudaDeviceProp prop{};
+  NGB_CUDA(cudaGetDevice(&dev));
+  NGB_CUDA(cudaGetDeviceProperties(&prop, dev));
+  cudaStream_t st;
+  NGB_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  Timer tm{st, nullptr, nullptr, o.warmup, o.iters};
+  NGB_CUDA(cudaEventCreate(&tm.e0));
+  NGB_CUDA(cudaEventCreate(&tm.e1));
+
+  const Shape shapes[] = {{"qkv", 3 * o.inner, o.hidden},
+                          {"out", o.hidden, o.inner},
+                          {"fc1", 2 * o.ffn, o.hidden},
+                          {"fc2", o.hidden, o.ffn}};
+  using A = ops::Nvfp4GemmAlgo;
+  const Variant variants[] = {
+      {"bf16_cublaslt", false, A::kAuto, true},
+      {"w4a4_dequant_cublas", true, A::kDequantCublas, false},
+      {"w4a16_dequant_cublas", false, A::kDequantCublas, false},
+      {"w4a4_mainloop_sm90", true, A::kMainloopSm90, false},
+      {"w4a16_mainloop_sm90", false, A::kMainloopSm90, false},
+      {"w4a4_block_scaled_sm100", true, A::kBlockScaledSm100, false},
+  };
+  std::map<std::string, double> total;
+  std::map<std::string, bool> complete;
+  for (const Variant& v : variants) complete[v.name] = true;
+  nlohmann::json shapes_json = nlohmann::json::array();
+  const int64_t m = o.rows;
+  std::printf("nvfp4 GEMM bench on %s: M = %lld, median of %d after %d warm-up\n", prop.name,
+              (long long)m, o.iters, o.warmup);
+
+  DevBuf qws(nvfp4_quantize_workspace_bytes());
+  NGB_CUDA(cudaMemsetAsync(qws.p, 0, nvfp4_quantize_workspace_bytes(), st));
+  for (const Shape& sh : shapes) {
+    const int64_t n = sh.n, k = sh.k;
+    DevBuf a16(size_t(m) * k * 2), w16(size_t(n) * k * 2), bias(size_t(n) * 2),
+        y(size_t(m) * n * 2);
+    DevBuf aq(size_t(m) * k / 2), as(nvfp4_scales_bytes(m, k)), ag(4);
+    DevBuf wq(size_t(n) * k / 2), ws(nvfp4_scales_bytes(n, k)), wg(4);
+    fill_kernel<<<4096, 256, 0, st>>>(a16.as<uint16_t>(), m * k, k, 4.0f, 11 + k);
+    fill_kernel<<<4096, 256, 0, st>>>(w16.as<uint16_t>(), n * k, k, 1.0f / std::sqrt(float(k)),
+                                      23 + n);
+    fill_kernel<<<64, 256, 0, st>>>(bias.as<uint16_t>(), n, n, 0.5f, 37);
+    NGB_CUDA(cudaGetLastError());
+    quantize(a16.p, m, k, Nvfp4ScaleRule::kBf16Activation, aq, as, ag, qws, st);
+    quantize(w16.p, n, k, Nvfp4ScaleRule::kF32Divide, wq, ws, wg, qws, st);
+
+    ops::LinearNvfp4CudaParams base;
+    base.w_q = wq.as<uint8_t>();
+    base.w_scales = ws.as<uint8_t>();
+    base.w_global = wg.as<float>();
+    base.bias = bias.as<__nv_bfloat16>();
+    base.y = y.as<__nv_bfloat16>();
+    base.rows = m;
+    base.in = k;
+    base.out = n;
+    ops::LinearNvfp4CudaParams p4 = base, p16 = base;
+    p4.a_q = aq.as<uint8_t>();
+    p4.a_scales = as.as<uint8_t>();
+    p4.a_global = ag.as<float>();
+    p16.a = a16.as<__nv_bfloat16>();
+    size_t ws_bytes = 0;
+    for (const Variant& v : variants) {
+      ops::LinearNvfp4CudaParams p = v.nvfp4_a ? p4 : p16;
+      p.algo = v.algo;
+      if (!v.bf16_reference) ws_bytes = std::max(ws_bytes, ops::linear_nvfp4_workspace_bytes(p));
+    }
+    DevBuf gws(ws_bytes);
+
+    const double flop = 2.0 * double(m) * double(n) * double(k);
+    nlohmann::json algos = nlohmann::json::object();
+    for (const Variant& v : variants) {
+      if (!o.mainloop && v.algo == A::kMainloopSm90) {
+        algos[v.name] = {{"skipped", true}};
+        complete[v.name] = false;
+        continue;
+      }
+      if (v.bf16_reference) {
+        ops::LinearCudaParams lp;
+        lp.x = a16.as<__nv_bfloat16>();
+        lp.w = w16.as<__nv_bfloat16>();
+        lp.bias = base.bias;
+        lp.y = base.y;
+        lp.rows = m;
+        lp.in = k;
+        lp.out = n;
+        auto [med, best] = tm.time([&] { NGB_CUDA(ops::linear_bf16_cuda(lp, st)); });
+        algos[v.name] = {{"median_ms", med}, {"best_ms", best}, {"tflops", flop / med * 1e-9}};
+        total[v.name] += med;
+        std::printf("  %-4s %6lld x %6lld  %-24s median %8.3f ms  best %8.3f ms  %6.1f TFLOP/s\n",
+                    sh.name, (long long)n, (long long)k, v.name, med, best, flop / med * 1e-9);
+        continue;
+      }
+      ops::LinearNvfp4CudaParams p = v.nvfp4_a ? p4 : p16;
+      p.algo = v.algo;
+      p.workspace = gws.p;
+      p.workspace_bytes = ws_bytes;
+      const cudaError_t first = ops::linear_nvfp4_cuda(p, st);
+      if (first == cudaErrorNotSupported) {
+        algos[v.name] = {{"supported", false}};
+        complete[v.name] = false;
+        std::printf("  %-4s %6lld x %6lld  %-24s not supported on this device\n", sh.name,
+                    (long long)n, (long long)k, v.name);
+        continue;
+      }
+      NGB_CUDA(first);
+      auto [med, best] = tm.time([&] { NGB_CUDA(ops::linear_nvfp4_cuda(p, st)); });
+      algos[v.name] = {{"median_ms", med}, {"best_ms", best}, {"tflops", flop / med * 1e-9}};
+      total[v.name] += med;
+      std::printf("  %-4s %6lld x %6lld  %-24s median %8.3f ms  best %8.3f ms  %6.1f TFLOP/s\n",
+                  sh.name, (long long)n, (long long)k, v.name, med, best, flop / med * 1e-9);
+    }
+
+    // The dequantization kernel alone: bytes = codes + scales read, bf16 written.
+    nlohmann::json dq = nlohmann::json::object();
+    for (bool weights : {true, false}) {
+      ops::Nvfp4DequantParams dp;
+      dp.q = weights ? wq.as<uint8_t>() : aq.as<uint8_t>();
+      dp.scales = weights ? ws.as<uint8_t>() : as.as<uint8_t>();
+      dp.rows = weights ? n : m;
+      dp.cols = k;
+      dp.out = gws.as<__nv_bfloat16>();
+      const double bytes = double(dp.rows) * k * 2.5 + double(nvfp4_scales_bytes(dp.rows, k));
+      auto [med, best] = tm.time([&] { NGB_CUDA(ops::nvfp4_dequant_bf16(dp, st)); });
+      const char* what = weights ? "dequant_w" : "dequant_a";
+      dq[what] = {{"rows", dp.rows}, {"cols", k},      {"median_ms", med},
+                  {"best_ms", best}, {"bytes", bytes}, {"gbps", bytes / med * 1e-6}};
+      std::printf("  %-4s %-31s %6lld x %6lld  median %8.4f ms  best %8.4f ms  %7.1f GB/s\n",
+                  sh.name, what, (long long)dp.rows, (long long)k, med, best, bytes / med * 1e-6);
+    }
+    shapes_json.push_back(
+        {{"name", sh.name}, {"n", n}, {"k", k}, {"algos", algos}, {"dequant_kernel", dq}});
+  }
+
+  nlohmann::json totals = nlohmann::json::object();
+  const double ref = total["bf16_cublaslt"];
+  std::printf("totals over the four projections (M = %lld):\n", (long long)m);
+  for (const Variant& v : variants) {
+    if (!complete[v.name]) {
+      totals[v.name] = {{"complete", false}};  // not supported or skipped on some shape
+      continue;
+    }
+    totals[v.name] = {{"total_ms", total[v.name]}, {"ratio_vs_bf16", total[v.name] / ref}};
+    std::printf("  %-24s %8.3f ms  x%.3f of bf16\n", v.name, total[v.name], total[v.name] / ref);
+  }
+  const std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  nlohmann::json report = {
+      {"bench", "nvfp4_gemm"}, {"date", date},     {"device", prop.name},   {"rows", m},
+      {"warmup", o.warmup},    {"iters", o.iters}, {"shapes", shapes_json}, {"totals", totals}};
+  if (!o.json_path.empty()) write_json(o.json_path, report);
+  cudaEventDestroy(tm.e0);
+  cudaEventDestroy(tm.e1);
+  cudaStreamDestroy(st);
+  return report;
+}
+
+}  // namespace h3rt::bench

@@ -1,0 +1,19 @@
+// The NVFP4 GEMM algorithms behind linear_nvfp4_cuda (one translation unit each), for the
+// dispatcher in cuda.cu. Each returns cudaErrorNotSupported where it cannot run.
+#pragma once
+
+#ifdef H3RT_HAVE_CUDA
+#include "ops/linear_nvfp4/linear_nvfp4.h"
+
+namespace h3rt::ops::nvfp4_gemm {
+
+cudaError_t dequant_cublas(const LinearNvfp4CudaParams& p, cudaStream_t stream);
+size_t dequant_cublas_workspace_bytes(const LinearNvfp4CudaParams& p);
+
+cudaError_t mainloop_sm90(const LinearNvfp4CudaParams& p, cudaStream_t stream);
+
+cudaError_t block_scaled_sm100(const LinearNvfp4CudaParams& p, cudaStream_t stream);
+size_t block_scaled_sm100_workspace_bytes(const LinearNvfp4CudaParams& p);
+
+}  // namespace h3rt::ops::nvfp4_gemm
+#endif  // H3RT_HAVE_CUDA

@@ -1,0 +1,679 @@
+// NVFP4 GEMM for sm_90a with both operands dequantized inside the mainloop (warpgroup MMA).
+//
+// y[rows, out] = bf16(alpha * (A . W^T) + bias), A = activations (NVFP4 codes + block scales, or
+// bf16 for W4A16), W = NVFP4 weights [out, in]; alpha = g_a * g_w (W4A4) or g_w (W4A16).
+//
+// CTA tile 128 (rows) x 256 (out), K step 64 = 4 scale blocks; 384 threads:
+//   WG0 producer: one thread streams each K step's packed A tile (128 x 32 B, TMA, 32B swizzle),
+//       packed W tile (256 x 32 B), and their block scales (one 512-byte piece of the 128x4
+//       tiled layout per 128 rows, cp.async.bulk) into a kStages ring (full / empty mbarriers).
+//   WG1, WG2 consumers: each owns 64 rows and the full 256 columns (m64n256k16 wgmma, fp32
+//       accumulators in registers). Per K step every consumer thread dequantizes
+//       - one W row (64 elements) into a bf16/f16 shared tile in the 128B-swizzled K-major layout
+//         wgmma reads (3 buffers: written for step k+1 while step k's wgmma run), and
+//       - (W4A4) its own 2 x 16 A elements straight into the wgmma A-operand registers (RS);
+//         for W4A16 the bf16 A tile goes from TMA (128B swizzle) to the wgmma as is (SS).
+//   One named barrier per K step publishes the dequantized W tile.
+// Dequantization: a code (s, e1 e0 m) becomes the e4m3 byte s|000|e1 e0 m|00 (= value * 2^-6,
+// exact, no subnormal f16 on the way), cvt e4m3x2 -> f16x2, times the block scale * 64 in f16:
+// e2m1 * e4m3 has at most 6 significant bits and lies in [2^-10, 2688], exact in f16 (W4A4:
+// f16 wgmma) and in bf16 (W4A16: bf16 wgmma after an exact f16 -> bf16 conversion). Products
+// are exact; only the fp32 accumulation order differs from other algorithms.
+// W4A4 K order: a dot product does not care how K is permuted as long as both operands agree.
+// Each A thread holds the 16 elements of ONE scale block per row (quad lane q <-> block q), in
+// the order the conversion produces them; the W tile is written in the same permuted order.
+// Constraints: in % 64 == 0, out % 8 == 0, row strides % 8 == 0, 16-byte aligned operands.
+// Rows past `rows` and columns past `out` are zero-filled by TMA and never stored.
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "ops/linear_nvfp4/linear_nvfp4_kernels.h"
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define H3RT_NVFP4_SM90_ENABLED 1
+#endif
+
+namespace h3rt::ops::nvfp4_gemm {
+namespace {
+
+constexpr int kBM = 128;  // rows per CTA (2 consumer warpgroups x 64)
+constexpr int kBN = 256;  // output columns per CTA
+constexpr int kThreads = 384;
+constexpr int kWTile = kBN * 64 * 2;    // one dequantized W tile (K-major, 128-byte rows)
+
+// Shared memory of one CTA: kWBufs dequantized W tiles, then the ring of packed stages, then
+// the mbarriers (stage full / empty, W tile full / empty). A stage: A tile (W4A4: 128 x 32 B codes; W4A16: 128 x 128 B bf16), W codes
+// (256 x 32 B), A scales (512 B, W4A4), W scales (2 x 512 B).
+template <bool kW4A4>
+struct Cfg {
+  static constexpr int kABytes = kW4A4 ? kBM * 32 : kBM * 128;
+  static constexpr int kWOff = kABytes;
+  static constexpr int kAScOff = kWOff + kBN * 32;
+  static constexpr int kWScOff = kAScOff + (kW4A4 ? 512 : 0);
+  static constexpr int kStageBytes = (kWScOff + 1024 + 1023) / 1024 * 1024;
+  static constexpr int kStages = kW4A4 ? 5 : 4;
+  static constexpr int kWBufs = kW4A4 ? 4 : 3;
+  // Transaction bytes of one stage with `parts` W scale pieces.
+  __host__ __device__ static constexpr uint32_t bytes(int parts) { return kWScOff + 512 * parts; }
+  static constexpr int kRingOff = kWBufs * kWTile;
+  static constexpr int kBarOff = kRingOff + kStages * kStageBytes;
+  static constexpr int kSmem = kBarOff + 16 * (kStages + kWBufs) + 1024;  // + alignment slack
+  static_assert(kSmem <= 227 * 1024, "shared memory");
+};
+
+struct Args {
+  const uint8_t* a_scales;
+  const uint8_t* w_scales;
+  const float* a_global;
+  const float* w_global;
+  const __nv_bfloat16* bias;
+  __nv_bfloat16* y;
+  int64_t y_stride;
+  int rows, out, ksteps, tiles_m, tiles_n;
+};
+
+#ifdef H3RT_NVFP4_SM90_ENABLED
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---- mbarrier / TMA / bulk copy / named barrier ----
+__device__ __forceinline__ void bar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void bar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
+                                            int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes,
+                                          uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+
+// ---- shared-memory loads / stores ----
+__device__ __forceinline__ uint2 lds64(uint32_t a) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(a));
+  return v;
+}
+__device__ __forceinline__ uint4 lds128(uint32_t a) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(a));
+  return v;
+}
+__device__ __forceinline__ uint32_t lds32(uint32_t a) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(a));
+  return v;
+}
+__device__ __forceinline__ uint32_t lds8(uint32_t a) {
+  uint32_t v;
+  asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(a));
+  return v;
+}
+__device__ __forceinline__ void sts128(uint32_t a, uint32_t x, uint32_t y, uint32_t z,
+                                       uint32_t w) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(x), "r"(y), "r"(z),
+               "r"(w)
+               : "memory");
+}
+
+// ---- dequantization ----
+// Two e4m3 bytes (low 16 bits) -> f16x2, exact.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v) {
+  uint32_t r;
+  asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}\n"
+      : "=r"(r)
+      : "r"(v));
+  return r;
+}
+__device__ __forceinline__ uint32_t e4m3x2_hi_to_f16x2(uint32_t v) {
+  uint32_t r;
+  asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, hi;\n}\n"
+      : "=r"(r)
+      : "r"(v));
+  return r;
+}
+__device__ __forceinline__ uint32_t hmul2(uint32_t a, uint32_t b) {
+  uint32_t r;
+  asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+// Block scale byte `q` of `s4` as f16x2 {64 s, 64 s} (64 undoes the 2^-6 of the codes below).
+__device__ __forceinline__ uint32_t scale_x2(uint32_t s4, int q) {
+  const uint32_t pair = __byte_perm(s4, 0, static_cast<uint32_t>(q * 0x11));
+  return hmul2(e4m3x2_to_f16x2(pair), 0x54005400u);  // f16 64.0 twice
+}
+// Eight e2m1 codes (one 32-bit word, element 2j in the high nibble of byte j) times the scale,
+// as f16x2: r[0] = (e0, e2), r[1] = (e4, e6), r[2] = (e1, e3), r[3] = (e5, e7). Each code
+// s|e1 e0 m is rebuilt as the e4m3 byte s|000|e1 e0 m|00, whose value is the code's * 2^-6.
+__device__ __forceinline__ void dequant8(uint32_t q, uint32_t sc, uint32_t (&r)[4]) {
+  const uint32_t h = (q & 0x80808080u) | ((q >> 2) & 0x1C1C1C1Cu);
+  const uint32_t l = ((q << 4) & 0x80808080u) | ((q << 2) & 0x1C1C1C1Cu);
+  r[0] = hmul2(e4m3x2_to_f16x2(h), sc);
+  r[1] = hmul2(e4m3x2_hi_to_f16x2(h), sc);
+  r[2] = hmul2(e4m3x2_to_f16x2(l), sc);
+  r[3] = hmul2(e4m3x2_hi_to_f16x2(l), sc);
+}
+__device__ __forceinline__ uint32_t f16x2_to_bf16x2(uint32_t v) {
+  const __half2 h = *reinterpret_cast<const __half2*>(&v);
+  const __nv_bfloat162 b = __floats2bfloat162_rn(__low2float(h), __high2float(h));
+  return *reinterpret_cast<const uint32_t*>(&b);
+}
+
+// Byte address of 16-byte chunk `c` of row `r` in a tile of 128-byte rows, 128B swizzle.
+__device__ __forceinline__ uint32_t sw128(uint32_t base, int r, int c) {
+  return base + r * 128 + ((c ^ (r & 7)) << 4);
+}
+// ... of 32-byte rows, 32B swizzle (TMA SWIZZLE_32B: bit 4 ^= bit 7).
+__device__ __forceinline__ uint32_t sw32(uint32_t base, int r, int c) {
+  return base + r * 32 + ((c ^ ((r >> 2) & 1)) << 4);
+}
+// The four block scales (K step's columns 0..3) of row r of a 128-row tile of the 128x4 layout.
+__device__ __forceinline__ uint32_t scale_word(uint32_t base, int r) {
+  return lds32(base + (r & 31) * 16 + ((r >> 5) & 3) * 4);
+}
+
+// W4A4: row n (0..255) of the W tile into the permuted K order (header): chunk m of the
+// 128-byte row holds word m of the four blocks' dequantized words.
+__device__ __forceinline__ void dequant_w_row_perm(uint32_t st_w, uint32_t st_sc, uint32_t dst,
+                                                   int n) {
+  const uint4 c0 = lds128(sw32(st_w, n, 0));
+  const uint4 c1 = lds128(sw32(st_w, n, 1));
+  const uint32_t s4 = scale_word(st_sc + (n >> 7) * 512, n);
+  const uint32_t w[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+  uint32_t sc[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) sc[q] = scale_x2(s4, q);
+#pragma unroll
+  for (int wi = 0; wi < 2; ++wi) {
+    uint32_t r[4][4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) dequant8(w[2 * q + wi], sc[q], r[q]);
+#pragma unroll
+    for (int p = 0; p < 4; ++p)
+      sts128(sw128(dst, n, 4 * wi + p), r[0][p], r[1][p], r[2][p], r[3][p]);
+  }
+}
+
+// W4A16: row n of the W tile in natural K order, bf16.
+__device__ __forceinline__ void dequant_w_row_bf16(uint32_t st_w, uint32_t st_sc, uint32_t dst,
+                                                   int n) {
+  const uint4 c0 = lds128(sw32(st_w, n, 0));
+  const uint4 c1 = lds128(sw32(st_w, n, 1));
+  const uint32_t s4 = scale_word(st_sc + (n >> 7) * 512, n);
+  const uint32_t w[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+#pragma unroll
+  for (int m = 0; m < 8; ++m) {
+    const uint32_t sc = scale_x2(s4, m >> 1);
+    const uint32_t q = w[m];
+    const uint32_t h = (q & 0x80808080u) | ((q >> 2) & 0x1C1C1C1Cu);
+    const uint32_t l = ((q << 4) & 0x80808080u) | ((q << 2) & 0x1C1C1C1Cu);
+    const uint32_t p0 = __byte_perm(h, l, 0x5140), p1 = __byte_perm(h, l, 0x7362);
+    sts128(sw128(dst, n, m), f16x2_to_bf16x2(hmul2(e4m3x2_to_f16x2(p0), sc)),
+           f16x2_to_bf16x2(hmul2(e4m3x2_hi_to_f16x2(p0), sc)),
+           f16x2_to_bf16x2(hmul2(e4m3x2_to_f16x2(p1), sc)),
+           f16x2_to_bf16x2(hmul2(e4m3x2_hi_to_f16x2(p1), sc)));
+  }
+}
+
+// W4A4: the A fragments of K step (4 slices x {a0, a1, a2, a3}) of a thread whose rows are r0
+// and r0 + 8 and whose quad lane is q: block q of each row, slice s taking words 2s, 2s + 1.
+__device__ __forceinline__ void dequant_a_frag(uint32_t st_a, uint32_t st_sc, int r0, int q,
+                                               uint32_t (&af)[16]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = r0 + 8 * i;
+    const uint2 v = lds64(sw32(st_a, r, q >> 1) + ((q & 1) << 3));
+    const uint32_t sb = lds8(st_sc + (r & 31) * 16 + ((r >> 5) & 3) * 4 + q);
+    const uint32_t sc = scale_x2(sb, 0);
+    uint32_t x[4], z[4];
+    dequant8(v.x, sc, x);
+    dequant8(v.y, sc, z);
+    const uint32_t rr[8] = {x[0], x[1], x[2], x[3], z[0], z[1], z[2], z[3]};
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      af[4 * s + i] = rr[2 * s];
+      af[4 * s + 2 + i] = rr[2 * s + 1];
+    }
+  }
+}
+#define H3RT_NV_ACC128(C) \
+  C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]), C(d[8]), C(d[9]), \
+      C(d[10]), C(d[11]), C(d[12]), C(d[13]), C(d[14]), C(d[15]), C(d[16]), C(d[17]), \
+      C(d[18]), C(d[19]), C(d[20]), C(d[21]), C(d[22]), C(d[23]), C(d[24]), C(d[25]), \
+      C(d[26]), C(d[27]), C(d[28]), C(d[29]), C(d[30]), C(d[31]), C(d[32]), C(d[33]), \
+      C(d[34]), C(d[35]), C(d[36]), C(d[37]), C(d[38]), C(d[39]), C(d[40]), C(d[41]), \
+      C(d[42]), C(d[43]), C(d[44]), C(d[45]), C(d[46]), C(d[47]), C(d[48]), C(d[49]), \
+      C(d[50]), C(d[51]), C(d[52]), C(d[53]), C(d[54]), C(d[55]), C(d[56]), C(d[57]), \
+      C(d[58]), C(d[59]), C(d[60]), C(d[61]), C(d[62]), C(d[63]), C(d[64]), C(d[65]), \
+      C(d[66]), C(d[67]), C(d[68]), C(d[69]), C(d[70]), C(d[71]), C(d[72]), C(d[73]), \
+      C(d[74]), C(d[75]), C(d[76]), C(d[77]), C(d[78]), C(d[79]), C(d[80]), C(d[81]), \
+      C(d[82]), C(d[83]), C(d[84]), C(d[85]), C(d[86]), C(d[87]), C(d[88]), C(d[89]), \
+      C(d[90]), C(d[91]), C(d[92]), C(d[93]), C(d[94]), C(d[95]), C(d[96]), C(d[97]), \
+      C(d[98]), C(d[99]), C(d[100]), C(d[101]), C(d[102]), C(d[103]), C(d[104]), C(d[105]), \
+      C(d[106]), C(d[107]), C(d[108]), C(d[109]), C(d[110]), C(d[111]), C(d[112]), C(d[113]), \
+      C(d[114]), C(d[115]), C(d[116]), C(d[117]), C(d[118]), C(d[119]), C(d[120]), C(d[121]), \
+      C(d[122]), C(d[123]), C(d[124]), C(d[125]), C(d[126]), C(d[127])
+#define H3RT_NV_REGS128 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+  "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, " \
+  "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, " \
+  "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, " \
+  "%70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, " \
+  "%87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, " \
+  "%104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, " \
+  "%118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
+#define H3RT_NV_RW_F(x) "+f"(x)
+
+// Registers: WG0 (TMA + W dequantization) and the two consumer warpgroups, 128 x 80 + 256 x 216.
+#define H3RT_NV_PRODUCER_REGS "80"
+#define H3RT_NV_CONSUMER_REGS "216"
+
+constexpr int kGroupM = 16;  // raster: groups of 16 row tiles walk the column tiles together
+
+// ---- wgmma ----
+// Shared-memory descriptor: K-major, 128B swizzle, 8-row groups 1024 bytes apart.
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr) {
+  uint64_t d = (saddr & 0x3FFFF) >> 4;
+  d |= uint64_t(1) << 16;          // leading byte offset (unused for swizzled K-major)
+  d |= uint64_t(1024 >> 4) << 32;  // stride byte offset
+  d |= uint64_t(1) << 62;          // SWIZZLE_128B
+  return d;
+}
+__device__ __forceinline__ void wg_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wg_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving register accesses across wgmma issue / wait (and keeps the
+// A fragments of an in-flight wgmma alive until the wait that retires it).
+template <int N>
+__device__ __forceinline__ void reg_fence(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void reg_fence(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// d += A B: m64n256k16 f16 x f16 -> f32, A from registers, B (K-major) from shared memory.
+__device__ __forceinline__ void wgmma_f16_rs(float (&d)[128], const uint32_t* a, uint64_t db) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " H3RT_NV_REGS128
+      ", {%128, %129, %130, %131}, %132, 1, 1, 1, 0;\n"
+      : H3RT_NV_ACC128(H3RT_NV_RW_F)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+// d += A B: m64n256k16 bf16 x bf16 -> f32, both from shared memory (K-major).
+__device__ __forceinline__ void wgmma_bf16_ss(float (&d)[128], uint64_t da, uint64_t db) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " H3RT_NV_REGS128
+      ", %128, %129, 1, 1, 1, 0, 0;\n"
+      : H3RT_NV_ACC128(H3RT_NV_RW_F)
+      : "l"(da), "l"(db));
+}
+
+struct Smem {
+  uint32_t wbuf0, ring, bars;
+  int stage_bytes, stages, wbufs;
+  __device__ uint32_t stage(int kt) const { return ring + (kt % stages) * stage_bytes; }
+  __device__ uint32_t full(int kt) const { return bars + 8 * (kt % stages); }
+  __device__ uint32_t empty(int kt) const { return bars + 8 * (stages + kt % stages); }
+  __device__ uint32_t parity(int kt) const { return (kt / stages) & 1; }
+  __device__ uint32_t wbuf(int kt) const { return wbuf0 + (kt % wbufs) * kWTile; }
+  __device__ uint32_t wfull(int kt) const { return bars + 8 * (2 * stages + kt % wbufs); }
+  __device__ uint32_t wempty(int kt) const {
+    return bars + 8 * (2 * stages + wbufs + kt % wbufs);
+  }
+  __device__ uint32_t wparity(int kt) const { return (kt / wbufs) & 1; }
+};
+
+// Issues the TMA / bulk copies of K step kt into its stage (one thread).
+template <bool kW4A4>
+__device__ __forceinline__ void load_stage(const CUtensorMap* tm_a, const CUtensorMap* tm_w,
+                                           const Args& a, const Smem& sm, int mt, int nt,
+                                           int kt) {
+  using C = Cfg<kW4A4>;
+  const int wsc_parts = (2 * nt + 1) * 128 < a.out ? 2 : 1;  // W scale tiles inside the tensor
+  const uint32_t st = sm.stage(kt), full = sm.full(kt);
+  bar_expect_tx(full, C::bytes(wsc_parts));
+  tma_load_2d(st, tm_a, full, kW4A4 ? kt * 32 : kt * 64, mt * kBM);
+  tma_load_2d(st + C::kWOff, tm_w, full, kt * 32, nt * kBN);
+  if (kW4A4)
+    bulk_load(st + C::kAScOff, a.a_scales + (int64_t(mt) * a.ksteps + kt) * 512, 512, full);
+  for (int h = 0; h < wsc_parts; ++h)
+    bulk_load(st + C::kWScOff + 512 * h,
+              a.w_scales + (int64_t(2 * nt + h) * a.ksteps + kt) * 512, 512, full);
+}
+
+// WG0: thread 0 keeps the stage ring full (refilling the stage of step kt - 2 at iteration kt);
+// all 128 threads dequantize W rows tid and tid + 128 of every K step into the W tile ring.
+template <bool kW4A4>
+__device__ __forceinline__ void producer(const CUtensorMap* tm_a, const CUtensorMap* tm_w,
+                                         const Args& a, const Smem& sm, int mt, int nt) {
+  using C = Cfg<kW4A4>;
+  const int tid = threadIdx.x;
+  if (tid == 0)
+    for (int kt = 0; kt < min(C::kStages, a.ksteps); ++kt)
+      load_stage<kW4A4>(tm_a, tm_w, a, sm, mt, nt, kt);
+  for (int kt = 0; kt < a.ksteps; ++kt) {
+    const int refill = kt - 2 + C::kStages;
+    if (tid == 0 && kt >= 2 && refill < a.ksteps) {
+      bar_wait(sm.empty(kt - 2), sm.parity(kt - 2));
+      load_stage<kW4A4>(tm_a, tm_w, a, sm, mt, nt, refill);
+    }
+    bar_wait(sm.wempty(kt), sm.wparity(kt) ^ 1);
+    bar_wait(sm.full(kt), sm.parity(kt));
+    const uint32_t st = sm.stage(kt), dst = sm.wbuf(kt);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if constexpr (kW4A4)
+        dequant_w_row_perm(st + C::kWOff, st + C::kWScOff, dst, tid + 128 * h);
+      else
+        dequant_w_row_bf16(st + C::kWOff, st + C::kWScOff, dst, tid + 128 * h);
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncwarp();
+    if ((tid & 31) == 0) {
+      bar_arrive(sm.wfull(kt));
+      bar_arrive(sm.empty(kt));
+    }
+  }
+}
+
+// Consumer warpgroup `cw` (rows 64 cw .. 64 cw + 63 of the tile).
+template <bool kW4A4>
+struct Consumer {
+  const Args& a;
+  const Smem& sm;
+  int cw, ct, r0, q;
+  float acc[128];
+  uint32_t af[2][16];  // W4A4 A fragments, double-buffered by K step parity
+
+  // W4A4: the A fragments of K step kt into af[b]; the stage is then released.
+  template <int b>
+  __device__ __forceinline__ void prepare(int kt) {
+    if constexpr (kW4A4) {
+      const uint32_t st = sm.stage(kt);
+      bar_wait(sm.full(kt), sm.parity(kt));
+      dequant_a_frag(st, st + Cfg<kW4A4>::kAScOff, r0, q, af[b]);
+      __syncwarp();
+      if ((ct & 31) == 0) bar_arrive(sm.empty(kt));
+    }
+  }
+
+  template <int b>
+  __device__ __forceinline__ void step(int kt) {
+    bar_wait(sm.wfull(kt), sm.wparity(kt));
+    if constexpr (!kW4A4) bar_wait(sm.full(kt), sm.parity(kt));
+    wg_fence();
+    reg_fence(acc);
+    if constexpr (kW4A4) reg_fence(af[b]);
+    const uint64_t db = sw128_desc(sm.wbuf(kt));
+    if constexpr (kW4A4) {
+#pragma unroll
+      for (int s = 0; s < 4; ++s) wgmma_f16_rs(acc, af[b] + 4 * s, db + 2 * s);
+    } else {
+      const uint64_t da = sw128_desc(sm.stage(kt) + cw * 64 * 128);
+#pragma unroll
+      for (int s = 0; s < 4; ++s) wgmma_bf16_ss(acc, da + 2 * s, db + 2 * s);
+    }
+    wg_commit();
+    wg_wait<1>();  // step kt-1 retired: af[b ^ 1], its W tile (and W4A16: its stage) are free
+    reg_fence(acc);
+    if constexpr (kW4A4) reg_fence(af[b ^ 1]);
+    if (kt > 0 && (ct & 31) == 0) {
+      bar_arrive(sm.wempty(kt - 1));
+      if constexpr (!kW4A4) bar_arrive(sm.empty(kt - 1));
+    }
+    if (kt + 1 < a.ksteps) prepare<b ^ 1>(kt + 1);
+  }
+
+  __device__ __forceinline__ void run(int mt, int nt) {
+#pragma unroll
+    for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+    prepare<0>(0);
+    for (int kt = 0; kt < a.ksteps; kt += 2) {
+      step<0>(kt);
+      if (kt + 1 < a.ksteps) step<1>(kt + 1);
+    }
+    wg_wait<0>();
+    reg_fence(acc);
+    epilogue(mt, nt);
+  }
+
+  // y = bf16(alpha * acc + bias): thread rows r0, r0 + 8; columns 8j + 2q, +1.
+  __device__ __forceinline__ void epilogue(int mt, int nt) {
+    const float alpha = kW4A4 ? *a.a_global * *a.w_global : *a.w_global;
+    const int col0 = nt * kBN + 2 * q;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = mt * kBM + r0 + 8 * i;
+      if (row >= a.rows) continue;
+      __nv_bfloat16* yr = a.y + int64_t(row) * a.y_stride;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const int col = col0 + 8 * j;
+        if (col < a.out) {
+          float b0 = 0.0f, b1 = 0.0f;
+          if (a.bias != nullptr) {
+            const __nv_bfloat162 bb = *reinterpret_cast<const __nv_bfloat162*>(a.bias + col);
+            b0 = __low2float(bb);
+            b1 = __high2float(bb);
+          }
+          *reinterpret_cast<__nv_bfloat162*>(yr + col) = __floats2bfloat162_rn(
+              alpha * acc[4 * j + 2 * i] + b0, alpha * acc[4 * j + 2 * i + 1] + b1);
+        }
+      }
+    }
+  }
+};
+
+template <bool kW4A4>
+__global__ void __launch_bounds__(kThreads, 1)
+    nvfp4_mainloop_kernel(const __grid_constant__ CUtensorMap tm_a,
+                          const __grid_constant__ CUtensorMap tm_w,
+                          const __grid_constant__ Args a) {
+  using C = Cfg<kW4A4>;
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t base = (smem_addr(smem_raw) + 1023) & ~1023u;
+  const Smem sm{base,           base + C::kRingOff, base + C::kBarOff,
+                C::kStageBytes, C::kStages,         C::kWBufs};
+  // Raster: kGroupM row tiles advance together across the column tiles (W tiles stay in L2).
+  const int t = blockIdx.x, group = kGroupM * a.tiles_n;
+  const int first_m = t / group * kGroupM;
+  const int gm = min(a.tiles_m - first_m, kGroupM);
+  const int mt = first_m + (t % group) % gm, nt = (t % group) / gm;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < C::kStages; ++s) {
+      bar_init(sm.full(s), 1);
+      bar_init(sm.empty(s), 12);  // one arrival per warp (4 dequantizing, 8 consuming)
+    }
+    for (int s = 0; s < C::kWBufs; ++s) {
+      bar_init(sm.wfull(s), 4);   // the 4 dequantizing warps
+      bar_init(sm.wempty(s), 8);  // the 8 consumer warps, once their wgmma retired
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const int wg = threadIdx.x / 128;
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 " H3RT_NV_PRODUCER_REGS ";\n" ::: "memory");
+    producer<kW4A4>(&tm_a, &tm_w, a, sm, mt, nt);
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 " H3RT_NV_CONSUMER_REGS ";\n" ::: "memory");
+    const int ct = threadIdx.x - 128, lane = ct & 31;
+    Consumer<kW4A4> c{a, sm, wg - 1, ct, (wg - 1) * 64 + ((ct >> 5) & 3) * 16 + lane / 4,
+                      lane & 3};
+    c.run(mt, nt);
+  }
+}
+
+#else  // not sm_90a: an empty body keeps the symbol.
+
+template <bool kW4A4>
+__global__ void nvfp4_mainloop_kernel(const __grid_constant__ CUtensorMap,
+                                      const __grid_constant__ CUtensorMap,
+                                      const __grid_constant__ Args) {}
+
+#endif
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no libcuda link).
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiled encode_fn() {
+  static EncodeTiled fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      p = nullptr;
+    return reinterpret_cast<EncodeTiled>(p);
+  }();
+  return fn;
+}
+
+// 2-D row-major tensor [rows][cols] with a row pitch of `pitch` bytes; boxes of
+// box_cols x box_rows elements; out-of-range elements read as zero.
+bool make_map(CUtensorMap* map, CUtensorMapDataType dt, const void* base, uint64_t cols,
+              uint64_t rows, uint64_t pitch, uint32_t box_cols, uint32_t box_rows,
+              CUtensorMapSwizzle swizzle) {
+  EncodeTiled fn = encode_fn();
+  if (fn == nullptr) return false;
+  const cuuint64_t dims[2] = {cols, rows};
+  const cuuint64_t strides[1] = {pitch};
+  const cuuint32_t box[2] = {box_cols, box_rows};
+  const cuuint32_t elem[2] = {1, 1};
+  return fn(map, dt, 2, const_cast<void*>(base), dims, strides, box, elem,
+            CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+bool sm90a_compiled() {
+#ifdef H3RT_CUDA_ARCH_LIST
+  return (std::string(",") + H3RT_CUDA_ARCH_LIST + ",").find(",90a,") != std::string::npos;
+#else
+  return false;
+#endif
+}
+
+bool device_is_sm90() {
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;
+}
+
+bool aligned(const void* p, uintptr_t n) {
+  return (reinterpret_cast<uintptr_t>(p) % n) == 0;
+}
+
+bool valid(const LinearNvfp4CudaParams& p, bool w4a4) {
+  const int64_t ys = p.y_row_stride ? p.y_row_stride : p.out;
+  const int64_t as = p.a_row_stride ? p.a_row_stride : p.in;
+  if (p.rows < 0 || p.in <= 0 || p.in % 64 != 0 || p.out <= 0 || p.out % 8 != 0) return false;
+  if (p.rows >= (int64_t(1) << 31) || p.out >= (int64_t(1) << 31) || p.in >= (int64_t(1) << 31))
+    return false;
+  if (ys < p.out || ys % 8 != 0) return false;
+  if (!p.w_q || !p.w_scales || !p.w_global || !p.y) return false;
+  if (!aligned(p.w_q, 16) || !aligned(p.w_scales, 16) || !aligned(p.y, 4)) return false;
+  if (p.bias && !aligned(p.bias, 4)) return false;
+  if (w4a4) return p.a_scales && p.a_global && aligned(p.a_q, 16) && aligned(p.a_scales, 16);
+  return p.a && as >= p.in && as % 8 == 0 && aligned(p.a, 16);
+}
+
+template <bool kW4A4>
+cudaError_t launch(const CUtensorMap& tm_a, const CUtensorMap& tm_w, const Args& a,
+                   cudaStream_t stream) {
+  constexpr int smem = Cfg<kW4A4>::kSmem;
+  cudaError_t e = cudaFuncSetAttribute(nvfp4_mainloop_kernel<kW4A4>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess) return e;
+  const unsigned tiles = static_cast<unsigned>(a.tiles_m) * static_cast<unsigned>(a.tiles_n);
+  nvfp4_mainloop_kernel<kW4A4><<<tiles, kThreads, smem, stream>>>(tm_a, tm_w, a);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t mainloop_sm90(const LinearNvfp4CudaParams& p, cudaStream_t stream) {
+  if (!sm90a_compiled() || !device_is_sm90()) return cudaErrorNotSupported;
+  const bool w4a4 = p.a_q != nullptr;
+  if (!valid(p, w4a4)) return cudaErrorInvalidValue;
+  if (p.rows == 0) return cudaSuccess;
+  const uint64_t rows = static_cast<uint64_t>(p.rows), in = static_cast<uint64_t>(p.in);
+  CUtensorMap tm_a, tm_w;
+  const bool ok_w = make_map(&tm_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w_q, in / 2,
+                             static_cast<uint64_t>(p.out), in / 2, 32, kBN,
+                             CU_TENSOR_MAP_SWIZZLE_32B);
+  const uint64_t a_pitch = 2 * static_cast<uint64_t>(p.a_row_stride ? p.a_row_stride : p.in);
+  const bool ok_a =
+      w4a4 ? make_map(&tm_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.a_q, in / 2, rows, in / 2, 32, kBM,
+                      CU_TENSOR_MAP_SWIZZLE_32B)
+           : make_map(&tm_a, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.a, in, rows, a_pitch, 64, kBM,
+                      CU_TENSOR_MAP_SWIZZLE_128B);
+  if (!ok_a || !ok_w) return cudaErrorInvalidValue;
+  Args a{};
+  a.a_scales = p.a_scales;
+  a.w_scales = p.w_scales;
+  a.a_global = p.a_global;
+  a.w_global = p.w_global;
+  a.bias = p.bias;
+  a.y = p.y;
+  a.y_stride = p.y_row_stride ? p.y_row_stride : p.out;
+  a.rows = static_cast<int>(p.rows);
+  a.out = static_cast<int>(p.out);
+  a.ksteps = static_cast<int>(p.in / 64);
+  a.tiles_m = static_cast<int>((p.rows + kBM - 1) / kBM);
+  a.tiles_n = static_cast<int>((p.out + kBN - 1) / kBN);
+  return w4a4 ? launch<true>(tm_a, tm_w, a, stream) : launch<false>(tm_a, tm_w, a, stream);
+}
+
+}  // namespace h3rt::ops::nvfp4_gemm
