@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
                                        "reference stack's measurements) and report comparison");
   bench->require_subcommand(1);
   h3rt::cli::add_bench_block_command(*bench);
+  h3rt::cli::add_bench_step_command(*bench);
   h3rt::cli::add_bench_compare_command(*bench);
   h3rt::cli::add_bench_attention_command(*bench);
   h3rt::cli::add_quantize_nvfp4_command(app);

@@ -5,6 +5,7 @@
 
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
+#include "model/forward_session_cuda.h"
 #include "model/model_cuda.h"
 #endif
 
@@ -29,10 +30,17 @@ class CpuBackend : public Backend {
 #ifdef H3RT_HAVE_CUDA
 class CudaBackend : public Backend {
  public:
-  explicit CudaBackend(model::DeviceModel m) : model_(std::move(m)) {}
+  CudaBackend(model::DeviceModel m, bool cuda_graph) : model_(std::move(m)) {
+    options_.cuda_graph = cuda_graph;
+  }
   const H3Config& config() const override { return model_.config; }
+  // One session per request shape: a sampling loop pays the per-request work once.
   ForwardOutputs forward(const ForwardInputs& in) override {
-    return model::forward_cuda(model_, in);
+    if (!session_ || !session_->matches(in.layout)) {
+      session_.reset();  // its buffers return to the arena first
+      session_ = std::make_unique<model::ForwardSessionCuda>(model_, in.layout, options_);
+    }
+    return session_->forward(in);
   }
   std::string device_name() const override {
     cudaDeviceProp p{};
@@ -48,7 +56,9 @@ class CudaBackend : public Backend {
   }
 
  private:
-  model::DeviceModel model_;
+  model::DeviceModel model_;  // outlives session_ (declared first)
+  model::ForwardSessionOptions options_;
+  std::unique_ptr<model::ForwardSessionCuda> session_;
 };
 #endif
 
@@ -58,7 +68,8 @@ std::string default_precision(const std::string& device) {
   return device == "cuda" ? "bf16" : "fp32";
 }
 
-std::unique_ptr<Backend> Backend::create(const ModelOptions& o, const std::string& device) {
+std::unique_ptr<Backend> Backend::create(const ModelOptions& o, const std::string& device,
+                                         [[maybe_unused]] bool cuda_graph) {
   if (device == "cpu") return std::make_unique<CpuBackend>(o.load(), o.parsed_precision());
   H3RT_CHECK(device == "cuda", "unknown device '", device, "' (cpu or cuda)");
 #ifdef H3RT_HAVE_CUDA
@@ -69,9 +80,9 @@ std::unique_ptr<Backend> Backend::create(const ModelOptions& o, const std::strin
     H3RT_CHECK(o.qkv_override.empty(), "--qkv-override needs --checkpoint");
     const std::string name = o.preset.empty() ? "tiny" : o.preset;
     return std::make_unique<CudaBackend>(
-        model::make_synthetic_device_model(*config_preset(name), o.weights_seed));
+        model::make_synthetic_device_model(*config_preset(name), o.weights_seed), cuda_graph);
   }
-  return std::make_unique<CudaBackend>(model::upload_model(o.load()));
+  return std::make_unique<CudaBackend>(model::upload_model(o.load()), cuda_graph);
 #else
   H3RT_FAIL("--device cuda: this h3rt was built without CUDA (configure with nvcc available)");
 #endif

@@ -13,8 +13,11 @@ namespace h3rt::cli {
 
 class Backend {
  public:
-  // device: "cpu" or "cuda". Loads (or synthesizes) the model where it will run.
-  static std::unique_ptr<Backend> create(const ModelOptions& options, const std::string& device);
+  // device: "cpu" or "cuda". Loads (or synthesizes) the model where it will run. The CUDA
+  // backend keeps a forward session per request shape (per-request work done once) and, with
+  // cuda_graph, replays warm steps from CUDA graphs.
+  static std::unique_ptr<Backend> create(const ModelOptions& options, const std::string& device,
+                                         bool cuda_graph = true);
   virtual ~Backend() = default;
   virtual const H3Config& config() const = 0;
   virtual ForwardOutputs forward(const ForwardInputs& inputs) = 0;

@@ -10,6 +10,7 @@ void add_forward_command(CLI::App& app);
 void add_info_command(CLI::App& app);
 // Benchmarks: each adds a subcommand to the `bench` verb.
 void add_bench_block_command(CLI::App& bench);
+void add_bench_step_command(CLI::App& bench);  // `bench step` and `bench sample`
 void add_bench_compare_command(CLI::App& bench);
 void add_bench_attention_command(CLI::App& app);
 void add_quantize_nvfp4_command(CLI::App& app);

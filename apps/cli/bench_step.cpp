@@ -1,0 +1,117 @@
+// `h3rt bench step` and `h3rt bench sample`: see src/bench/step_bench.h.
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/request.h"
+#include "h3rt/check.h"
+#include "h3rt/report.h"
+#ifdef H3RT_HAVE_CUDA
+#include "bench/step_bench.h"
+#endif
+
+namespace h3rt::cli {
+namespace {
+
+struct Opts {
+  std::string preset = "h3", gemm = "bf16", cuda_graph = "on", out = "-";
+  int reps = 3, warmup = 1, steps = 8;
+  uint64_t seed = 440420, weights_seed = 0;
+};
+
+void add_common(CLI::App* cmd, Opts& o) {
+  cmd->add_option("--preset", o.preset,
+                  "h3 (release dims, 1344x768, 124 frames, 100 text tokens: 37,810 rows) or "
+                  "tiny (192x128, 22 frames, 10 text tokens); `h3rt sample`'s default shapes")
+      ->check(CLI::IsMember({"h3", "tiny"}))
+      ->capture_default_str();
+  cmd->add_option("--gemm", o.gemm,
+                  "Block GEMMs: bf16, or fp8 (e4m3, static per-tensor scales, as ComfyUI "
+                  "fp8_scaled with input_scale)")
+      ->check(CLI::IsMember({"bf16", "fp8"}))
+      ->capture_default_str();
+  cmd->add_option("--seed", o.seed, "Noise and stand-in text seed (as `h3rt sample --seed`)")
+      ->capture_default_str();
+  cmd->add_option("--weights-seed", o.weights_seed, "Synthetic weights seed")
+      ->capture_default_str();
+  cmd->add_option("--out", o.out, "JSON report path, - for stdout")->capture_default_str();
+}
+
+#ifdef H3RT_HAVE_CUDA
+bench::StepBenchOptions to_bench(const Opts& o) {
+  const bool h3 = o.preset == "h3";
+  bench::StepBenchOptions b;
+  b.preset = o.preset;
+  b.pixel_frames = h3 ? 124 : 22;
+  b.pixel_width = h3 ? 1344 : 192;
+  b.pixel_height = h3 ? 768 : 128;
+  b.text_len = h3 ? 100 : 10;
+  b.audio_len = audio_latents_for(b.pixel_frames / 24.0);
+  b.frames = latent_frames_for(b.pixel_frames);
+  b.height = b.pixel_height / 16;
+  b.width = b.pixel_width / 16;
+  b.reps = o.reps;
+  b.warmup = o.warmup;
+  b.steps = o.steps;
+  b.cuda_graph = o.cuda_graph == "on";
+  b.fp8 = o.gemm == "fp8";
+  b.seed = o.seed;
+  b.weights_seed = o.weights_seed;
+  return b;
+}
+#endif
+
+#ifndef H3RT_HAVE_CUDA
+[[noreturn]] void no_cuda() {
+  H3RT_FAIL("this h3rt was built without CUDA (cmake -DH3RT_CUDA=ON needs nvcc)");
+}
+#endif
+
+}  // namespace
+
+void add_bench_step_command(CLI::App& bench) {
+  auto o = std::make_shared<Opts>();
+  auto* step = bench.add_subcommand(
+      "step",
+      "Time one whole denoising step's model evaluation on the GPU (synthetic weights) "
+      "through a reusable forward session, eager and as a CUDA graph; JSON report");
+  add_common(step, *o);
+  step->add_option("--reps", o->reps, "Timed steps of each kind (medians)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  step->add_option("--warmup", o->warmup, "Untimed steps first (the first runs the text refiner)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  step->callback([o] {
+#ifdef H3RT_HAVE_CUDA
+    write_json(o->out, bench::run_step_bench(to_bench(*o)));
+#else
+    no_cuda();
+#endif
+  });
+
+  auto s = std::make_shared<Opts>();
+  auto* sample = bench.add_subcommand(
+      "sample",
+      "Time the whole Euler sampling loop on the GPU (synthetic weights, the request `h3rt "
+      "sample` builds for the same seed): per-step stages and the final latents' checksums");
+  add_common(sample, *s);
+  sample->add_option("--steps", s->steps, "Model evaluations")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  sample
+      ->add_option("--cuda-graph", s->cuda_graph,
+                   "Replay the steps from CUDA graphs (each captured after one eager step with the "
+                   "same number of distinct timesteps)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  sample->callback([s] {
+#ifdef H3RT_HAVE_CUDA
+    write_json(s->out, bench::run_sample_bench(to_bench(*s)));
+#else
+    no_cuda();
+#endif
+  });
+}
+
+}  // namespace h3rt::cli

@@ -1,0 +1,293 @@
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench/block_report.h"
+#include "bench/launch_count.h"
+#include "bench/step_bench.h"
+#include "bench/step_report.h"
+#include "cuda/arena.h"
+#include "cuda/runtime.h"
+#include "h3rt/formats.h"
+#include "h3rt/memory.h"
+#include "h3rt/model.h"
+#include "h3rt/report.h"
+#include "h3rt/sampler.h"
+#include "model/block_cuda.h"
+#include "model/forward_session_cuda.h"
+#include "model/model_cuda.h"
+#include "ops/linear/linear.h"
+
+namespace h3rt::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// A bf16 layer with values in [-wmax, wmax] (the synthetic weights' bound) as fp8_scaled:
+// e4m3 weights with w_scale = wmax / 448 and a static activation scale for inputs up to 8; the
+// bf16 copy is released.
+void make_fp8(model::DeviceLinear& l, float wmax, cudaStream_t s) {
+  l.w_scale = cuda::to_device(tensor_from_f32({wmax / 448.0f}, {1}));
+  l.x_scale = cuda::to_device(tensor_from_f32({8.0f / 448.0f}, {1}));
+  l.w8 = cuda::device_empty(DType::e4m3, {l.out, l.in});
+  ops::QuantizeE4m3CudaParams q{l.w.ptr<__nv_bfloat16>(), l.w8.ptr<__nv_fp8_e4m3>(),
+                                l.w_scale.ptr<float>(), l.out, l.in};
+  H3RT_CUDA_CHECK(ops::quantize_e4m3_cuda(q, s));
+  H3RT_CUDA_CHECK(cudaStreamSynchronize(s));
+  l.w = Tensor();
+}
+
+struct Setup {
+  H3Config c;
+  SequenceLayout layout;
+  model::DeviceModel dev;
+  double model_s = 0;
+  int64_t weight_bytes = 0;
+  FloatVec text;
+  InitialNoise noise;
+};
+
+Setup setup(const StepBenchOptions& o, const char* verb) {
+  H3RT_CHECK(cuda::cuda_device_available(), "bench ", verb, " needs a CUDA device; none was found");
+  Setup st;
+  st.c = *config_preset(o.preset);
+  st.layout = make_t2va_layout(o.text_len, o.audio_len, o.frames, o.height, o.width);
+  const SequenceLayout& L = st.layout;
+  std::fprintf(stderr,
+               "bench %s: preset %s, %lld rows (text %lld, audio %lld, video %lld), %s GEMMs\n",
+               verb, o.preset.c_str(), (long long)L.seq_len(), (long long)L.text_len,
+               (long long)L.audio_rows(), (long long)L.video_rows(), o.fp8 ? "fp8" : "bf16");
+  cuda::default_arena().reset_peak();
+  const auto t0 = Clock::now();
+  st.dev = model::make_synthetic_device_model(st.c, o.weights_seed);
+  if (o.fp8) {
+    cuda::Stream s;
+    for (model::DeviceBlock& b : st.dev.blocks)
+      for (model::DeviceLinear* l : {&b.qkv, &b.out, &b.fc1, &b.fc2})
+        make_fp8(*l, 1.0f / std::sqrt(static_cast<float>(l->in)), s);
+  }
+  H3RT_CUDA_CHECK(cudaDeviceSynchronize());
+  st.model_s = seconds_since(t0);
+  st.weight_bytes = cuda::default_arena().stats().current_allocated;
+  std::fprintf(stderr, "bench %s: model ready in %.2f s (%.2f GB on the device)\n", verb,
+               st.model_s, st.weight_bytes / 1e9);
+  // The request `h3rt sample` builds: seeded stand-in text (stream 2, bf16 values) and noise.
+  st.text.resize(static_cast<size_t>(L.text_len * st.c.text_dim));
+  gaussian_noise(o.seed, 2, 0, st.text.data(), static_cast<int64_t>(st.text.size()));
+  for (float& x : st.text) x = round_bf16(x);
+  st.noise = initial_noise(o.seed, L, st.c.in_channels, st.c.audio_channels);
+  return st;
+}
+
+void device_info(std::string& name, std::string& cc, int& driver, int& runtime) {
+  cudaDeviceProp prop{};
+  int dev = 0;
+  H3RT_CUDA_CHECK(cudaGetDevice(&dev));
+  H3RT_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  name = prop.name;
+  cc = std::to_string(prop.major) + std::to_string(prop.minor);
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+}
+
+StepRepetition repetition(const model::ForwardStepTimes& t, const ForwardOutputs& v,
+                          const SamplerStep& step) {
+  StepRepetition r;
+  r.wall_ms = t.wall_ms;
+  r.device_ms = t.device_ms;
+  r.host_prepare_ms = t.host_prepare_ms;
+  r.host_finish_ms = t.host_finish_ms;
+  r.stage_ms = t.stage_ms;
+  r.t_video = step.t_video;
+  r.t_audio = step.t_audio;
+  r.video = checksum(v.video_velocity.data(), static_cast<int64_t>(v.video_velocity.size()));
+  r.audio = checksum(v.audio_velocity.data(), static_cast<int64_t>(v.audio_velocity.size()));
+  return r;
+}
+
+}  // namespace
+
+nlohmann::json run_step_bench(const StepBenchOptions& o) {
+  H3RT_CHECK(o.reps >= 1 && o.warmup >= 1, "bench step: --reps and --warmup must be >= 1");
+  Setup st = setup(o, "step");
+  const SequenceLayout& L = st.layout;
+  // Steps 1..reps of an Euler trajectory: two distinct timesteps each, in the same order.
+  const SamplerPlan plan = make_sampler_plan(L, o.reps + 2);
+  auto inputs = [&](int r) {
+    return ForwardInputs{L, plan.steps[1 + r].plan, st.noise.video_rows.data(),
+                         st.noise.audio_rows.data(), st.text.data()};
+  };
+
+  StepMeasurements m;
+  m.preset = o.preset;
+  m.fp8 = o.fp8;
+  m.seed = o.seed;
+  m.weights_seed = o.weights_seed;
+  m.model_setup_s = st.model_s;
+  m.weight_bytes = st.weight_bytes;
+  m.block_launches = model::kBlockLaunches + (o.fp8 ? 4 : 0);
+
+  auto t0 = Clock::now();
+  model::ForwardSessionOptions so;
+  so.cuda_graph = false;
+  so.stage_timing = true;
+  model::ForwardSessionCuda session(st.dev, L, so);
+  m.session_setup_ms = seconds_since(t0) * 1e3;
+
+  // Warm-up 1 is the whole of `h3rt sample --steps 1` for this request (t = 0, then the Euler
+  // step to the clean estimate): its latents' checksums compare with that command's.
+  const SamplerPlan one_step = make_sampler_plan(L, 2);
+  for (int w = 0; w < o.warmup; ++w) {
+    if (w == 0) {
+      const ForwardOutputs v =
+          session.forward({L, one_step.steps[0].plan, st.noise.video_rows.data(),
+                           st.noise.audio_rows.data(), st.text.data()});
+      FloatVec video = st.noise.video_rows, audio = st.noise.audio_rows;
+      sampler_step(one_step, 0, video.data(), v.video_velocity.data(),
+                   static_cast<int64_t>(video.size()), audio.data(), v.audio_velocity.data(),
+                   static_cast<int64_t>(audio.size()));
+      const FloatVec lv =
+          unpatchify_video(video.data(), st.c.in_channels, L.frames, L.height, L.width);
+      const FloatVec la = audio_rows_to_latents(audio.data(), st.c.audio_channels, L.audio_len);
+      m.one_step_video = checksum(lv.data(), static_cast<int64_t>(lv.size()));
+      m.one_step_audio = checksum(la.data(), static_cast<int64_t>(la.size()));
+    } else {
+      session.forward(inputs(0));
+    }
+    const auto& t = session.last_times();
+    if (w == 0) {
+      m.first_step_ms = t.wall_ms;
+      m.text_refiner_ms = t.text_refiner_ms;
+    }
+    std::fprintf(stderr, "bench step: warm-up %d: %.1f ms%s\n", w + 1, t.wall_ms,
+                 t.text_refined ? " (text refiner included)" : "");
+  }
+  for (int r = 0; r < o.reps; ++r) {
+    ForwardOutputs v;
+#ifdef H3RT_HAVE_CUPTI
+    if (r == 0)  // CUPTI activity records add well under 0.1% to a step
+      m.cupti_kernels = count_kernel_launches([&] { v = session.forward(inputs(r)); });
+    else
+      v = session.forward(inputs(r));
+#else
+    v = session.forward(inputs(r));
+#endif
+    m.eager.push_back(repetition(session.last_times(), v, plan.steps[1 + r]));
+    std::fprintf(stderr, "bench step: eager %d/%d: %.1f ms (device %.1f ms)\n", r + 1, o.reps,
+                 m.eager.back().wall_ms, m.eager.back().device_ms);
+  }
+  session.set_stage_timing(false);
+  session.set_cuda_graph(true);
+  for (int r = 0; r < o.reps; ++r) {
+    ForwardOutputs v = session.forward(inputs(r));
+    const auto& t = session.last_times();
+    if (t.capture_ms > 0) m.capture_ms = t.capture_ms;  // reported apart from the step
+    if (!t.graph) {
+      std::fprintf(stderr, "bench step: no CUDA graph (capture failed); graph figures omitted\n");
+      break;
+    }
+    m.graph.push_back(repetition(t, v, plan.steps[1 + r]));
+    m.graph.back().wall_ms -= t.capture_ms;
+    std::fprintf(stderr, "bench step: graph %d/%d: %.1f ms (device %.1f ms)\n", r + 1, o.reps,
+                 m.graph.back().wall_ms, m.graph.back().device_ms);
+  }
+  m.graph_captured = session.graph_count() > 0;
+  m.graph_nodes = session.graph_nodes();
+  const auto mem = cuda::default_arena().stats();
+  m.peak_allocated = mem.peak_allocated;
+  m.peak_reserved = mem.peak_reserved;
+  device_info(m.device, m.compute_capability, m.driver_version, m.runtime_version);
+  return step_report(st.c, L, m);
+}
+
+nlohmann::json run_sample_bench(const StepBenchOptions& o) {
+  H3RT_CHECK(o.steps >= 1 && o.steps <= 1000, "bench sample: --steps must be in [1, 1000]");
+  Setup st = setup(o, "sample");
+  const SequenceLayout& L = st.layout;
+  const H3Config& c = st.c;
+  const auto t_start = Clock::now();
+  const SamplerPlan plan = make_sampler_plan(L, o.steps + 1);
+  model::ForwardSessionOptions so;
+  so.cuda_graph = o.cuda_graph;
+  model::ForwardSessionCuda session(st.dev, L, so);
+  const double session_ms = seconds_since(t_start) * 1e3;
+  FloatVec& video_rows = st.noise.video_rows;
+  FloatVec& audio_rows = st.noise.audio_rows;
+
+  SampleReport rep;
+  nlohmann::json per_step = nlohmann::json::array();
+  const int evals = static_cast<int>(plan.steps.size());
+  for (int i = 0; i < evals; ++i) {
+    const ForwardInputs in{L, plan.steps[i].plan, video_rows.data(), audio_rows.data(),
+                           st.text.data()};
+    ForwardOutputs v = session.forward(in);
+    const model::ForwardStepTimes& t = session.last_times();
+    auto t0 = Clock::now();
+    sampler_step(plan, i, video_rows.data(), v.video_velocity.data(),
+                 static_cast<int64_t>(video_rows.size()), audio_rows.data(),
+                 v.audio_velocity.data(), static_cast<int64_t>(audio_rows.size()));
+    StageSeconds s;  // packing: the session's host work before the device work
+    s.packing = t.host_prepare_ms / 1e3;
+    s.denoiser = (t.wall_ms - t.host_prepare_ms) / 1e3;
+    s.sampler_update = seconds_since(t0);
+    rep.stages.push_back(s);
+    per_step.push_back({{"device_ms", t.device_ms},
+                        {"cuda_graph", t.graph},
+                        {"capture_ms", t.capture_ms},
+                        {"text_refiner_ms", t.text_refiner_ms}});
+    std::fprintf(stderr, "bench sample: step %d/%d: %.1f ms%s\n", i + 1, evals, t.wall_ms,
+                 t.graph ? " (graph)" : "");
+  }
+  auto t0 = Clock::now();
+  FloatVec video = unpatchify_video(video_rows.data(), c.in_channels, L.frames, L.height, L.width);
+  FloatVec audio = audio_rows_to_latents(audio_rows.data(), c.audio_channels, L.audio_len);
+  rep.stages.back().output_transform = seconds_since(t0);
+  rep.total_seconds = seconds_since(t_start);
+
+  std::string cc;
+  int driver = 0, runtime = 0;
+  device_info(rep.device, cc, driver, runtime);
+  rep.model = o.preset + " (synthetic, weights seed " + std::to_string(o.weights_seed) + ")";
+  rep.precision = o.fp8 ? "bf16 + fp8 e4m3 block GEMMs" : "bf16";
+  rep.latent_frames = L.frames;
+  rep.latent_height = L.height;
+  rep.latent_width = L.width;
+  rep.frames = o.pixel_frames;
+  rep.width = o.pixel_width;
+  rep.height = o.pixel_height;
+  rep.audio_latents = L.audio_len;
+  rep.text_tokens = L.text_len;
+  rep.audio_rows = L.audio_rows();
+  rep.video_rows = L.video_rows();
+  rep.packed_tokens = L.seq_len();
+  rep.seed = o.seed;
+  rep.steps = evals;
+  const auto mem = cuda::default_arena().stats();
+  rep.peak_device_allocated_bytes = mem.peak_allocated;
+  rep.peak_device_reserved_bytes = mem.peak_reserved;
+  rep.peak_host_bytes = host_memory_stats().peak_bytes;
+  rep.video = checksum(video.data(), static_cast<int64_t>(video.size()));
+  rep.audio = checksum(audio.data(), static_cast<int64_t>(audio.size()));
+  std::fprintf(stderr, "bench sample: %d steps in %.2f s; checksums video %.6g, audio %.6g\n",
+               evals, rep.total_seconds, rep.video.sum, rep.audio.sum);
+
+  nlohmann::json j = to_json(rep);
+  j["compute_capability"] = cc;
+  j["driver_version"] = driver;
+  j["cuda_runtime_version"] = runtime;
+  j["cuda_graph"] = o.cuda_graph && session.graph_enabled();
+  j["setup"] = {{"model_seconds", st.model_s}, {"session_ms", session_ms}};
+  j["per_step"] = per_step;
+  std::vector<double> ms;
+  for (const auto& s : rep.stages) ms.push_back(s.step_total() * 1e3);
+  j["step_ms_p50"] = median(ms);
+  return j;
+}
+
+}  // namespace h3rt::bench

@@ -1,0 +1,36 @@
+// `h3rt bench step` and `h3rt bench sample`: whole model evaluations on the GPU through a
+// reusable forward session (model/forward_session_cuda.h), with synthetic weights generated on
+// the GPU and the request `h3rt sample` builds from the same seed (seeded noise, seeded stand-in
+// text embeddings).
+//
+// step: warm-up (GEMM plans, the text refiner; the first warm-up step is the whole of
+// `h3rt sample --steps 1` for the request, whose latents' checksums it reports), then `reps`
+// eager steps with per-stage CUDA events, then the same steps replayed from a CUDA graph
+// (captured at the first of them; capture time reported apart). The timed steps take the
+// timesteps of an Euler trajectory's steps 1.. (two distinct timesteps, as every step but the
+// first). JSON: see step_report.h.
+// sample: the whole Euler loop (`steps` evaluations) end to end, with per-step stage seconds and
+// the final latents' checksums (the same as `h3rt sample --device cuda` for the same request).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace h3rt::bench {
+
+struct StepBenchOptions {
+  std::string preset = "h3";  // "h3" (release dims) or "tiny"
+  int64_t text_len = 100, audio_len = 207, frames = 37, height = 48, width = 84;  // latents
+  int64_t pixel_frames = 124, pixel_width = 1344, pixel_height = 768;             // for reports
+  int reps = 3, warmup = 1;                                                       // step
+  int steps = 8;           // sample: model evaluations
+  bool cuda_graph = true;  // sample
+  bool fp8 = false;        // fp8 e4m3 block GEMMs (static per-tensor scales)
+  uint64_t seed = 440420, weights_seed = 0;
+};
+
+nlohmann::json run_step_bench(const StepBenchOptions& o);
+nlohmann::json run_sample_bench(const StepBenchOptions& o);
+
+}  // namespace h3rt::bench

@@ -1,0 +1,570 @@
+// The GPU forward session (see forward_session_cuda.h and model_cuda.h for what runs where).
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "cuda/arena.h"
+#include "cuda/runtime.h"
+#include "h3rt/formats.h"
+#include "model/block_cuda.h"
+#include "model/forward_session_cuda.h"
+#include "ops/linear/linear.h"
+#include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
+#include "ops/rope_table/rope_table.h"
+#include "ops/swiglu/swiglu.h"
+#include "ops/time_embedding/time_embedding.h"
+
+namespace h3rt::model {
+namespace {
+
+using bf16 = __nv_bfloat16;
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// ---- small conversions between the float32 islands and the bf16 stream -------------------
+
+__global__ void f32_to_bf16_rows(const float* src, int64_t src_stride, bf16* dst,
+                                 int64_t dst_stride, int64_t rows, int64_t cols) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * cols;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols, c = i % cols;
+    dst[r * dst_stride + c] = __float2bfloat16_rn(src[r * src_stride + c]);
+  }
+}
+
+__global__ void bf16_to_f32_rows(const bf16* src, int64_t src_stride, float* dst, int64_t rows,
+                                 int64_t cols) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * cols;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols, c = i % cols;
+    dst[i] = __bfloat162float(src[r * src_stride + c]);
+  }
+}
+
+__global__ void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * cols;
+       i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = __fadd_rn(y[i], b[i % cols]);
+}
+
+int grid_for(int64_t n) {
+  return static_cast<int>(std::min<int64_t>((n + 255) / 256, 8192));
+}
+
+// cuBLAS for the float32 islands. The workspace is given explicitly (cublasSetStream resets it
+// to the library's pool, which may allocate): a fixed buffer keeps the calls capture-safe.
+constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
+
+cublasHandle_t cublas(cudaStream_t s, void* workspace) {
+  static std::mutex mu;
+  static cublasHandle_t h = nullptr;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!h) {
+    H3RT_CHECK(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS, "cublasCreate failed");
+    // Plain float32 (no TF32): the reference's fp32 islands run with TF32 off.
+    H3RT_CHECK(cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH) == CUBLAS_STATUS_SUCCESS,
+               "cublasSetMathMode failed");
+  }
+  H3RT_CHECK(cublasSetStream(h, s) == CUBLAS_STATUS_SUCCESS, "cublasSetStream failed");
+  H3RT_CHECK(cublasSetWorkspace(h, workspace, kCublasWorkspaceBytes) == CUBLAS_STATUS_SUCCESS,
+             "cublasSetWorkspace failed");
+  return h;
+}
+
+// y [rows, out] = x [rows, in] W^T + b, float32 (a patch projection or an output head).
+void linear_f32(const DeviceLinear& l, const float* x, float* y, int64_t rows, void* workspace,
+                cudaStream_t s) {
+  const float one = 1.0f, zero = 0.0f;
+  // Column-major view: y^T [out, rows] = W [out, in] . x^T [in, rows].
+  H3RT_CHECK(cublasSgemm(cublas(s, workspace), CUBLAS_OP_T, CUBLAS_OP_N, int(l.out), int(rows),
+                         int(l.in), &one, l.w.ptr<float>(), int(l.in), x, int(l.in), &zero, y,
+                         int(l.out)) == CUBLAS_STATUS_SUCCESS,
+             "cublasSgemm failed (", rows, " x ", l.in, " -> ", l.out, ")");
+  if (l.b.data()) {
+    add_bias_rows<<<grid_for(rows * l.out), 256, 0, s>>>(y, l.b.ptr<float>(), rows, l.out);
+    H3RT_CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+void linear_bf16(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows, cudaStream_t s) {
+  ops::LinearCudaParams p{
+      x, l.w.ptr<bf16>(), l.b.data() ? l.b.ptr<bf16>() : nullptr, y, rows, l.in, l.out};
+  H3RT_CUDA_CHECK(ops::linear_bf16_cuda(p, s));
+}
+
+// silu(temb) rounded to bf16, the input of every AdaLN linear [M, Tm] (host float32 math).
+void adaln_input(const DeviceModel& m, const std::vector<float>& timesteps, uint16_t* out) {
+  const H3Config& c = m.config;
+  const int64_t M = static_cast<int64_t>(timesteps.size());
+  FloatVec sinusoid(M * c.freq_dim), temb(M * c.time_embed_dim);
+  ops::TimeEmbeddingParams p;
+  p.t = timesteps.data();
+  p.w_in = m.time_in_w.data();
+  p.b_in = m.time_in_b.data();
+  p.w_out = m.time_out_w.data();
+  p.b_out = m.time_out_b.data();
+  p.sinusoid = sinusoid.data();
+  p.temb = temb.data();
+  p.count = M;
+  p.dim = c.freq_dim;
+  p.hidden = c.time_embed_hidden;
+  p.embed = c.time_embed_dim;
+  ops::time_embedding_cpu(p);
+  for (size_t i = 0; i < temb.size(); ++i) out[i] = f32_to_bf16(ops::silu(temb[i]));
+}
+
+void check_packed_order(const SequenceLayout& L) {
+  bool ok = true;
+  for (int64_t i = 0; i < L.text_len; ++i) ok &= L.text_indices[i] == i;
+  for (int64_t i = 0; i < L.audio_rows(); ++i) ok &= L.audio_indices[i] == L.text_len + i;
+  for (int64_t i = 0; i < L.video_rows(); ++i)
+    ok &= L.video_indices[i] == L.text_len + L.audio_rows() + i;
+  H3RT_CHECK(ok, "the CUDA forward expects the packed order [text | audio | video]");
+}
+
+bool same_layout(const SequenceLayout& a, const SequenceLayout& b) {
+  return a.text_len == b.text_len && a.audio_len == b.audio_len && a.frames == b.frames &&
+         a.height == b.height && a.width == b.width && a.token_tags == b.token_tags &&
+         a.position_ids == b.position_ids;
+}
+
+// Page-locked host memory (cudaMallocHost): copies from and to it can be captured in a graph.
+class Pinned {
+ public:
+  Pinned() = default;
+  explicit Pinned(size_t bytes) : bytes_(bytes) {
+    if (bytes) H3RT_CUDA_CHECK(cudaMallocHost(&p_, bytes));
+  }
+  ~Pinned() {
+    if (p_) cudaFreeHost(p_);
+  }
+  Pinned(Pinned&& o) noexcept : p_(o.p_), bytes_(o.bytes_) { o.p_ = nullptr; }
+  Pinned& operator=(Pinned&& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Stage times from events recorded in stream order; a stage may be entered many times.
+class StageTimer {
+ public:
+  void begin(cudaStream_t s) {
+    marks_.clear();
+    s_ = s;
+  }
+  void mark(const char* stage) {  // ends the previous stage, starts `stage` (null: none)
+    if (marks_.size() == events_.size()) {
+      cudaEvent_t e;
+      H3RT_CUDA_CHECK(cudaEventCreate(&e));
+      events_.push_back(e);
+    }
+    H3RT_CUDA_CHECK(cudaEventRecord(events_[marks_.size()], s_));
+    marks_.push_back(stage);
+  }
+  std::map<std::string, double> totals() const {  // after the stream has finished
+    std::map<std::string, double> t;
+    for (size_t i = 0; i + 1 < marks_.size(); ++i) {
+      if (!marks_[i]) continue;
+      float ms = 0;
+      H3RT_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]));
+      t[marks_[i]] += ms;
+    }
+    return t;
+  }
+  ~StageTimer() {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+
+ private:
+  cudaStream_t s_ = nullptr;
+  std::vector<cudaEvent_t> events_;
+  std::vector<const char*> marks_;
+};
+
+}  // namespace
+
+struct ForwardSessionCuda::Impl {
+  const DeviceModel& m;
+  const SequenceLayout layout;
+  ForwardSessionOptions opt;
+  int64_t S, Nv, Na, L, H, video0, audio0;
+  cuda::Stream s;
+
+  BlockCudaBuffers b;
+  Tensor tidx;                           // [S] int64 timestep index per row (final layer)
+  Tensor final_table;                    // [Mcap, 2H] bf16
+  Tensor temb;                           // [Mcap, Tm] bf16 silu(temb)
+  Tensor video_in, audio_in;             // [Nv, 96], [Na, 32] f32
+  Tensor video_v, audio_v;               // velocities, f32
+  Tensor scratch_own;                    // float32 scratch when b.h is too small
+  Tensor cublas_ws;                      // cuBLAS workspace (fixed: capture-safe)
+  Tensor text_rows;                      // [L, H] bf16: the refined, normed text rows
+  Tensor text_dev;                       // [L, text_dim] bf16 text embeddings
+  std::unique_ptr<BlockCudaBuffers> rb;  // refiner activations (L rows)
+  int64_t mcap = 0;
+
+  Pinned h_temb, h_video, h_audio, h_video_v, h_audio_v;
+
+  // What the device currently holds (cache keys).
+  std::vector<float> cached_text, cached_timesteps;
+  std::vector<int64_t> cached_tidx, row_index_host;
+  bool text_valid = false, tables_valid = false;
+
+  std::map<int64_t, cudaGraphExec_t> graphs;  // by M
+  std::map<int64_t, bool> warmed;
+  bool graph_failed = false;
+  int64_t last_nodes = 0;
+
+  cudaEvent_t ev0 = nullptr, ev1 = nullptr;
+  StageTimer timer;
+  ForwardStepTimes times;
+
+  Impl(const DeviceModel& model, const SequenceLayout& lay, const ForwardSessionOptions& o)
+      : m(model), layout(lay), opt(o) {
+    check_packed_order(layout);
+    const H3Config& c = m.config;
+    S = layout.seq_len();
+    Nv = layout.video_rows();
+    Na = layout.audio_rows();
+    L = layout.text_len;
+    H = c.hidden;
+    audio0 = L;
+    video0 = L + Na;
+    b = make_block_buffers(c, S, 3 * 2, m.has_fp8(), m.has_nvfp4());
+    grow_tables(2);
+    tidx = cuda::device_empty(DType::i64, {S});
+    video_in = cuda::device_empty(DType::f32, {Nv, m.video_in.in});
+    audio_in = cuda::device_empty(DType::f32, {Na, m.audio_in.in});
+    video_v = cuda::device_empty(DType::f32, {Nv, m.video_out.out});
+    audio_v = cuda::device_empty(DType::f32, {Na, m.audio_out.out});
+    const int64_t scratch_bytes = std::max(Nv, Na) * H * 4;
+    if (b.h.nbytes() < scratch_bytes)
+      scratch_own = cuda::device_empty(DType::f32, {std::max(Nv, Na), H});
+    cublas_ws = cuda::device_empty(DType::u8, {int64_t(kCublasWorkspaceBytes)});
+    text_rows = cuda::device_empty(DType::bf16, {L, H});
+    h_video = Pinned(video_in.nbytes());
+    h_audio = Pinned(audio_in.nbytes());
+    h_video_v = Pinned(video_v.nbytes());
+    h_audio_v = Pinned(audio_v.nbytes());
+
+    // RoPE tables depend on the positions only: computed once.
+    std::vector<float> cosv(S * c.rope_dim()), sinv(S * c.rope_dim());
+    ops::rope_table_cpu({layout.position_ids.data(), m.rope_inv_freq.data(), cosv.data(),
+                         sinv.data(), S, c.rope_freqs});
+    H3RT_CUDA_CHECK(
+        cudaMemcpyAsync(b.cos.data(), cosv.data(), b.cos.nbytes(), cudaMemcpyHostToDevice, s));
+    H3RT_CUDA_CHECK(
+        cudaMemcpyAsync(b.sin.data(), sinv.data(), b.sin.nbytes(), cudaMemcpyHostToDevice, s));
+    H3RT_CUDA_CHECK(cudaEventCreate(&ev0));
+    H3RT_CUDA_CHECK(cudaEventCreate(&ev1));
+    s.synchronize();  // cosv and sinv die here
+  }
+
+  ~Impl() {
+    cudaStreamSynchronize(s);
+    for (auto& [M, g] : graphs) cudaGraphExecDestroy(g);
+    if (ev0) cudaEventDestroy(ev0);
+    if (ev1) cudaEventDestroy(ev1);
+  }
+
+  float* scratch() const {
+    return scratch_own.data() ? scratch_own.ptr<float>() : b.h.ptr<float>();
+  }
+
+  // Room for M distinct timesteps; graphs hold the old pointers, so they go.
+  void grow_tables(int64_t M) {
+    if (M <= mcap) return;
+    s.synchronize();
+    for (auto& [k, g] : graphs) H3RT_CUDA_CHECK(cudaGraphExecDestroy(g));
+    graphs.clear();
+    warmed.clear();
+    mcap = M;
+    const H3Config& c = m.config;
+    b.table = cuda::device_empty(DType::bf16, {3 * M, 6 * H});
+    final_table = cuda::device_empty(DType::bf16, {M, 2 * H});
+    temb = cuda::device_empty(DType::bf16, {M, c.time_embed_dim});
+    h_temb = Pinned(temb.nbytes());
+    tables_valid = false;
+    cached_timesteps.clear();
+  }
+
+  // ---- host preparation (cache checks, uploads of what changed) ---------------------------
+
+  void prepare_text(const float* text) {
+    const H3Config& c = m.config;
+    const size_t n = static_cast<size_t>(L * c.text_dim);
+    times.text_refined = false;
+    if (n == 0) {
+      text_valid = true;
+      return;
+    }
+    H3RT_CHECK(text != nullptr, "forward: no text embeddings for ", L, " text rows");
+    if (text_valid && std::memcmp(cached_text.data(), text, n * sizeof(float)) == 0) return;
+    cached_text.assign(text, text + n);
+    text_valid = false;
+    if (!rb) {
+      rb = std::make_unique<BlockCudaBuffers>(
+          make_block_buffers(c, L, 3, m.has_fp8(), m.has_nvfp4()));
+      text_dev = cuda::device_empty(DType::bf16, {L, c.text_dim});
+    }
+    std::vector<uint16_t> bits(n);
+    for (size_t i = 0; i < n; ++i) bits[i] = f32_to_bf16(text[i]);
+    H3RT_CUDA_CHECK(cudaEventRecord(ev0, s));
+    H3RT_CUDA_CHECK(cudaMemcpyAsync(text_dev.data(), bits.data(), text_dev.nbytes(),
+                                    cudaMemcpyHostToDevice, s));
+    // Text: condition_proj, the refiner blocks over the L text rows, and the final norm.
+    linear_bf16(m.text_in, text_dev.ptr<bf16>(), rb->x.ptr<bf16>(), L, s);
+    for (const DeviceBlock& blk : m.refiner) block_forward_cuda(c, blk, *rb, s, nullptr, true);
+    ops::RmsNormModulateCudaParams n1;
+    n1.x = rb->x.ptr<bf16>();
+    n1.y = text_rows.ptr<bf16>();
+    n1.weight = m.refiner_norm.ptr<bf16>();
+    n1.rows = L;
+    n1.dim = H;
+    n1.eps = c.final_norm_eps;
+    H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(n1, s));
+    H3RT_CUDA_CHECK(cudaEventRecord(ev1, s));
+    s.synchronize();  // `bits` dies here (only when the text changed)
+    float ms = 0;
+    H3RT_CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
+    times.text_refiner_ms = ms;
+    times.text_refined = true;
+    text_valid = true;
+  }
+
+  void prepare_plan(const TimestepPlan& plan) {
+    const int64_t M = static_cast<int64_t>(plan.timestep.size());
+    H3RT_CHECK(M >= 1, "forward: the timestep plan has no timesteps");
+    H3RT_CHECK(static_cast<int64_t>(plan.timestep_indices.size()) == S,
+               "forward: timestep_indices has ", plan.timestep_indices.size(), " rows, expected ",
+               S);
+    grow_tables(M);
+    if (!tables_valid || plan.timestep_indices != cached_tidx) {
+      cached_tidx = plan.timestep_indices;
+      row_index_host = adaln_indices(layout, plan);
+      // Pageable sources: the member vectors stay unchanged until the step's final wait.
+      H3RT_CUDA_CHECK(cudaMemcpyAsync(b.row_index.data(), row_index_host.data(), S * 8,
+                                      cudaMemcpyHostToDevice, s));
+      H3RT_CUDA_CHECK(
+          cudaMemcpyAsync(tidx.data(), cached_tidx.data(), S * 8, cudaMemcpyHostToDevice, s));
+      tables_valid = true;
+    }
+    if (plan.timestep != cached_timesteps) {
+      adaln_input(m, plan.timestep, h_temb.as<uint16_t>());
+      cached_timesteps = plan.timestep;
+    }
+  }
+
+  // ---- the step's device work (captured into a graph when enabled) ------------------------
+
+  void project(const DeviceLinear& l, const float* in, int64_t rows, bf16* x) {
+    if (rows == 0) return;
+    float* out = scratch();
+    linear_f32(l, in, out, rows, cublas_ws.data(), s);
+    f32_to_bf16_rows<<<grid_for(rows * l.out), 256, 0, s>>>(out, l.out, x, H, rows, l.out);
+    H3RT_CUDA_CHECK(cudaGetLastError());
+  }
+
+  void head(const DeviceLinear& l, const bf16* y, int64_t rows, const Tensor& v, void* host) {
+    if (rows == 0) return;
+    float* yf = scratch();
+    bf16_to_f32_rows<<<grid_for(rows * H), 256, 0, s>>>(y, H, yf, rows, H);
+    H3RT_CUDA_CHECK(cudaGetLastError());
+    linear_f32(l, yf, v.ptr<float>(), rows, cublas_ws.data(), s);
+    H3RT_CUDA_CHECK(cudaMemcpyAsync(host, v.data(), v.nbytes(), cudaMemcpyDeviceToHost, s));
+  }
+
+  void enqueue_step(int64_t M, bool timed) {
+    const H3Config& c = m.config;
+    auto mark = [&](const char* st) {
+      if (timed) timer.mark(st);
+    };
+    bf16* x = b.x.ptr<bf16>();
+    const bf16* t = temb.ptr<bf16>();
+    mark("inputs");
+    H3RT_CUDA_CHECK(cudaMemcpyAsync(temb.data(), h_temb.as<void>(), M * c.time_embed_dim * 2,
+                                    cudaMemcpyHostToDevice, s));
+    if (Nv)
+      H3RT_CUDA_CHECK(cudaMemcpyAsync(video_in.data(), h_video.as<void>(), video_in.nbytes(),
+                                      cudaMemcpyHostToDevice, s));
+    if (Na)
+      H3RT_CUDA_CHECK(cudaMemcpyAsync(audio_in.data(), h_audio.as<void>(), audio_in.nbytes(),
+                                      cudaMemcpyHostToDevice, s));
+    if (L)
+      H3RT_CUDA_CHECK(
+          cudaMemcpyAsync(x, text_rows.data(), text_rows.nbytes(), cudaMemcpyDeviceToDevice, s));
+    project(m.audio_in, audio_in.ptr<float>(), Na, x + audio0 * H);
+    project(m.video_in, video_in.ptr<float>(), Nv, x + video0 * H);
+
+    for (const DeviceBlock& blk : m.blocks) {
+      mark("adaln_tables");
+      // [M, 18H] is the [3M, 6H] table: row m*3 + modality.
+      linear_bf16(blk.adaln, t, b.table.ptr<bf16>(), M, s);
+      mark("blocks");
+      block_forward_cuda(c, blk, b, s);
+    }
+
+    // Final layer: [shift | scale] rows chosen by timestep index only.
+    mark("adaln_tables");
+    linear_bf16(m.final_adaln, t, final_table.ptr<bf16>(), M, s);
+    mark("final_heads");
+    ops::RmsNormModulateCudaParams n;
+    n.x = x;
+    n.y = b.n.ptr<bf16>();
+    n.weight = m.final_norm.ptr<bf16>();
+    n.shift = final_table.ptr<bf16>();
+    n.scale = final_table.ptr<bf16>() + H;
+    n.row_table_index = tidx.ptr<int64_t>();
+    n.rows = S;
+    n.dim = H;
+    n.table_row_stride = 2 * H;
+    n.eps = c.final_norm_eps;
+    H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(n, s));
+    head(m.video_out, b.n.ptr<bf16>() + video0 * H, Nv, video_v, h_video_v.as<void>());
+    head(m.audio_out, b.n.ptr<bf16>() + audio0 * H, Na, audio_v, h_audio_v.as<void>());
+    mark(nullptr);
+  }
+
+  // Captures the step for table height M; false (and eager from then on) if that fails.
+  bool capture(int64_t M) {
+    cudaGraph_t g = nullptr;
+    H3RT_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    try {
+      enqueue_step(M, false);
+    } catch (const std::exception& e) {
+      cudaStreamEndCapture(s, &g);
+      if (g) cudaGraphDestroy(g);
+      cudaGetLastError();
+      std::fprintf(stderr, "h3rt: CUDA graph capture failed (%s); running eagerly\n", e.what());
+      graph_failed = true;
+      return false;
+    }
+    cudaError_t err = cudaStreamEndCapture(s, &g);
+    cudaGraphExec_t exec = nullptr;
+    if (err == cudaSuccess) err = cudaGraphInstantiate(&exec, g, 0);
+    if (err == cudaSuccess) {
+      size_t nodes = 0;
+      cudaGraphGetNodes(g, nullptr, &nodes);
+      last_nodes = static_cast<int64_t>(nodes);
+    }
+    if (g) cudaGraphDestroy(g);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      std::fprintf(stderr, "h3rt: CUDA graph capture failed (%s); running eagerly\n",
+                   cudaGetErrorString(err));
+      graph_failed = true;
+      return false;
+    }
+    graphs[M] = exec;
+    return true;
+  }
+
+  ForwardOutputs forward(const ForwardInputs& in) {
+    const auto t_start = Clock::now();
+    H3RT_CHECK(same_layout(in.layout, layout),
+               "forward: the inputs' layout differs from the session's (", in.layout.seq_len(),
+               " vs ", S, " rows)");
+    H3RT_NVTX_RANGE("forward_cuda");
+    times = ForwardStepTimes{};
+    const int64_t M = static_cast<int64_t>(in.plan.timestep.size());
+    const auto t_text = Clock::now();
+    prepare_text(in.text);
+    const double text_wall_ms = times.text_refined ? ms_since(t_text) : 0.0;
+    prepare_plan(in.plan);
+    if (Nv) std::memcpy(h_video.as<void>(), in.video_rows, h_video.bytes());
+    if (Na) std::memcpy(h_audio.as<void>(), in.audio_rows, h_audio.bytes());
+    times.host_prepare_ms = ms_since(t_start) - text_wall_ms;
+
+    const auto t_capture = Clock::now();
+    bool captured = false;
+    const bool use_graph = opt.cuda_graph && !graph_failed && warmed[M] &&
+                           (graphs.count(M) || (captured = capture(M)));
+    if (captured) times.capture_ms = ms_since(t_capture);
+    const bool timed = opt.stage_timing && !use_graph;
+    if (timed) timer.begin(s);
+    H3RT_CUDA_CHECK(cudaEventRecord(ev0, s));
+    if (use_graph)
+      H3RT_CUDA_CHECK(cudaGraphLaunch(graphs.at(M), s));
+    else
+      enqueue_step(M, timed);
+    H3RT_CUDA_CHECK(cudaEventRecord(ev1, s));
+    warmed[M] = true;
+
+    const auto t_wait = Clock::now();
+    s.synchronize();
+    ForwardOutputs out;
+    out.video_velocity.assign(h_video_v.as<float>(), h_video_v.as<float>() + Nv * m.video_out.out);
+    out.audio_velocity.assign(h_audio_v.as<float>(), h_audio_v.as<float>() + Na * m.audio_out.out);
+    times.host_finish_ms = ms_since(t_wait);
+    float ms = 0;
+    H3RT_CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
+    times.device_ms = ms;
+    times.graph = use_graph;
+    if (timed) times.stage_ms = timer.totals();
+    times.wall_ms = ms_since(t_start);
+    return out;
+  }
+};
+
+ForwardSessionCuda::ForwardSessionCuda(const DeviceModel& model, const SequenceLayout& layout,
+                                       const ForwardSessionOptions& options)
+    : impl_(std::make_unique<Impl>(model, layout, options)) {}
+
+ForwardSessionCuda::~ForwardSessionCuda() = default;
+
+ForwardOutputs ForwardSessionCuda::forward(const ForwardInputs& inputs) {
+  return impl_->forward(inputs);
+}
+
+void ForwardSessionCuda::set_cuda_graph(bool on) {
+  impl_->opt.cuda_graph = on;
+}
+
+void ForwardSessionCuda::set_stage_timing(bool on) {
+  impl_->opt.stage_timing = on;
+}
+
+bool ForwardSessionCuda::matches(const SequenceLayout& layout) const {
+  return same_layout(layout, impl_->layout);
+}
+
+const ForwardStepTimes& ForwardSessionCuda::last_times() const {
+  return impl_->times;
+}
+
+bool ForwardSessionCuda::graph_enabled() const {
+  return impl_->opt.cuda_graph && !impl_->graph_failed;
+}
+
+int64_t ForwardSessionCuda::graph_nodes() const {
+  return impl_->last_nodes;
+}
+
+int64_t ForwardSessionCuda::graph_count() const {
+  return static_cast<int64_t>(impl_->graphs.size());
+}
+
+cudaStream_t ForwardSessionCuda::stream() const {
+  return impl_->s;
+}
+
+}  // namespace h3rt::model

@@ -1,0 +1,82 @@
+// The bench step report's schema and arithmetic, from given measurements (no GPU needed).
+#include <gtest/gtest.h>
+
+#include "bench/step_report.h"
+
+namespace h3rt {
+namespace {
+
+bench::StepRepetition rep(double wall, double device, double sum) {
+  bench::StepRepetition r;
+  r.wall_ms = wall;
+  r.device_ms = device;
+  r.host_prepare_ms = wall - device;
+  r.host_finish_ms = 1.0;
+  r.video = {sum, 2 * sum};
+  r.audio = {-sum, sum};
+  return r;
+}
+
+bench::StepMeasurements measurements() {
+  bench::StepMeasurements m;
+  m.preset = "h3";
+  m.eager = {rep(100, 90, 1), rep(120, 95, 2), rep(110, 92, 3)};
+  double k = 1;
+  for (auto& r : m.eager)
+    for (const auto& s : bench::step_stages()) r.stage_ms[s] = k++;
+  m.graph = {rep(80, 79, 1), rep(90, 85, 2), rep(85, 84, 3)};
+  m.graph_captured = true;
+  m.graph_nodes = 700;
+  m.capture_ms = 12;
+  return m;
+}
+
+TEST(StepReport, SchemaMediansAndGraphComparison) {
+  const H3Config c = H3Config::h3();
+  const SequenceLayout layout = make_t2va_layout(100, 207, 37, 48, 84);
+  ASSERT_EQ(layout.seq_len(), 37810);
+  const nlohmann::json r = bench::step_report(c, layout, measurements());
+
+  EXPECT_DOUBLE_EQ(r.at("step_ms_p50_eager").get<double>(), 110.0);
+  EXPECT_DOUBLE_EQ(r.at("step_ms_p50_cuda_graph").get<double>(), 85.0);
+  EXPECT_DOUBLE_EQ(r.at("device_ms_p50_eager").get<double>(), 92.0);
+  const auto& g = r.at("cuda_graph");
+  EXPECT_DOUBLE_EQ(g.at("speedup_over_eager").get<double>(), 110.0 / 85.0);
+  EXPECT_TRUE(g.at("velocities_bit_identical_to_eager").get<bool>());
+  EXPECT_EQ(g.at("repetitions").size(), 3u);
+
+  // Stage k of repetition i holds 4 i + k + 1: the medians are repetition 1's values.
+  const auto& st = r.at("eager_stage_ms_p50");
+  for (size_t k = 0; k < bench::step_stages().size(); ++k)
+    EXPECT_DOUBLE_EQ(st.at(bench::step_stages()[k]).get<double>(), 4.0 + k + 1) << k;
+  EXPECT_DOUBLE_EQ(st.at("host_prepare").get<double>(), 18.0);  // median of {10, 25, 18}
+
+  EXPECT_EQ(r.at("workload").at("packed_tokens").get<int64_t>(), 37810);
+  EXPECT_EQ(r.at("workload").at("blocks").get<int64_t>(), 50);
+  // 4 copies in, 2 x 3 projection launches, 50 x 11, final AdaLN + norm, 2 x 4 head launches.
+  EXPECT_EQ(r.at("launches_per_step").at("launcher_calls").get<int64_t>(), 4 + 6 + 550 + 2 + 8);
+  EXPECT_EQ(r.at("launches_per_step").at("cuda_graph_nodes").get<int64_t>(), 700);
+  EXPECT_DOUBLE_EQ(r.at("velocity_checksums").at("video").at("sum").get<double>(), 3.0);
+  EXPECT_TRUE(r.contains("peak_device_bytes"));
+  EXPECT_TRUE(r.contains("setup"));
+}
+
+TEST(StepReport, DifferentGraphVelocitiesAreReported) {
+  bench::StepMeasurements m = measurements();
+  m.graph[2].video.sum += 1e-9;
+  const nlohmann::json r =
+      bench::step_report(H3Config::tiny(), make_t2va_layout(10, 37, 7, 8, 12), m);
+  EXPECT_FALSE(r.at("cuda_graph").at("velocities_bit_identical_to_eager").get<bool>());
+}
+
+TEST(StepReport, RejectsUnknownStagesAndMissingRepetitions) {
+  bench::StepMeasurements m = measurements();
+  m.eager[0].stage_ms["made_up"] = 1.0;
+  const SequenceLayout layout = make_t2va_layout(10, 37, 7, 8, 12);
+  EXPECT_THROW(bench::step_report(H3Config::tiny(), layout, m), Error);
+  m.eager.clear();
+  EXPECT_THROW(bench::step_report(H3Config::tiny(), layout, m), Error);
+}
+
+}  // namespace
+}  // namespace h3rt

@@ -1,0 +1,109 @@
+// The reusable forward session against the one-shot forward_cuda: bit-identical velocities over
+// a sequence of steps whose rows, timesteps, table height and text change, eagerly and replayed
+// from CUDA graphs.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "h3rt/formats.h"
+#include "h3rt/layout.h"
+#include "h3rt/model.h"
+#include "model/forward_session_cuda.h"
+#include "model/model_cuda.h"
+
+namespace h3rt {
+namespace {
+
+struct Step {
+  float t_video, t_audio;
+  bool new_text;
+  bool expect_graph;  // with graphs on: replayed (the table height M was seen before)
+};
+
+std::vector<float> normal(size_t n, std::mt19937_64& g, bool bf16) {
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = bf16 ? round_bf16(d(g)) : d(g);
+  return v;
+}
+
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+void expect_same_bits(const FloatVec& got, const FloatVec& want, const char* what, int step) {
+  ASSERT_EQ(got.size(), want.size()) << what << " step " << step;
+  size_t differ = 0, first = got.size();
+  for (size_t i = 0; i < got.size(); ++i)
+    if (bits_of(got[i]) != bits_of(want[i]) && differ++ == 0) first = i;
+  EXPECT_EQ(differ, 0u) << what << " step " << step << ": first difference at " << first;
+}
+
+void run_steps(bool cuda_graph) {
+  H3RT_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + (cuda_graph ? ", graphs" : ", eager"));
+  std::mt19937_64 g(seed);
+  const H3Config c = H3Config::tiny();
+  model::DeviceModel dev = model::make_synthetic_device_model(c, seed);
+  const SequenceLayout layout = make_t2va_layout(10, 9, 7, 8, 12);
+  model::ForwardSessionOptions o;
+  o.cuda_graph = cuda_graph;
+  model::ForwardSessionCuda session(dev, layout, o);
+
+  // M = 2, 2 (other values), 1, 1 (new text), 2 (audio before video in the sorted timesteps).
+  const std::vector<Step> steps = {{0.3f, 0.631579f, true, false},
+                                   {0.45f, 0.8f, false, true},
+                                   {0.5f, 0.5f, false, false},
+                                   {0.6f, 0.6f, true, true},
+                                   {0.9f, 0.2f, false, true}};
+  std::vector<float> text;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Step& st = steps[i];
+    if (st.new_text) text = normal(layout.text_len * c.text_dim, g, true);
+    const std::vector<float> video = normal(layout.video_rows() * c.video_features(), g, false);
+    const std::vector<float> audio = normal(layout.audio_rows() * c.audio_channels, g, false);
+    const TimestepPlan plan = make_timestep_plan(layout, st.t_video, st.t_audio);
+    const ForwardInputs in{layout, plan, video.data(), audio.data(), text.data()};
+    const ForwardOutputs got = session.forward(in);
+    const model::ForwardStepTimes& t = session.last_times();
+    EXPECT_EQ(t.graph, cuda_graph && st.expect_graph) << "step " << i;
+    EXPECT_EQ(t.text_refined, st.new_text) << "step " << i;
+    const ForwardOutputs want = model::forward_cuda(dev, in);
+    expect_same_bits(got.video_velocity, want.video_velocity, "video", int(i));
+    expect_same_bits(got.audio_velocity, want.audio_velocity, "audio", int(i));
+  }
+  EXPECT_EQ(session.graph_enabled(), cuda_graph);
+  EXPECT_EQ(session.graph_count(), cuda_graph ? 2 : 0);
+  if (cuda_graph) EXPECT_GE(session.graph_nodes(), c.layers * (model::kBlockLaunches + 1));
+}
+
+TEST(ForwardSession, EagerStepsBitIdenticalToForwardCuda) {
+  run_steps(false);
+}
+
+TEST(ForwardSession, GraphStepsBitIdenticalToForwardCuda) {
+  run_steps(true);
+}
+
+TEST(ForwardSession, RejectsAnotherLayout) {
+  H3RT_REQUIRE_GPU();
+  const H3Config c = H3Config::tiny();
+  model::DeviceModel dev = model::make_synthetic_device_model(c, 7);
+  const SequenceLayout layout = make_t2va_layout(10, 9, 7, 8, 12);
+  const SequenceLayout other = make_t2va_layout(10, 9, 7, 8, 16);
+  model::ForwardSessionCuda session(dev, layout);
+  const TimestepPlan plan = make_timestep_plan(other, 0.3f, 0.6f);
+  std::vector<float> video(other.video_rows() * c.video_features()),
+      audio(other.audio_rows() * c.audio_channels), text(other.text_len * c.text_dim);
+  EXPECT_THROW(session.forward({other, plan, video.data(), audio.data(), text.data()}), Error);
+}
+
+}  // namespace
+}  // namespace h3rt
