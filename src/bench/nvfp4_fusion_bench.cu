@@ -7,8 +7,10 @@
 #include <functional>
 #include <vector>
 
+#include "bench/bench_data.h"
 #include "bench/nvfp4_fusion_bench.h"
 #include "bench/nvfp4_fusion_bytes.h"
+#include "cuda/runtime.h"
 #include "formats/nvfp4_quantize.h"
 #include "formats/nvfp4_quantize_fused.h"
 #include "h3rt/check.h"
@@ -20,27 +22,8 @@
 namespace h3rt::bench {
 namespace {
 
-#define NFB_CUDA(x)                                                                          \
-  do {                                                                                       \
-    cudaError_t e_ = (x);                                                                    \
-    H3RT_CHECK(e_ == cudaSuccess, "nvfp4-fusion bench: ", #x, ": ", cudaGetErrorString(e_)); \
-  } while (0)
-
 using bf16 = __nv_bfloat16;
 using Src = Nvfp4GlobalScaleSource;
-
-// Hashed bf16 values ~ U(-a, a).
-__global__ void fill_kernel(uint16_t* x, int64_t n, uint64_t salt, float a) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    uint64_t h = (uint64_t(i) + salt) * 0x9E3779B97F4A7C15ull;
-    h ^= h >> 31;
-    h *= 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 29;
-    const float v = (float(h >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * a;
-    x[i] = uint16_t(__float_as_uint(v) >> 16);
-  }
-}
 
 struct Dev {
   std::vector<void*> ptrs;
@@ -50,14 +33,13 @@ struct Dev {
   template <class T>
   T* alloc(int64_t bytes) {
     void* p = nullptr;
-    NFB_CUDA(cudaMalloc(&p, static_cast<size_t>(bytes)));
+    H3RT_CUDA_CHECK(cudaMalloc(&p, static_cast<size_t>(bytes)));
     ptrs.push_back(p);
     return static_cast<T*>(p);
   }
   bf16* filled(int64_t n, uint64_t salt, float a) {
     bf16* p = alloc<bf16>(2 * n);
-    fill_kernel<<<4096, 256>>>(reinterpret_cast<uint16_t*>(p), n, salt, a);
-    NFB_CUDA(cudaGetLastError());
+    fill_hashed_bf16(p, n, n, a, false, salt, nullptr);
     return p;
   }
 };
@@ -74,7 +56,7 @@ struct QBuf {
     out.global_scale = d.alloc<float>(sizeof(float));
     out.source = src;
     out.workspace = d.alloc<void>(static_cast<int64_t>(nvfp4_quantize_workspace_bytes()));
-    NFB_CUDA(cudaMemset(out.workspace, 0, nvfp4_quantize_workspace_bytes()));
+    H3RT_CUDA_CHECK(cudaMemset(out.workspace, 0, nvfp4_quantize_workspace_bytes()));
   }
   void quantize(const bf16* x, int64_t rows, int64_t cols, cudaStream_t s) const {
     Nvfp4QuantizeParams p;
@@ -87,14 +69,14 @@ struct QBuf {
     p.source = out.source;
     p.rule = out.rule;
     p.workspace = out.workspace;
-    NFB_CUDA(nvfp4_quantize(p, s));
+    H3RT_CUDA_CHECK(nvfp4_quantize(p, s));
   }
 };
 
 bool identical(const QBuf& a, const QBuf& b) {
   auto get = [](const void* p, int64_t n) {
     std::vector<uint8_t> v(static_cast<size_t>(n));
-    NFB_CUDA(cudaMemcpy(v.data(), p, v.size(), cudaMemcpyDeviceToHost));
+    H3RT_CUDA_CHECK(cudaMemcpy(v.data(), p, v.size(), cudaMemcpyDeviceToHost));
     return v;
   };
   return get(a.out.qdata, a.qbytes) == get(b.out.qdata, b.qbytes) &&
@@ -106,9 +88,9 @@ struct Timer {
   cudaStream_t st;
   cudaEvent_t e0, e1;
   Timer() {
-    NFB_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    NFB_CUDA(cudaEventCreate(&e0));
-    NFB_CUDA(cudaEventCreate(&e1));
+    H3RT_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    H3RT_CUDA_CHECK(cudaEventCreate(&e0));
+    H3RT_CUDA_CHECK(cudaEventCreate(&e1));
   }
   ~Timer() {
     cudaEventDestroy(e0);
@@ -116,12 +98,12 @@ struct Timer {
     cudaStreamDestroy(st);
   }
   float once_ms(const std::function<void()>& f) {
-    NFB_CUDA(cudaEventRecord(e0, st));
+    H3RT_CUDA_CHECK(cudaEventRecord(e0, st));
     f();
-    NFB_CUDA(cudaEventRecord(e1, st));
-    NFB_CUDA(cudaEventSynchronize(e1));
+    H3RT_CUDA_CHECK(cudaEventRecord(e1, st));
+    H3RT_CUDA_CHECK(cudaEventSynchronize(e1));
     float t = 0;
-    NFB_CUDA(cudaEventElapsedTime(&t, e0, e1));
+    H3RT_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
     return t;
   }
   // Medians of the sequences fs, timed interleaved (one run of each per iteration), so clock
@@ -163,10 +145,10 @@ nlohmann::json bench_producer(Dev& d, Timer& t, const Producer& pr, int warmup, 
       QBuf probe(d, pr.rows, pr.cols, Src::kTwoPass);
       pr.bf16_only(nullptr, t.st);
       probe.quantize(pr.out, pr.rows, pr.cols, t.st);
-      NFB_CUDA(cudaMemcpyAsync(ref.out.global_scale, probe.out.global_scale, 4,
-                               cudaMemcpyDeviceToDevice, t.st));
-      NFB_CUDA(cudaMemcpyAsync(fus.out.global_scale, probe.out.global_scale, 4,
-                               cudaMemcpyDeviceToDevice, t.st));
+      H3RT_CUDA_CHECK(cudaMemcpyAsync(ref.out.global_scale, probe.out.global_scale, 4,
+                                      cudaMemcpyDeviceToDevice, t.st));
+      H3RT_CUDA_CHECK(cudaMemcpyAsync(fus.out.global_scale, probe.out.global_scale, 4,
+                                      cudaMemcpyDeviceToDevice, t.st));
     }
     const std::vector<double> m = t.medians_ms({[&] { pr.bf16_only(nullptr, t.st); },
                                                 [&] {
@@ -182,7 +164,7 @@ nlohmann::json bench_producer(Dev& d, Timer& t, const Producer& pr, int warmup, 
     ref.quantize(pr.out, pr.rows, pr.cols, t.st);
     if (pr.reset) pr.reset(t.st);
     pr.fused(fus.out, t.st);
-    NFB_CUDA(cudaStreamSynchronize(t.st));
+    H3RT_CUDA_CHECK(cudaStreamSynchronize(t.st));
     const bool same = identical(ref, fus);
     std::printf(
         "  %-24s %-10s bf16 producer %9.4f ms  unfused %9.4f ms  fused %9.4f ms  (%.2fx)  "
@@ -204,8 +186,8 @@ nlohmann::json run_nvfp4_fusion_bench(const Nvfp4FusionBenchOptions& o) {
              "nvfp4-fusion bench: bad options");
   int dev = 0;
   cudaDeviceProp prop{};
-  NFB_CUDA(cudaGetDevice(&dev));
-  NFB_CUDA(cudaGetDeviceProperties(&prop, dev));
+  H3RT_CUDA_CHECK(cudaGetDevice(&dev));
+  H3RT_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
   const int64_t S = o.rows, H = o.hidden, F = o.ffn, I = o.heads * 128, T = 3;
   Dev d;
   Timer t;
@@ -217,7 +199,7 @@ nlohmann::json run_nvfp4_fusion_bench(const Nvfp4FusionBenchOptions& o) {
   std::vector<int64_t> idx(S);
   for (int64_t r = 0; r < S; ++r) idx[r] = r % T;
   int64_t* di = d.alloc<int64_t>(S * 8);
-  NFB_CUDA(cudaMemcpy(di, idx.data(), S * 8, cudaMemcpyHostToDevice));
+  H3RT_CUDA_CHECK(cudaMemcpy(di, idx.data(), S * 8, cudaMemcpyHostToDevice));
   bf16* y = d.alloc<bf16>(2 * S * H);
   bf16* fc1 = d.filled(S * 2 * F, 15, 6.0f);
   bf16* act = d.alloc<bf16>(2 * S * F);
@@ -244,13 +226,13 @@ nlohmann::json run_nvfp4_fusion_bench(const Nvfp4FusionBenchOptions& o) {
     p.bf16_only = [base, y](const bf16*, cudaStream_t s) {
       ops::RmsNormModulateCudaParams q = base;
       q.y = y;
-      NFB_CUDA(ops::rmsnorm_modulate_cuda(q, s));
+      H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(q, s));
     };
     p.fused = [base](const Nvfp4Out& out, cudaStream_t s) {
       ops::RmsNormModulateCudaParams q = base;
       q.y = nullptr;
       q.nvfp4 = out;
-      NFB_CUDA(ops::rmsnorm_modulate_cuda(q, s));
+      H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(q, s));
     };
     return p;
   };
@@ -258,25 +240,25 @@ nlohmann::json run_nvfp4_fusion_bench(const Nvfp4FusionBenchOptions& o) {
   producers.push_back(norm_producer("norm1_modulate->qkv", np));
   producers.push_back(norm_producer("res_norm2_modulate->fc1", rp));
   bf16* x0 = d.alloc<bf16>(2 * S * H);  // the residual variant updates x in place
-  NFB_CUDA(cudaMemcpy(x0, x, 2 * S * H, cudaMemcpyDeviceToDevice));
+  H3RT_CUDA_CHECK(cudaMemcpy(x0, x, 2 * S * H, cudaMemcpyDeviceToDevice));
   producers.back().reset = [x, x0, S, H](cudaStream_t s) {
-    NFB_CUDA(cudaMemcpyAsync(x, x0, 2 * S * H, cudaMemcpyDeviceToDevice, s));
+    H3RT_CUDA_CHECK(cudaMemcpyAsync(x, x0, 2 * S * H, cudaMemcpyDeviceToDevice, s));
   };
   Producer sw{"swiglu->fc2", S, F, true, nullptr, nullptr, act, nullptr};
   sw.bf16_only = [sp, act](const bf16*, cudaStream_t s) {
     ops::SwigluCudaParams q = sp;
     q.out = act;
-    NFB_CUDA(ops::swiglu_cuda(q, s));
+    H3RT_CUDA_CHECK(ops::swiglu_cuda(q, s));
   };
   sw.fused = [sp](const Nvfp4Out& out, cudaStream_t s) {
     ops::SwigluCudaParams q = sp;
     q.out = nullptr;
     q.nvfp4 = out;
-    NFB_CUDA(ops::swiglu_cuda(q, s));
+    H3RT_CUDA_CHECK(ops::swiglu_cuda(q, s));
   };
   producers.push_back(sw);
 
-  NFB_CUDA(cudaDeviceSynchronize());  // the fills ran on the legacy stream
+  H3RT_CUDA_CHECK(cudaDeviceSynchronize());  // the fills ran on the legacy stream
   std::printf("nvfp4 fusion at S=%lld H=%lld I=%lld F=%lld on %s (median of %d; attention %d)\n",
               (long long)S, (long long)H, (long long)I, (long long)F, prop.name, o.iters,
               o.attention_iters);
@@ -287,16 +269,16 @@ nlohmann::json run_nvfp4_fusion_bench(const Nvfp4FusionBenchOptions& o) {
     bf16* qkv = d.filled(S * 3 * I, 16, 3.0f);
     bf16* ao = d.alloc<bf16>(2 * S * I);
     const ops::AttentionCudaParams ap = ops::attention_params_from_qkv(qkv, S, o.heads, ao);
-    NFB_CUDA(cudaDeviceSynchronize());
+    H3RT_CUDA_CHECK(cudaDeviceSynchronize());
     Producer at{"attention->out_proj", S, I, false, nullptr, nullptr, ao, nullptr};
     at.bf16_only = [ap](const bf16*, cudaStream_t s) {
-      NFB_CUDA(ops::attention_flash_bf16_cuda(ap, s));
+      H3RT_CUDA_CHECK(ops::attention_flash_bf16_cuda(ap, s));
     };
     at.fused = [ap](const Nvfp4Out& out, cudaStream_t s) {
       ops::AttentionCudaParams q = ap;
       q.out = nullptr;
       q.nvfp4 = out;
-      NFB_CUDA(ops::attention_flash_bf16_cuda(q, s));
+      H3RT_CUDA_CHECK(ops::attention_flash_bf16_cuda(q, s));
     };
     results.push_back(bench_producer(d, t, at, 1, o.attention_iters));
   }

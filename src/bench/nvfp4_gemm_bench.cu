@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_data.h"
 #include "bench/nvfp4_gemm_bench.h"
+#include "cuda/runtime.h"
 #include "formats/nvfp4_quantize.h"
 #include "h3rt/check.h"
 #include "h3rt/report.h"
@@ -20,31 +22,10 @@
 namespace h3rt::bench {
 namespace {
 
-#define NGB_CUDA(x)                                                                        \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    H3RT_CHECK(e_ == cudaSuccess, "nvfp4-gemm bench: ", #x, ": ", cudaGetErrorString(e_)); \
-  } while (0)
-
-// Synthetic bf16 data: hashed values ~ U(-amp, amp) times a per-row factor in [0.25, 4].
-__global__ void fill_kernel(uint16_t* x, int64_t n, int64_t cols, float amp, uint64_t salt) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    uint64_t h = (uint64_t(i) + salt) * 0x9E3779B97F4A7C15ull;
-    h ^= h >> 31;
-    h *= 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 29;
-    const uint64_t r = uint64_t(i / cols) * 0x94D049BB133111EBull + salt;
-    const float row = 0.25f + 3.75f * float((r >> 40) & 0xffff) / 65535.0f;
-    const float v = (float(h >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * amp * row;
-    x[i] = uint16_t(__float_as_uint(v) >> 16);
-  }
-}
-
 // A device allocation freed at scope exit.
 struct DevBuf {
   void* p = nullptr;
-  explicit DevBuf(size_t bytes) { NGB_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
+  explicit DevBuf(size_t bytes) { H3RT_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
   ~DevBuf() { cudaFree(p); }
   DevBuf(const DevBuf&) = delete;
   DevBuf& operator=(const DevBuf&) = delete;
@@ -64,12 +45,12 @@ struct Timer {
     for (int i = 0; i < warmup; ++i) launch();
     std::vector<float> ms;
     for (int i = 0; i < iters; ++i) {
-      NGB_CUDA(cudaEventRecord(e0, s));
+      H3RT_CUDA_CHECK(cudaEventRecord(e0, s));
       launch();
-      NGB_CUDA(cudaEventRecord(e1, s));
-      NGB_CUDA(cudaEventSynchronize(e1));
+      H3RT_CUDA_CHECK(cudaEventRecord(e1, s));
+      H3RT_CUDA_CHECK(cudaEventSynchronize(e1));
       float t = 0;
-      NGB_CUDA(cudaEventElapsedTime(&t, e0, e1));
+      H3RT_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
       ms.push_back(t);
     }
     std::sort(ms.begin(), ms.end());
@@ -101,7 +82,7 @@ void quantize(const void* x, int64_t rows, int64_t cols, Nvfp4ScaleRule rule, co
   p.source = Nvfp4GlobalScaleSource::kTwoPass;
   p.rule = rule;
   p.workspace = ws.p;
-  NGB_CUDA(nvfp4_quantize(p, st));
+  H3RT_CUDA_CHECK(nvfp4_quantize(p, st));
 }
 
 }  // namespace
@@ -112,13 +93,13 @@ nlohmann::json run_nvfp4_gemm_bench(const Nvfp4GemmBenchOptions& o) {
              "nvfp4-gemm bench: bad options (hidden, inner and ffn must be multiples of 64)");
   int dev = 0;
   cudaDeviceProp prop{};
-  NGB_CUDA(cudaGetDevice(&dev));
-  NGB_CUDA(cudaGetDeviceProperties(&prop, dev));
+  H3RT_CUDA_CHECK(cudaGetDevice(&dev));
+  H3RT_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
   cudaStream_t st;
-  NGB_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  H3RT_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   Timer tm{st, nullptr, nullptr, o.warmup, o.iters};
-  NGB_CUDA(cudaEventCreate(&tm.e0));
-  NGB_CUDA(cudaEventCreate(&tm.e1));
+  H3RT_CUDA_CHECK(cudaEventCreate(&tm.e0));
+  H3RT_CUDA_CHECK(cudaEventCreate(&tm.e1));
 
   const Shape shapes[] = {{"qkv", 3 * o.inner, o.hidden},
                           {"out", o.hidden, o.inner},
@@ -142,18 +123,16 @@ nlohmann::json run_nvfp4_gemm_bench(const Nvfp4GemmBenchOptions& o) {
               (long long)m, o.iters, o.warmup);
 
   DevBuf qws(nvfp4_quantize_workspace_bytes());
-  NGB_CUDA(cudaMemsetAsync(qws.p, 0, nvfp4_quantize_workspace_bytes(), st));
+  H3RT_CUDA_CHECK(cudaMemsetAsync(qws.p, 0, nvfp4_quantize_workspace_bytes(), st));
   for (const Shape& sh : shapes) {
     const int64_t n = sh.n, k = sh.k;
     DevBuf a16(size_t(m) * k * 2), w16(size_t(n) * k * 2), bias(size_t(n) * 2),
         y(size_t(m) * n * 2);
     DevBuf aq(size_t(m) * k / 2), as(nvfp4_scales_bytes(m, k)), ag(4);
     DevBuf wq(size_t(n) * k / 2), ws(nvfp4_scales_bytes(n, k)), wg(4);
-    fill_kernel<<<4096, 256, 0, st>>>(a16.as<uint16_t>(), m * k, k, 4.0f, 11 + k);
-    fill_kernel<<<4096, 256, 0, st>>>(w16.as<uint16_t>(), n * k, k, 1.0f / std::sqrt(float(k)),
-                                      23 + n);
-    fill_kernel<<<64, 256, 0, st>>>(bias.as<uint16_t>(), n, n, 0.5f, 37);
-    NGB_CUDA(cudaGetLastError());
+    fill_hashed_bf16(a16.p, m * k, k, 4.0f, true, 11 + k, st);
+    fill_hashed_bf16(w16.p, n * k, k, 1.0f / std::sqrt(float(k)), true, 23 + n, st);
+    fill_hashed_bf16(bias.p, n, n, 0.5f, true, 37, st);
     quantize(a16.p, m, k, Nvfp4ScaleRule::kBf16Activation, aq, as, ag, qws, st);
     quantize(w16.p, n, k, Nvfp4ScaleRule::kF32Divide, wq, ws, wg, qws, st);
 
@@ -196,7 +175,7 @@ nlohmann::json run_nvfp4_gemm_bench(const Nvfp4GemmBenchOptions& o) {
         lp.rows = m;
         lp.in = k;
         lp.out = n;
-        auto [med, best] = tm.time([&] { NGB_CUDA(ops::linear_bf16_cuda(lp, st)); });
+        auto [med, best] = tm.time([&] { H3RT_CUDA_CHECK(ops::linear_bf16_cuda(lp, st)); });
         algos[v.name] = {{"median_ms", med}, {"best_ms", best}, {"tflops", flop / med * 1e-9}};
         total[v.name] += med;
         std::printf("  %-4s %6lld x %6lld  %-24s median %8.3f ms  best %8.3f ms  %6.1f TFLOP/s\n",
@@ -215,8 +194,8 @@ nlohmann::json run_nvfp4_gemm_bench(const Nvfp4GemmBenchOptions& o) {
                     (long long)n, (long long)k, v.name);
         continue;
       }
-      NGB_CUDA(first);
-      auto [med, best] = tm.time([&] { NGB_CUDA(ops::linear_nvfp4_cuda(p, st)); });
+      H3RT_CUDA_CHECK(first);
+      auto [med, best] = tm.time([&] { H3RT_CUDA_CHECK(ops::linear_nvfp4_cuda(p, st)); });
       algos[v.name] = {{"median_ms", med}, {"best_ms", best}, {"tflops", flop / med * 1e-9}};
       total[v.name] += med;
       std::printf("  %-4s %6lld x %6lld  %-24s median %8.3f ms  best %8.3f ms  %6.1f TFLOP/s\n",
@@ -233,7 +212,7 @@ nlohmann::json run_nvfp4_gemm_bench(const Nvfp4GemmBenchOptions& o) {
       dp.cols = k;
       dp.out = gws.as<__nv_bfloat16>();
       const double bytes = double(dp.rows) * k * 2.5 + double(nvfp4_scales_bytes(dp.rows, k));
-      auto [med, best] = tm.time([&] { NGB_CUDA(ops::nvfp4_dequant_bf16(dp, st)); });
+      auto [med, best] = tm.time([&] { H3RT_CUDA_CHECK(ops::nvfp4_dequant_bf16(dp, st)); });
       const char* what = weights ? "dequant_w" : "dequant_a";
       dq[what] = {{"rows", dp.rows}, {"cols", k},      {"median_ms", med},
                   {"best_ms", best}, {"bytes", bytes}, {"gbps", bytes / med * 1e-6}};

@@ -7,34 +7,15 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "bench/bench_data.h"
 #include "bench/nvfp4_quantize_bench.h"
+#include "cuda/runtime.h"
 #include "formats/nvfp4_quantize.h"
 #include "h3rt/check.h"
 #include "h3rt/report.h"
 
 namespace h3rt::bench {
 namespace {
-
-#define NVB_CUDA(x)                                                                   \
-  do {                                                                                \
-    cudaError_t e_ = (x);                                                             \
-    H3RT_CHECK(e_ == cudaSuccess, "nvfp4 bench: ", #x, ": ", cudaGetErrorString(e_)); \
-  } while (0)
-
-// Synthetic activations: hashed values ~ U(-4, 4) times a per-row factor in [0.25, 4].
-__global__ void fill_kernel(uint16_t* x, int64_t n, int64_t cols, uint64_t salt) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    uint64_t h = (uint64_t(i) + salt) * 0x9E3779B97F4A7C15ull;
-    h ^= h >> 31;
-    h *= 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 29;
-    const uint64_t r = uint64_t(i / cols) * 0x94D049BB133111EBull + salt;
-    const float row = 0.25f + 3.75f * float((r >> 40) & 0xffff) / 65535.0f;
-    const float v = (float(h >> 40) * (1.0f / 16777216.0f) * 8.0f - 4.0f) * row;
-    x[i] = uint16_t(__float_as_uint(v) >> 16);
-  }
-}
 
 struct Variant {
   const char* name;
@@ -51,42 +32,41 @@ int run_nvfp4_quantize_bench(const Nvfp4BenchOptions& o) {
              "nvfp4 bench: bad options (cols must be a multiple of 16)");
   int dev = 0;
   cudaDeviceProp prop{};
-  NVB_CUDA(cudaGetDevice(&dev));
-  NVB_CUDA(cudaGetDeviceProperties(&prop, dev));
+  H3RT_CUDA_CHECK(cudaGetDevice(&dev));
+  H3RT_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
   const int64_t n = o.rows * o.cols;
   const size_t in_bytes = n * 2, q_bytes = n / 2,
                s_bytes = static_cast<size_t>(nvfp4_scales_bytes(o.rows, o.cols));
   std::vector<void*> xs(o.buffers);
   for (int b = 0; b < o.buffers; ++b) {
-    NVB_CUDA(cudaMalloc(&xs[b], in_bytes));
-    fill_kernel<<<4096, 256>>>(static_cast<uint16_t*>(xs[b]), n, o.cols, 1234567ull * (b + 1));
-    NVB_CUDA(cudaGetLastError());
+    H3RT_CUDA_CHECK(cudaMalloc(&xs[b], in_bytes));
+    fill_hashed_bf16(xs[b], n, o.cols, 4.0f, true, 1234567ull * (b + 1), nullptr);
   }
   void *q = nullptr, *s = nullptr, *g = nullptr, *ws = nullptr, *copy = nullptr;
-  NVB_CUDA(cudaMalloc(&q, q_bytes));
-  NVB_CUDA(cudaMalloc(&s, s_bytes));
-  NVB_CUDA(cudaMalloc(&g, sizeof(float)));
-  NVB_CUDA(cudaMalloc(&ws, nvfp4_quantize_workspace_bytes()));
-  NVB_CUDA(cudaMalloc(&copy, in_bytes));
-  NVB_CUDA(cudaMemset(ws, 0, nvfp4_quantize_workspace_bytes()));
+  H3RT_CUDA_CHECK(cudaMalloc(&q, q_bytes));
+  H3RT_CUDA_CHECK(cudaMalloc(&s, s_bytes));
+  H3RT_CUDA_CHECK(cudaMalloc(&g, sizeof(float)));
+  H3RT_CUDA_CHECK(cudaMalloc(&ws, nvfp4_quantize_workspace_bytes()));
+  H3RT_CUDA_CHECK(cudaMalloc(&copy, in_bytes));
+  H3RT_CUDA_CHECK(cudaMemset(ws, 0, nvfp4_quantize_workspace_bytes()));
   const float one = 1.0f;
-  NVB_CUDA(cudaMemcpy(g, &one, sizeof(float), cudaMemcpyHostToDevice));
+  H3RT_CUDA_CHECK(cudaMemcpy(g, &one, sizeof(float), cudaMemcpyHostToDevice));
   cudaStream_t st;
-  NVB_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  H3RT_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   cudaEvent_t e0, e1;
-  NVB_CUDA(cudaEventCreate(&e0));
-  NVB_CUDA(cudaEventCreate(&e1));
+  H3RT_CUDA_CHECK(cudaEventCreate(&e0));
+  H3RT_CUDA_CHECK(cudaEventCreate(&e1));
 
   auto time_it = [&](auto&& launch) {
     for (int i = 0; i < o.warmup; ++i) launch(i % o.buffers);
     std::vector<float> ms;
     for (int i = 0; i < o.iters; ++i) {
-      NVB_CUDA(cudaEventRecord(e0, st));
+      H3RT_CUDA_CHECK(cudaEventRecord(e0, st));
       launch(i % o.buffers);
-      NVB_CUDA(cudaEventRecord(e1, st));
-      NVB_CUDA(cudaEventSynchronize(e1));
+      H3RT_CUDA_CHECK(cudaEventRecord(e1, st));
+      H3RT_CUDA_CHECK(cudaEventSynchronize(e1));
       float t = 0;
-      NVB_CUDA(cudaEventElapsedTime(&t, e0, e1));
+      H3RT_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
       ms.push_back(t);
     }
     std::sort(ms.begin(), ms.end());
@@ -117,7 +97,7 @@ int run_nvfp4_quantize_bench(const Nvfp4BenchOptions& o) {
     p.workspace = ws;
     auto [med, best] = time_it([&](int b) {
       p.x = xs[b];
-      NVB_CUDA(nvfp4_quantize(p, st));
+      H3RT_CUDA_CHECK(nvfp4_quantize(p, st));
     });
     const double gbs = unique / (med * 1e-3) / 1e9;
     const double traffic = double(in_bytes) * v.reads + q_bytes + s_bytes;
@@ -137,7 +117,7 @@ int run_nvfp4_quantize_bench(const Nvfp4BenchOptions& o) {
   }
   // Reference point: a device-to-device copy of one input (reads + writes in_bytes each).
   auto [cmed, cbest] = time_it([&](int b) {
-    NVB_CUDA(cudaMemcpyAsync(copy, xs[b], in_bytes, cudaMemcpyDeviceToDevice, st));
+    H3RT_CUDA_CHECK(cudaMemcpyAsync(copy, xs[b], in_bytes, cudaMemcpyDeviceToDevice, st));
   });
   std::printf("  %-22s median %.4f ms  best %.4f ms  %7.1f GB/s (read+write)\n", "d2d_copy", cmed,
               cbest, 2.0 * in_bytes / (cmed * 1e-3) / 1e9);

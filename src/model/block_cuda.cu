@@ -3,11 +3,11 @@
 
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
+#include "formats/nvfp4_quantize.h"
 #include "h3rt/formats.h"
 #include "model/block_cuda.h"
 #include "ops/attention/attention.h"
 #include "ops/gated_residual/gated_residual.h"
-#include "formats/nvfp4_quantize.h"
 #include "ops/linear/linear.h"
 #include "ops/linear_nvfp4/linear_nvfp4.h"
 #include "ops/qk_norm_rope/qk_norm_rope.h"
@@ -62,8 +62,8 @@ Nvfp4Out nvfp4_input(const DeviceLinear& l, BlockCudaBuffers& b) {
 }
 
 // NVFP4 W4A4 from a bf16 activation: quantize (given or computed global scale), then the GEMM.
-void project_nvfp4(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows,
-                   BlockCudaBuffers& b, cudaStream_t s) {
+void project_nvfp4(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows, BlockCudaBuffers& b,
+                   cudaStream_t s) {
   H3RT_CHECK(b.x4.data() != nullptr, "nvfp4 layer without nvfp4 activation buffers");
   const bool given = l.x4_global.data() != nullptr;
   Nvfp4QuantizeParams q;
@@ -106,8 +106,8 @@ void project(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows, BlockC
 }
 
 // The projection of an input its producer may have encoded already (fused_input).
-void project_input(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows,
-                   BlockCudaBuffers& b, cudaStream_t s) {
+void project_input(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows, BlockCudaBuffers& b,
+                   cudaStream_t s) {
   if (fused_input(l)) return gemm_nvfp4(l, l.x4_global.ptr<float>(), y, rows, b, s);
   project(l, x, y, rows, b, s);
 }

@@ -6,8 +6,8 @@
 
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
-#include "model/model_cuda.h"
 #include "h3rt/nvfp4.h"
+#include "model/model_cuda.h"
 #include "model/weights.h"
 #include "ops/rope_table/rope_table.h"
 
@@ -37,10 +37,10 @@ enum class LinearPath { f32_island, bf16, projection };
 // projections with a static input_scale, which keep e4m3 weights for the fp8 GEMM.
 // NVFP4 block projections keep their packed weights for the W4A4 GEMM.
 void upload_nvfp4(const LinearWeight& l, DeviceLinear& d) {
-  H3RT_CHECK(l.data.is_contiguous() && l.scale.is_contiguous() &&
-                 l.data.nbytes() == l.out * l.in / 2 &&
-                 l.scale.nbytes() == nvfp4_scales_bytes(l.out, l.in),
-             "layer '", l.name, "': nvfp4 weight or weight_scale is not a contiguous packed tensor");
+  H3RT_CHECK(
+      l.data.is_contiguous() && l.scale.is_contiguous() && l.data.nbytes() == l.out * l.in / 2 &&
+          l.scale.nbytes() == nvfp4_scales_bytes(l.out, l.in),
+      "layer '", l.name, "': nvfp4 weight or weight_scale is not a contiguous packed tensor");
   d.w4 = cuda::to_device(l.data);
   d.w4_scales = cuda::to_device(l.scale);
   d.w4_global = device_scalar(l.scale_2, l.name + ".weight_scale_2");

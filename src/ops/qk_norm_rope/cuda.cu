@@ -75,7 +75,9 @@ __device__ __forceinline__ double slot_sums(double (&v)[kPad], int lane) {
 }
 
 template <bool kNorm, bool kRope, int kSlots>
-__global__ void __launch_bounds__(kThreads, kSlots > 4 ? 3 : kSlots > 2 ? 4 : 6)
+__global__ void __launch_bounds__(kThreads, kSlots > 4   ? 3
+                                            : kSlots > 2 ? 4
+                                                         : 6)
     qk_norm_rope_kernel(QkNormRopeCudaParams p, int groups) {
   constexpr int kPad = pad_of(kSlots);
   constexpr int kHeadsPerBlock = kSideHalfWarps * kSlots;  // of each side
