@@ -20,24 +20,23 @@
 // not been run on hardware by this project yet: the development GPU is an H200 (sm_90), where it
 // reports cudaErrorNotSupported.
 //
-// Workspace: [256 B: zero][alpha: out floats][W codes: out x in/2][A codes: rows x in/2]
+// Workspace: [alpha: out floats][W codes: out x in/2][A codes: rows x in/2]
 // [cuBLASLt scratch], each part 256-byte aligned.
 #include <algorithm>
 
 #include "cuda/runtime.h"
+#include "ops/linear/cublaslt_gemm.h"
 #include "ops/linear_nvfp4/linear_nvfp4_kernels.h"
-#include "ops/linear_nvfp4/lt_matmul.h"
 
 namespace h3rt::ops::nvfp4_gemm {
 namespace {
 
 // dst = src with the two nibbles of every byte exchanged, 16 bytes per thread; threads
-// i < alpha_n also write alpha[i] = g_a * g_w, thread 0 the device zero.
+// i < alpha_n also write alpha[i] = g_a * g_w.
 __global__ void swap_nibbles_kernel(const uint4* src, uint4* dst, int64_t n16, const float* g_a,
-                                    const float* g_w, float* alpha, int64_t alpha_n, float* zero) {
+                                    const float* g_w, float* alpha, int64_t alpha_n) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (alpha && i < alpha_n) alpha[i] = __fmul_rn(*g_a, *g_w);
-  if (zero && i == 0) *zero = 0.0f;
   if (i >= n16) return;
   uint4 v = __ldcs(src + i);
   v.x = ((v.x >> 4) & 0x0f0f0f0fu) | ((v.x & 0x0f0f0f0fu) << 4);
@@ -48,30 +47,28 @@ __global__ void swap_nibbles_kernel(const uint4* src, uint4* dst, int64_t n16, c
 }
 
 cudaError_t swap_nibbles(const uint8_t* src, uint8_t* dst, int64_t bytes, const float* g_a,
-                         const float* g_w, float* alpha, int64_t alpha_n, float* zero,
-                         cudaStream_t s) {
+                         const float* g_w, float* alpha, int64_t alpha_n, cudaStream_t s) {
   const int64_t n16 = bytes / 16, threads = std::max(n16, alpha_n);
   if (threads == 0) return cudaSuccess;
   swap_nibbles_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, s>>>(
       reinterpret_cast<const uint4*>(src), reinterpret_cast<uint4*>(dst), n16, g_a, g_w, alpha,
-      alpha_n, zero);
+      alpha_n);
   return H3RT_LAUNCH_CHECK("linear_nvfp4 swap_nibbles");
 }
 
 struct Layout {
-  size_t zero, alpha, w, a, lt, total;
+  size_t alpha, w, a, lt, total;
 };
 size_t up256(size_t v) {
   return (v + 255) / 256 * 256;
 }
 Layout layout_of(const LinearNvfp4CudaParams& p) {
   Layout l;
-  l.zero = 0;
-  l.alpha = 256;
+  l.alpha = 0;
   l.w = l.alpha + up256(size_t(p.out) * sizeof(float));
   l.a = l.w + up256(size_t(p.out) * p.in / 2);
   l.lt = l.a + up256(size_t(p.rows) * p.in / 2);
-  l.total = l.lt + kLtWorkspaceBytes;
+  l.total = l.lt + lt::kWorkspaceBytes;
   return l;
 }
 
@@ -98,32 +95,30 @@ cudaError_t block_scaled_sm100(const LinearNvfp4CudaParams& p, cudaStream_t stre
              "linear_nvfp4 (block_scaled_sm100): workspace of ", p.workspace_bytes, " bytes, need ",
              l.total);
   char* ws = static_cast<char*>(p.workspace);
-  float* zero = reinterpret_cast<float*>(ws + l.zero);
   float* alpha = reinterpret_cast<float*>(ws + l.alpha);
   auto* wq = reinterpret_cast<uint8_t*>(ws + l.w);
   auto* aq = reinterpret_cast<uint8_t*>(ws + l.a);
   cudaError_t e =
-      swap_nibbles(p.w_q, wq, p.out * p.in / 2, p.a_global, p.w_global, alpha, p.out, zero, stream);
+      swap_nibbles(p.w_q, wq, p.out * p.in / 2, p.a_global, p.w_global, alpha, p.out, stream);
   if (e != cudaSuccess) return e;
-  e = swap_nibbles(p.a_q, aq, p.rows * p.in / 2, nullptr, nullptr, nullptr, 0, nullptr, stream);
+  e = swap_nibbles(p.a_q, aq, p.rows * p.in / 2, nullptr, nullptr, nullptr, 0, stream);
   if (e != cudaSuccess) return e;
-  LtMatmul m;
-  m.kind = LtOperands::kFp4BlockScaled;
+  lt::Gemm m;
+  m.kind = lt::Operands::kFp4BlockScaled;
   m.w = wq;
-  m.a = aq;
-  m.a_ld = p.in;
-  m.w_scales = p.w_scales;
-  m.a_scales = p.a_scales;
+  m.x = aq;
+  m.x_ld = p.in;
+  m.w_scale = p.w_scales;
+  m.x_scale = p.a_scales;
   m.alpha = alpha;
-  m.zero = zero;
   m.bias = p.bias;
   m.y = p.y;
   m.y_ld = p.y_row_stride;
   m.rows = p.rows;
   m.in = p.in;
   m.out = p.out;
-  m.lt_workspace = ws + l.lt;
-  return lt_matmul(m, stream);
+  m.workspace = ws + l.lt;
+  return lt::gemm(m, stream);
 #endif
 }
 

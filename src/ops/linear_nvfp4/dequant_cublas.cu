@@ -3,15 +3,15 @@
 // 1. nvfp4_dequant_bf16 writes W (and, for W4A4, A) as bf16 into the workspace, without the
 //    global scales. Each value e2m1 * e4m3 has at most 6 significant bits: exact in bf16, so the
 //    bf16 tensor-core products equal the products of the dequantized operands exactly. The
-//    weight launch also writes alpha = g_a * g_w (W4A4) or g_w (W4A16) and a device zero.
+//    weight launch also writes alpha = g_a * g_w (W4A4) or g_w (W4A16).
 // 2. cuBLASLt bf16 GEMM, fp32 accumulation, alpha from device memory, bias epilogue, bf16 out
-//    with row strides (lt_matmul.h).
+//    with row strides (src/ops/linear/cublaslt_gemm.h).
 // The only error against the fp64 product of the dequantized operands is thus the fp32
 // accumulation inside cuBLAS (plus the epilogue's fp32 alpha multiply, bias add and the final
 // bf16 rounding). Cost over a plain bf16 GEMM: one pass over W (and A) writing 2 bytes per
 // element; the weights are dequantized on every call (nothing is cached between calls).
 //
-// Workspace: [256 B: zero][alpha: out floats][W bf16: out x in][A bf16: rows x in, W4A4 only]
+// Workspace: [alpha: out floats][W bf16: out x in][A bf16: rows x in, W4A4 only]
 // [cuBLASLt scratch], each part 256-byte aligned.
 #include <cuda_fp8.h>
 
@@ -20,8 +20,8 @@
 #include "cuda/device_math.cuh"
 #include "cuda/runtime.h"
 #include "formats/nvfp4_layout.h"
+#include "ops/linear/cublaslt_gemm.h"
 #include "ops/linear_nvfp4/linear_nvfp4_kernels.h"
-#include "ops/linear_nvfp4/lt_matmul.h"
 #include "ops/linear_nvfp4/nvfp4_dequant.h"
 
 namespace h3rt::ops {
@@ -63,7 +63,6 @@ __global__ void __launch_bounds__(256)
     dequant_kernel(Nvfp4DequantParams p, uint32_t units, uint32_t kb) {
   const uint32_t idx = blockIdx.x * blockDim.x + threadIdx.x;
   if (p.alpha_out && idx < p.alpha_n) p.alpha_out[idx] = p.g_a ? __fmul_rn(*p.g_a, *p.g_w) : *p.g_w;
-  if (p.zero_out && idx == 0) *p.zero_out = 0.0f;
   if (idx >= units) return;
   const uint32_t r = idx / kb, b = idx - r * kb;
   const uint2 q = __ldcs(reinterpret_cast<const uint2*>(p.q) + idx);
@@ -78,19 +77,18 @@ __global__ void __launch_bounds__(256)
 
 // Workspace layout of kDequantCublas.
 struct Layout {
-  size_t zero, alpha, w, a, lt, total;
+  size_t alpha, w, a, lt, total;
 };
 size_t up256(size_t v) {
   return (v + 255) / 256 * 256;
 }
 Layout layout_of(const LinearNvfp4CudaParams& p) {
   Layout l;
-  l.zero = 0;
-  l.alpha = 256;
+  l.alpha = 0;
   l.w = l.alpha + up256(size_t(p.out) * sizeof(float));
   l.a = l.w + up256(size_t(p.out) * p.in * 2);
   l.lt = l.a + (p.a_q ? up256(size_t(p.rows) * p.in * 2) : 0);
-  l.total = l.lt + nvfp4_gemm::kLtWorkspaceBytes;
+  l.total = l.lt + lt::kWorkspaceBytes;
   return l;
 }
 
@@ -136,7 +134,6 @@ cudaError_t dequant_cublas(const LinearNvfp4CudaParams& p, cudaStream_t stream) 
              "linear_nvfp4 (dequant_cublas): workspace of ", p.workspace_bytes, " bytes, need ",
              l.total);
   char* ws = static_cast<char*>(p.workspace);
-  float* zero = reinterpret_cast<float*>(ws + l.zero);
   float* alpha = reinterpret_cast<float*>(ws + l.alpha);
   auto* w16 = reinterpret_cast<__nv_bfloat16*>(ws + l.w);
   auto* a16 = reinterpret_cast<__nv_bfloat16*>(ws + l.a);
@@ -151,7 +148,6 @@ cudaError_t dequant_cublas(const LinearNvfp4CudaParams& p, cudaStream_t stream) 
   dw.g_w = p.w_global;
   dw.alpha_out = alpha;
   dw.alpha_n = p.out;
-  dw.zero_out = zero;
   cudaError_t e = nvfp4_dequant_bf16(dw, stream);
   if (e != cudaSuccess) return e;
   if (p.a_q) {
@@ -164,21 +160,20 @@ cudaError_t dequant_cublas(const LinearNvfp4CudaParams& p, cudaStream_t stream) 
     e = nvfp4_dequant_bf16(da, stream);
     if (e != cudaSuccess) return e;
   }
-  LtMatmul m;
-  m.kind = LtOperands::kBf16;
+  lt::Gemm m;
+  m.kind = lt::Operands::kBf16;
   m.w = w16;
-  m.a = p.a_q ? static_cast<const void*>(a16) : p.a;
-  m.a_ld = p.a_q ? p.in : p.a_row_stride;
+  m.x = p.a_q ? static_cast<const void*>(a16) : p.a;
+  m.x_ld = p.a_q ? p.in : p.a_row_stride;
   m.alpha = alpha;
-  m.zero = zero;
   m.bias = p.bias;
   m.y = p.y;
   m.y_ld = p.y_row_stride;
   m.rows = p.rows;
   m.in = p.in;
   m.out = p.out;
-  m.lt_workspace = ws + l.lt;
-  return lt_matmul(m, stream);
+  m.workspace = ws + l.lt;
+  return lt::gemm(m, stream);
 }
 
 }  // namespace nvfp4_gemm

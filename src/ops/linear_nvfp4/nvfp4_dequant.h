@@ -8,7 +8,7 @@
 // Codes become bf16 through byte-permute table look-ups (prmt) and one packed bf16 multiply by
 // the scale per pair. Also writes, when asked, the constants of the GEMM that follows
 // (dequant_cublas): alpha_out[i] = (g_a ? *g_a : 1) * *g_w for i < alpha_n (an fp32 product,
-// g_a * g_w in that order) and *zero_out = 0.
+// g_a * g_w in that order).
 // Constraints: cols % 16 == 0, rows * cols / 16 < 2^31, q 8-byte aligned (contiguous
 // [rows, cols/2]), out 16-byte aligned with out_row_stride % 8 == 0.
 #pragma once
@@ -32,7 +32,6 @@ struct Nvfp4DequantParams {
   const float* g_w = nullptr;
   float* alpha_out = nullptr;
   int64_t alpha_n = 0;  // <= rows * cols / 16
-  float* zero_out = nullptr;
 };
 
 cudaError_t nvfp4_dequant_bf16(const Nvfp4DequantParams& p, cudaStream_t stream);
