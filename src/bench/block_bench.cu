@@ -15,6 +15,7 @@
 #include "h3rt/model.h"
 #include "h3rt/nvfp4.h"
 #include "model/block_cuda.h"
+#include "model/model_cuda.h"
 #include "ops/linear/linear.h"
 #include "ops/linear_nvfp4/linear_nvfp4.h"
 #include "ops/rope_table/rope_table.h"
@@ -60,32 +61,6 @@ void make_fp8(model::DeviceLinear& l, float wmax, cudaStream_t s) {
   ops::QuantizeE4m3CudaParams q{l.w.ptr<bf16>(), l.w8.ptr<__nv_fp8_e4m3>(), l.w_scale.ptr<float>(),
                                 l.out, l.in};
   H3RT_CUDA_CHECK(ops::quantize_e4m3_cuda(q, s));
-}
-
-// Turns a bf16 layer into an NVFP4 one (weights packed on the device with their own global
-// scale, as quantize-checkpoint packs them), with a static activation scale or none (computed
-// per call).
-void make_nvfp4(model::DeviceLinear& l, bool static_input_scale, cudaStream_t s) {
-  // A static input scale for activations up to 8 in magnitude, as a calibrated checkpoint has.
-  if (static_input_scale) l.x4_global = device_scalar(8.0f / 2688.0f);
-  l.w4 = cuda::device_empty(DType::u8, {l.out, l.in / 2});
-  l.w4_scales = cuda::device_empty(DType::u8, {nvfp4_scales_bytes(l.out, l.in)});
-  l.w4_global = cuda::device_empty(DType::f32, {1});
-  Tensor ws = cuda::device_empty(DType::u8, {int64_t(nvfp4_quantize_workspace_bytes())});
-  H3RT_CUDA_CHECK(cudaMemsetAsync(ws.data(), 0, ws.nbytes(), s));
-  Nvfp4QuantizeParams q;
-  q.x = l.w.data();
-  q.rows = l.out;
-  q.cols = l.in;
-  q.ld = l.in;
-  q.qdata = l.w4.ptr<uint8_t>();
-  q.scales = l.w4_scales.ptr<uint8_t>();
-  q.global_scale = l.w4_global.ptr<float>();
-  q.source = Nvfp4GlobalScaleSource::kTwoPass;
-  q.rule = Nvfp4ScaleRule::kF32Divide;
-  q.workspace = ws.data();
-  H3RT_CUDA_CHECK(nvfp4_quantize(q, s));
-  H3RT_CUDA_CHECK(cudaStreamSynchronize(s));  // `ws` returns to the arena
 }
 
 const char* nvfp4_algo_name(ops::Nvfp4GemmAlgo a) {
@@ -144,8 +119,8 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
   H3RT_CHECK(!(o.fp8 && o.nvfp4), "bench block: choose one of fp8 and nvfp4");
   if (o.nvfp4)
     for (model::DeviceLinear* l : {&w.qkv, &w.out, &w.fc1, &w.fc2}) {
-      make_nvfp4(*l, o.nvfp4_static_input_scale, s);
-      l->w = Tensor();  // only the packed weights stay
+      // A static input scale for activations up to 8 in magnitude, as a calibrated checkpoint.
+      model::convert_linear_to_nvfp4(*l, o.nvfp4_static_input_scale ? 8.0f / 2688.0f : 0.0f, s);
     }
   model::BlockCudaBuffers b = model::make_block_buffers(c, S, table_rows, o.fp8, o.nvfp4);
   fill(b.x, ++k, 0.0f, 1.0f, s);

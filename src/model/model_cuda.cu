@@ -6,6 +6,7 @@
 
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
+#include "formats/nvfp4_quantize.h"
 #include "h3rt/nvfp4.h"
 #include "model/model_cuda.h"
 #include "model/weights.h"
@@ -227,6 +228,31 @@ DeviceModel upload_model(const H3Model& m) {
   d.time_out_b = w.time_out.b;
   d.rope_inv_freq.assign(w.rope_inv_freq.begin(), w.rope_inv_freq.end());
   return d;
+}
+
+void convert_linear_to_nvfp4(DeviceLinear& l, float input_scale, cudaStream_t s) {
+  H3RT_CHECK(l.w.dtype() == DType::bf16 && l.in % 16 == 0, "convert_linear_to_nvfp4: layer [",
+             l.out, ", ", l.in, "] must be bf16 with in % 16 == 0");
+  l.w4 = cuda::device_empty(DType::u8, {l.out, l.in / 2});
+  l.w4_scales = cuda::device_empty(DType::u8, {nvfp4_scales_bytes(l.out, l.in)});
+  l.w4_global = cuda::device_empty(DType::f32, {1});
+  Tensor ws = cuda::device_empty(DType::u8, {int64_t(nvfp4_quantize_workspace_bytes())});
+  H3RT_CUDA_CHECK(cudaMemsetAsync(ws.data(), 0, ws.nbytes(), s));
+  Nvfp4QuantizeParams q;
+  q.x = l.w.data();
+  q.rows = l.out;
+  q.cols = l.in;
+  q.ld = l.in;
+  q.qdata = l.w4.ptr<uint8_t>();
+  q.scales = l.w4_scales.ptr<uint8_t>();
+  q.global_scale = l.w4_global.ptr<float>();
+  q.source = Nvfp4GlobalScaleSource::kTwoPass;
+  q.rule = Nvfp4ScaleRule::kF32Divide;
+  q.workspace = ws.data();
+  H3RT_CUDA_CHECK(nvfp4_quantize(q, s));
+  if (input_scale > 0.0f) l.x4_global = cuda::to_device(tensor_from_f32({input_scale}, {1}));
+  H3RT_CUDA_CHECK(cudaStreamSynchronize(s));  // `ws` and the bf16 weight return to the arena
+  l.w = Tensor();
 }
 
 DeviceModel make_synthetic_device_model(const H3Config& c, uint64_t seed) {

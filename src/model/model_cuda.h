@@ -40,6 +40,11 @@ DeviceModel upload_model(const H3Model& model);
 // on the GPU, so the release-sized preset needs no host copy of its 33B parameters.
 DeviceModel make_synthetic_device_model(const H3Config& config, uint64_t seed);
 
+// Re-packs a bf16 device layer as NVFP4 on the device, as quantize-checkpoint packs weights
+// (global scale amax / 2688 in fp32), with a static activation scale `input_scale`, or none
+// (0: computed per call); the bf16 copy is dropped. For synthetic models in benchmarks and tests.
+void convert_linear_to_nvfp4(DeviceLinear& l, float input_scale, cudaStream_t stream);
+
 // One forward in bf16 (the only GPU precision); host inputs and outputs as forward_cpu.
 ForwardOutputs forward_cuda(const DeviceModel& model, const ForwardInputs& inputs);
 

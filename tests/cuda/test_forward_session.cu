@@ -45,13 +45,22 @@ void expect_same_bits(const FloatVec& got, const FloatVec& want, const char* wha
   EXPECT_EQ(differ, 0u) << what << " step " << step << ": first difference at " << first;
 }
 
-void run_steps(bool cuda_graph) {
+// NVFP4 block projections: -1 none; 0 with activation scales computed per call; > 0 with that
+// static input scale (the producers then encode the GEMM inputs).
+void run_steps(bool cuda_graph, float nvfp4_input_scale = -1.0f) {
   H3RT_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed) + (cuda_graph ? ", graphs" : ", eager"));
+  SCOPED_TRACE("seed " + std::to_string(seed) + (cuda_graph ? ", graphs" : ", eager") +
+               ", nvfp4 input scale " + std::to_string(nvfp4_input_scale));
   std::mt19937_64 g(seed);
   const H3Config c = H3Config::tiny();
   model::DeviceModel dev = model::make_synthetic_device_model(c, seed);
+  if (nvfp4_input_scale >= 0.0f) {
+    for (model::DeviceBlock& b : dev.blocks)
+      for (model::DeviceLinear* l : {&b.qkv, &b.out, &b.fc1, &b.fc2})
+        model::convert_linear_to_nvfp4(*l, nvfp4_input_scale, nullptr);
+    ASSERT_TRUE(dev.has_nvfp4());
+  }
   const SequenceLayout layout = make_t2va_layout(10, 9, 7, 8, 12);
   model::ForwardSessionOptions o;
   o.cuda_graph = cuda_graph;
@@ -90,6 +99,13 @@ TEST(ForwardSession, EagerStepsBitIdenticalToForwardCuda) {
 
 TEST(ForwardSession, GraphStepsBitIdenticalToForwardCuda) {
   run_steps(true);
+}
+
+// The NVFP4 paths inside a captured step: the two-pass activation quantizer (workspace counters,
+// atomics) and the producers writing NVFP4, each replayed bit-identically to eager launches.
+TEST(ForwardSession, Nvfp4GraphStepsBitIdenticalToForwardCuda) {
+  run_steps(true, 0.0f);
+  run_steps(true, 16.0f / 2688.0f);
 }
 
 TEST(ForwardSession, RejectsAnotherLayout) {
