@@ -28,16 +28,15 @@ using ops::LinearNvfp4CudaParams;
 struct Case {
   int64_t rows, in, out;
   bool w4a4, bias;
-  int64_t y_pad = 0;  // y_row_stride = out + y_pad
-  int64_t a_pad = 0;  // W4A16: a_row_stride = in + a_pad
+  int64_t y_pad = 0;       // y_row_stride = out + y_pad
+  int64_t a_pad = 0;       // W4A16: a_row_stride = in + a_pad
   int64_t check_rows = 0;  // 0: every row; else this many sampled rows (plus the first/last)
 };
 
 std::string describe(const Case& c) {
   return std::string(c.w4a4 ? "W4A4" : "W4A16") + " rows=" + std::to_string(c.rows) +
-         " in=" + std::to_string(c.in) + " out=" + std::to_string(c.out) +
-         (c.bias ? " bias" : "") + " y_pad=" + std::to_string(c.y_pad) +
-         " a_pad=" + std::to_string(c.a_pad);
+         " in=" + std::to_string(c.in) + " out=" + std::to_string(c.out) + (c.bias ? " bias" : "") +
+         " y_pad=" + std::to_string(c.y_pad) + " a_pad=" + std::to_string(c.a_pad);
 }
 
 // Random rows with per-row magnitudes, plus all-zero blocks, tiny blocks (subnormal e4m3 scales)
@@ -189,7 +188,8 @@ void run_case(const Case& c) {
       const double sum_abs = (sa[0] + sa[1]) + (sa[2] + sa[3]);
       const double b = c.bias ? double(bias.f[n]) : 0.0;
       const double ref = alpha * acc + b;
-      const double tol = 1e-5 * std::fabs(alpha) * sum_abs + 0x1p-23 * (std::fabs(ref) + std::fabs(b));
+      const double tol =
+          1e-5 * std::fabs(alpha) * sum_abs + 0x1p-23 * (std::fabs(ref) + std::fabs(b));
       const uint16_t got_bits = y[r * ldy + n];
       const uint16_t want_bits = f32_to_bf16(static_cast<float>(ref));
       const float got = bf16_to_f32(got_bits), want = bf16_to_f32(want_bits);
@@ -232,7 +232,8 @@ void run_case(const Case& c) {
   EXPECT_EQ(tot.bad, 0) << "first bad y[" << tot.first_bad_row << ", " << tot.first_bad_col
                         << "] = " << tot.first_got << ", fp64 reference " << tot.first_want;
   // Near-boundary outputs are rare when the kernel is right (its error is far below an ulp).
-  EXPECT_LE(tot.boundary, tot.checked / 100 + 2) << "too many outputs not the rounding of the fp64 value";
+  EXPECT_LE(tot.boundary, tot.checked / 100 + 2)
+      << "too many outputs not the rounding of the fp64 value";
   EXPECT_GT(tot.checked, 0);
   std::printf("[ mainloop ] %s: %lld checked, %lld exact, %lld within tol of a boundary\n",
               describe(c).c_str(), static_cast<long long>(tot.checked),
@@ -250,8 +251,8 @@ bool mainloop_available() {
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
     const bool sm90 = major == 9 && minor == 0;
-    const bool built = (std::string(",") + H3RT_CUDA_ARCH_LIST + ",").find(",90a,") !=
-                       std::string::npos;
+    const bool built =
+        (std::string(",") + H3RT_CUDA_ARCH_LIST + ",").find(",90a,") != std::string::npos;
     EXPECT_FALSE(sm90 && built) << "sm_90a build on an sm_90 device must run";
     return false;
   }
@@ -259,8 +260,8 @@ bool mainloop_available() {
   return true;
 }
 
-#define H3RT_REQUIRE_MAINLOOP()                                                         \
-  do {                                                                                  \
+#define H3RT_REQUIRE_MAINLOOP()                                                       \
+  do {                                                                                \
     if (!mainloop_available()) GTEST_SKIP() << "no sm_90 device or kernel not built"; \
   } while (0)
 

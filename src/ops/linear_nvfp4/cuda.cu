@@ -2,14 +2,15 @@
 //
 // kAuto prefers, by the device's compute capability and the compiled arch list:
 //   10.x / 12.x with a matching arch compiled -> kBlockScaledSm100 (native block-scaled NVFP4)
-//   9.0 with 90a compiled                     -> kMainloopSm90 (dequantize in the mainloop)
 //   otherwise                                 -> kDequantCublas
+// On the H200, dequantize + cuBLASLt bf16 ran the four H3 projections at ~1.02x cuBLASLt bf16,
+// the wgmma kernel that dequantizes in its mainloop (kMainloopSm90) at ~1.35-1.41x
+// (bench/RESULTS.md), so the mainloop kernel is opt-in.
 // and falls back to kDequantCublas when the preferred algorithm declines the problem
 // (cudaErrorNotSupported: W4A16 on the block-scaled path, shapes cuBLASLt rejects, an algorithm
 // not built in). linear_nvfp4_workspace_bytes(kAuto) therefore covers both. An explicitly named
 // algorithm never falls back: it runs or returns cudaErrorNotSupported.
 #include <algorithm>
-#include <string_view>
 
 #include "cuda/runtime.h"
 #include "ops/linear_nvfp4/linear_nvfp4.h"
@@ -17,21 +18,6 @@
 
 namespace h3rt::ops {
 namespace {
-
-bool compiled_for_sm90a() {
-#ifdef H3RT_CUDA_ARCH_LIST
-  const std::string_view list = H3RT_CUDA_ARCH_LIST;
-  for (size_t pos = 0; pos <= list.size();) {
-    size_t end = list.find_first_of(",;", pos);
-    if (end == std::string_view::npos) end = list.size();
-    if (list.substr(pos, end - pos) == "90a") return true;
-    pos = end + 1;
-  }
-  return false;
-#else
-  return false;
-#endif
-}
 
 bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
@@ -106,7 +92,6 @@ Nvfp4GemmAlgo linear_nvfp4_resolve(Nvfp4GemmAlgo algo) {
   const int major = cc / 10, minor = cc % 10;
   if ((major == 10 || major == 12) && cuda::compiled_arch_supports(major, minor))
     return Nvfp4GemmAlgo::kBlockScaledSm100;
-  // sm_90 and the rest: dequantize + cuBLASLt (kMainloopSm90 is opt-in until it measures faster).
   return Nvfp4GemmAlgo::kDequantCublas;
 }
 

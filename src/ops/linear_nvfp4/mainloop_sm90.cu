@@ -43,10 +43,11 @@ namespace {
 constexpr int kBM = 128;  // rows per CTA (2 consumer warpgroups x 64)
 constexpr int kBN = 256;  // output columns per CTA
 constexpr int kThreads = 384;
-constexpr int kWTile = kBN * 64 * 2;    // one dequantized W tile (K-major, 128-byte rows)
+constexpr int kWTile = kBN * 64 * 2;  // one dequantized W tile (K-major, 128-byte rows)
+constexpr int kWBufs = 3;             // written for step k+1 while step k (and k-1) read
 
 // Shared memory of one CTA: kWBufs dequantized W tiles, then the ring of packed stages, then
-// the mbarriers (stage full / empty, W tile full / empty). A stage: A tile (W4A4: 128 x 32 B codes; W4A16: 128 x 128 B bf16), W codes
+// the mbarriers. A stage: A tile (W4A4: 128 x 32 B codes; W4A16: 128 x 128 B bf16), W codes
 // (256 x 32 B), A scales (512 B, W4A4), W scales (2 x 512 B).
 template <bool kW4A4>
 struct Cfg {
@@ -55,13 +56,12 @@ struct Cfg {
   static constexpr int kAScOff = kWOff + kBN * 32;
   static constexpr int kWScOff = kAScOff + (kW4A4 ? 512 : 0);
   static constexpr int kStageBytes = (kWScOff + 1024 + 1023) / 1024 * 1024;
-  static constexpr int kStages = kW4A4 ? 5 : 4;
-  static constexpr int kWBufs = kW4A4 ? 4 : 3;
+  static constexpr int kStages = kW4A4 ? 6 : 4;
   // Transaction bytes of one stage with `parts` W scale pieces.
   __host__ __device__ static constexpr uint32_t bytes(int parts) { return kWScOff + 512 * parts; }
   static constexpr int kRingOff = kWBufs * kWTile;
   static constexpr int kBarOff = kRingOff + kStages * kStageBytes;
-  static constexpr int kSmem = kBarOff + 16 * (kStages + kWBufs) + 1024;  // + alignment slack
+  static constexpr int kSmem = kBarOff + 16 * kStages + 1024;  // + alignment slack
   static_assert(kSmem <= 227 * 1024, "shared memory");
 };
 
@@ -120,6 +120,9 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
       "l"(src), "r"(bytes), "r"(bar)
       : "memory");
 }
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 
 // ---- shared-memory loads / stores ----
 __device__ __forceinline__ uint2 lds64(uint32_t a) {
@@ -144,10 +147,8 @@ __device__ __forceinline__ uint32_t lds8(uint32_t a) {
   asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(a));
   return v;
 }
-__device__ __forceinline__ void sts128(uint32_t a, uint32_t x, uint32_t y, uint32_t z,
-                                       uint32_t w) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(x), "r"(y), "r"(z),
-               "r"(w)
+__device__ __forceinline__ void sts128(uint32_t a, uint32_t x, uint32_t y, uint32_t z, uint32_t w) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(x), "r"(y), "r"(z), "r"(w)
                : "memory");
 }
 
@@ -271,37 +272,32 @@ __device__ __forceinline__ void dequant_a_frag(uint32_t st_a, uint32_t st_sc, in
     }
   }
 }
-#define H3RT_NV_ACC128(C) \
-  C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]), C(d[8]), C(d[9]), \
-      C(d[10]), C(d[11]), C(d[12]), C(d[13]), C(d[14]), C(d[15]), C(d[16]), C(d[17]), \
-      C(d[18]), C(d[19]), C(d[20]), C(d[21]), C(d[22]), C(d[23]), C(d[24]), C(d[25]), \
-      C(d[26]), C(d[27]), C(d[28]), C(d[29]), C(d[30]), C(d[31]), C(d[32]), C(d[33]), \
-      C(d[34]), C(d[35]), C(d[36]), C(d[37]), C(d[38]), C(d[39]), C(d[40]), C(d[41]), \
-      C(d[42]), C(d[43]), C(d[44]), C(d[45]), C(d[46]), C(d[47]), C(d[48]), C(d[49]), \
-      C(d[50]), C(d[51]), C(d[52]), C(d[53]), C(d[54]), C(d[55]), C(d[56]), C(d[57]), \
-      C(d[58]), C(d[59]), C(d[60]), C(d[61]), C(d[62]), C(d[63]), C(d[64]), C(d[65]), \
-      C(d[66]), C(d[67]), C(d[68]), C(d[69]), C(d[70]), C(d[71]), C(d[72]), C(d[73]), \
-      C(d[74]), C(d[75]), C(d[76]), C(d[77]), C(d[78]), C(d[79]), C(d[80]), C(d[81]), \
-      C(d[82]), C(d[83]), C(d[84]), C(d[85]), C(d[86]), C(d[87]), C(d[88]), C(d[89]), \
-      C(d[90]), C(d[91]), C(d[92]), C(d[93]), C(d[94]), C(d[95]), C(d[96]), C(d[97]), \
-      C(d[98]), C(d[99]), C(d[100]), C(d[101]), C(d[102]), C(d[103]), C(d[104]), C(d[105]), \
-      C(d[106]), C(d[107]), C(d[108]), C(d[109]), C(d[110]), C(d[111]), C(d[112]), C(d[113]), \
-      C(d[114]), C(d[115]), C(d[116]), C(d[117]), C(d[118]), C(d[119]), C(d[120]), C(d[121]), \
-      C(d[122]), C(d[123]), C(d[124]), C(d[125]), C(d[126]), C(d[127])
-#define H3RT_NV_REGS128 \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
-  "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, " \
-  "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, " \
-  "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, " \
-  "%70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, " \
+#define H3RT_NV_ACC128(C)                                                                       \
+  C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]), C(d[8]), C(d[9]),     \
+      C(d[10]), C(d[11]), C(d[12]), C(d[13]), C(d[14]), C(d[15]), C(d[16]), C(d[17]), C(d[18]), \
+      C(d[19]), C(d[20]), C(d[21]), C(d[22]), C(d[23]), C(d[24]), C(d[25]), C(d[26]), C(d[27]), \
+      C(d[28]), C(d[29]), C(d[30]), C(d[31]), C(d[32]), C(d[33]), C(d[34]), C(d[35]), C(d[36]), \
+      C(d[37]), C(d[38]), C(d[39]), C(d[40]), C(d[41]), C(d[42]), C(d[43]), C(d[44]), C(d[45]), \
+      C(d[46]), C(d[47]), C(d[48]), C(d[49]), C(d[50]), C(d[51]), C(d[52]), C(d[53]), C(d[54]), \
+      C(d[55]), C(d[56]), C(d[57]), C(d[58]), C(d[59]), C(d[60]), C(d[61]), C(d[62]), C(d[63]), \
+      C(d[64]), C(d[65]), C(d[66]), C(d[67]), C(d[68]), C(d[69]), C(d[70]), C(d[71]), C(d[72]), \
+      C(d[73]), C(d[74]), C(d[75]), C(d[76]), C(d[77]), C(d[78]), C(d[79]), C(d[80]), C(d[81]), \
+      C(d[82]), C(d[83]), C(d[84]), C(d[85]), C(d[86]), C(d[87]), C(d[88]), C(d[89]), C(d[90]), \
+      C(d[91]), C(d[92]), C(d[93]), C(d[94]), C(d[95]), C(d[96]), C(d[97]), C(d[98]), C(d[99]), \
+      C(d[100]), C(d[101]), C(d[102]), C(d[103]), C(d[104]), C(d[105]), C(d[106]), C(d[107]),   \
+      C(d[108]), C(d[109]), C(d[110]), C(d[111]), C(d[112]), C(d[113]), C(d[114]), C(d[115]),   \
+      C(d[116]), C(d[117]), C(d[118]), C(d[119]), C(d[120]), C(d[121]), C(d[122]), C(d[123]),   \
+      C(d[124]), C(d[125]), C(d[126]), C(d[127])
+#define H3RT_NV_REGS128                                                                       \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "    \
+  "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "     \
+  "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "     \
+  "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, "     \
+  "%70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, "     \
   "%87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, " \
-  "%104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, " \
+  "%104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, "      \
   "%118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
 #define H3RT_NV_RW_F(x) "+f"(x)
-
-// Registers: WG0 (TMA + W dequantization) and the two consumer warpgroups, 128 x 80 + 256 x 216.
-#define H3RT_NV_PRODUCER_REGS "80"
-#define H3RT_NV_CONSUMER_REGS "216"
 
 constexpr int kGroupM = 16;  // raster: groups of 16 row tiles walk the column tiles together
 
@@ -339,86 +335,46 @@ __device__ __forceinline__ void reg_fence(uint32_t (&r)[N]) {
 
 // d += A B: m64n256k16 f16 x f16 -> f32, A from registers, B (K-major) from shared memory.
 __device__ __forceinline__ void wgmma_f16_rs(float (&d)[128], const uint32_t* a, uint64_t db) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " H3RT_NV_REGS128
-      ", {%128, %129, %130, %131}, %132, 1, 1, 1, 0;\n"
-      : H3RT_NV_ACC128(H3RT_NV_RW_F)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+  asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " H3RT_NV_REGS128
+               ", {%128, %129, %130, %131}, %132, 1, 1, 1, 0;\n"
+               : H3RT_NV_ACC128(H3RT_NV_RW_F)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 // d += A B: m64n256k16 bf16 x bf16 -> f32, both from shared memory (K-major).
 __device__ __forceinline__ void wgmma_bf16_ss(float (&d)[128], uint64_t da, uint64_t db) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " H3RT_NV_REGS128
-      ", %128, %129, 1, 1, 1, 0, 0;\n"
-      : H3RT_NV_ACC128(H3RT_NV_RW_F)
-      : "l"(da), "l"(db));
+  asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " H3RT_NV_REGS128
+               ", %128, %129, 1, 1, 1, 0, 0;\n"
+               : H3RT_NV_ACC128(H3RT_NV_RW_F)
+               : "l"(da), "l"(db));
 }
 
 struct Smem {
   uint32_t wbuf0, ring, bars;
-  int stage_bytes, stages, wbufs;
+  int stage_bytes, stages;
+  __device__ uint32_t wbuf(int kt) const { return wbuf0 + (kt % kWBufs) * kWTile; }
   __device__ uint32_t stage(int kt) const { return ring + (kt % stages) * stage_bytes; }
   __device__ uint32_t full(int kt) const { return bars + 8 * (kt % stages); }
   __device__ uint32_t empty(int kt) const { return bars + 8 * (stages + kt % stages); }
   __device__ uint32_t parity(int kt) const { return (kt / stages) & 1; }
-  __device__ uint32_t wbuf(int kt) const { return wbuf0 + (kt % wbufs) * kWTile; }
-  __device__ uint32_t wfull(int kt) const { return bars + 8 * (2 * stages + kt % wbufs); }
-  __device__ uint32_t wempty(int kt) const {
-    return bars + 8 * (2 * stages + wbufs + kt % wbufs);
-  }
-  __device__ uint32_t wparity(int kt) const { return (kt / wbufs) & 1; }
 };
 
-// Issues the TMA / bulk copies of K step kt into its stage (one thread).
-template <bool kW4A4>
-__device__ __forceinline__ void load_stage(const CUtensorMap* tm_a, const CUtensorMap* tm_w,
-                                           const Args& a, const Smem& sm, int mt, int nt,
-                                           int kt) {
-  using C = Cfg<kW4A4>;
-  const int wsc_parts = (2 * nt + 1) * 128 < a.out ? 2 : 1;  // W scale tiles inside the tensor
-  const uint32_t st = sm.stage(kt), full = sm.full(kt);
-  bar_expect_tx(full, C::bytes(wsc_parts));
-  tma_load_2d(st, tm_a, full, kW4A4 ? kt * 32 : kt * 64, mt * kBM);
-  tma_load_2d(st + C::kWOff, tm_w, full, kt * 32, nt * kBN);
-  if (kW4A4)
-    bulk_load(st + C::kAScOff, a.a_scales + (int64_t(mt) * a.ksteps + kt) * 512, 512, full);
-  for (int h = 0; h < wsc_parts; ++h)
-    bulk_load(st + C::kWScOff + 512 * h,
-              a.w_scales + (int64_t(2 * nt + h) * a.ksteps + kt) * 512, 512, full);
-}
-
-// WG0: thread 0 keeps the stage ring full (refilling the stage of step kt - 2 at iteration kt);
-// all 128 threads dequantize W rows tid and tid + 128 of every K step into the W tile ring.
 template <bool kW4A4>
 __device__ __forceinline__ void producer(const CUtensorMap* tm_a, const CUtensorMap* tm_w,
                                          const Args& a, const Smem& sm, int mt, int nt) {
   using C = Cfg<kW4A4>;
-  const int tid = threadIdx.x;
-  if (tid == 0)
-    for (int kt = 0; kt < min(C::kStages, a.ksteps); ++kt)
-      load_stage<kW4A4>(tm_a, tm_w, a, sm, mt, nt, kt);
+  const int wsc_parts = (2 * nt + 1) * 128 < a.out ? 2 : 1;  // W scale tiles inside the tensor
+  const uint32_t bytes = C::bytes(wsc_parts);
   for (int kt = 0; kt < a.ksteps; ++kt) {
-    const int refill = kt - 2 + C::kStages;
-    if (tid == 0 && kt >= 2 && refill < a.ksteps) {
-      bar_wait(sm.empty(kt - 2), sm.parity(kt - 2));
-      load_stage<kW4A4>(tm_a, tm_w, a, sm, mt, nt, refill);
-    }
-    bar_wait(sm.wempty(kt), sm.wparity(kt) ^ 1);
-    bar_wait(sm.full(kt), sm.parity(kt));
-    const uint32_t st = sm.stage(kt), dst = sm.wbuf(kt);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if constexpr (kW4A4)
-        dequant_w_row_perm(st + C::kWOff, st + C::kWScOff, dst, tid + 128 * h);
-      else
-        dequant_w_row_bf16(st + C::kWOff, st + C::kWScOff, dst, tid + 128 * h);
-    }
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    __syncwarp();
-    if ((tid & 31) == 0) {
-      bar_arrive(sm.wfull(kt));
-      bar_arrive(sm.empty(kt));
-    }
+    const uint32_t st = sm.stage(kt), full = sm.full(kt);
+    bar_wait(sm.empty(kt), sm.parity(kt) ^ 1);
+    bar_expect_tx(full, bytes);
+    tma_load_2d(st, tm_a, full, kW4A4 ? kt * 32 : kt * 64, mt * kBM);
+    tma_load_2d(st + C::kWOff, tm_w, full, kt * 32, nt * kBN);
+    if (kW4A4)
+      bulk_load(st + C::kAScOff, a.a_scales + (int64_t(mt) * a.ksteps + kt) * 512, 512, full);
+    for (int h = 0; h < wsc_parts; ++h)
+      bulk_load(st + C::kWScOff + 512 * h, a.w_scales + (int64_t(2 * nt + h) * a.ksteps + kt) * 512,
+                512, full);
   }
 }
 
@@ -431,22 +387,26 @@ struct Consumer {
   float acc[128];
   uint32_t af[2][16];  // W4A4 A fragments, double-buffered by K step parity
 
-  // W4A4: the A fragments of K step kt into af[b]; the stage is then released.
+  // Dequantizes K step kt (W row ct into its buffer, A fragments into af[b]) and publishes it.
   template <int b>
   __device__ __forceinline__ void prepare(int kt) {
+    using C = Cfg<kW4A4>;
+    const uint32_t st = sm.stage(kt);
+    bar_wait(sm.full(kt), sm.parity(kt));
     if constexpr (kW4A4) {
-      const uint32_t st = sm.stage(kt);
-      bar_wait(sm.full(kt), sm.parity(kt));
-      dequant_a_frag(st, st + Cfg<kW4A4>::kAScOff, r0, q, af[b]);
+      dequant_a_frag(st, st + C::kAScOff, r0, q, af[b]);
+      dequant_w_row_perm(st + C::kWOff, st + C::kWScOff, sm.wbuf(kt), ct);
       __syncwarp();
-      if ((ct & 31) == 0) bar_arrive(sm.empty(kt));
+      if ((ct & 31) == 0) bar_arrive(sm.empty(kt));  // W4A16 releases after its wgmma
+    } else {
+      dequant_w_row_bf16(st + C::kWOff, st + C::kWScOff, sm.wbuf(kt), ct);
     }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    named_sync(1, 256);
   }
 
   template <int b>
   __device__ __forceinline__ void step(int kt) {
-    bar_wait(sm.wfull(kt), sm.wparity(kt));
-    if constexpr (!kW4A4) bar_wait(sm.full(kt), sm.parity(kt));
     wg_fence();
     reg_fence(acc);
     if constexpr (kW4A4) reg_fence(af[b]);
@@ -460,12 +420,11 @@ struct Consumer {
       for (int s = 0; s < 4; ++s) wgmma_bf16_ss(acc, da + 2 * s, db + 2 * s);
     }
     wg_commit();
-    wg_wait<1>();  // step kt-1 retired: af[b ^ 1], its W tile (and W4A16: its stage) are free
+    wg_wait<1>();  // step kt-1 retired: af[b ^ 1], its A stage and W buffer are free
     reg_fence(acc);
     if constexpr (kW4A4) reg_fence(af[b ^ 1]);
-    if (kt > 0 && (ct & 31) == 0) {
-      bar_arrive(sm.wempty(kt - 1));
-      if constexpr (!kW4A4) bar_arrive(sm.empty(kt - 1));
+    if constexpr (!kW4A4) {
+      if (kt > 0 && (ct & 31) == 0) bar_arrive(sm.empty(kt - 1));
     }
     if (kt + 1 < a.ksteps) prepare<b ^ 1>(kt + 1);
   }
@@ -518,8 +477,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   using C = Cfg<kW4A4>;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023) & ~1023u;
-  const Smem sm{base,           base + C::kRingOff, base + C::kBarOff,
-                C::kStageBytes, C::kStages,         C::kWBufs};
+  const Smem sm{base, base + C::kRingOff, base + C::kBarOff, C::kStageBytes, C::kStages};
   // Raster: kGroupM row tiles advance together across the column tiles (W tiles stay in L2).
   const int t = blockIdx.x, group = kGroupM * a.tiles_n;
   const int first_m = t / group * kGroupM;
@@ -528,24 +486,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < C::kStages; ++s) {
       bar_init(sm.full(s), 1);
-      bar_init(sm.empty(s), 12);  // one arrival per warp (4 dequantizing, 8 consuming)
-    }
-    for (int s = 0; s < C::kWBufs; ++s) {
-      bar_init(sm.wfull(s), 4);   // the 4 dequantizing warps
-      bar_init(sm.wempty(s), 8);  // the 8 consumer warps, once their wgmma retired
+      bar_init(sm.empty(s), 8);  // one arrival per consumer warp
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 " H3RT_NV_PRODUCER_REGS ";\n" ::: "memory");
-    producer<kW4A4>(&tm_a, &tm_w, a, sm, mt, nt);
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    if (threadIdx.x == 0) producer<kW4A4>(&tm_a, &tm_w, a, sm, mt, nt);
   } else {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 " H3RT_NV_CONSUMER_REGS ";\n" ::: "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
     const int ct = threadIdx.x - 128, lane = ct & 31;
-    Consumer<kW4A4> c{a, sm, wg - 1, ct, (wg - 1) * 64 + ((ct >> 5) & 3) * 16 + lane / 4,
-                      lane & 3};
+    Consumer<kW4A4> c{a, sm, wg - 1, ct, (wg - 1) * 64 + ((ct >> 5) & 3) * 16 + lane / 4, lane & 3};
     c.run(mt, nt);
   }
 }
@@ -650,15 +603,14 @@ cudaError_t mainloop_sm90(const LinearNvfp4CudaParams& p, cudaStream_t stream) {
   if (p.rows == 0) return cudaSuccess;
   const uint64_t rows = static_cast<uint64_t>(p.rows), in = static_cast<uint64_t>(p.in);
   CUtensorMap tm_a, tm_w;
-  const bool ok_w = make_map(&tm_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w_q, in / 2,
-                             static_cast<uint64_t>(p.out), in / 2, 32, kBN,
-                             CU_TENSOR_MAP_SWIZZLE_32B);
+  const bool ok_w =
+      make_map(&tm_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w_q, in / 2, static_cast<uint64_t>(p.out),
+               in / 2, 32, kBN, CU_TENSOR_MAP_SWIZZLE_32B);
   const uint64_t a_pitch = 2 * static_cast<uint64_t>(p.a_row_stride ? p.a_row_stride : p.in);
-  const bool ok_a =
-      w4a4 ? make_map(&tm_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.a_q, in / 2, rows, in / 2, 32, kBM,
-                      CU_TENSOR_MAP_SWIZZLE_32B)
-           : make_map(&tm_a, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.a, in, rows, a_pitch, 64, kBM,
-                      CU_TENSOR_MAP_SWIZZLE_128B);
+  const bool ok_a = w4a4 ? make_map(&tm_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.a_q, in / 2, rows,
+                                    in / 2, 32, kBM, CU_TENSOR_MAP_SWIZZLE_32B)
+                         : make_map(&tm_a, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.a, in, rows, a_pitch,
+                                    64, kBM, CU_TENSOR_MAP_SWIZZLE_128B);
   if (!ok_a || !ok_w) return cudaErrorInvalidValue;
   Args a{};
   a.a_scales = p.a_scales;
