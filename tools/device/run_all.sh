@@ -2,7 +2,7 @@
 # One device call that builds for sm_90a, runs every GPU test and the benchmarks, and leaves the
 # logs and JSON reports under $OUT (device tool, carry [".deps"]):
 #   bash tools/device/run_all.sh            # everything
-#   H3RT_SKIP_SAMPLE=1 bash tools/device/run_all.sh
+#   H3RT_QUICK=1 bash tools/device/run_all.sh   # build, tests and the core benchmarks only
 # Each step has its own time limit so one slow step cannot take the rest down with it.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,36 +22,30 @@ H3RT_TARGETS="h3rt_cuda_tests h3rt_cli" bash tools/device/build.sh > /tmp/build.
 log "built in $(( $(date +%s) - t0 )) s"
 B=build-device
 log tests
-timeout 240 $B/tests/h3rt_cuda_tests > "$R/cuda_tests.log" 2>&1
+timeout 150 $B/tests/h3rt_cuda_tests > "$R/cuda_tests.log" 2>&1
 echo "cuda tests rc=$?"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]|SKIPPED" "$R/cuda_tests.log" | head -40
 log "cli smoke: forward and sample on cuda"
 G=.deps/shared/golden/h3_tiny
 timeout 60 $B/h3rt forward --device cuda --checkpoint $G/weights.safetensors --inputs $G/golden.safetensors \
   --out /tmp/fwd.safetensors 2>&1 | tail -1
 timeout 60 $B/h3rt sample --device cuda --steps 2 --out /tmp/tiny.safetensors 2>&1 | tail -1
-log bench block
-timeout 120 $B/h3rt bench block --out "$R/bench_block.json" 2>&1 | tail -3
-log bench block fp8
-timeout 120 $B/h3rt bench block --gemm fp8 --out "$R/bench_block_fp8.json" 2>&1 | tail -3
-log bench block nvfp4
-timeout 120 $B/h3rt bench block --gemm nvfp4 --out "$R/bench_block_nvfp4.json" 2>&1 | tail -3
-log bench nvfp4-gemm
-timeout 150 $B/h3rt bench nvfp4-gemm --out "$R/bench_nvfp4_gemm.json" 2>&1 | tail -12
-log bench step
-timeout 150 $B/h3rt bench step --preset h3 --out "$R/bench_step.json" 2>&1 | tail -6
-log bench kernels
-timeout 120 $B/h3rt bench kernels --out "$R/bench_kernels.json" > /tmp/bench_kernels.log 2>&1; tail -22 /tmp/bench_kernels.log
-log bench attention
-timeout 90 $B/h3rt bench attention --out "$R/bench_attention.json" 2>&1 | tail -8
-log bench nvfp4
-timeout 60 $B/h3rt bench quantize-nvfp4 --out "$R/bench_nvfp4.json" 2>&1 | tail -8
-log sdpa reference
-timeout 60 python3 bench/sdpa_reference.py > "$R/sdpa.json" 2>&1; tail -5 "$R/sdpa.json"
-log torch block peer
-timeout 120 python3 bench/torch_block.py --json "$R/torch_block.json" 2>&1 | tail -3
-if [ -z "${H3RT_SKIP_SAMPLE:-}" ]; then
-  log "sample h3 preset, seed shape, 1 step, cuda"
-  timeout 150 $B/h3rt sample --preset h3 --device cuda --steps 1 --out /tmp/h3.safetensors \
-    --report "$R/sample_h3.json" 2>&1 | tail -3
+# Benchmarks, most wanted first (H3RT_QUICK=1 keeps the core ones only).
+bench() {  # name, limit in seconds, command...
+  local name=$1 limit=$2; shift 2
+  log "$name"; timeout "$limit" "$@" > "$R/$name.log" 2>&1; echo "rc=$?"; tail -${TAIL:-4} "$R/$name.log"
+}
+bench block 90 $B/h3rt bench block --out "$R/bench_block.json"
+bench block_nvfp4 90 $B/h3rt bench block --gemm nvfp4 --out "$R/bench_block_nvfp4.json"
+TAIL=14 bench nvfp4_gemm 120 $B/h3rt bench nvfp4-gemm --out "$R/bench_nvfp4_gemm.json"
+bench torch_block 120 python3 bench/torch_block.py --json "$R/torch_block.json"
+TAIL=26 bench kernels 90 $B/h3rt bench kernels --out "$R/bench_kernels.json"
+TAIL=10 bench attention 120 $B/h3rt bench attention --out "$R/bench_attention.json"
+if [ -z "${H3RT_QUICK:-}" ]; then
+  bench block_fp8 90 $B/h3rt bench block --gemm fp8 --out "$R/bench_block_fp8.json"
+  bench block_nvfp4_dynamic 90 $B/h3rt bench block --gemm nvfp4-dynamic \
+    --out "$R/bench_block_nvfp4_dynamic.json"
+  TAIL=8 bench step 150 $B/h3rt bench step --preset h3 --reps 1 --out "$R/bench_step.json"
+  bench quantize_nvfp4 60 $B/h3rt bench quantize-nvfp4 --out "$R/bench_nvfp4.json"
+  bench sdpa 60 python3 bench/sdpa_reference.py --json "$R/sdpa.json"
 fi
 log done
