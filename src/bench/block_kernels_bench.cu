@@ -91,7 +91,7 @@ void check(cudaError_t e, const char* what) {
 }
 
 nlohmann::json mem_entry(const std::string& name, double bytes, const Timing& t) {
-  std::printf("  %-28s %9.3f ms  %8.1f GB/s\n", name, t.median_ms, bytes / t.median_ms * 1e-6);
+  std::printf("  %-28s %9.3f ms  %8.1f GB/s\n", name.c_str(), t.median_ms, bytes / t.median_ms * 1e-6);
   return {{"name", name},
           {"ms_median", t.median_ms},
           {"ms_min", t.min_ms},
