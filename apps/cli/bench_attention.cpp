@@ -1,4 +1,5 @@
-// `h3rt bench-attention`: times the Sage attention pre-pass and kernel at the seed shape.
+// `h3rt bench attention`: times the Sage attention pre-pass and every kernel variant at the seed
+// shape, next to the dense bf16 flash kernel on the same input.
 #include <memory>
 
 #include "cli/commands.h"
@@ -11,7 +12,8 @@ namespace h3rt::cli {
 
 void add_bench_attention_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("attention",
-                                 "Time the 8-bit Sage attention (pre-pass + kernel) on the GPU");
+                                 "Time the 8-bit Sage attention (pre-pass + each kernel "
+                                 "variant) and bf16 flash attention on the GPU");
 #ifdef H3RT_HAVE_CUDA
   auto opt = std::make_shared<bench::AttentionBenchOptions>();
   cmd->add_option("--seq", opt->seq, "sequence length")->capture_default_str();

@@ -12,6 +12,7 @@
 
 #include "bench/attention_sage_bench.h"
 #include "h3rt/check.h"
+#include "ops/attention/attention.h"
 #include "ops/attention_sage/attention_sage.h"
 #include "ops/attention_sage/attention_sage_cuda.h"
 
@@ -41,6 +42,36 @@ __global__ void fill_kernel(__nv_bfloat16* p, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     p[i] = __float2bfloat16(hash_normal(i));
+}
+
+// Sum of squared differences and of squares of two bf16 buffers (for rel. L2 between kernels).
+__global__ void diff_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, int64_t n,
+                            double* acc) {
+  double d2 = 0.0, b2 = 0.0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const double x = __bfloat162float(a[i]), y = __bfloat162float(b[i]);
+    d2 += (x - y) * (x - y);
+    b2 += y * y;
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    d2 += __shfl_xor_sync(0xffffffffu, d2, o);
+    b2 += __shfl_xor_sync(0xffffffffu, b2, o);
+  }
+  if (threadIdx.x % 32 == 0) {
+    atomicAdd(acc, d2);
+    atomicAdd(acc + 1, b2);
+  }
+}
+
+double rel_l2(const void* a, const void* b, int64_t n, double* d_acc) {
+  BENCH_CUDA(cudaMemset(d_acc, 0, 2 * sizeof(double)));
+  diff_kernel<<<1024, 256>>>(static_cast<const __nv_bfloat16*>(a),
+                             static_cast<const __nv_bfloat16*>(b), n, d_acc);
+  BENCH_CUDA(cudaGetLastError());
+  double h[2] = {0, 0};
+  BENCH_CUDA(cudaMemcpy(h, d_acc, sizeof(h), cudaMemcpyDeviceToHost));
+  return std::sqrt(h[0] / h[1]);
 }
 
 template <typename F>
@@ -73,11 +104,15 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
   const int64_t S = opt.seq, H = opt.heads, stride = 3 * H * kHeadDim;
   cudaDeviceProp prop{};
   BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
-  void *qkv = nullptr, *buf = nullptr, *out = nullptr;
+  void *qkv = nullptr, *buf = nullptr, *out = nullptr, *ref = nullptr;
+  double* d_acc = nullptr;
   const size_t buf_bytes = sage_buffer_bytes(S, H);
+  const int64_t out_elems = S * H * kHeadDim;
   BENCH_CUDA(cudaMalloc(&qkv, S * stride * 2));
   BENCH_CUDA(cudaMalloc(&buf, buf_bytes));
-  BENCH_CUDA(cudaMalloc(&out, S * H * kHeadDim * 2));
+  BENCH_CUDA(cudaMalloc(&out, out_elems * 2));
+  BENCH_CUDA(cudaMalloc(&ref, out_elems * 2));
+  BENCH_CUDA(cudaMalloc(&d_acc, 2 * sizeof(double)));
   BENCH_CUDA(cudaMemset(buf, 0, buf_bytes));
   fill_kernel<<<4096, 256>>>(static_cast<__nv_bfloat16*>(qkv), S * stride);
   BENCH_CUDA(cudaGetLastError());
@@ -94,20 +129,47 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
   nlohmann::json j = {{"device", prop.name},  {"seq", S},       {"heads", H},
                       {"prepass_ms", pre_ms}, {"flops", flops}, {"warmup", opt.warmup},
                       {"iters", opt.iters}};
-  for (SageVariant v : {SageVariant::w4, SageVariant::w8}) {
+  // The dense bf16 flash kernel on the same strided QKV: the reference output for the
+  // agreement column (rel. L2 of each Sage kernel's output against it).
+  {
+    ops::AttentionCudaParams fp = ops::attention_params_from_qkv(
+        static_cast<const __nv_bfloat16*>(qkv), S, H, static_cast<__nv_bfloat16*>(ref));
+    auto flash = [&] { BENCH_CUDA(ops::attention_flash_bf16_cuda(fp, nullptr)); };
+    const double ms = median_ms(opt.warmup, opt.iters, flash);
+    std::printf("flash bf16 (mma.sync): %.3f ms  %.1f TFLOP/s\n", ms, flops / ms / 1e9);
+    j["kernel_ms"]["flash_bf16"] = ms;
+  }
+  prepass();
+  for (SageVariant v :
+       {SageVariant::w4, SageVariant::w8, SageVariant::wgmma, SageVariant::wgmma_pingpong,
+        SageVariant::wgmma_pp_overlap, SageVariant::wgmma_pp3}) {
     SageAttentionParams ap{b, S, H, out, H * kHeadDim, v};
+    const char* name = sage_variant_name(v);
+    BENCH_CUDA(cudaMemset(out, 0xff, out_elems * 2));
+    cudaError_t e = sage_attention(ap, nullptr);
+    if (e == cudaErrorNotSupported) {
+      std::printf("kernel %s: not supported on this device / build\n", name);
+      continue;
+    }
+    BENCH_CUDA(e);
+    BENCH_CUDA(cudaDeviceSynchronize());
+    const double err = rel_l2(out, ref, out_elems, d_acc);
     auto attn = [&] { BENCH_CUDA(sage_attention(ap, nullptr)); };
     const double ms = median_ms(opt.warmup, opt.iters, attn);
-    const char* name = v == SageVariant::w4 ? "w4" : "w8";
-    std::printf("kernel %s: %.3f ms  %.1f TFLOP/s | with pre-pass %.3f ms  %.1f TFLOP/s\n", name,
-                ms, flops / ms / 1e9, ms + pre_ms, flops / (ms + pre_ms) / 1e9);
+    std::printf(
+        "kernel %-16s: %8.3f ms  %6.1f TFLOP/s | with pre-pass %8.3f ms  %6.1f TFLOP/s | "
+        "rel L2 vs flash bf16 %.4f\n",
+        name, ms, flops / ms / 1e9, ms + pre_ms, flops / (ms + pre_ms) / 1e9, err);
     j["kernel_ms"][name] = ms;
     j["total_ms"][name] = ms + pre_ms;
+    j["rel_l2_vs_flash_bf16"][name] = err;
   }
   BENCH_CUDA(cudaDeviceSynchronize());
   cudaFree(qkv);
   cudaFree(buf);
   cudaFree(out);
+  cudaFree(ref);
+  cudaFree(d_acc);
   if (!opt.json_path.empty()) {
     std::ofstream f(opt.json_path);
     H3RT_CHECK(f.good(), "attention bench: cannot write ", opt.json_path);

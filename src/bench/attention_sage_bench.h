@@ -1,5 +1,8 @@
-// Benchmark of the Sage attention op at the seed shape: pre-pass and kernel timed separately
-// with CUDA events (warm-up, then the median of timed runs); FLOPs = 4 * S^2 * 128 * heads.
+// Benchmark of the Sage attention op at the seed shape: pre-pass and each kernel variant (mma.sync
+// w4/w8; wgmma, wgmma_pingpong, wgmma_pp_overlap, wgmma_pp3) timed separately with CUDA events
+// (warm-up, then the median of timed runs), next to the dense bf16 flash kernel on the same input;
+// FLOPs = 4*S^2*128*heads.
+// Each Sage output is compared with the bf16 flash output (rel. L2) as a sanity check.
 #pragma once
 
 #include <cstdint>

@@ -18,11 +18,13 @@
 //    meets in the n dimension.
 //  * V: per-channel fp8 e4m3: v_scale = amax_over_tokens / 448 (1 when amax == 0),
 //    v8 = e4m3_satfinite(v / v_scale). Stored transposed [H][128][Sp], tokens permuted inside
-//    each group of 16 (see v_slot_of_token) so the PV mma B fragment is a plain ldmatrix.
+//    each group of 16 (see v_slot_of_token) so the P accumulator fragment of the QK mma is, in
+//    register order, the A fragment of the PV mma (mma.sync m16n8k32 and wgmma RS alike).
 //  * Scores s = int32(q8 . k8) * (q_scale * k_scale). Online softmax in base 2 by KV blocks of
-//    kBlockN keys: m' = max(m, max s), alpha = exp2(m - m'), p = exp2(s - m'), l = l*alpha + sum p
-//    (fp32 p). P8 = e4m3(448 p). Block accumulator Ob = sum P8 * V8 in fp32 (fresh per block),
-//    O = O*alpha + Ob. Output o = O * v_scale / (448 l), rounded to bf16.
+//    kBlockN = 128 keys (one K scale block): m' = max(m, max s), alpha = exp2(m - m'),
+//    p = exp2(s - m'), l = l*alpha + sum p (fp32 p). P8 = e4m3(448 p). Block accumulator
+//    Ob = sum P8 * V8 in fp32 (fresh per block), O = O*alpha + Ob.
+//    Output o = O * v_scale / (448 l), rounded to bf16.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +36,7 @@ constexpr int kHeadDim = 128;
 constexpr int kTokenPad = 128;  // quantized tensors are padded to a multiple of this
 constexpr int kQWarpRows = 16;  // rows per Q scale block (8 scales each)
 constexpr int kKBlock = 128;    // keys per K scale block (4 scales each)
-constexpr int kBlockN = 64;     // keys per softmax / two-level accumulation block
+constexpr int kBlockN = 128;    // keys per softmax / two-level accumulation block
 constexpr float kPScale = 448.0f;
 constexpr float kLog2e = 1.4426950408889634f;
 

@@ -5,8 +5,12 @@
 //                   (atomic ticket) reduces the partials in order into k_mean and v_scale.
 //                   (2) per (chunk, head): K - mean -> int8 with scales, V -> e4m3 transposed.
 //                   Reads Q/K/V through the QKV row stride; no copies; tail rows masked.
-//   sage_attention: the sm_90a / sm_120a kernel (mma.sync int8 QK, fp8 e4m3 PV, cp.async
-//                   double buffering), writes bf16 token-major output with a row stride.
+//   sage_attention: writes bf16 token-major output with a row stride. Kernels:
+//                   w4 / w8  sm_90a / sm_120a (attention_sm90.cu): mma.sync int8 QK, fp8 e4m3
+//                            PV, cp.async double buffering, 16*W query rows per CTA.
+//                   wgmma*   sm_90a only (attention_wgmma_sm90.cu): wgmma int8 QK / fp8 PV,
+//                            TMA loads (issued by one thread) into a 6-stage mbarrier ring,
+//                            2 or 3 warpgroups of 64 query rows each.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -43,18 +47,28 @@ struct SagePrepassParams {
 };
 cudaError_t sage_prepass(const SagePrepassParams& p, cudaStream_t stream);
 
-// Kernel variants (query rows per CTA = 16 * warps).
-enum class SageVariant { w4, w8 };
+// Kernel variants. automatic: wgmma_pp3 on sm_90 (the fastest measured), w4 elsewhere.
+// wgmma_pingpong orders the tensor-core phases of the two consumer warpgroups alternately (named
+// barriers) so one's softmax overlaps the other's matrix products; wgmma leaves them
+// unsynchronized; wgmma_pp_overlap adds the overlap of the O update with the next QK product
+// inside each consumer; wgmma_pp3 runs three consumer warpgroups (192 query rows per CTA) in turn.
+enum class SageVariant { automatic, w4, w8, wgmma, wgmma_pingpong, wgmma_pp_overlap, wgmma_pp3 };
+const char* sage_variant_name(SageVariant v);
 
 struct SageAttentionParams {
   SageBuffers buf;  // filled by sage_prepass
   int64_t seq = 0, heads = 0;
   void* out = nullptr;         // bf16 [S][out_row_stride], head h at column h*128
   int64_t out_row_stride = 0;  // elements, >= H*128
-  SageVariant variant = SageVariant::w4;
+  SageVariant variant = SageVariant::automatic;
 };
-// Returns cudaErrorNotSupported when the device is not sm_90 / sm_120 / sm_121 or the binary
-// lacks that arch.
+// Returns cudaErrorNotSupported when the device is not sm_90 / sm_120 / sm_121 (wgmma*: sm_90)
+// or the binary lacks that arch.
 cudaError_t sage_attention(const SageAttentionParams& p, cudaStream_t stream);
+
+namespace detail {
+// The wgmma kernels (attention_wgmma_sm90.cu); arguments already checked by sage_attention.
+cudaError_t sage_attention_wgmma(const SageAttentionParams& p, cudaStream_t stream);
+}  // namespace detail
 
 }  // namespace h3rt::attention_sage

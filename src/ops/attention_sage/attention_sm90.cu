@@ -2,7 +2,7 @@
 // the same mma.sync instructions exist; those cannot be run on the H200 used for testing).
 //
 // Algorithm (numerics: attention_sage.h): CTA = 16*W query rows of one head (W warps, 16 rows
-// each), loops over KV blocks of 64 keys with a 2-stage cp.async pipeline.
+// each), loops over KV blocks of kBlockN = 128 keys with a 2-stage cp.async pipeline.
 //   S = Q8 K8^T : mma.sync m16n8k32 s8 -> s32, Q fragments held in registers.
 //   online softmax in base 2 (ex2.approx), P -> e4m3 as 448*p.
 //   O_blk = P8 V8 : mma.sync m16n8k32 e4m3 -> f32 into a fresh per-block accumulator that is
@@ -70,13 +70,11 @@ __device__ __forceinline__ uint32_t pack_e4m3(float a, float b, float c, float d
   return lo | (hi << 16);
 }
 
-// Swizzled byte offsets: 128-byte rows (Q, K) and 64-byte rows (V^T tile of 64 keys).
+// Swizzled byte offset in a tile of 128-byte rows (Q, K and the V^T tile of 128 keys).
 __device__ __forceinline__ uint32_t off128(int row, int chunk) {
   return row * 128 + ((chunk ^ (row & 7)) << 4);
 }
-__device__ __forceinline__ uint32_t off64(int row, int chunk) {
-  return row * 64 + ((chunk ^ ((row >> 1) & 3)) << 4);
-}
+static_assert(kBlockN == 128, "tiles assume 128-byte K and V^T rows");
 
 template <int W>
 __device__ __forceinline__ void load_q(const KernelArgs& a, int h, int q0, uint32_t s_q) {
@@ -94,22 +92,22 @@ __device__ __forceinline__ void load_kv(const KernelArgs& a, int h, int kv0, uin
   const uint8_t* vs = a.v8t + static_cast<int64_t>(h) * kD * a.padded + kv0;
   for (int i = threadIdx.x; i < kD * (kBlockN / 16); i += Cfg<W>::kThreads) {
     int row = i / (kBlockN / 16), chunk = i % (kBlockN / 16);
-    cp_async16(s_v + off64(row, chunk), vs + static_cast<int64_t>(row) * a.padded + chunk * 16);
+    cp_async16(s_v + off128(row, chunk), vs + static_cast<int64_t>(row) * a.padded + chunk * 16);
   }
 }
 
-// S = Q K^T for one warp: 16 rows x 64 keys, int32.
+// S = Q K^T for one warp: 16 rows x 128 keys, int32.
 __device__ __forceinline__ void qk_block(const uint32_t (&qf)[4][4], uint32_t s_k, int lane,
-                                         int (&acc)[8][4]) {
+                                         int (&acc)[16][4]) {
 #pragma unroll
-  for (int n = 0; n < 8; ++n)
+  for (int n = 0; n < 16; ++n)
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[n][i] = 0;
   const int mat = lane / 8;
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
-    for (int np = 0; np < 4; ++np) {
+    for (int np = 0; np < 8; ++np) {
       uint32_t b[4];
       ldsm_x4(s_k + off128((2 * np + mat / 2) * 8 + lane % 8, 2 * kk + mat % 2), b);
       mma_s8(acc[2 * np], qf[kk], b[0], b[1]);
@@ -158,26 +156,26 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads) sage_attn_kernel(KernelArgs 
       for (int kk = 0; kk < 4; ++kk)
         ldsm_x4(s_q + off128(warp * 16 + (mat % 2) * 8 + lane % 8, 2 * kk + mat / 2), qf[kk]);
     }
-    int acc[8][4];
+    int acc[16][4];
     qk_block(qf, s_k(st), lane, acc);
 
     // Scores in log2 units; mask padded keys of the last block.
     const float dq = qs * kscale[(kv0 / kKBlock) * 4];
-    float s[8][4];
+    float s[16][4];
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
+    for (int n = 0; n < 16; ++n)
 #pragma unroll
       for (int i = 0; i < 4; ++i) s[n][i] = static_cast<float>(acc[n][i]) * dq;
     if (kv0 + kBlockN > a.seq) {
 #pragma unroll
-      for (int n = 0; n < 8; ++n)
+      for (int n = 0; n < 16; ++n)
 #pragma unroll
         for (int i = 0; i < 4; ++i)
           if (kv0 + n * 8 + (lane % 4) * 2 + (i % 2) >= a.seq) s[n][i] = -INFINITY;
     }
     float mx[2] = {m[0], m[1]};
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
+    for (int n = 0; n < 16; ++n) {
       mx[0] = fmaxf(mx[0], fmaxf(s[n][0], s[n][1]));
       mx[1] = fmaxf(mx[1], fmaxf(s[n][2], s[n][3]));
     }
@@ -189,7 +187,7 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads) sage_attn_kernel(KernelArgs 
     const float alpha[2] = {ex2(m[0] - mx[0]), ex2(m[1] - mx[1])};
     float sum[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
+    for (int n = 0; n < 16; ++n)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         s[n][i] = ex2(s[n][i] - mx[i / 2]);
@@ -201,9 +199,9 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads) sage_attn_kernel(KernelArgs 
       m[r] = mx[r];
     }
     // P fragments (A operand of the PV mma), one per 32-key step.
-    uint32_t pa[2][4];
+    uint32_t pa[4][4];
 #pragma unroll
-    for (int k2 = 0; k2 < 2; ++k2) {
+    for (int k2 = 0; k2 < 4; ++k2) {
       const int n0 = 4 * k2;
       pa[k2][0] = pack_e4m3(s[n0][0] * kPScale, s[n0][1] * kPScale, s[n0 + 1][0] * kPScale,
                             s[n0 + 1][1] * kPScale);
@@ -218,18 +216,19 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads) sage_attn_kernel(KernelArgs 
     const uint32_t sv = s_v(st);
 #pragma unroll
     for (int jp = 0; jp < 8; ++jp) {
-      uint32_t vb[2][4];
+      float ob[2][4] = {};
 #pragma unroll
-      for (int k2 = 0; k2 < 2; ++k2)
-        ldsm_x4(sv + off64((2 * jp + mat / 2) * 8 + lane % 8, 2 * k2 + mat % 2), vb[k2]);
+      for (int k2 = 0; k2 < 4; ++k2) {
+        uint32_t vb[4];
+        ldsm_x4(sv + off128((2 * jp + mat / 2) * 8 + lane % 8, 2 * k2 + mat % 2), vb);
+        mma_e4m3(ob[0], pa[k2], vb[0], vb[1]);
+        mma_e4m3(ob[1], pa[k2], vb[2], vb[3]);
+      }
 #pragma unroll
       for (int x = 0; x < 2; ++x) {
-        float ob[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        mma_e4m3(ob, pa[0], vb[0][2 * x], vb[0][2 * x + 1]);
-        mma_e4m3(ob, pa[1], vb[1][2 * x], vb[1][2 * x + 1]);
         float* oj = o[2 * jp + x];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) oj[i] = oj[i] * alpha[i / 2] + ob[i];
+        for (int i = 0; i < 4; ++i) oj[i] = oj[i] * alpha[i / 2] + ob[x][i];
       }
     }
     __syncthreads();
@@ -310,9 +309,55 @@ cudaError_t sage_attention(const SageAttentionParams& p, cudaStream_t stream) {
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
   if (e != cudaSuccess) return e;
-  const bool arch_ok = (major == 9 && minor == 0) || (major == 12 && (minor == 0 || minor == 1));
+  const bool sm90 = major == 9 && minor == 0;
+  const bool arch_ok = sm90 || (major == 12 && (minor == 0 || minor == 1));
   if (!arch_ok || !arch_compiled(major, minor)) return cudaErrorNotSupported;
-  return p.variant == SageVariant::w8 ? launch<8>(p, stream) : launch<4>(p, stream);
+  SageVariant v = p.variant;
+  if (v == SageVariant::automatic) {
+    // wgmma_pp3 was the fastest on the H200; a binary without sm_90a code falls back to w4.
+    if (sm90) {
+      SageAttentionParams q = p;
+      q.variant = SageVariant::wgmma_pp3;
+      cudaError_t w = detail::sage_attention_wgmma(q, stream);
+      if (w != cudaErrorNotSupported) return w;
+    }
+    v = SageVariant::w4;
+  }
+  switch (v) {
+    case SageVariant::w8:
+      return launch<8>(p, stream);
+    case SageVariant::wgmma:
+    case SageVariant::wgmma_pingpong:
+    case SageVariant::wgmma_pp_overlap:
+    case SageVariant::wgmma_pp3: {
+      if (!sm90) return cudaErrorNotSupported;
+      SageAttentionParams q = p;
+      q.variant = v;
+      return detail::sage_attention_wgmma(q, stream);
+    }
+    default:
+      return launch<4>(p, stream);
+  }
+}
+
+const char* sage_variant_name(SageVariant v) {
+  switch (v) {
+    case SageVariant::automatic:
+      return "automatic";
+    case SageVariant::w4:
+      return "w4";
+    case SageVariant::w8:
+      return "w8";
+    case SageVariant::wgmma:
+      return "wgmma";
+    case SageVariant::wgmma_pingpong:
+      return "wgmma_pingpong";
+    case SageVariant::wgmma_pp_overlap:
+      return "wgmma_pp_overlap";
+    case SageVariant::wgmma_pp3:
+      return "wgmma_pp3";
+  }
+  return "?";
 }
 
 }  // namespace h3rt::attention_sage

@@ -1,0 +1,530 @@
+// Sage attention kernel for sm_90a with warpgroup MMA (numerics: attention_sage.h).
+//
+// CTA = 64*C query rows of one head, C = 2 or 3 consumer warpgroups (128*C threads):
+//   Loads: thread 0 issues TMA loads (128B-swizzled tiles) of the Q tile once and of the K and
+//       V^T tiles of each 128-key block, kAhead blocks ahead, into a kStages-deep ring guarded
+//       by mbarriers (full: transaction bytes; empty: one arrival per consumer warp). There is
+//       no producer warp: with C = 2, 8 warps leave 255 registers per thread, 9 would cap them
+//       at 168 (register file per SM sub-partition), too few for the overlapped schedule.
+//   Consumer warpgroups, 64 query rows each, per KV block t:
+//       S = Q8 K8^T    wgmma m64n128k32 s8*s8 -> s32, both operands from shared memory;
+//       softmax in base 2 on the accumulator fragment (same per-thread rows/columns as the
+//       mma.sync m16n8 fragment, so the Q/K scale groups of the contract are per thread),
+//       ex2.approx straight to 448 p (log2(448) folded into the exponent);
+//       P -> e4m3, packed in registers in the wgmma A-fragment order (the V token
+//       permutation of the pre-pass makes the accumulator order match);
+//       Ob = P8 V8     wgmma m64n128k32 e4m3 RS (P from registers, V^T K-major from shared
+//       memory) into a fresh fp32 accumulator, then O = O*alpha + Ob (two-level accumulation).
+//   Each consumer runs phases p = 0..n: PV(p-1) with the O update and QK(p), then the softmax
+//   of block p. With kPingPong the phases of the consumers take turns (round robin through named
+//   barriers), so one consumer's softmax overlaps the others' matrix products; with kOverlap
+//   the O update of PV(p-1) overlaps QK(p) on the tensor cores.
+// Shared-memory tiles: rows of 128 bytes (Q/K: 128 channels; V^T: 128 tokens), 16-byte chunks
+// XOR-swizzled by (row % 8) = TMA SWIZZLE_128B = the wgmma 128B-swizzle K-major layout.
+// Padded keys (>= S) are masked; padded query rows are computed but not written.
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "ops/attention_sage/attention_sage.h"
+#include "ops/attention_sage/attention_sage_cuda.h"
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define H3RT_SAGE_WGMMA_ENABLED 1
+#endif
+
+namespace h3rt::attention_sage {
+namespace {
+
+constexpr int kD = kHeadDim;
+constexpr int kBN = kBlockN;
+constexpr int kStages = 6;
+constexpr int kTileBytes = 128 * 128;  // K and V^T tiles: 128 rows of 128 bytes
+
+// Shape of a CTA with C consumer warpgroups (64 query rows each): 2 -> 255 registers per thread;
+// 3 -> 168 (12 warps), 192 query rows, one third less K/V traffic per query row.
+template <int C>
+struct Shape {
+  static constexpr int kThreads = 128 * C;
+  static constexpr int kBM = 64 * C;           // query rows per CTA
+  static constexpr int kStageOff = kBM * 128;  // Q tile first; stage s: K, then V
+  static constexpr int kBarOff = kStageOff + kStages * 2 * kTileBytes;
+  static constexpr int kSmem = kBarOff + 8 * (1 + 2 * kStages) + 1024;  // + alignment slack
+};
+static_assert(kBN == 128 && kD == 128, "tiles assume 128-byte rows");
+
+struct Args {
+  const float* q_scale;
+  const float* k_scale;
+  const float* v_scale;
+  __nv_bfloat16* out;
+  int64_t out_stride;
+  int seq, padded;
+};
+
+#ifdef H3RT_SAGE_WGMMA_ENABLED
+
+constexpr int kAhead = kStages - 3;  // at phase t the loader issues block t + kAhead
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---- mbarrier / TMA / named barriers ----
+__device__ __forceinline__ void bar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void bar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Waits for the phase of the given parity; traps (a launch error, not a hang) when it never
+// completes, which can only be a pipeline bug.
+__device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  for (uint32_t spin = 0;; ++spin) {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    if (done) return;
+    if (spin == (1u << 28)) __trap();
+  }
+}
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
+                                            int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// ---- wgmma ----
+// Shared-memory descriptor: K-major, 128B swizzle, 8-row groups 1024 bytes apart.
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr) {
+  uint64_t d = (saddr & 0x3FFFF) >> 4;
+  d |= uint64_t(1) << 16;          // leading byte offset (unused for swizzled K-major)
+  d |= uint64_t(1024 >> 4) << 32;  // stride byte offset
+  d |= uint64_t(1) << 62;          // SWIZZLE_128B
+  return d;
+}
+__device__ __forceinline__ void wg_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wg_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving accumulator accesses across wgmma issue / wait.
+__device__ __forceinline__ void reg_fence(int (&r)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+__device__ __forceinline__ void reg_fence(float (&r)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+#define H3RT_ACC64(C)                                                                           \
+  C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]), C(d[8]), C(d[9]),     \
+      C(d[10]), C(d[11]), C(d[12]), C(d[13]), C(d[14]), C(d[15]), C(d[16]), C(d[17]), C(d[18]), \
+      C(d[19]), C(d[20]), C(d[21]), C(d[22]), C(d[23]), C(d[24]), C(d[25]), C(d[26]), C(d[27]), \
+      C(d[28]), C(d[29]), C(d[30]), C(d[31]), C(d[32]), C(d[33]), C(d[34]), C(d[35]), C(d[36]), \
+      C(d[37]), C(d[38]), C(d[39]), C(d[40]), C(d[41]), C(d[42]), C(d[43]), C(d[44]), C(d[45]), \
+      C(d[46]), C(d[47]), C(d[48]), C(d[49]), C(d[50]), C(d[51]), C(d[52]), C(d[53]), C(d[54]), \
+      C(d[55]), C(d[56]), C(d[57]), C(d[58]), C(d[59]), C(d[60]), C(d[61]), C(d[62]), C(d[63])
+#define H3RT_REGS64                                                                        \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+  "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "  \
+  "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "  \
+  "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define H3RT_RW_R(x) "+r"(x)
+#define H3RT_RW_F(x) "+f"(x)
+
+// d (+)= A B: m64n128k32 s8 x s8 -> s32, A and B from shared memory (K-major).
+template <int kAccumulate>
+__device__ __forceinline__ void wgmma_s8_ss(int (&d)[64], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 " H3RT_REGS64 ", %64, %65, p;\n}\n"
+      : H3RT_ACC64(H3RT_RW_R)
+      : "l"(da), "l"(db), "r"(kAccumulate));
+}
+// d (+)= A B: m64n128k32 e4m3 x e4m3 -> f32, A from registers, B from shared memory.
+template <int kAccumulate>
+__device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " H3RT_REGS64
+      ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+      : H3RT_ACC64(H3RT_RW_F)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(kAccumulate));
+}
+
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+// Four floats -> four e4m3 bytes (first in the low byte), satfinite RNE.
+__device__ __forceinline__ uint32_t pack_e4m3(float a, float b, float c, float d) {
+  uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+  uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
+  return lo | (hi << 16);
+}
+
+struct Smem {
+  uint32_t q, stage0, bars;
+  __device__ uint32_t k(int s) const { return stage0 + 2 * s * kTileBytes; }
+  __device__ uint32_t v(int s) const { return k(s) + kTileBytes; }
+  __device__ uint32_t q_full() const { return bars; }
+  __device__ uint32_t full(int s) const { return bars + 8 * (1 + s); }
+  __device__ uint32_t empty(int s) const { return bars + 8 * (1 + kStages + s); }
+};
+
+// TMA loads, issued by one thread (thread 0). Block b goes to stage b % kStages once both
+// consumers released the block that used the stage before (b - kStages).
+struct Loader {
+  const CUtensorMap* k;
+  const CUtensorMap* v;
+  int row0, v_row0;  // first K row of the head (h * Sp), first V^T row (h * 128)
+  __device__ void block(const Smem& sm, int b) const {
+    const int s = b % kStages;
+    bar_wait(sm.empty(s), ((b / kStages) & 1) ^ 1);
+    bar_expect_tx(sm.full(s), 2 * kTileBytes);
+    tma_load_2d(sm.k(s), k, sm.full(s), 0, row0 + b * kBN);
+    tma_load_2d(sm.v(s), v, sm.full(s), b * kBN, v_row0);
+  }
+};
+
+// Online-softmax state of one consumer thread (rows r0 = lane/4 and r0 + 8 of its warp's 16
+// rows). l is kept as 448 * (sum of p): the kernel exponentiates straight to 448 p.
+struct Softmax {
+  float m[2], l[2], alpha[2];
+};
+
+// Scores of a block (int32 accumulator) -> P8 fragments (A operand of the PV wgmma).
+// int -> float without a conversion instruction: the bits of 0x4B400000 + a are the float
+// 1.5 * 2^23 + a exactly for |a| < 2^22 (here |a| <= 128 * 127 * 127); f - 1.5*2^23 is the exact
+// integer again. A thread's maximum is exact, (f - 1.5*2^23) * dq = s as in the contract (dq is
+// per thread), and 448 p = exp2((f - 1.5*2^23) * dq - (m - log2(448))). (Folding 1.5*2^23 * dq
+// into the FFMA constant saves an add but its rounding, ~1e-7 * 1.5*2^23 * dq, reaches 1e-2 in
+// the exponent for large scales: measured 7e-3 rel. L2 against the reference on outlier inputs.)
+__device__ __forceinline__ void softmax_block(const int (&acc)[64], float dq, int kv0, int seq,
+                                              int lane, Softmax& st, uint32_t (&pa)[4][4]) {
+  constexpr float kMagic = 12582912.0f;              // 1.5 * 2^23
+  constexpr float kLog2PScale = 8.807354922057604f;  // log2(448)
+  float f[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) f[i] = __int_as_float(acc[i] + 0x4B400000);
+  if (kv0 + kBN > seq) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i)
+      if (kv0 + (i / 4) * 8 + (lane % 4) * 2 + (i % 2) >= seq) f[i] = -INFINITY;
+  }
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    mx[0] = fmaxf(mx[0], fmaxf(f[4 * j], f[4 * j + 1]));
+    mx[1] = fmaxf(mx[1], fmaxf(f[4 * j + 2], f[4 * j + 3]));
+  }
+  float c[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    // dq differs between the 4 threads of a row (K scale groups): reduce scaled maxima.
+    float sm = (mx[r] - kMagic) * dq;
+    sm = fmaxf(sm, __shfl_xor_sync(0xffffffffu, sm, 1));
+    sm = fmaxf(sm, __shfl_xor_sync(0xffffffffu, sm, 2));
+    const float m_new = fmaxf(st.m[r], sm);
+    st.alpha[r] = ex2(st.m[r] - m_new);
+    st.m[r] = m_new;
+    c[r] = m_new - kLog2PScale;
+  }
+  float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    f[i] = ex2(fmaf(f[i] - kMagic, dq, -c[(i / 2) % 2]));  // f - kMagic: the exact integer
+    sum[(i / 2) % 2] += f[i];
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) st.l[r] = st.l[r] * st.alpha[r] + sum[r];
+    // k-step k2 covers n8 chunks 4k2..4k2+3: a0/a1 = chunks 4k2, 4k2+1 of rows r0/r0+8,
+    // a2/a3 = chunks 4k2+2, 4k2+3.
+#pragma unroll
+  for (int k2 = 0; k2 < 4; ++k2) {
+    const float* x = f + 16 * k2;
+    pa[k2][0] = pack_e4m3(x[0], x[1], x[4], x[5]);
+    pa[k2][1] = pack_e4m3(x[2], x[3], x[6], x[7]);
+    pa[k2][2] = pack_e4m3(x[8], x[9], x[12], x[13]);
+    pa[k2][3] = pack_e4m3(x[10], x[11], x[14], x[15]);
+  }
+}
+
+// Issues Ob = P8 V8 of the block in stage s (4 k-steps of 32 keys) into a fresh accumulator.
+__device__ __forceinline__ void pv_issue(const Smem& sm, int s, const uint32_t (&pa)[4][4],
+                                         float (&ob)[64]) {
+  const uint64_t dv = sw128_desc(sm.v(s));
+  wg_fence();
+  wgmma_e4m3_rs<0>(ob, pa[0], dv);
+  wgmma_e4m3_rs<1>(ob, pa[1], dv + 2);
+  wgmma_e4m3_rs<1>(ob, pa[2], dv + 4);
+  wgmma_e4m3_rs<1>(ob, pa[3], dv + 6);
+  wg_commit();
+}
+
+// After the PV wgmma of stage s completed: frees the stage, O = O*alpha + Ob.
+__device__ __forceinline__ void pv_finish(const Smem& sm, int s, int lane, const Softmax& st,
+                                          float (&ob)[64], float (&o)[64]) {
+  reg_fence(ob);
+  if (lane == 0) bar_arrive(sm.empty(s));
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] = o[i] * st.alpha[(i / 2) % 2] + ob[i];
+}
+
+// Issues S = Q8 K8^T of block t (4 k-steps of 32 channels = 32 bytes) once its stage is full.
+__device__ __forceinline__ void qk_issue(const Smem& sm, int t, uint64_t dq_desc, int (&acc)[64]) {
+  const int s = t % kStages;
+  bar_wait(sm.full(s), (t / kStages) & 1);
+  const uint64_t dk = sw128_desc(sm.k(s));
+  reg_fence(acc);
+  wg_fence();
+  wgmma_s8_ss<0>(acc, dq_desc, dk);
+  wgmma_s8_ss<1>(acc, dq_desc + 2, dk + 2);
+  wgmma_s8_ss<1>(acc, dq_desc + 4, dk + 4);
+  wgmma_s8_ss<1>(acc, dq_desc + 6, dk + 6);
+  wg_commit();
+}
+
+// Consumer c (0..C-1) of the CTA. Phases: QK(0) | PV(t-1), QK(t) for t = 1..n-1 | PV(n-1); the
+// softmax of block t follows the phase that issued QK(t). kOverlap issues PV(t-1) and QK(t)
+// back to back and does the O update while QK(t) runs; otherwise PV(t-1) completes and O is
+// updated before QK(t) is issued (fewer live registers).
+template <int C, bool kPingPong, bool kOverlap>
+__device__ __forceinline__ void consumer(const Args& a, const Smem& sm, const Loader& ld, int c,
+                                         int h, int q0, int ntiles) {
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int64_t hq = static_cast<int64_t>(h) * (a.padded / kQWarpRows * 8);
+  // Rows past the padded length (last CTA of a 192-row tiling) use a valid scale; not written.
+  const int qblk = min((q0 + 64 * c) / kQWarpRows + warp, a.padded / kQWarpRows - 1);
+  const float qs = a.q_scale[hq + qblk * 8 + lane / 4];
+  const float* ksc = a.k_scale + static_cast<int64_t>(h) * (a.padded / kKBlock * 4) + lane % 4;
+  const uint64_t dq_desc = sw128_desc(sm.q + c * 64 * 128);
+  float o[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+  Softmax st{{-INFINITY, -INFINITY}, {0.0f, 0.0f}, {0.0f, 0.0f}};
+  uint32_t pa[4][4];
+  int acc[64];
+  // Ping-pong (round robin): consumer c waits on barrier 1+c before a phase, then releases the
+  // next consumer. The last consumer opens the first phase of consumer 0 and skips its final
+  // release, so every barrier sees as many arrivals as waits.
+  const int my_bar = 1 + c, other_bar = 1 + (c + 1) % C;
+  if (kPingPong && c == C - 1) named_arrive(1, 256);
+  bar_wait(sm.q_full(), 0);
+
+  if (kPingPong) named_sync(my_bar, 256);
+  qk_issue(sm, 0, dq_desc, acc);
+  if (kPingPong) named_arrive(other_bar, 256);
+  wg_wait<0>();
+  reg_fence(acc);
+  softmax_block(acc, qs * ksc[0], 0, a.seq, lane, st, pa);
+  for (int t = 1; t < ntiles; ++t) {
+    const int prev = (t - 1) % kStages;
+    const float dq = qs * ksc[t * 4];  // loaded early: the wgmma fences below order memory
+    float ob[64];
+    if (kPingPong) named_sync(my_bar, 256);
+    pv_issue(sm, prev, pa, ob);
+    if (kOverlap) {
+      qk_issue(sm, t, dq_desc, acc);
+      if (kPingPong) named_arrive(other_bar, 256);
+      wg_wait<1>();
+      pv_finish(sm, prev, lane, st, ob, o);
+    } else {
+      wg_wait<0>();
+      pv_finish(sm, prev, lane, st, ob, o);
+      qk_issue(sm, t, dq_desc, acc);
+      if (kPingPong) named_arrive(other_bar, 256);
+    }
+    // Behind this phase's matrix products: the stage of block t + kAhead last held block t - 3,
+    // which every consumer released in its phase t - 2.
+    if (threadIdx.x == 0 && t + kAhead < ntiles) ld.block(sm, t + kAhead);
+    wg_wait<0>();
+    reg_fence(acc);
+    softmax_block(acc, dq, t * kBN, a.seq, lane, st, pa);
+  }
+  {
+    float ob[64];
+    if (kPingPong) named_sync(my_bar, 256);
+    pv_issue(sm, (ntiles - 1) % kStages, pa, ob);
+    if (kPingPong && c != C - 1) named_arrive(other_bar, 256);
+    wg_wait<0>();
+    pv_finish(sm, (ntiles - 1) % kStages, lane, st, ob, o);
+  }
+
+  // Normalize: o * v_scale / (448 l); write bf16 pairs.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    st.l[r] += __shfl_xor_sync(0xffffffffu, st.l[r], 1);
+    st.l[r] += __shfl_xor_sync(0xffffffffu, st.l[r], 2);
+  }
+  const float inv[2] = {1.0f / st.l[0], 1.0f / st.l[1]};  // l holds 448 * sum p
+  const float* vsc = a.v_scale + h * kD;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = q0 + 64 * c + warp * 16 + lane / 4 + 8 * r;
+    if (row >= a.seq) continue;
+    __nv_bfloat16* dst = a.out + static_cast<int64_t>(row) * a.out_stride + h * kD;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int d = j * 8 + (lane % 4) * 2;
+      *reinterpret_cast<__nv_bfloat162*>(dst + d) = __floats2bfloat162_rn(
+          o[4 * j + 2 * r] * (vsc[d] * inv[r]), o[4 * j + 2 * r + 1] * (vsc[d + 1] * inv[r]));
+    }
+  }
+}
+
+template <int C, bool kPingPong, bool kOverlap>
+__global__ void __launch_bounds__(Shape<C>::kThreads, 1)
+    sage_wgmma_kernel(const __grid_constant__ CUtensorMap tm_q,
+                      const __grid_constant__ CUtensorMap tm_k,
+                      const __grid_constant__ CUtensorMap tm_v, Args a) {
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t base = (smem_addr(smem_raw) + 1023) & ~1023u;
+  const Smem sm{base, base + Shape<C>::kStageOff, base + Shape<C>::kBarOff};
+  // Broadcast so the compiler sees a warp-uniform warpgroup index (keeps wgmma unserialized).
+  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
+  const int h = blockIdx.y, q0 = blockIdx.x * Shape<C>::kBM;
+  const int ntiles = (a.seq + kBN - 1) / kBN;
+  if (threadIdx.x == 0) {
+    bar_init(sm.q_full(), 1);
+    for (int s = 0; s < kStages; ++s) {
+      bar_init(sm.full(s), 1);
+      bar_init(sm.empty(s), 4 * C);  // one arrival per consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const Loader ld{&tm_k, &tm_v, h * a.padded, h * kD};
+  if (threadIdx.x == 0) {
+    bar_expect_tx(sm.q_full(), Shape<C>::kBM * 128);
+    tma_load_2d(sm.q, &tm_q, sm.q_full(), 0, h * a.padded + q0);
+    for (int b = 0; b <= kAhead && b < ntiles; ++b) ld.block(sm, b);
+  }
+  consumer<C, kPingPong, kOverlap>(a, sm, ld, wg, h, q0, ntiles);
+}
+
+#else  // not sm_90a: an empty body keeps the symbol.
+
+template <int C, bool kPingPong, bool kOverlap>
+__global__ void sage_wgmma_kernel(const __grid_constant__ CUtensorMap,
+                                  const __grid_constant__ CUtensorMap,
+                                  const __grid_constant__ CUtensorMap, Args) {}
+
+#endif
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no libcuda link).
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiled encode_fn() {
+  static EncodeTiled fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      p = nullptr;
+    return reinterpret_cast<EncodeTiled>(p);
+  }();
+  return fn;
+}
+
+// 2-D byte tensor [rows][cols] (row pitch `cols` bytes), boxes of 128 bytes x box_rows rows,
+// 128B swizzle; rows past the end read as zeros.
+bool make_map(CUtensorMap* map, const void* base, uint64_t cols, uint64_t rows,
+              uint32_t box_rows = 128) {
+  EncodeTiled fn = encode_fn();
+  if (fn == nullptr) return false;
+  const cuuint64_t dims[2] = {cols, rows};
+  const cuuint64_t strides[1] = {cols};
+  const cuuint32_t box[2] = {128, box_rows};
+  const cuuint32_t elem[2] = {1, 1};
+  return fn(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box,
+            elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+bool sm90a_compiled() {
+#ifdef H3RT_CUDA_ARCH_LIST
+  return (std::string(",") + H3RT_CUDA_ARCH_LIST + ",").find(",90a,") != std::string::npos;
+#else
+  return false;
+#endif
+}
+
+template <int C, bool kPingPong, bool kOverlap>
+cudaError_t launch(const SageAttentionParams& p, cudaStream_t stream) {
+  using Sh = Shape<C>;
+  const uint64_t sp = static_cast<uint64_t>(padded_len(p.seq));
+  const uint64_t heads = static_cast<uint64_t>(p.heads);
+  CUtensorMap maps[3];
+  if (!make_map(&maps[0], p.buf.q8, kD, heads * sp, Sh::kBM) ||
+      !make_map(&maps[1], p.buf.k8, kD, heads * sp) ||
+      !make_map(&maps[2], p.buf.v8t, sp, heads * kD))
+    return cudaErrorInvalidValue;
+  const Args a{p.buf.q_scale,       p.buf.k_scale,
+               p.buf.v_scale,       static_cast<__nv_bfloat16*>(p.out),
+               p.out_row_stride,    static_cast<int>(p.seq),
+               static_cast<int>(sp)};
+  auto kernel = sage_wgmma_kernel<C, kPingPong, kOverlap>;
+  cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::kSmem);
+  if (e != cudaSuccess) return e;
+  const dim3 grid(static_cast<unsigned>((sp + Sh::kBM - 1) / Sh::kBM),
+                  static_cast<unsigned>(p.heads));
+  kernel<<<grid, Sh::kThreads, Sh::kSmem, stream>>>(maps[0], maps[1], maps[2], a);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+namespace detail {
+
+cudaError_t sage_attention_wgmma(const SageAttentionParams& p, cudaStream_t stream) {
+  if (!sm90a_compiled()) return cudaErrorNotSupported;
+  switch (p.variant) {
+    case SageVariant::wgmma:
+      return launch<2, false, false>(p, stream);
+    case SageVariant::wgmma_pingpong:
+      return launch<2, true, false>(p, stream);
+    case SageVariant::wgmma_pp3:
+      return launch<3, true, false>(p, stream);
+    default:
+      return launch<2, true, true>(p, stream);
+  }
+}
+
+}  // namespace detail
+}  // namespace h3rt::attention_sage
