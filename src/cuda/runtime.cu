@@ -76,6 +76,16 @@ int compiled_arch_supports(int cc_major, int cc_minor, const std::string& list) 
   return best;
 }
 
+bool compiled_arch_listed(const std::string& arch) {
+#ifdef H3RT_CUDA_ARCH_LIST
+  const std::string list = std::string(",") + H3RT_CUDA_ARCH_LIST + ",";
+  return list.find("," + arch + ",") != std::string::npos;
+#else
+  (void)arch;
+  return false;
+#endif
+}
+
 int compiled_arch_supports(int cc_major, int cc_minor) {
 #ifdef H3RT_CUDA_ARCH_LIST
   return compiled_arch_supports(cc_major, cc_minor, H3RT_CUDA_ARCH_LIST);

@@ -30,6 +30,8 @@ int current_device_cc();
 // Prefers an exact match. `list` defaults to the compile-time list.
 int compiled_arch_supports(int cc_major, int cc_minor);
 int compiled_arch_supports(int cc_major, int cc_minor, const std::string& list);
+// Whether the compile-time arch list names `arch` exactly (e.g. "90a": wgmma/TMA kernels exist).
+bool compiled_arch_listed(const std::string& arch);
 
 // An owned stream (non-blocking w.r.t. the legacy default stream). Launchers take the raw handle.
 class Stream {

@@ -31,6 +31,9 @@
 #include <cstring>
 #include <string>
 
+#include "cuda/runtime.h"
+#include "cuda/sm90_async.cuh"
+#include "cuda/tensor_map.h"
 #include "ops/attention_sage/attention_sage.h"
 #include "ops/attention_sage/attention_sage_cuda.h"
 
@@ -40,6 +43,8 @@
 
 namespace h3rt::attention_sage {
 namespace {
+
+using namespace h3rt::cuda::sm90;  // NOLINT: the kernel reads as PTX steps
 
 constexpr int kD = kHeadDim;
 constexpr int kBN = kBlockN;
@@ -70,80 +75,6 @@ struct Args {
 #ifdef H3RT_SAGE_WGMMA_ENABLED
 
 constexpr int kAhead = kStages - 3;  // at phase t the loader issues block t + kAhead
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// ---- mbarrier / TMA / named barriers ----
-__device__ __forceinline__ void bar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
-}
-__device__ __forceinline__ void bar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void bar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Waits for the phase of the given parity; traps (a launch error, not a hang) when it never
-// completes, which can only be a pipeline bug.
-__device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  for (uint32_t spin = 0;; ++spin) {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-    if (done) return;
-    if (spin == (1u << 28)) __trap();
-  }
-}
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
-                                            int c0, int c1) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
-      : "memory");
-}
-__device__ __forceinline__ void named_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
-// ---- wgmma ----
-// Shared-memory descriptor: K-major, 128B swizzle, 8-row groups 1024 bytes apart.
-__device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr) {
-  uint64_t d = (saddr & 0x3FFFF) >> 4;
-  d |= uint64_t(1) << 16;          // leading byte offset (unused for swizzled K-major)
-  d |= uint64_t(1024 >> 4) << 32;  // stride byte offset
-  d |= uint64_t(1) << 62;          // SWIZZLE_128B
-  return d;
-}
-__device__ __forceinline__ void wg_fence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wg_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void wg_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Keeps the compiler from moving accumulator accesses across wgmma issue / wait.
-__device__ __forceinline__ void reg_fence(int (&r)[64]) {
-#pragma unroll
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+r"(r[i])::"memory");
-}
-__device__ __forceinline__ void reg_fence(float (&r)[64]) {
-#pragma unroll
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
 
 #define H3RT_ACC64(C)                                                                           \
   C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]), C(d[8]), C(d[9]),     \
@@ -442,46 +373,12 @@ __global__ void sage_wgmma_kernel(const __grid_constant__ CUtensorMap,
 
 #endif
 
-// cuTensorMapEncodeTiled through the runtime's driver entry point (no libcuda link).
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-EncodeTiled encode_fn() {
-  static EncodeTiled fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-      p = nullptr;
-    return reinterpret_cast<EncodeTiled>(p);
-  }();
-  return fn;
-}
-
 // 2-D byte tensor [rows][cols] (row pitch `cols` bytes), boxes of 128 bytes x box_rows rows,
 // 128B swizzle; rows past the end read as zeros.
 bool make_map(CUtensorMap* map, const void* base, uint64_t cols, uint64_t rows,
               uint32_t box_rows = 128) {
-  EncodeTiled fn = encode_fn();
-  if (fn == nullptr) return false;
-  const cuuint64_t dims[2] = {cols, rows};
-  const cuuint64_t strides[1] = {cols};
-  const cuuint32_t box[2] = {128, box_rows};
-  const cuuint32_t elem[2] = {1, 1};
-  return fn(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box,
-            elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
-bool sm90a_compiled() {
-#ifdef H3RT_CUDA_ARCH_LIST
-  return (std::string(",") + H3RT_CUDA_ARCH_LIST + ",").find(",90a,") != std::string::npos;
-#else
-  return false;
-#endif
+  return cuda::make_tensor_map_2d(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, base, cols, rows, cols, 128,
+                                  box_rows, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
 template <int C, bool kPingPong, bool kOverlap>
@@ -513,7 +410,7 @@ cudaError_t launch(const SageAttentionParams& p, cudaStream_t stream) {
 namespace detail {
 
 cudaError_t sage_attention_wgmma(const SageAttentionParams& p, cudaStream_t stream) {
-  if (!sm90a_compiled()) return cudaErrorNotSupported;
+  if (!cuda::compiled_arch_listed("90a")) return cudaErrorNotSupported;
   switch (p.variant) {
     case SageVariant::wgmma:
       return launch<2, false, false>(p, stream);

@@ -31,6 +31,9 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/runtime.h"
+#include "cuda/sm90_async.cuh"
+#include "cuda/tensor_map.h"
 #include "ops/linear_nvfp4/linear_nvfp4_kernels.h"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -39,6 +42,8 @@
 
 namespace h3rt::ops::nvfp4_gemm {
 namespace {
+
+using namespace h3rt::cuda::sm90;  // NOLINT: the kernel reads as PTX steps
 
 constexpr int kBM = 128;  // rows per CTA (2 consumer warpgroups x 64)
 constexpr int kBN = 256;  // output columns per CTA
@@ -77,52 +82,6 @@ struct Args {
 };
 
 #ifdef H3RT_NVFP4_SM90_ENABLED
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// ---- mbarrier / TMA / bulk copy / named barrier ----
-__device__ __forceinline__ void bar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
-}
-__device__ __forceinline__ void bar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void bar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
-                                            int c0, int c1) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
-      : "memory");
-}
-__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes,
-                                          uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
-          "r"(dst),
-      "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
-}
-__device__ __forceinline__ void named_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 
 // ---- shared-memory loads / stores ----
 __device__ __forceinline__ uint2 lds64(uint32_t a) {
@@ -302,37 +261,6 @@ __device__ __forceinline__ void dequant_a_frag(uint32_t st_a, uint32_t st_sc, in
 constexpr int kGroupM = 16;  // raster: groups of 16 row tiles walk the column tiles together
 
 // ---- wgmma ----
-// Shared-memory descriptor: K-major, 128B swizzle, 8-row groups 1024 bytes apart.
-__device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr) {
-  uint64_t d = (saddr & 0x3FFFF) >> 4;
-  d |= uint64_t(1) << 16;          // leading byte offset (unused for swizzled K-major)
-  d |= uint64_t(1024 >> 4) << 32;  // stride byte offset
-  d |= uint64_t(1) << 62;          // SWIZZLE_128B
-  return d;
-}
-__device__ __forceinline__ void wg_fence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wg_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void wg_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Keeps the compiler from moving register accesses across wgmma issue / wait (and keeps the
-// A fragments of an in-flight wgmma alive until the wait that retires it).
-template <int N>
-__device__ __forceinline__ void reg_fence(float (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-template <int N>
-__device__ __forceinline__ void reg_fence(uint32_t (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
-}
-
 // d += A B: m64n256k16 f16 x f16 -> f32, A from registers, B (K-major) from shared memory.
 __device__ __forceinline__ void wgmma_f16_rs(float (&d)[128], const uint32_t* a, uint64_t db) {
   asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " H3RT_NV_REGS128
@@ -512,49 +440,6 @@ __global__ void nvfp4_mainloop_kernel(const __grid_constant__ CUtensorMap,
 
 #endif
 
-// cuTensorMapEncodeTiled through the runtime's driver entry point (no libcuda link).
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-EncodeTiled encode_fn() {
-  static EncodeTiled fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-      p = nullptr;
-    return reinterpret_cast<EncodeTiled>(p);
-  }();
-  return fn;
-}
-
-// 2-D row-major tensor [rows][cols] with a row pitch of `pitch` bytes; boxes of
-// box_cols x box_rows elements; out-of-range elements read as zero.
-bool make_map(CUtensorMap* map, CUtensorMapDataType dt, const void* base, uint64_t cols,
-              uint64_t rows, uint64_t pitch, uint32_t box_cols, uint32_t box_rows,
-              CUtensorMapSwizzle swizzle) {
-  EncodeTiled fn = encode_fn();
-  if (fn == nullptr) return false;
-  const cuuint64_t dims[2] = {cols, rows};
-  const cuuint64_t strides[1] = {pitch};
-  const cuuint32_t box[2] = {box_cols, box_rows};
-  const cuuint32_t elem[2] = {1, 1};
-  return fn(map, dt, 2, const_cast<void*>(base), dims, strides, box, elem,
-            CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
-bool sm90a_compiled() {
-#ifdef H3RT_CUDA_ARCH_LIST
-  return (std::string(",") + H3RT_CUDA_ARCH_LIST + ",").find(",90a,") != std::string::npos;
-#else
-  return false;
-#endif
-}
-
 bool device_is_sm90() {
   int dev = 0, major = 0, minor = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return false;
@@ -597,20 +482,21 @@ cudaError_t launch(const CUtensorMap& tm_a, const CUtensorMap& tm_w, const Args&
 }  // namespace
 
 cudaError_t mainloop_sm90(const LinearNvfp4CudaParams& p, cudaStream_t stream) {
-  if (!sm90a_compiled() || !device_is_sm90()) return cudaErrorNotSupported;
+  if (!cuda::compiled_arch_listed("90a") || !device_is_sm90()) return cudaErrorNotSupported;
   const bool w4a4 = p.a_q != nullptr;
   if (!valid(p, w4a4)) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
   const uint64_t rows = static_cast<uint64_t>(p.rows), in = static_cast<uint64_t>(p.in);
   CUtensorMap tm_a, tm_w;
-  const bool ok_w =
-      make_map(&tm_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w_q, in / 2, static_cast<uint64_t>(p.out),
-               in / 2, 32, kBN, CU_TENSOR_MAP_SWIZZLE_32B);
+  const bool ok_w = cuda::make_tensor_map_2d(&tm_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w_q, in / 2,
+                                             static_cast<uint64_t>(p.out), in / 2, 32, kBN,
+                                             CU_TENSOR_MAP_SWIZZLE_32B);
   const uint64_t a_pitch = 2 * static_cast<uint64_t>(p.a_row_stride ? p.a_row_stride : p.in);
-  const bool ok_a = w4a4 ? make_map(&tm_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.a_q, in / 2, rows,
-                                    in / 2, 32, kBM, CU_TENSOR_MAP_SWIZZLE_32B)
-                         : make_map(&tm_a, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.a, in, rows, a_pitch,
-                                    64, kBM, CU_TENSOR_MAP_SWIZZLE_128B);
+  const bool ok_a =
+      w4a4 ? cuda::make_tensor_map_2d(&tm_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.a_q, in / 2, rows,
+                                      in / 2, 32, kBM, CU_TENSOR_MAP_SWIZZLE_32B)
+           : cuda::make_tensor_map_2d(&tm_a, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.a, in, rows,
+                                      a_pitch, 64, kBM, CU_TENSOR_MAP_SWIZZLE_128B);
   if (!ok_a || !ok_w) return cudaErrorInvalidValue;
   Args a{};
   a.a_scales = p.a_scales;
