@@ -3,6 +3,7 @@
 # logs and JSON reports under $OUT (device tool, carry [".deps"]):
 #   bash tools/device/run_all.sh            # everything
 #   H3RT_QUICK=1 bash tools/device/run_all.sh   # build, tests and the core benchmarks only
+#   H3RT_BUDGET_S=450 bash tools/device/run_all.sh  # skip benchmarks that would end past 450 s
 # Each step has its own time limit so one slow step cannot take the rest down with it.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -13,6 +14,8 @@ R=/tmp/h3rt-results
 rm -rf "$R"; mkdir -p "$R"
 trap 'tar -C /tmp -czf "$OUT/results.tar.gz" h3rt-results' EXIT
 log() { echo "== $(date +%T) $*"; }
+T0=$(date +%s)
+BUDGET=${H3RT_BUDGET_S:-100000}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu \
   --format=csv 2>&1; nvcc --version | tail -1
 log build
@@ -30,8 +33,9 @@ timeout 60 $B/h3rt forward --device cuda --checkpoint $G/weights.safetensors --i
   --out /tmp/fwd.safetensors 2>&1 | tail -1
 timeout 60 $B/h3rt sample --device cuda --steps 2 --out /tmp/tiny.safetensors 2>&1 | tail -1
 # Benchmarks, most wanted first (H3RT_QUICK=1 keeps the core ones only).
-bench() {  # name, limit in seconds, command...
+bench() {  # name, limit in seconds, command... (skipped when it could end past the budget)
   local name=$1 limit=$2; shift 2
+  if (( $(date +%s) - T0 + limit > BUDGET )); then log "$name skipped (budget)"; return; fi
   log "$name"; timeout "$limit" "$@" > "$R/$name.log" 2>&1; echo "rc=$?"; tail -${TAIL:-4} "$R/$name.log"
 }
 bench block 90 $B/h3rt bench block --out "$R/bench_block.json"
