@@ -38,18 +38,18 @@ bench() {  # name, limit in seconds, command... (skipped when it could end past 
   if (( $(date +%s) - T0 + limit > BUDGET )); then log "$name skipped (budget)"; return; fi
   log "$name"; timeout "$limit" "$@" > "$R/$name.log" 2>&1; echo "rc=$?"; tail -${TAIL:-4} "$R/$name.log"
 }
-bench block 90 $B/h3rt bench block --out "$R/bench_block.json"
-bench block_nvfp4 90 $B/h3rt bench block --gemm nvfp4 --out "$R/bench_block_nvfp4.json"
-TAIL=14 bench nvfp4_gemm 120 $B/h3rt bench nvfp4-gemm --out "$R/bench_nvfp4_gemm.json"
-bench torch_block 120 python3 bench/torch_block.py --json "$R/torch_block.json"
-TAIL=26 bench kernels 90 $B/h3rt bench kernels --out "$R/bench_kernels.json"
-TAIL=10 bench attention 120 $B/h3rt bench attention --out "$R/bench_attention.json"
+bench block 60 $B/h3rt bench block --out "$R/bench_block.json"
+bench block_nvfp4 60 $B/h3rt bench block --gemm nvfp4 --out "$R/bench_block_nvfp4.json"
+TAIL=14 bench nvfp4_gemm 90 $B/h3rt bench nvfp4-gemm --out "$R/bench_nvfp4_gemm.json"
+bench torch_block 90 python3 bench/torch_block.py --json "$R/torch_block.json"
+TAIL=26 bench kernels 60 $B/h3rt bench kernels --out "$R/bench_kernels.json"
+TAIL=10 bench attention 80 $B/h3rt bench attention --out "$R/bench_attention.json"
 if [ -z "${H3RT_QUICK:-}" ]; then
-  bench block_fp8 90 $B/h3rt bench block --gemm fp8 --out "$R/bench_block_fp8.json"
-  bench block_nvfp4_dynamic 90 $B/h3rt bench block --gemm nvfp4-dynamic \
+  bench block_fp8 50 $B/h3rt bench block --gemm fp8 --out "$R/bench_block_fp8.json"
+  bench block_nvfp4_dynamic 50 $B/h3rt bench block --gemm nvfp4-dynamic \
     --out "$R/bench_block_nvfp4_dynamic.json"
-  TAIL=8 bench step 150 $B/h3rt bench step --preset h3 --reps 1 --out "$R/bench_step.json"
-  bench quantize_nvfp4 60 $B/h3rt bench quantize-nvfp4 --out "$R/bench_nvfp4.json"
-  bench sdpa 60 python3 bench/sdpa_reference.py --json "$R/sdpa.json"
+  TAIL=8 bench step 110 $B/h3rt bench step --preset h3 --reps 1 --out "$R/bench_step.json"
+  bench quantize_nvfp4 30 $B/h3rt bench quantize-nvfp4 --out "$R/bench_nvfp4.json"
+  bench sdpa 40 python3 bench/sdpa_reference.py --json "$R/sdpa.json"
 fi
 log done
