@@ -57,8 +57,9 @@ class Linear:
 class Block:
     def __init__(self, hidden, heads, ffn, fp8):
         self.H, self.heads, self.F = hidden, heads, ffn
-        self.qkv = Linear(3 * hidden, hidden, fp8)
-        self.out = Linear(hidden, hidden, fp8)
+        inner = heads * 128
+        self.qkv = Linear(3 * inner, hidden, fp8)
+        self.out = Linear(hidden, inner, fp8)
         self.fc1 = Linear(2 * ffn, hidden, fp8)
         self.fc2 = Linear(hidden, ffn, fp8)
         ones = lambda n: torch.ones(n, device="cuda", dtype=torch.bfloat16)
@@ -78,7 +79,7 @@ class Block:
         q, k, v = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))
         with sdpa_kernel([SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION]):
             a = F.scaled_dot_product_attention(q, k, v)
-        a = a.squeeze(0).transpose(0, 1).reshape(S, H)
+        a = a.squeeze(0).transpose(0, 1).reshape(S, nh * 128)
         mark("attention")
         y = self.out(a)
         mark("output_projection")

@@ -30,8 +30,9 @@ class CpuBackend : public Backend {
 #ifdef H3RT_HAVE_CUDA
 class CudaBackend : public Backend {
  public:
-  CudaBackend(model::DeviceModel m, bool cuda_graph) : model_(std::move(m)) {
+  CudaBackend(model::DeviceModel m, bool cuda_graph, bool sage) : model_(std::move(m)) {
     options_.cuda_graph = cuda_graph;
+    if (sage) options_.attention = ops::AttentionKernel::sage_8bit;
   }
   const H3Config& config() const override { return model_.config; }
   // One session per request shape: a sampling loop pays the per-request work once.
@@ -69,7 +70,10 @@ std::string default_precision(const std::string& device) {
 }
 
 std::unique_ptr<Backend> Backend::create(const ModelOptions& o, const std::string& device,
-                                         [[maybe_unused]] bool cuda_graph) {
+                                         [[maybe_unused]] bool cuda_graph, bool sage_attention) {
+  H3RT_CHECK(!sage_attention || device == "cuda",
+             "--attention sage runs on the GPU only (--device cuda); the CPU runs the reference "
+             "attention");
   if (device == "cpu") return std::make_unique<CpuBackend>(o.load(), o.parsed_precision());
   H3RT_CHECK(device == "cuda", "unknown device '", device, "' (cpu or cuda)");
 #ifdef H3RT_HAVE_CUDA
@@ -80,9 +84,10 @@ std::unique_ptr<Backend> Backend::create(const ModelOptions& o, const std::strin
     H3RT_CHECK(o.qkv_override.empty(), "--qkv-override needs --checkpoint");
     const std::string name = o.preset.empty() ? "tiny" : o.preset;
     return std::make_unique<CudaBackend>(
-        model::make_synthetic_device_model(*config_preset(name), o.weights_seed), cuda_graph);
+        model::make_synthetic_device_model(*config_preset(name), o.weights_seed), cuda_graph,
+        sage_attention);
   }
-  return std::make_unique<CudaBackend>(model::upload_model(o.load()), cuda_graph);
+  return std::make_unique<CudaBackend>(model::upload_model(o.load()), cuda_graph, sage_attention);
 #else
   H3RT_FAIL("--device cuda: this h3rt was built without CUDA (configure with nvcc available)");
 #endif

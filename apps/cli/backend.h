@@ -15,9 +15,10 @@ class Backend {
  public:
   // device: "cpu" or "cuda". Loads (or synthesizes) the model where it will run. The CUDA
   // backend keeps a forward session per request shape (per-request work done once) and, with
-  // cuda_graph, replays warm steps from CUDA graphs.
+  // cuda_graph, replays warm steps from CUDA graphs; sage_attention runs the blocks' attention
+  // with the 8-bit Sage kernel (CUDA only).
   static std::unique_ptr<Backend> create(const ModelOptions& options, const std::string& device,
-                                         bool cuda_graph = true);
+                                         bool cuda_graph = true, bool sage_attention = false);
   virtual ~Backend() = default;
   virtual const H3Config& config() const = 0;
   virtual ForwardOutputs forward(const ForwardInputs& inputs) = 0;

@@ -15,7 +15,7 @@ void add_bench_block_command(CLI::App& bench) {
   struct Opts {
     std::string preset = "h3", out = "-";
     int reps = 10;
-    std::string gemm = "bf16";
+    std::string gemm = "bf16", attention = "bf16";
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = bench.add_subcommand("block",
@@ -32,6 +32,11 @@ void add_bench_block_command(CLI::App& bench) {
                   "nvfp4-dynamic (W4A4, input scales computed per call)")
       ->check(CLI::IsMember({"bf16", "fp8", "nvfp4", "nvfp4-dynamic"}))
       ->capture_default_str();
+  cmd->add_option("--attention", o->attention,
+                  "Attention: bf16 (flash) or sage (8-bit SageAttention2 numerics, pre-pass "
+                  "included)")
+      ->check(CLI::IsMember({"bf16", "sage"}))
+      ->capture_default_str();
   cmd->add_option("--reps", o->reps, "Timed repetitions (medians)")->capture_default_str();
   cmd->add_option("--out", o->out, "JSON report path, - for stdout")->capture_default_str();
   cmd->callback([o] {
@@ -43,6 +48,7 @@ void add_bench_block_command(CLI::App& bench) {
     b.fp8 = o->gemm == "fp8";
     b.nvfp4 = o->gemm.rfind("nvfp4", 0) == 0;
     b.nvfp4_static_input_scale = o->gemm == "nvfp4";
+    b.sage_attention = o->attention == "sage";
     write_json(o->out, bench::run_block_bench(b));
 #else
     H3RT_FAIL("this h3rt was built without CUDA (cmake -DH3RT_CUDA=ON needs nvcc)");

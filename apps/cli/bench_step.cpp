@@ -14,7 +14,7 @@ namespace h3rt::cli {
 namespace {
 
 struct Opts {
-  std::string preset = "h3", gemm = "bf16", cuda_graph = "on", out = "-";
+  std::string preset = "h3", gemm = "bf16", cuda_graph = "on", out = "-", attention = "bf16";
   int reps = 3, warmup = 1, steps = 8;
   uint64_t seed = 440420, weights_seed = 0;
 };
@@ -29,6 +29,10 @@ void add_common(CLI::App* cmd, Opts& o) {
                   "Block GEMMs: bf16, or fp8 (e4m3, static per-tensor scales, as ComfyUI "
                   "fp8_scaled with input_scale)")
       ->check(CLI::IsMember({"bf16", "fp8"}))
+      ->capture_default_str();
+  cmd->add_option("--attention", o.attention,
+                  "Block attention: bf16 (flash) or sage (8-bit SageAttention2 numerics)")
+      ->check(CLI::IsMember({"bf16", "sage"}))
       ->capture_default_str();
   cmd->add_option("--seed", o.seed, "Noise and stand-in text seed (as `h3rt sample --seed`)")
       ->capture_default_str();
@@ -55,6 +59,7 @@ bench::StepBenchOptions to_bench(const Opts& o) {
   b.steps = o.steps;
   b.cuda_graph = o.cuda_graph == "on";
   b.fp8 = o.gemm == "fp8";
+  b.sage_attention = o.attention == "sage";
   b.seed = o.seed;
   b.weights_seed = o.weights_seed;
   return b;

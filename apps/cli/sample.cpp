@@ -27,6 +27,7 @@ struct SampleOptions {
   uint64_t seed = 440420;
   std::string out = "latents.safetensors", report;
   std::string cuda_graph = "on";
+  std::string attention = "bf16";
 };
 
 using Clock = std::chrono::steady_clock;
@@ -69,7 +70,8 @@ void run_sample(const SampleOptions& o) {
   H3RT_CHECK(steps >= 1 && steps <= 1000, "--steps must be in [1, 1000], got ", steps);
   reset_host_peak();
   auto t_start = Clock::now();
-  std::unique_ptr<Backend> backend = Backend::create(o.model, o.model.device, o.cuda_graph == "on");
+  std::unique_ptr<Backend> backend =
+      Backend::create(o.model, o.model.device, o.cuda_graph == "on", o.attention == "sage");
   const H3Config& c = backend->config();
   Request req = o.inputs.empty() ? request_from_options(o, c, o.model.preset == "h3")
                                  : request_from_inputs(o.inputs, c);
@@ -180,6 +182,11 @@ void add_sample_command(CLI::App& app) {
                   "With --device cuda: replay the steps from CUDA graphs (same bits as eager "
                   "launches; the first step of each kind runs eagerly)")
       ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--attention", o->attention,
+                  "Attention in the blocks: bf16 (the reference numerics) or sage (8-bit "
+                  "SageAttention2 numerics, --device cuda only; not bit-comparable)")
+      ->check(CLI::IsMember({"bf16", "sage"}))
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Noise seed (Philox4x32-10, same bits on CPU and GPU)")
       ->capture_default_str();

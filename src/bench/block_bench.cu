@@ -122,7 +122,9 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
       // A static input scale for activations up to 8 in magnitude, as a calibrated checkpoint.
       model::convert_linear_to_nvfp4(*l, o.nvfp4_static_input_scale ? 8.0f / 2688.0f : 0.0f, s);
     }
-  model::BlockCudaBuffers b = model::make_block_buffers(c, S, table_rows, o.fp8, o.nvfp4);
+  model::BlockCudaBuffers b = model::make_block_buffers(
+      c, S, table_rows, o.fp8, o.nvfp4,
+      o.sage_attention ? ops::AttentionKernel::sage_8bit : ops::AttentionKernel::flash_bf16);
   fill(b.x, ++k, 0.0f, 1.0f, s);
   fill(b.table, ++k, 0.0f, 0.1f, s);
   std::vector<int64_t> idx = adaln_indices(layout, plan);
@@ -219,8 +221,9 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
   m.graph_ms = std::move(graph);
   // fp8: a quantize launcher call per projection; nvfp4: none with static input scales (the
   // producers encode), one (two-pass quantizer) per projection otherwise.
-  m.launcher_calls =
-      model::kBlockLaunches + (o.fp8 || (o.nvfp4 && !o.nvfp4_static_input_scale) ? 4 : 0);
+  m.launcher_calls = model::kBlockLaunches +
+                     (o.fp8 || (o.nvfp4 && !o.nvfp4_static_input_scale) ? 4 : 0) +
+                     (o.sage_attention ? 1 : 0);  // Sage: pre-pass and kernel
   m.graph_nodes = static_cast<int64_t>(graph_nodes);
   m.cupti_kernels = cupti_kernels;
   const auto mem = cuda::default_arena().stats();
@@ -232,6 +235,7 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
   cudaRuntimeGetVersion(&m.runtime_version);
   m.fp8 = o.fp8;
   m.nvfp4 = o.nvfp4;
+  m.sage_attention = o.sage_attention;
   m.nvfp4_static_input_scale = o.nvfp4_static_input_scale;
   if (o.nvfp4) m.nvfp4_algo = nvfp4_algo_name(ops::linear_nvfp4_resolve(ops::Nvfp4GemmAlgo::kAuto));
   m.seed = o.seed;

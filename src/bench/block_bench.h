@@ -16,7 +16,9 @@ struct BlockBenchOptions {
   int reps = 10, warmup = 2;
   bool fp8 = false;    // fp8 e4m3 GEMMs (static per-tensor scales) instead of bf16
   bool nvfp4 = false;  // NVFP4 W4A4 GEMMs
-  bool nvfp4_static_input_scale = true;  // producers encode the input; else computed per call
+  bool nvfp4_static_input_scale = true;
+  bool sage_attention = false;  // Sage 8-bit attention (with its pre-pass) instead of flash bf16 //
+                                // producers encode the input; else computed per call
   uint64_t seed = 440420;
 };
 

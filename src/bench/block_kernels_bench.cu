@@ -91,7 +91,8 @@ void check(cudaError_t e, const char* what) {
 }
 
 nlohmann::json mem_entry(const std::string& name, double bytes, const Timing& t) {
-  std::printf("  %-28s %9.3f ms  %8.1f GB/s\n", name.c_str(), t.median_ms, bytes / t.median_ms * 1e-6);
+  std::printf("  %-28s %9.3f ms  %8.1f GB/s\n", name.c_str(), t.median_ms,
+              bytes / t.median_ms * 1e-6);
   return {{"name", name},
           {"ms_median", t.median_ms},
           {"ms_min", t.min_ms},
@@ -193,24 +194,24 @@ nlohmann::json bench_memory_bound(const BlockKernelsBenchOptions& o, cudaStream_
     H3RT_CUDA_CHECK(cudaGetLastError());
     Tensor qw = dev_bf16({128}, 9, 1.0f), kw = dev_bf16({128}, 10, 1.0f);
     for (int slots : {0, 4, 2}) {
-    Timing t = time_it(o, s, [&](int i) {
-      ops::QkNormRopeCudaParams p;
-      p.qkv = B(qkv[i % kSets]);
-      p.row_stride = 3 * I;
-      p.q_offset = 0;
-      p.k_offset = I;
-      p.rows = S;
-      p.heads = o.heads;
-      p.q_weight = B(qw);
-      p.k_weight = B(kw);
-      p.cos = static_cast<float*>(cs.data());
-      p.sin = static_cast<float*>(sn.data());
-      p.slots = slots;
-      check(ops::qk_norm_rope_cuda(p, s), "qk_norm_rope");
-    });
-    const std::string name = slots ? "qk_norm_rope (" + std::to_string(slots) + " slots)"
-                                    : std::string("qk_norm_rope");
-    out.push_back(mem_entry(name, 4 * bf * S * I + 2.0 * S * 96 * 4, t));
+      Timing t = time_it(o, s, [&](int i) {
+        ops::QkNormRopeCudaParams p;
+        p.qkv = B(qkv[i % kSets]);
+        p.row_stride = 3 * I;
+        p.q_offset = 0;
+        p.k_offset = I;
+        p.rows = S;
+        p.heads = o.heads;
+        p.q_weight = B(qw);
+        p.k_weight = B(kw);
+        p.cos = static_cast<float*>(cs.data());
+        p.sin = static_cast<float*>(sn.data());
+        p.slots = slots;
+        check(ops::qk_norm_rope_cuda(p, s), "qk_norm_rope");
+      });
+      const std::string name = slots ? "qk_norm_rope (" + std::to_string(slots) + " slots)"
+                                     : std::string("qk_norm_rope");
+      out.push_back(mem_entry(name, 4 * bf * S * I + 2.0 * S * 96 * 4, t));
     }
   }
   {

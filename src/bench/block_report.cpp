@@ -106,7 +106,9 @@ nlohmann::json block_report(const H3Config& c, const SequenceLayout& layout,
         {"heads", c.heads},
         {"ffn", c.ffn},
         {"precision", "bf16"},
-        {"attention", "flash_bf16 (h3rt)"},
+        {"attention", m.sage_attention ? "sage_8bit (h3rt, SageAttention2 numerics, pre-pass "
+                                         "included)"
+                                       : "flash_bf16 (h3rt)"},
         {"gemm", gemm_description(m)},
         {"seed", m.seed}}},
       {"representative_block_p50_milliseconds", p50},

@@ -33,6 +33,7 @@ struct BlockMeasurements {
   int driver_version = 0, runtime_version = 0;
   bool fp8 = false;
   bool nvfp4 = false, nvfp4_static_input_scale = false;
+  bool sage_attention = false;
   std::string nvfp4_algo;  // the NVFP4 GEMM algorithm that ran
   uint64_t seed = 0;
 };

@@ -131,12 +131,14 @@ nlohmann::json run_step_bench(const StepBenchOptions& o) {
   m.weights_seed = o.weights_seed;
   m.model_setup_s = st.model_s;
   m.weight_bytes = st.weight_bytes;
-  m.block_launches = model::kBlockLaunches + (o.fp8 ? 4 : 0);
+  m.block_launches = model::kBlockLaunches + (o.fp8 ? 4 : 0) + (o.sage_attention ? 1 : 0);
+  m.sage_attention = o.sage_attention;
 
   auto t0 = Clock::now();
   model::ForwardSessionOptions so;
   so.cuda_graph = false;
   so.stage_timing = true;
+  if (o.sage_attention) so.attention = ops::AttentionKernel::sage_8bit;
   model::ForwardSessionCuda session(st.dev, L, so);
   m.session_setup_ms = seconds_since(t0) * 1e3;
 
@@ -215,6 +217,7 @@ nlohmann::json run_sample_bench(const StepBenchOptions& o) {
   const SamplerPlan plan = make_sampler_plan(L, o.steps + 1);
   model::ForwardSessionOptions so;
   so.cuda_graph = o.cuda_graph;
+  if (o.sage_attention) so.attention = ops::AttentionKernel::sage_8bit;
   model::ForwardSessionCuda session(st.dev, L, so);
   const double session_ms = seconds_since(t_start) * 1e3;
   FloatVec& video_rows = st.noise.video_rows;

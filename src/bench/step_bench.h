@@ -24,9 +24,10 @@ struct StepBenchOptions {
   int64_t text_len = 100, audio_len = 207, frames = 37, height = 48, width = 84;  // latents
   int64_t pixel_frames = 124, pixel_width = 1344, pixel_height = 768;             // for reports
   int reps = 3, warmup = 1;                                                       // step
-  int steps = 8;           // sample: model evaluations
-  bool cuda_graph = true;  // sample
-  bool fp8 = false;        // fp8 e4m3 block GEMMs (static per-tensor scales)
+  int steps = 8;                // sample: model evaluations
+  bool cuda_graph = true;       // sample
+  bool fp8 = false;             // fp8 e4m3 block GEMMs (static per-tensor scales)
+  bool sage_attention = false;  // the blocks' attention: Sage 8-bit instead of flash bf16
   uint64_t seed = 440420, weights_seed = 0;
 };
 

@@ -32,6 +32,7 @@ struct StepRepetition {
 struct StepMeasurements {
   std::string preset;  // "h3" / "tiny"
   bool fp8 = false;
+  bool sage_attention = false;
   uint64_t seed = 0, weights_seed = 0;
   double model_setup_s = 0;     // synthetic weights generated on the GPU (+ fp8 conversion)
   double session_setup_ms = 0;  // buffers, RoPE tables, staging

@@ -135,7 +135,7 @@ void stage(const StageHook* hook, const char* name) {
 }  // namespace
 
 BlockCudaBuffers make_block_buffers(const H3Config& c, int64_t rows, int64_t table_rows, bool fp8,
-                                    bool nvfp4) {
+                                    bool nvfp4, ops::AttentionKernel attention) {
   BlockCudaBuffers b;
   b.rows = rows;
   b.hidden = c.hidden;
@@ -162,6 +162,14 @@ BlockCudaBuffers make_block_buffers(const H3Config& c, int64_t rows, int64_t tab
     b.x4_workspace = cuda::device_empty(DType::u8, {int64_t(nvfp4_quantize_workspace_bytes())});
     H3RT_CUDA_CHECK(cudaMemset(b.x4_workspace.data(), 0, b.x4_workspace.nbytes()));
     b.gemm_workspace = cuda::device_empty(DType::u8, {int64_t(nvfp4_gemm_scratch(c, rows))});
+  }
+  b.attention = attention;
+  const ops::AttentionCudaParams at =
+      ops::attention_params_from_qkv(bp(b.qkv), rows, c.heads, bp(b.attn));
+  const size_t aws = ops::attention_workspace_bytes(at, attention);
+  if (aws) {
+    b.attention_workspace = cuda::device_empty(DType::u8, {int64_t(aws)});
+    H3RT_CUDA_CHECK(cudaMemset(b.attention_workspace.data(), 0, aws));
   }
   return b;
 }
@@ -215,14 +223,21 @@ void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffer
   stage(hook, "rms_rope");
 
   ops::AttentionCudaParams at = ops::attention_params_from_qkv(bp(b.qkv), S, c.heads, bp(b.attn));
-  if (fused_input(w.out)) {
+  // The NVFP4 epilogue exists in the flash kernel only; with Sage, out_proj quantizes bf16.
+  const bool fused_out = fused_input(w.out) && b.attention == ops::AttentionKernel::flash_bf16;
+  if (fused_out) {
     at.out = nullptr;
     at.nvfp4 = nvfp4_input(w.out, b);
   }
-  H3RT_CUDA_CHECK(ops::attention_cuda(at, ops::AttentionKernel::flash_bf16, s));
+  at.workspace = b.attention_workspace.data();
+  at.workspace_bytes = b.attention_workspace.nbytes();
+  H3RT_CUDA_CHECK(ops::attention_cuda(at, b.attention, s));
   stage(hook, "attention");
 
-  project_input(w.out, bp(b.attn), bp(b.y), S, b, s);
+  if (fused_out)
+    gemm_nvfp4(w.out, w.out.x4_global.ptr<float>(), bp(b.y), S, b, s);
+  else
+    project(w.out, bp(b.attn), bp(b.y), S, b, s);
   stage(hook, "output_projection");
 
   n2.weight = bp(w.norm2);

@@ -4,7 +4,8 @@
 //   1 rmsnorm_modulate    n = norm1(x) * (1 + scale_msa) + shift_msa      (table row per row)
 //   2 linear (cuBLASLt)   qkv = n Wqkv^T                                   [S, 3I]
 //   3 qk_norm_rope        per-head RMSNorm + RoPE of q and k, in place on qkv
-//   4 attention           flash bf16 reading q/k/v through strides         -> attn [S, I]
+//   4 attention           flash bf16 (or Sage 8-bit: + its pre-pass launch) reading q/k/v
+//                         through strides                                  -> attn [S, I]
 //   5 linear              y = attn Wout^T
 //   6 rmsnorm_modulate    x += gate_msa * y; n = norm2(x) * (1 + scale_mlp) + shift_mlp
 //   7 linear              h = n Wfc1^T                                     [S, 2F]
@@ -25,6 +26,7 @@
 
 #include "h3rt/model.h"
 #include "h3rt/tensor.h"
+#include "ops/attention/attention.h"
 
 namespace h3rt::model {
 
@@ -75,9 +77,13 @@ struct BlockCudaBuffers {
   // NVFP4 layers (empty without them): the packed activation, its block scales and global
   // scale, the quantizer's workspace (zeroed once) and the GEMM's scratch.
   Tensor x4, x4_scales, x4_global, x4_workspace, gemm_workspace;
+  // The attention kernel and its workspace (zeroed once; Sage only).
+  ops::AttentionKernel attention = ops::AttentionKernel::flash_bf16;
+  Tensor attention_workspace;
 };
-BlockCudaBuffers make_block_buffers(const H3Config& c, int64_t rows, int64_t table_rows,
-                                    bool fp8 = false, bool nvfp4 = false);
+BlockCudaBuffers make_block_buffers(
+    const H3Config& c, int64_t rows, int64_t table_rows, bool fp8 = false, bool nvfp4 = false,
+    ops::AttentionKernel attention = ops::AttentionKernel::flash_bf16);
 
 // Called after each stage with its name (the seeds' component names) when timing per component.
 using StageHook = std::function<void(const char* component)>;

@@ -249,7 +249,7 @@ struct ForwardSessionCuda::Impl {
     H = c.hidden;
     audio0 = L;
     video0 = L + Na;
-    b = make_block_buffers(c, S, 3 * 2, m.has_fp8(), m.has_nvfp4());
+    b = make_block_buffers(c, S, 3 * 2, m.has_fp8(), m.has_nvfp4(), opt.attention);
     grow_tables(2);
     tidx = cuda::device_empty(DType::i64, {S});
     video_in = cuda::device_empty(DType::f32, {Nv, m.video_in.in});

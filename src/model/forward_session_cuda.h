@@ -38,6 +38,8 @@ namespace h3rt::model {
 
 struct ForwardSessionOptions {
   bool cuda_graph = true;
+  // The blocks' attention: flash bf16 (the reference numerics) or Sage 8-bit (quality-gated).
+  ops::AttentionKernel attention = ops::AttentionKernel::flash_bf16;
   bool stage_timing = false;  // CUDA events between stages of eager steps (for benchmarks)
 };
 

@@ -38,14 +38,19 @@ void attention_cpu(const AttentionParams& p);
 
 namespace h3rt::ops {
 
-// GPU attention (cuda.cu). One parameter block for every kernel: the dense bf16 flash kernel
-// today, 8-bit (Sage-class) kernels later, which quantize q/k/v into `workspace` first
-// (attention_workspace_bytes tells the size; 0 for flash_bf16). Device pointers; strides in
+// GPU attention (cuda.cu). One parameter block for every kernel: the dense bf16 flash kernel and
+// the 8-bit Sage kernel, which quantizes q/k/v into `workspace` first (attention_workspace_bytes
+// tells the size, 0 for flash_bf16; the workspace must be zero-filled once when allocated and
+// serve one stream at a time). Device pointers; strides in
 // elements; head h of q starts at q + h*q_head_stride (0: head_dim), token r at
 // + r*q_row_stride (0: heads*head_dim). The output is token-major: out + r*out_row_stride +
 // h*out_head_stride. bf16 inputs and output, fp32 softmax and accumulation.
 enum class AttentionKernel : uint8_t {
   flash_bf16 = 0,  // mma.sync bf16, online softmax (sm_80+: sm_90a, sm_121a)
+  // SageAttention2 numerics (src/ops/attention_sage): int8 QK, fp8 PV; its pre-pass + the
+  // automatically chosen kernel (wgmma on sm_90a). Needs q/k/v as the three column blocks of
+  // one QKV buffer (attention_params_from_qkv) and a plain token-major output.
+  sage_8bit = 1,
 };
 
 struct AttentionCudaParams {

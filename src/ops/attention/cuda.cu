@@ -27,6 +27,7 @@
 #include "cuda/runtime.h"
 #include "formats/nvfp4_quantize_fused.cuh"
 #include "ops/attention/attention.h"
+#include "ops/attention_sage/attention_sage_cuda.h"
 
 namespace h3rt::ops {
 
@@ -300,13 +301,53 @@ AttentionCudaParams attention_params_from_qkv(const __nv_bfloat16* qkv, int64_t 
   return p;
 }
 
-size_t attention_workspace_bytes(const AttentionCudaParams&, AttentionKernel kernel) {
+size_t attention_workspace_bytes(const AttentionCudaParams& p, AttentionKernel kernel) {
   switch (kernel) {
     case AttentionKernel::flash_bf16:
       return 0;
+    case AttentionKernel::sage_8bit:
+      return attention_sage::sage_buffer_bytes(p.rows, p.heads);
   }
   return 0;
 }
+
+namespace {
+
+// The Sage pre-pass and kernel on q/k/v that are the column blocks of one QKV buffer.
+cudaError_t attention_sage_cuda(const AttentionCudaParams& in, cudaStream_t stream) {
+  const AttentionCudaParams p = normalized(in);
+  const int64_t span = p.heads * p.head_dim;
+  H3RT_CHECK(p.head_dim == kD && p.k == p.q + span && p.v == p.q + 2 * span &&
+                 p.k_row_stride == p.q_row_stride && p.v_row_stride == p.q_row_stride &&
+                 p.q_head_stride == kD && p.k_head_stride == kD && p.v_head_stride == kD &&
+                 p.out_head_stride == kD,
+             "attention_cuda (sage_8bit): q/k/v must be the column blocks of one QKV buffer "
+             "[rows, 3, heads, 128] and the output token-major");
+  H3RT_CHECK(!p.nvfp4.enabled(), "attention_cuda (sage_8bit): no fused NVFP4 output");
+  H3RT_CHECK(
+      p.workspace && p.workspace_bytes >= attention_workspace_bytes(p, AttentionKernel::sage_8bit),
+      "attention_cuda (sage_8bit): workspace of ", p.workspace_bytes, " bytes, needs ",
+      attention_workspace_bytes(p, AttentionKernel::sage_8bit));
+  if (p.rows == 0) return cudaSuccess;
+  attention_sage::SagePrepassParams pre;
+  pre.qkv = p.q;
+  pre.row_stride = p.q_row_stride;
+  pre.seq = p.rows;
+  pre.heads = p.heads;
+  pre.sm_scale = p.scale;
+  pre.buf = attention_sage::sage_buffers(p.workspace, p.rows, p.heads);
+  cudaError_t e = attention_sage::sage_prepass(pre, stream);
+  if (e != cudaSuccess) return e;
+  attention_sage::SageAttentionParams a;
+  a.buf = pre.buf;
+  a.seq = p.rows;
+  a.heads = p.heads;
+  a.out = p.out;
+  a.out_row_stride = p.out_row_stride;
+  return attention_sage::sage_attention(a, stream);
+}
+
+}  // namespace
 
 cudaError_t attention_flash_bf16_cuda(const AttentionCudaParams& in, cudaStream_t stream) {
   const AttentionCudaParams p = normalized(in);
@@ -349,6 +390,8 @@ cudaError_t attention_cuda(const AttentionCudaParams& p, AttentionKernel kernel,
   switch (kernel) {
     case AttentionKernel::flash_bf16:
       return attention_flash_bf16_cuda(p, stream);
+    case AttentionKernel::sage_8bit:
+      return attention_sage_cuda(p, stream);
   }
   H3RT_FAIL("attention_cuda: unknown kernel ", static_cast<int>(kernel));
 }
