@@ -22,7 +22,9 @@ namespace {
 constexpr int kHeadDim = 128;
 constexpr int kThreads = 256;                  // 16 half-warps
 constexpr int kSideHalfWarps = kThreads / 32;  // half-warps per side (q or k)
-constexpr int kDefaultSlots = 7;               // heads per half-warp in flight (56 = 8 x 7)
+// Heads per half-warp in flight by default: 4 (two head groups of 32 per side for 56 heads)
+// measured 0.616 ms at the seed shape on the H200, against 0.657 ms with 7 and 0.803 ms with 2.
+constexpr int kDefaultSlots = 4;
 
 // Slots padded to a power of two for the reduction.
 constexpr int pad_of(int slots) {
@@ -221,8 +223,10 @@ cudaError_t qk_norm_rope_cuda(const QkNormRopeCudaParams& in, cudaStream_t strea
   if (p.rows == 0 || (!p.norm && !p.rope)) return cudaSuccess;
   switch (p.slots) {
     case 0:
-    case kDefaultSlots:
       launch<kDefaultSlots>(p, stream);
+      break;
+    case 7:
+      launch<7>(p, stream);
       break;
     case 4:
       launch<4>(p, stream);

@@ -60,7 +60,7 @@ struct QkNormRopeCudaParams {
   float eps = 1e-5f;
   bool norm = true;
   bool rope = true;
-  int slots = 0;  // tuning: heads per half-warp in flight, 2, 4 or 7 (0: the default, 7)
+  int slots = 0;  // tuning: heads per half-warp in flight, 2, 4 or 7 (0: the default, 4)
 };
 
 cudaError_t qk_norm_rope_cuda(const QkNormRopeCudaParams& p, cudaStream_t stream);
