@@ -20,6 +20,7 @@
 #include "cuda/mma_sm80.cuh"
 #include "ops/attention_sage/attention_sage.h"
 #include "ops/attention_sage/attention_sage_cuda.h"
+#include "ops/attention_sage/sage_device.cuh"
 
 #if defined(__CUDA_ARCH__) && \
     (__CUDA_ARCH__ == 900 || __CUDA_ARCH__ == 1200 || __CUDA_ARCH__ == 1210)
@@ -58,17 +59,8 @@ struct KernelArgs {
 
 #ifdef H3RT_SAGE_KERNEL_ENABLED
 
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-// Four floats -> four e4m3 bytes (first in the low byte), satfinite RNE.
-__device__ __forceinline__ uint32_t pack_e4m3(float a, float b, float c, float d) {
-  uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
-  uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
-  return lo | (hi << 16);
-}
+using device::ex2;
+using device::pack_e4m3;
 
 // Swizzled byte offset in a tile of 128-byte rows (Q, K and the V^T tile of 128 keys).
 __device__ __forceinline__ uint32_t off128(int row, int chunk) {

@@ -36,6 +36,7 @@
 #include "cuda/tensor_map.h"
 #include "ops/attention_sage/attention_sage.h"
 #include "ops/attention_sage/attention_sage_cuda.h"
+#include "ops/attention_sage/sage_device.cuh"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define H3RT_SAGE_WGMMA_ENABLED 1
@@ -112,17 +113,8 @@ __device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[64], const uint32_t (&a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(kAccumulate));
 }
 
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-// Four floats -> four e4m3 bytes (first in the low byte), satfinite RNE.
-__device__ __forceinline__ uint32_t pack_e4m3(float a, float b, float c, float d) {
-  uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
-  uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
-  return lo | (hi << 16);
-}
+using device::ex2;
+using device::pack_e4m3;
 
 struct Smem {
   uint32_t q, stage0, bars;
