@@ -41,6 +41,29 @@ TEST(BlockReport, SeedShapedSchemaWithRooflinesAndRatios) {
   EXPECT_TRUE(r.at("roofline").at("qkv_projection").contains("achieved_TFLOPs"));
 }
 
+// The workload names the GEMM and attention paths that ran.
+TEST(BlockReport, NamesTheGemmAndAttentionPaths) {
+  const SequenceLayout layout = make_t2va_layout(10, 9, 7, 8, 12);
+  auto workload = [&](const bench::BlockMeasurements& m) {
+    return bench::block_report(H3Config::tiny(), layout, m).at("workload");
+  };
+  bench::BlockMeasurements m;
+  EXPECT_EQ(workload(m).at("gemm").get<std::string>(), "cuBLASLt bf16");
+  EXPECT_EQ(workload(m).at("attention").get<std::string>(), "flash_bf16 (h3rt)");
+  m.fp8 = true;
+  EXPECT_NE(workload(m).at("gemm").get<std::string>().find("fp8"), std::string::npos);
+  m.fp8 = false;
+  m.nvfp4 = true;
+  m.nvfp4_algo = "dequantize to bf16 scratch + cuBLASLt bf16";
+  const std::string computed = workload(m).at("gemm").get<std::string>();
+  EXPECT_NE(computed.find(m.nvfp4_algo), std::string::npos);
+  EXPECT_NE(computed.find("computed input scales"), std::string::npos);
+  m.nvfp4_static_input_scale = true;
+  EXPECT_NE(workload(m).at("gemm").get<std::string>().find("fused"), std::string::npos);
+  m.sage_attention = true;
+  EXPECT_EQ(workload(m).at("attention").get<std::string>().rfind("sage_8bit", 0), 0u);
+}
+
 TEST(BlockReport, RejectsUnknownComponents) {
   bench::BlockMeasurements m;
   m.component_ms["made_up"] = {1.0};
