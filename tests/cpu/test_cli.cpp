@@ -129,6 +129,9 @@ TEST(Cli, RejectsBadShapesWithClearMessages) {
   r = run_cli("sample --preset h3 --checkpoint " + kWeights);
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.output.find("not both"), std::string::npos) << r.output;
+  r = run_cli("sample --attention sage --device cpu --out " + tmp("z.st"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("--attention sage runs on the GPU only"), std::string::npos) << r.output;
 }
 
 }  // namespace
