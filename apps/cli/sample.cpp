@@ -120,17 +120,10 @@ void run_sample(const SampleOptions& o) {
   rep.device = backend->device_name();
   rep.model = o.model.describe();
   rep.precision = o.model.precision_name();
-  rep.latent_frames = L.frames;
-  rep.latent_height = L.height;
-  rep.latent_width = L.width;
+  rep.set_layout(L);
   rep.frames = video_frames_for(L.frames);
   rep.width = L.width * 16;
   rep.height = L.height * 16;
-  rep.audio_latents = L.audio_len;
-  rep.text_tokens = L.text_len;
-  rep.audio_rows = L.audio_rows();
-  rep.video_rows = L.video_rows();
-  rep.packed_tokens = L.seq_len();
   rep.seed = o.seed;
   rep.steps = evals;
   rep.total_seconds = seconds_since(t_start);

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "h3rt/layout.h"
+
 namespace h3rt {
 
 struct StageSeconds {
@@ -34,6 +36,9 @@ struct SampleReport {
   int64_t peak_host_bytes = 0;
   int64_t peak_device_allocated_bytes = 0, peak_device_reserved_bytes = 0;
   Checksum video, audio;
+
+  // The latent shape, token counts and packed rows of a request's layout.
+  void set_layout(const SequenceLayout& layout);
 };
 
 nlohmann::json to_json(const SampleReport& r);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bench/attention_sage_bench.h"
+#include "cuda/runtime.h"
 #include "h3rt/check.h"
 #include "ops/attention/attention.h"
 #include "ops/attention_sage/attention_sage.h"
@@ -18,12 +19,6 @@
 
 namespace h3rt::bench {
 namespace {
-
-#define BENCH_CUDA(x)                                                                     \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    H3RT_CHECK(e_ == cudaSuccess, "attention bench: ", #x, ": ", cudaGetErrorString(e_)); \
-  } while (0)
 
 __device__ float hash_normal(uint64_t i) {
   // Sum of four uniform hashes, scaled to unit variance: close enough to N(0,1) for timing.
@@ -65,29 +60,29 @@ __global__ void diff_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, int6
 }
 
 double rel_l2(const void* a, const void* b, int64_t n, double* d_acc) {
-  BENCH_CUDA(cudaMemset(d_acc, 0, 2 * sizeof(double)));
+  H3RT_CUDA_CHECK(cudaMemset(d_acc, 0, 2 * sizeof(double)));
   diff_kernel<<<1024, 256>>>(static_cast<const __nv_bfloat16*>(a),
                              static_cast<const __nv_bfloat16*>(b), n, d_acc);
-  BENCH_CUDA(cudaGetLastError());
+  H3RT_CUDA_CHECK(cudaGetLastError());
   double h[2] = {0, 0};
-  BENCH_CUDA(cudaMemcpy(h, d_acc, sizeof(h), cudaMemcpyDeviceToHost));
+  H3RT_CUDA_CHECK(cudaMemcpy(h, d_acc, sizeof(h), cudaMemcpyDeviceToHost));
   return std::sqrt(h[0] / h[1]);
 }
 
 template <typename F>
 double median_ms(int warmup, int iters, F&& f) {
   cudaEvent_t a, b;
-  BENCH_CUDA(cudaEventCreate(&a));
-  BENCH_CUDA(cudaEventCreate(&b));
+  H3RT_CUDA_CHECK(cudaEventCreate(&a));
+  H3RT_CUDA_CHECK(cudaEventCreate(&b));
   for (int i = 0; i < warmup; ++i) f();
   std::vector<float> ms;
   for (int i = 0; i < iters; ++i) {
-    BENCH_CUDA(cudaEventRecord(a));
+    H3RT_CUDA_CHECK(cudaEventRecord(a));
     f();
-    BENCH_CUDA(cudaEventRecord(b));
-    BENCH_CUDA(cudaEventSynchronize(b));
+    H3RT_CUDA_CHECK(cudaEventRecord(b));
+    H3RT_CUDA_CHECK(cudaEventSynchronize(b));
     float t = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&t, a, b));
+    H3RT_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
     ms.push_back(t);
   }
   cudaEventDestroy(a);
@@ -103,22 +98,22 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
   H3RT_CHECK(opt.seq > 0 && opt.heads > 0 && opt.iters > 0, "attention bench: bad options");
   const int64_t S = opt.seq, H = opt.heads, stride = 3 * H * kHeadDim;
   cudaDeviceProp prop{};
-  BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
+  H3RT_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   void *qkv = nullptr, *buf = nullptr, *out = nullptr, *ref = nullptr;
   double* d_acc = nullptr;
   const size_t buf_bytes = sage_buffer_bytes(S, H);
   const int64_t out_elems = S * H * kHeadDim;
-  BENCH_CUDA(cudaMalloc(&qkv, S * stride * 2));
-  BENCH_CUDA(cudaMalloc(&buf, buf_bytes));
-  BENCH_CUDA(cudaMalloc(&out, out_elems * 2));
-  BENCH_CUDA(cudaMalloc(&ref, out_elems * 2));
-  BENCH_CUDA(cudaMalloc(&d_acc, 2 * sizeof(double)));
-  BENCH_CUDA(cudaMemset(buf, 0, buf_bytes));
+  H3RT_CUDA_CHECK(cudaMalloc(&qkv, S * stride * 2));
+  H3RT_CUDA_CHECK(cudaMalloc(&buf, buf_bytes));
+  H3RT_CUDA_CHECK(cudaMalloc(&out, out_elems * 2));
+  H3RT_CUDA_CHECK(cudaMalloc(&ref, out_elems * 2));
+  H3RT_CUDA_CHECK(cudaMalloc(&d_acc, 2 * sizeof(double)));
+  H3RT_CUDA_CHECK(cudaMemset(buf, 0, buf_bytes));
   fill_kernel<<<4096, 256>>>(static_cast<__nv_bfloat16*>(qkv), S * stride);
-  BENCH_CUDA(cudaGetLastError());
+  H3RT_CUDA_CHECK(cudaGetLastError());
   SageBuffers b = sage_buffers(buf, S, H);
   SagePrepassParams pp{qkv, stride, S, H, 1.0f / std::sqrt(float(kHeadDim)), b};
-  auto prepass = [&] { BENCH_CUDA(sage_prepass(pp, nullptr)); };
+  auto prepass = [&] { H3RT_CUDA_CHECK(sage_prepass(pp, nullptr)); };
   const double flops = 4.0 * double(S) * double(S) * kHeadDim * double(H);
   const double pre_ms = median_ms(opt.warmup, opt.iters, prepass);
   const double in_bytes = double(S) * stride * 2;
@@ -134,7 +129,7 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
   {
     ops::AttentionCudaParams fp = ops::attention_params_from_qkv(
         static_cast<const __nv_bfloat16*>(qkv), S, H, static_cast<__nv_bfloat16*>(ref));
-    auto flash = [&] { BENCH_CUDA(ops::attention_flash_bf16_cuda(fp, nullptr)); };
+    auto flash = [&] { H3RT_CUDA_CHECK(ops::attention_flash_bf16_cuda(fp, nullptr)); };
     const double ms = median_ms(opt.warmup, opt.iters, flash);
     std::printf("flash bf16 (mma.sync): %.3f ms  %.1f TFLOP/s\n", ms, flops / ms / 1e9);
     j["kernel_ms"]["flash_bf16"] = ms;
@@ -145,16 +140,16 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
         SageVariant::wgmma_pp_overlap, SageVariant::wgmma_pp3}) {
     SageAttentionParams ap{b, S, H, out, H * kHeadDim, v};
     const char* name = sage_variant_name(v);
-    BENCH_CUDA(cudaMemset(out, 0xff, out_elems * 2));
+    H3RT_CUDA_CHECK(cudaMemset(out, 0xff, out_elems * 2));
     cudaError_t e = sage_attention(ap, nullptr);
     if (e == cudaErrorNotSupported) {
       std::printf("kernel %s: not supported on this device / build\n", name);
       continue;
     }
-    BENCH_CUDA(e);
-    BENCH_CUDA(cudaDeviceSynchronize());
+    H3RT_CUDA_CHECK(e);
+    H3RT_CUDA_CHECK(cudaDeviceSynchronize());
     const double err = rel_l2(out, ref, out_elems, d_acc);
-    auto attn = [&] { BENCH_CUDA(sage_attention(ap, nullptr)); };
+    auto attn = [&] { H3RT_CUDA_CHECK(sage_attention(ap, nullptr)); };
     const double ms = median_ms(opt.warmup, opt.iters, attn);
     std::printf(
         "kernel %-16s: %8.3f ms  %6.1f TFLOP/s | with pre-pass %8.3f ms  %6.1f TFLOP/s | "
@@ -164,7 +159,7 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
     j["total_ms"][name] = ms + pre_ms;
     j["rel_l2_vs_flash_bf16"][name] = err;
   }
-  BENCH_CUDA(cudaDeviceSynchronize());
+  H3RT_CUDA_CHECK(cudaDeviceSynchronize());
   cudaFree(qkv);
   cudaFree(buf);
   cudaFree(out);

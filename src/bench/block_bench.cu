@@ -10,10 +10,8 @@
 #include "bench/launch_count.h"
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
-#include "formats/nvfp4_quantize.h"
 #include "h3rt/layout.h"
 #include "h3rt/model.h"
-#include "h3rt/nvfp4.h"
 #include "model/block_cuda.h"
 #include "model/model_cuda.h"
 #include "ops/linear/linear.h"
@@ -210,10 +208,6 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
   H3RT_CUDA_CHECK(cudaGraphDestroy(g));
   for (auto& e : ev) H3RT_CUDA_CHECK(cudaEventDestroy(e));
 
-  cudaDeviceProp prop{};
-  int dev = 0;
-  H3RT_CUDA_CHECK(cudaGetDevice(&dev));
-  H3RT_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
   BlockMeasurements m;
   m.component_ms = std::move(comp);
   m.instrumented_ms = std::move(instrumented);
@@ -229,10 +223,7 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
   const auto mem = cuda::default_arena().stats();
   m.peak_allocated = mem.peak_allocated;
   m.peak_reserved = mem.peak_reserved;
-  m.device = prop.name;
-  m.compute_capability = std::to_string(prop.major) + std::to_string(prop.minor);
-  cudaDriverGetVersion(&m.driver_version);
-  cudaRuntimeGetVersion(&m.runtime_version);
+  m.device = current_device_info();
   m.fp8 = o.fp8;
   m.nvfp4 = o.nvfp4;
   m.sage_attention = o.sage_attention;

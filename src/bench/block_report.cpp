@@ -92,11 +92,7 @@ nlohmann::json block_report(const H3Config& c, const SequenceLayout& layout,
   }
   p50["module_forward"] = median(m.instrumented_ms);
   const double block_ms = median(m.uninstrumented_ms);
-  return {
-      {"device", m.device},
-      {"compute_capability", m.compute_capability},
-      {"driver_version", m.driver_version},
-      {"cuda_runtime_version", m.runtime_version},
+  nlohmann::json report = {
       {"workload",
        {{"packed_tokens", S},
         {"text", layout.text_len},
@@ -133,6 +129,8 @@ nlohmann::json block_report(const H3Config& c, const SequenceLayout& layout,
       {"peak_device_bytes", {{"allocated", m.peak_allocated}, {"reserved", m.peak_reserved}}},
       {"reps", m.uninstrumented_ms.size()},
   };
+  add_device_fields(report, m.device);
+  return report;
 }
 
 }  // namespace h3rt::bench

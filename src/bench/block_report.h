@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/device_info.h"
 #include "h3rt/layout.h"
 #include "h3rt/model.h"
 
@@ -29,8 +30,7 @@ struct BlockMeasurements {
   int launcher_calls = 0;
   int64_t graph_nodes = 0, cupti_kernels = -1;  // -1: not counted (built without CUPTI)
   int64_t peak_allocated = 0, peak_reserved = 0;
-  std::string device, compute_capability;
-  int driver_version = 0, runtime_version = 0;
+  DeviceInfo device;
   bool fp8 = false;
   bool nvfp4 = false, nvfp4_static_input_scale = false;
   bool sage_attention = false;

@@ -30,6 +30,17 @@ nlohmann::json stage_json(const StageSeconds& s) {
 
 }  // namespace
 
+void SampleReport::set_layout(const SequenceLayout& layout) {
+  latent_frames = layout.frames;
+  latent_height = layout.height;
+  latent_width = layout.width;
+  audio_latents = layout.audio_len;
+  text_tokens = layout.text_len;
+  audio_rows = layout.audio_rows();
+  video_rows = layout.video_rows();
+  packed_tokens = layout.seq_len();
+}
+
 nlohmann::json to_json(const SampleReport& r) {
   nlohmann::json steps = nlohmann::json::array();
   StageSeconds sum;

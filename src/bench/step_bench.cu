@@ -85,17 +85,6 @@ Setup setup(const StepBenchOptions& o, const char* verb) {
   return st;
 }
 
-void device_info(std::string& name, std::string& cc, int& driver, int& runtime) {
-  cudaDeviceProp prop{};
-  int dev = 0;
-  H3RT_CUDA_CHECK(cudaGetDevice(&dev));
-  H3RT_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-  name = prop.name;
-  cc = std::to_string(prop.major) + std::to_string(prop.minor);
-  cudaDriverGetVersion(&driver);
-  cudaRuntimeGetVersion(&runtime);
-}
-
 StepRepetition repetition(const model::ForwardStepTimes& t, const ForwardOutputs& v,
                           const SamplerStep& step) {
   StepRepetition r;
@@ -204,7 +193,7 @@ nlohmann::json run_step_bench(const StepBenchOptions& o) {
   const auto mem = cuda::default_arena().stats();
   m.peak_allocated = mem.peak_allocated;
   m.peak_reserved = mem.peak_reserved;
-  device_info(m.device, m.compute_capability, m.driver_version, m.runtime_version);
+  m.device = current_device_info();
   return step_report(st.c, L, m);
 }
 
@@ -253,22 +242,14 @@ nlohmann::json run_sample_bench(const StepBenchOptions& o) {
   rep.stages.back().output_transform = seconds_since(t0);
   rep.total_seconds = seconds_since(t_start);
 
-  std::string cc;
-  int driver = 0, runtime = 0;
-  device_info(rep.device, cc, driver, runtime);
+  const DeviceInfo device = current_device_info();
+  rep.device = device.name;
   rep.model = o.preset + " (synthetic, weights seed " + std::to_string(o.weights_seed) + ")";
   rep.precision = o.fp8 ? "bf16 + fp8 e4m3 block GEMMs" : "bf16";
-  rep.latent_frames = L.frames;
-  rep.latent_height = L.height;
-  rep.latent_width = L.width;
+  rep.set_layout(L);
   rep.frames = o.pixel_frames;
   rep.width = o.pixel_width;
   rep.height = o.pixel_height;
-  rep.audio_latents = L.audio_len;
-  rep.text_tokens = L.text_len;
-  rep.audio_rows = L.audio_rows();
-  rep.video_rows = L.video_rows();
-  rep.packed_tokens = L.seq_len();
   rep.seed = o.seed;
   rep.steps = evals;
   const auto mem = cuda::default_arena().stats();
@@ -281,9 +262,7 @@ nlohmann::json run_sample_bench(const StepBenchOptions& o) {
                evals, rep.total_seconds, rep.video.sum, rep.audio.sum);
 
   nlohmann::json j = to_json(rep);
-  j["compute_capability"] = cc;
-  j["driver_version"] = driver;
-  j["cuda_runtime_version"] = runtime;
+  add_device_fields(j, device);
   j["cuda_graph"] = o.cuda_graph && session.graph_enabled();
   j["setup"] = {{"model_seconds", st.model_s}, {"session_ms", session_ms}};
   j["per_step"] = per_step;

@@ -91,11 +91,7 @@ nlohmann::json step_report(const H3Config& c, const SequenceLayout& layout,
       {"speedup_over_eager", graph_ms > 0 ? eager_ms / graph_ms : 0.0},
       {"velocities_bit_identical_to_eager", identical},
       {"repetitions", reps_json(m.graph)}};
-  return {
-      {"device", m.device},
-      {"compute_capability", m.compute_capability},
-      {"driver_version", m.driver_version},
-      {"cuda_runtime_version", m.runtime_version},
+  nlohmann::json report = {
       {"workload",
        {{"preset", m.preset},
         {"packed_tokens", layout.seq_len()},
@@ -143,6 +139,8 @@ nlohmann::json step_report(const H3Config& c, const SequenceLayout& layout,
         {"audio_latents", checksum_json(m.one_step_audio)}}},
       {"reps", m.eager.size()},
   };
+  add_device_fields(report, m.device);
+  return report;
 }
 
 }  // namespace h3rt::bench

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/device_info.h"
 #include "h3rt/layout.h"
 #include "h3rt/model.h"
 #include "h3rt/report.h"
@@ -48,8 +49,7 @@ struct StepMeasurements {
   int64_t cupti_kernels = -1;  // per eager step; -1: not counted (built without CUPTI)
   int64_t weight_bytes = 0;    // device bytes of the model
   int64_t peak_allocated = 0, peak_reserved = 0;
-  std::string device, compute_capability;
-  int driver_version = 0, runtime_version = 0;
+  DeviceInfo device;
 };
 
 // Launcher calls of one step's device work (kernels, GEMMs and copies it enqueues), from the
