@@ -105,10 +105,11 @@ void project(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows, BlockC
   H3RT_CUDA_CHECK(ops::linear_fp8_cuda(g, s));
 }
 
-// The projection of an input its producer may have encoded already (fused_input).
-void project_input(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows, BlockCudaBuffers& b,
-                   cudaStream_t s) {
-  if (fused_input(l)) return gemm_nvfp4(l, l.x4_global.ptr<float>(), y, rows, b, s);
+// The projection of an input its producer either encoded to NVFP4 in b.x4 (`encoded`) or
+// wrote in bf16 to x.
+void project_input(const DeviceLinear& l, bool encoded, const bf16* x, bf16* y, int64_t rows,
+                   BlockCudaBuffers& b, cudaStream_t s) {
+  if (encoded) return gemm_nvfp4(l, l.x4_global.ptr<float>(), y, rows, b, s);
   project(l, x, y, rows, b, s);
 }
 
@@ -195,14 +196,15 @@ void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffer
   n1.table_row_stride = 6 * H;
   n1.eps = c.norm_eps;
   ops::RmsNormModulateCudaParams n2 = n1;  // the same rows and table, second half
-  if (fused_input(w.qkv)) {
+  const bool fused_qkv = fused_input(w.qkv);
+  if (fused_qkv) {
     n1.y = nullptr;
     n1.nvfp4 = nvfp4_input(w.qkv, b);
   }
   H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(n1, s));
   stage(hook, "norm_modulate");
 
-  project_input(w.qkv, bp(b.n), bp(b.qkv), S, b, s);
+  project_input(w.qkv, fused_qkv, bp(b.n), bp(b.qkv), S, b, s);
   stage(hook, "qkv_projection");
 
   ops::QkNormRopeCudaParams qk;
@@ -234,10 +236,7 @@ void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffer
   H3RT_CUDA_CHECK(ops::attention_cuda(at, b.attention, s));
   stage(hook, "attention");
 
-  if (fused_out)
-    gemm_nvfp4(w.out, w.out.x4_global.ptr<float>(), bp(b.y), S, b, s);
-  else
-    project(w.out, bp(b.attn), bp(b.y), S, b, s);
+  project_input(w.out, fused_out, bp(b.attn), bp(b.y), S, b, s);
   stage(hook, "output_projection");
 
   n2.weight = bp(w.norm2);
@@ -245,14 +244,15 @@ void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffer
   n2.scale = chunk(4);
   n2.residual = bp(b.y);
   n2.residual_gate = chunk(2);
-  if (fused_input(w.fc1)) {
+  const bool fused_fc1 = fused_input(w.fc1);
+  if (fused_fc1) {
     n2.y = nullptr;
     n2.nvfp4 = nvfp4_input(w.fc1, b);
   }
   H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(n2, s));
   stage(hook, "residual_gate_norm_modulate");
 
-  project_input(w.fc1, bp(b.n), bp(b.h), S, b, s);
+  project_input(w.fc1, fused_fc1, bp(b.n), bp(b.h), S, b, s);
   stage(hook, "mlp_fc1");
 
   ops::SwigluCudaParams sw;
@@ -260,14 +260,15 @@ void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffer
   sw.out = bp(b.g);
   sw.rows = S;
   sw.ffn = F;
-  if (fused_input(w.fc2)) {
+  const bool fused_fc2 = fused_input(w.fc2);
+  if (fused_fc2) {
     sw.out = nullptr;
     sw.nvfp4 = nvfp4_input(w.fc2, b);
   }
   H3RT_CUDA_CHECK(ops::swiglu_cuda(sw, s));
   stage(hook, "swiglu");
 
-  project_input(w.fc2, bp(b.g), bp(b.y), S, b, s);
+  project_input(w.fc2, fused_fc2, bp(b.g), bp(b.y), S, b, s);
   stage(hook, "mlp_fc2");
 
   ops::GatedResidualCudaParams gr;

@@ -324,10 +324,9 @@ cudaError_t attention_sage_cuda(const AttentionCudaParams& in, cudaStream_t stre
              "attention_cuda (sage_8bit): q/k/v must be the column blocks of one QKV buffer "
              "[rows, 3, heads, 128] and the output token-major");
   H3RT_CHECK(!p.nvfp4.enabled(), "attention_cuda (sage_8bit): no fused NVFP4 output");
-  H3RT_CHECK(
-      p.workspace && p.workspace_bytes >= attention_workspace_bytes(p, AttentionKernel::sage_8bit),
-      "attention_cuda (sage_8bit): workspace of ", p.workspace_bytes, " bytes, needs ",
-      attention_workspace_bytes(p, AttentionKernel::sage_8bit));
+  const size_t need = attention_workspace_bytes(p, AttentionKernel::sage_8bit);
+  H3RT_CHECK(p.workspace && p.workspace_bytes >= need, "attention_cuda (sage_8bit): workspace of ",
+             p.workspace_bytes, " bytes, needs ", need);
   if (p.rows == 0) return cudaSuccess;
   attention_sage::SagePrepassParams pre;
   pre.qkv = p.q;
