@@ -59,9 +59,6 @@ cudaError_t swap_nibbles(const uint8_t* src, uint8_t* dst, int64_t bytes, const 
 struct Layout {
   size_t alpha, w, a, lt, total;
 };
-size_t up256(size_t v) {
-  return (v + 255) / 256 * 256;
-}
 Layout layout_of(const LinearNvfp4CudaParams& p) {
   Layout l;
   l.alpha = 0;

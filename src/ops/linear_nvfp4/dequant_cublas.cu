@@ -79,15 +79,12 @@ __global__ void __launch_bounds__(256)
 struct Layout {
   size_t alpha, w, a, lt, total;
 };
-size_t up256(size_t v) {
-  return (v + 255) / 256 * 256;
-}
 Layout layout_of(const LinearNvfp4CudaParams& p) {
   Layout l;
   l.alpha = 0;
-  l.w = l.alpha + up256(size_t(p.out) * sizeof(float));
-  l.a = l.w + up256(size_t(p.out) * p.in * 2);
-  l.lt = l.a + (p.a_q ? up256(size_t(p.rows) * p.in * 2) : 0);
+  l.w = l.alpha + nvfp4_gemm::up256(size_t(p.out) * sizeof(float));
+  l.a = l.w + nvfp4_gemm::up256(size_t(p.out) * p.in * 2);
+  l.lt = l.a + (p.a_q ? nvfp4_gemm::up256(size_t(p.rows) * p.in * 2) : 0);
   l.total = l.lt + lt::kWorkspaceBytes;
   return l;
 }

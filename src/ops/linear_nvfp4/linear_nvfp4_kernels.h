@@ -7,6 +7,11 @@
 
 namespace h3rt::ops::nvfp4_gemm {
 
+// Workspace parts start on 256-byte boundaries.
+inline size_t up256(size_t v) {
+  return (v + 255) / 256 * 256;
+}
+
 cudaError_t dequant_cublas(const LinearNvfp4CudaParams& p, cudaStream_t stream);
 size_t dequant_cublas_workspace_bytes(const LinearNvfp4CudaParams& p);
 
