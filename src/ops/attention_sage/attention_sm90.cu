@@ -18,6 +18,7 @@
 #include <string>
 
 #include "cuda/mma_sm80.cuh"
+#include "cuda/runtime.h"
 #include "ops/attention_sage/attention_sage.h"
 #include "ops/attention_sage/attention_sage_cuda.h"
 #include "ops/attention_sage/sage_device.cuh"
@@ -256,19 +257,6 @@ __global__ void sage_attn_kernel(KernelArgs) {}
 
 #endif
 
-// True when H3RT_CUDA_ARCH_LIST names the device's arch ("90a", "120a", "121a" or plain).
-bool arch_compiled(int major, int minor) {
-#ifdef H3RT_CUDA_ARCH_LIST
-  std::string list = std::string(",") + H3RT_CUDA_ARCH_LIST + ",";
-  std::string cc = std::to_string(major * 10 + minor);
-  return list.find("," + cc + ",") != std::string::npos ||
-         list.find("," + cc + "a,") != std::string::npos;
-#else
-  (void)major, (void)minor;
-  return false;
-#endif
-}
-
 template <int W>
 cudaError_t launch(const SageAttentionParams& p, cudaStream_t stream) {
   KernelArgs a{p.buf.q8,
@@ -303,7 +291,10 @@ cudaError_t sage_attention(const SageAttentionParams& p, cudaStream_t stream) {
   if (e != cudaSuccess) return e;
   const bool sm90 = major == 9 && minor == 0;
   const bool arch_ok = sm90 || (major == 12 && (minor == 0 || minor == 1));
-  if (!arch_ok || !arch_compiled(major, minor)) return cudaErrorNotSupported;
+  // The arch list must name the device's arch, plain or "a" ("90a", "120a", "121a").
+  const std::string cc = std::to_string(major * 10 + minor);
+  if (!arch_ok || !(cuda::compiled_arch_listed(cc) || cuda::compiled_arch_listed(cc + "a")))
+    return cudaErrorNotSupported;
   SageVariant v = p.variant;
   if (v == SageVariant::automatic) {
     // wgmma_pp3 was the fastest on the H200; a binary without sm_90a code falls back to w4.
