@@ -1,6 +1,8 @@
 // `h3rt bench attention`: times the Sage attention pre-pass and every kernel variant at the seed
 // shape, next to the dense bf16 flash kernel on the same input.
 #include <memory>
+#include <string>
+#include <utility>
 
 #include "cli/commands.h"
 #include "h3rt/check.h"
@@ -21,7 +23,23 @@ void add_bench_attention_command(CLI::App& app) {
   cmd->add_option("--warmup", opt->warmup, "untimed runs")->capture_default_str();
   cmd->add_option("--iters", opt->iters, "timed runs (median reported)")->capture_default_str();
   cmd->add_option("--out", opt->json_path, "write results as JSON to this file");
-  cmd->callback([opt] { bench::run_attention_bench(*opt); });
+  cmd->add_option("--kernels", opt->kernels, "Sage variants to time (default: all)")
+      ->check(CLI::IsMember({"w4", "w8", "wgmma", "wgmma_pingpong", "wgmma_pp_overlap",
+                             "wgmma_pp3", "x_pp3_fast", "x_pp3_fast_early", "x_wgmma3_fast",
+                             "x_pp_overlap_fast", "x_wgmma3_rowsum", "x_pp3_rowsum"}));
+  auto files = std::make_shared<std::pair<std::string, std::string>>();
+  auto* in = cmd->add_option("--inputs", files->first,
+                             "instead of timing: run the Sage attention on every bf16 "
+                             "[S, 3*H*128] QKV tensor of this .safetensors file");
+  cmd->add_option("--outputs", files->second, "where --inputs writes the bf16 [S, H*128] outputs")
+      ->needs(in);
+  in->needs("--outputs");
+  cmd->callback([opt, files] {
+    if (!files->first.empty())
+      bench::run_attention_on_file(files->first, files->second);
+    else
+      bench::run_attention_bench(*opt);
+  });
 #else
   cmd->callback([] { H3RT_FAIL("bench-attention needs a CUDA build (H3RT_CUDA=ON)"); });
 #endif

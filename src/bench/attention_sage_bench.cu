@@ -13,6 +13,7 @@
 #include "bench/attention_sage_bench.h"
 #include "cuda/runtime.h"
 #include "h3rt/check.h"
+#include "h3rt/safetensors.h"
 #include "ops/attention/attention.h"
 #include "ops/attention_sage/attention_sage.h"
 #include "ops/attention_sage/attention_sage_cuda.h"
@@ -137,9 +138,14 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
   prepass();
   for (SageVariant v :
        {SageVariant::w4, SageVariant::w8, SageVariant::wgmma, SageVariant::wgmma_pingpong,
-        SageVariant::wgmma_pp_overlap, SageVariant::wgmma_pp3}) {
+        SageVariant::wgmma_pp_overlap, SageVariant::wgmma_pp3, SageVariant::x_pp3_fast,
+        SageVariant::x_pp3_fast_early, SageVariant::x_wgmma3_fast,
+        SageVariant::x_pp_overlap_fast, SageVariant::x_wgmma3_rowsum, SageVariant::x_pp3_rowsum}) {
     SageAttentionParams ap{b, S, H, out, H * kHeadDim, v};
     const char* name = sage_variant_name(v);
+    if (!opt.kernels.empty() &&
+        std::find(opt.kernels.begin(), opt.kernels.end(), name) == opt.kernels.end())
+      continue;
     H3RT_CUDA_CHECK(cudaMemset(out, 0xff, out_elems * 2));
     cudaError_t e = sage_attention(ap, nullptr);
     if (e == cudaErrorNotSupported) {
@@ -171,6 +177,39 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
     f << j.dump(2) << "\n";
   }
   return 0;
+}
+
+void run_attention_on_file(const std::string& inputs, const std::string& outputs) {
+  using namespace h3rt::attention_sage;
+  const SafetensorsFile in = SafetensorsFile::open(inputs);
+  NamedTensors results;
+  for (const SafetensorsEntry& e : in.entries()) {
+    const int64_t cols = e.shape.size() == 2 ? e.shape[1] : 0;
+    H3RT_CHECK(e.dtype == DType::bf16 && cols > 0 && cols % (3 * kHeadDim) == 0 && e.shape[0] > 0,
+               inputs, ": tensor '", e.name, "' must be bf16 [S, 3*H*", kHeadDim,
+               "] QKV rows (q | k | v)");
+    const int64_t S = e.shape[0], H = cols / (3 * kHeadDim);
+    const Tensor qkv_host = in.get(e.name);
+    Tensor out_host = Tensor::zeros(DType::bf16, {S, H * kHeadDim});
+    void *qkv = nullptr, *buf = nullptr, *out = nullptr;
+    const size_t buf_bytes = sage_buffer_bytes(S, H);
+    H3RT_CUDA_CHECK(cudaMalloc(&qkv, qkv_host.nbytes()));
+    H3RT_CUDA_CHECK(cudaMalloc(&buf, buf_bytes));
+    H3RT_CUDA_CHECK(cudaMalloc(&out, out_host.nbytes()));
+    H3RT_CUDA_CHECK(cudaMemset(buf, 0, buf_bytes));
+    H3RT_CUDA_CHECK(cudaMemcpy(qkv, qkv_host.data(), qkv_host.nbytes(), cudaMemcpyHostToDevice));
+    const SageBuffers b = sage_buffers(buf, S, H);
+    H3RT_CUDA_CHECK(sage_prepass({qkv, cols, S, H, 1.0f / std::sqrt(float(kHeadDim)), b}, nullptr));
+    H3RT_CUDA_CHECK(sage_attention({b, S, H, out, H * kHeadDim, SageVariant::automatic}, nullptr));
+    H3RT_CUDA_CHECK(cudaMemcpy(out_host.data(), out, out_host.nbytes(), cudaMemcpyDeviceToHost));
+    cudaFree(qkv);
+    cudaFree(buf);
+    cudaFree(out);
+    std::fprintf(stderr, "attention: %s S=%lld heads=%lld done\n", e.name.c_str(),
+                 static_cast<long long>(S), static_cast<long long>(H));
+    results.emplace_back(e.name, std::move(out_host));
+  }
+  write_safetensors(outputs, results);
 }
 
 }  // namespace h3rt::bench

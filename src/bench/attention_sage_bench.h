@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace h3rt::bench {
 
@@ -16,7 +17,13 @@ struct AttentionBenchOptions {
   int warmup = 3;
   int iters = 10;
   std::string json_path;  // optional: write the results as JSON here
+  std::vector<std::string> kernels;  // Sage variants to time (names); empty: all
 };
+
+// Runs the Sage attention (pre-pass + the automatic kernel) on every tensor of `inputs`: each
+// must be bf16 [S, 3*H*128] QKV rows (q | k | v). Writes bf16 [S, H*128] under the same names
+// to `outputs`. For comparisons against other implementations on the same inputs.
+void run_attention_on_file(const std::string& inputs, const std::string& outputs);
 
 // Prints a table and returns 0; throws h3rt::Error on CUDA failures or without a CUDA build.
 int run_attention_bench(const AttentionBenchOptions& opt);

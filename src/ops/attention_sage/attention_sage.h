@@ -103,9 +103,13 @@ inline float qk_scale_log2(float sm_scale) {
 // The quantization pre-pass reference (bit-exact contract for the CUDA pre-pass).
 Quantized quantize_reference(const QkvView& qkv, float sm_scale);
 
+// What the softmax denominator l sums: the fp32 448 p (SageAttention2), or the e4m3 P8 values
+// that also enter the PV product (the row sums a PV product with a column of ones yields).
+enum class RowSum { fp32_p, p8 };
+
 // The Sage attention reference on quantized tensors: fp32 math mirroring the kernel (exact exp2).
 // Returns fp32 [S][H*128] (the kernel output before bf16 rounding).
-std::vector<float> attention_reference(const Quantized& qz);
+std::vector<float> attention_reference(const Quantized& qz, RowSum row_sum = RowSum::fp32_p);
 
 // Exact attention in fp64 on the bf16 inputs: softmax(q k^T * sm_scale) v, [S][H*128].
 std::vector<double> attention_exact_f64(const QkvView& qkv, float sm_scale);

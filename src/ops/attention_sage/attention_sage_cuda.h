@@ -52,7 +52,11 @@ cudaError_t sage_prepass(const SagePrepassParams& p, cudaStream_t stream);
 // barriers) so one's softmax overlaps the other's matrix products; wgmma leaves them
 // unsynchronized; wgmma_pp_overlap adds the overlap of the O update with the next QK product
 // inside each consumer; wgmma_pp3 runs three consumer warpgroups (192 query rows per CTA) in turn.
-enum class SageVariant { automatic, w4, w8, wgmma, wgmma_pingpong, wgmma_pp_overlap, wgmma_pp3 };
+enum class SageVariant {
+  automatic, w4, w8, wgmma, wgmma_pingpong, wgmma_pp_overlap, wgmma_pp3,
+  x_pp3_fast, x_pp3_fast_early, x_wgmma3_fast, x_pp_overlap_fast, x_wgmma3_rowsum,
+  x_pp3_rowsum  // schedule experiments
+};
 const char* sage_variant_name(SageVariant v);
 
 struct SageAttentionParams {

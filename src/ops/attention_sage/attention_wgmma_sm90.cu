@@ -51,6 +51,10 @@ constexpr int kD = kHeadDim;
 constexpr int kBN = kBlockN;
 constexpr int kStages = 6;
 constexpr int kTileBytes = 128 * 128;  // K and V^T tiles: 128 rows of 128 bytes
+// A stage: the K tile, then the V^T tile and 8 more rows of e4m3 ones (written once): with
+// kRowSumMma the PV product runs with N = 136 and its last 8 columns are the row sums of P8.
+constexpr int kOnesBytes = 8 * 128;
+constexpr int kStageBytes = 2 * kTileBytes + kOnesBytes;
 
 // Shape of a CTA with C consumer warpgroups (64 query rows each): 2 -> 255 registers per thread;
 // 3 -> 168 (12 warps), 192 query rows, one third less K/V traffic per query row.
@@ -59,10 +63,16 @@ struct Shape {
   static constexpr int kThreads = 128 * C;
   static constexpr int kBM = 64 * C;           // query rows per CTA
   static constexpr int kStageOff = kBM * 128;  // Q tile first; stage s: K, then V
-  static constexpr int kBarOff = kStageOff + kStages * 2 * kTileBytes;
+  static constexpr int kBarOff = kStageOff + kStages * kStageBytes;
   static constexpr int kSmem = kBarOff + 8 * (1 + 2 * kStages) + 1024;  // + alignment slack
 };
 static_assert(kBN == 128 && kD == 128, "tiles assume 128-byte rows");
+
+// Schedule options of a kernel instance (bit flags).
+constexpr int kFastSoftmax = 1;   // softmax_block<true>
+constexpr int kEarlyRelease = 2;  // ping-pong: release the turn once PV(t-1) completed, before
+                                  // the O update and the QK(t) issue
+constexpr int kRowSumMma = 4;     // l accumulates the row sums of P8 from the PV product
 
 struct Args {
   const float* q_scale;
@@ -113,12 +123,29 @@ __device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[64], const uint32_t (&a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(kAccumulate));
 }
 
+#define H3RT_ACC68(C) H3RT_ACC64(C), C(d[64]), C(d[65]), C(d[66]), C(d[67])
+#define H3RT_REGS68                                                                        \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+  "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "  \
+  "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "  \
+  "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67}"
+// d (+)= A B: m64n136k32 e4m3 x e4m3 -> f32 (V^T plus 8 rows of ones), A from registers.
+template <int kAccumulate>
+__device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[68], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %73, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n136k32.f32.e4m3.e4m3 " H3RT_REGS68
+      ", {%68, %69, %70, %71}, %72, p, 1, 1;\n}\n"
+      : H3RT_ACC68(H3RT_RW_F)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(kAccumulate));
+}
+
 using device::ex2;
 using device::pack_e4m3;
 
 struct Smem {
   uint32_t q, stage0, bars;
-  __device__ uint32_t k(int s) const { return stage0 + 2 * s * kTileBytes; }
+  __device__ uint32_t k(int s) const { return stage0 + s * kStageBytes; }
   __device__ uint32_t v(int s) const { return k(s) + kTileBytes; }
   __device__ uint32_t q_full() const { return bars; }
   __device__ uint32_t full(int s) const { return bars + 8 * (1 + s); }
@@ -147,35 +174,67 @@ struct Softmax {
 };
 
 // Scores of a block (int32 accumulator) -> P8 fragments (A operand of the PV wgmma).
-// int -> float without a conversion instruction: the bits of 0x4B400000 + a are the float
-// 1.5 * 2^23 + a exactly for |a| < 2^22 (here |a| <= 128 * 127 * 127); f - 1.5*2^23 is the exact
-// integer again. A thread's maximum is exact, (f - 1.5*2^23) * dq = s as in the contract (dq is
-// per thread), and 448 p = exp2((f - 1.5*2^23) * dq - (m - log2(448))). (Folding 1.5*2^23 * dq
-// into the FFMA constant saves an add but its rounding, ~1e-7 * 1.5*2^23 * dq, reaches 1e-2 in
-// the exponent for large scales: measured 7e-3 rel. L2 against the reference on outlier inputs.)
+// Thread rows: r0 = lane/4 holds elements i with (i/2)%2 == 0, r0 + 8 those with (i/2)%2 == 1.
+// A thread's maximum is taken on the integers (exact; dq > 0 commutes with it), s = float(a) * dq
+// as in the contract (dq is per thread: q scale x this thread's K scale group), and
+// 448 p = exp2(float(a) * dq - (m - log2(448))).
+// kFast: int -> float with I2FP and the maxima with 3-input integer max (VIMNMX3): 1.5 fewer
+// instructions per score than the magic-number conversion (IADD + FADD) and FMNMX pairs of
+// kFast = false; both compute the same values bit for bit.
+template <bool kFast, bool kSum>
 __device__ __forceinline__ void softmax_block(const int (&acc)[64], float dq, int kv0, int seq,
                                               int lane, Softmax& st, uint32_t (&pa)[4][4]) {
   constexpr float kMagic = 12582912.0f;              // 1.5 * 2^23
   constexpr float kLog2PScale = 8.807354922057604f;  // log2(448)
+  const bool tail = kv0 + kBN > seq;
+  auto masked = [&](int i) { return kv0 + (i / 4) * 8 + (lane % 4) * 2 + (i % 2) >= seq; };
   float f[64];
+  float rmax[2];
+  if constexpr (kFast) {
 #pragma unroll
-  for (int i = 0; i < 64; ++i) f[i] = __int_as_float(acc[i] + 0x4B400000);
-  if (kv0 + kBN > seq) {
+    for (int r = 0; r < 2; ++r) {
+      int x[32];
 #pragma unroll
-    for (int i = 0; i < 64; ++i)
-      if (kv0 + (i / 4) * 8 + (lane % 4) * 2 + (i % 2) >= seq) f[i] = -INFINITY;
-  }
-  float mx[2] = {-INFINITY, -INFINITY};
+      for (int j = 0; j < 32; ++j) {
+        const int i = 4 * (j / 2) + 2 * r + j % 2;
+        x[j] = tail && masked(i) ? INT_MIN : acc[i];
+      }
+      int l1[11];
 #pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    mx[0] = fmaxf(mx[0], fmaxf(f[4 * j], f[4 * j + 1]));
-    mx[1] = fmaxf(mx[1], fmaxf(f[4 * j + 2], f[4 * j + 3]));
+      for (int k = 0; k < 10; ++k) l1[k] = __vimax3_s32(x[3 * k], x[3 * k + 1], x[3 * k + 2]);
+      l1[10] = max(x[30], x[31]);
+      const int m0 = __vimax3_s32(l1[0], l1[1], l1[2]), m1 = __vimax3_s32(l1[3], l1[4], l1[5]);
+      const int m2 = __vimax3_s32(l1[6], l1[7], l1[8]), m3 = max(l1[9], l1[10]);
+      rmax[r] = static_cast<float>(max(__vimax3_s32(m0, m1, m2), m3));
+    }
+#pragma unroll
+    for (int i = 0; i < 64; ++i) f[i] = tail && masked(i) ? -INFINITY : __int2float_rn(acc[i]);
+  } else {
+    // The bits of 0x4B400000 + a are the float 1.5 * 2^23 + a exactly for |a| < 2^22 (here
+    // |a| <= 128 * 127 * 127); f - 1.5*2^23 is the exact integer again.
+#pragma unroll
+    for (int i = 0; i < 64; ++i) f[i] = __int_as_float(acc[i] + 0x4B400000);
+    if (tail) {
+#pragma unroll
+      for (int i = 0; i < 64; ++i)
+        if (masked(i)) f[i] = -INFINITY;
+    }
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      mx[0] = fmaxf(mx[0], fmaxf(f[4 * j], f[4 * j + 1]));
+      mx[1] = fmaxf(mx[1], fmaxf(f[4 * j + 2], f[4 * j + 3]));
+    }
+    rmax[0] = mx[0] - kMagic;
+    rmax[1] = mx[1] - kMagic;
+#pragma unroll
+    for (int i = 0; i < 64; ++i) f[i] -= kMagic;
   }
   float c[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     // dq differs between the 4 threads of a row (K scale groups): reduce scaled maxima.
-    float sm = (mx[r] - kMagic) * dq;
+    float sm = rmax[r] * dq;
     sm = fmaxf(sm, __shfl_xor_sync(0xffffffffu, sm, 1));
     sm = fmaxf(sm, __shfl_xor_sync(0xffffffffu, sm, 2));
     const float m_new = fmaxf(st.m[r], sm);
@@ -186,11 +245,13 @@ __device__ __forceinline__ void softmax_block(const int (&acc)[64], float dq, in
   float sum[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int i = 0; i < 64; ++i) {
-    f[i] = ex2(fmaf(f[i] - kMagic, dq, -c[(i / 2) % 2]));  // f - kMagic: the exact integer
-    sum[(i / 2) % 2] += f[i];
+    f[i] = ex2(fmaf(f[i], dq, -c[(i / 2) % 2]));
+    if (kSum) sum[(i / 2) % 2] += f[i];
   }
+  if (kSum) {
 #pragma unroll
-  for (int r = 0; r < 2; ++r) st.l[r] = st.l[r] * st.alpha[r] + sum[r];
+    for (int r = 0; r < 2; ++r) st.l[r] = st.l[r] * st.alpha[r] + sum[r];
+  }
     // k-step k2 covers n8 chunks 4k2..4k2+3: a0/a1 = chunks 4k2, 4k2+1 of rows r0/r0+8,
     // a2/a3 = chunks 4k2+2, 4k2+3.
 #pragma unroll
@@ -204,8 +265,9 @@ __device__ __forceinline__ void softmax_block(const int (&acc)[64], float dq, in
 }
 
 // Issues Ob = P8 V8 of the block in stage s (4 k-steps of 32 keys) into a fresh accumulator.
+template <int NB>
 __device__ __forceinline__ void pv_issue(const Smem& sm, int s, const uint32_t (&pa)[4][4],
-                                         float (&ob)[64]) {
+                                         float (&ob)[NB]) {
   const uint64_t dv = sw128_desc(sm.v(s));
   wg_fence();
   wgmma_e4m3_rs<0>(ob, pa[0], dv);
@@ -215,13 +277,20 @@ __device__ __forceinline__ void pv_issue(const Smem& sm, int s, const uint32_t (
   wg_commit();
 }
 
-// After the PV wgmma of stage s completed: frees the stage, O = O*alpha + Ob.
-__device__ __forceinline__ void pv_finish(const Smem& sm, int s, int lane, const Softmax& st,
-                                          float (&ob)[64], float (&o)[64]) {
+// After the PV wgmma of stage s completed: frees the stage, O = O*alpha + Ob; with the row-sum
+// columns (NB = 68: ob[64] and ob[66] are the full row sums of P8 for rows r0 and r0 + 8),
+// l = l*alpha + row sum as well.
+template <int NB>
+__device__ __forceinline__ void pv_finish(const Smem& sm, int s, int lane, Softmax& st,
+                                          float (&ob)[NB], float (&o)[64]) {
   reg_fence(ob);
   if (lane == 0) bar_arrive(sm.empty(s));
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = o[i] * st.alpha[(i / 2) % 2] + ob[i];
+  if constexpr (NB == 68) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) st.l[r] = st.l[r] * st.alpha[r] + ob[64 + 2 * r];
+  }
 }
 
 // Issues S = Q8 K8^T of block t (4 k-steps of 32 channels = 32 bytes) once its stage is full.
@@ -242,9 +311,13 @@ __device__ __forceinline__ void qk_issue(const Smem& sm, int t, uint64_t dq_desc
 // softmax of block t follows the phase that issued QK(t). kOverlap issues PV(t-1) and QK(t)
 // back to back and does the O update while QK(t) runs; otherwise PV(t-1) completes and O is
 // updated before QK(t) is issued (fewer live registers).
-template <int C, bool kPingPong, bool kOverlap>
+template <int C, bool kPingPong, bool kOverlap, int kFlags>
 __device__ __forceinline__ void consumer(const Args& a, const Smem& sm, const Loader& ld, int c,
                                          int h, int q0, int ntiles) {
+  constexpr bool kFast = (kFlags & kFastSoftmax) != 0;
+  constexpr bool kEarly = kPingPong && !kOverlap && (kFlags & kEarlyRelease) != 0;
+  constexpr bool kMmaSum = (kFlags & kRowSumMma) != 0;
+  constexpr int NB = kMmaSum ? 68 : 64;
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int64_t hq = static_cast<int64_t>(h) * (a.padded / kQWarpRows * 8);
   // Rows past the padded length (last CTA of a 192-row tiling) use a valid scale; not written.
@@ -270,11 +343,11 @@ __device__ __forceinline__ void consumer(const Args& a, const Smem& sm, const Lo
   if (kPingPong) named_arrive(other_bar, 256);
   wg_wait<0>();
   reg_fence(acc);
-  softmax_block(acc, qs * ksc[0], 0, a.seq, lane, st, pa);
+  softmax_block<kFast, !kMmaSum>(acc, qs * ksc[0], 0, a.seq, lane, st, pa);
   for (int t = 1; t < ntiles; ++t) {
     const int prev = (t - 1) % kStages;
     const float dq = qs * ksc[t * 4];  // loaded early: the wgmma fences below order memory
-    float ob[64];
+    float ob[NB];
     if (kPingPong) named_sync(my_bar, 256);
     pv_issue(sm, prev, pa, ob);
     if (kOverlap) {
@@ -284,19 +357,20 @@ __device__ __forceinline__ void consumer(const Args& a, const Smem& sm, const Lo
       pv_finish(sm, prev, lane, st, ob, o);
     } else {
       wg_wait<0>();
+      if (kEarly) named_arrive(other_bar, 256);
       pv_finish(sm, prev, lane, st, ob, o);
       qk_issue(sm, t, dq_desc, acc);
-      if (kPingPong) named_arrive(other_bar, 256);
+      if (kPingPong && !kEarly) named_arrive(other_bar, 256);
     }
     // Behind this phase's matrix products: the stage of block t + kAhead last held block t - 3,
     // which every consumer released in its phase t - 2.
     if (threadIdx.x == 0 && t + kAhead < ntiles) ld.block(sm, t + kAhead);
     wg_wait<0>();
     reg_fence(acc);
-    softmax_block(acc, dq, t * kBN, a.seq, lane, st, pa);
+    softmax_block<kFast, !kMmaSum>(acc, dq, t * kBN, a.seq, lane, st, pa);
   }
   {
-    float ob[64];
+    float ob[NB];
     if (kPingPong) named_sync(my_bar, 256);
     pv_issue(sm, (ntiles - 1) % kStages, pa, ob);
     if (kPingPong && c != C - 1) named_arrive(other_bar, 256);
@@ -304,11 +378,14 @@ __device__ __forceinline__ void consumer(const Args& a, const Smem& sm, const Lo
     pv_finish(sm, (ntiles - 1) % kStages, lane, st, ob, o);
   }
 
-  // Normalize: o * v_scale / (448 l); write bf16 pairs.
+  // Normalize: o * v_scale / (448 l); write bf16 pairs. (Softmax sums are per thread; the MMA
+  // row sums are whole rows already.)
+  if (!kMmaSum) {
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    st.l[r] += __shfl_xor_sync(0xffffffffu, st.l[r], 1);
-    st.l[r] += __shfl_xor_sync(0xffffffffu, st.l[r], 2);
+    for (int r = 0; r < 2; ++r) {
+      st.l[r] += __shfl_xor_sync(0xffffffffu, st.l[r], 1);
+      st.l[r] += __shfl_xor_sync(0xffffffffu, st.l[r], 2);
+    }
   }
   const float inv[2] = {1.0f / st.l[0], 1.0f / st.l[1]};  // l holds 448 * sum p
   const float* vsc = a.v_scale + h * kD;
@@ -326,7 +403,7 @@ __device__ __forceinline__ void consumer(const Args& a, const Smem& sm, const Lo
   }
 }
 
-template <int C, bool kPingPong, bool kOverlap>
+template <int C, bool kPingPong, bool kOverlap, int kFlags>
 __global__ void __launch_bounds__(Shape<C>::kThreads, 1)
     sage_wgmma_kernel(const __grid_constant__ CUtensorMap tm_q,
                       const __grid_constant__ CUtensorMap tm_k,
@@ -346,6 +423,15 @@ __global__ void __launch_bounds__(Shape<C>::kThreads, 1)
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
+  if (kFlags & kRowSumMma) {
+    // The ones rows of every stage (any swizzle maps them onto themselves: all bytes equal),
+    // made visible to the tensor cores' async proxy.
+    for (int i = threadIdx.x; i < kStages * kOnesBytes / 4; i += blockDim.x) {
+      const uint32_t addr = sm.v(i / (kOnesBytes / 4)) + kTileBytes + 4 * (i % (kOnesBytes / 4));
+      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(0x38383838u));  // e4m3 1.0
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  }
   __syncthreads();
   const Loader ld{&tm_k, &tm_v, h * a.padded, h * kD};
   if (threadIdx.x == 0) {
@@ -353,12 +439,12 @@ __global__ void __launch_bounds__(Shape<C>::kThreads, 1)
     tma_load_2d(sm.q, &tm_q, sm.q_full(), 0, h * a.padded + q0);
     for (int b = 0; b <= kAhead && b < ntiles; ++b) ld.block(sm, b);
   }
-  consumer<C, kPingPong, kOverlap>(a, sm, ld, wg, h, q0, ntiles);
+  consumer<C, kPingPong, kOverlap, kFlags>(a, sm, ld, wg, h, q0, ntiles);
 }
 
 #else  // not sm_90a: an empty body keeps the symbol.
 
-template <int C, bool kPingPong, bool kOverlap>
+template <int C, bool kPingPong, bool kOverlap, int kFlags>
 __global__ void sage_wgmma_kernel(const __grid_constant__ CUtensorMap,
                                   const __grid_constant__ CUtensorMap,
                                   const __grid_constant__ CUtensorMap, Args) {}
@@ -373,7 +459,7 @@ bool make_map(CUtensorMap* map, const void* base, uint64_t cols, uint64_t rows,
                                   box_rows, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
-template <int C, bool kPingPong, bool kOverlap>
+template <int C, bool kPingPong, bool kOverlap, int kFlags = 0>
 cudaError_t launch(const SageAttentionParams& p, cudaStream_t stream) {
   using Sh = Shape<C>;
   const uint64_t sp = static_cast<uint64_t>(padded_len(p.seq));
@@ -387,7 +473,7 @@ cudaError_t launch(const SageAttentionParams& p, cudaStream_t stream) {
                p.buf.v_scale,       static_cast<__nv_bfloat16*>(p.out),
                p.out_row_stride,    static_cast<int>(p.seq),
                static_cast<int>(sp)};
-  auto kernel = sage_wgmma_kernel<C, kPingPong, kOverlap>;
+  auto kernel = sage_wgmma_kernel<C, kPingPong, kOverlap, kFlags>;
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::kSmem);
   if (e != cudaSuccess) return e;
@@ -410,6 +496,18 @@ cudaError_t sage_attention_wgmma(const SageAttentionParams& p, cudaStream_t stre
       return launch<2, true, false>(p, stream);
     case SageVariant::wgmma_pp3:
       return launch<3, true, false>(p, stream);
+    case SageVariant::x_pp3_fast:
+      return launch<3, true, false, kFastSoftmax>(p, stream);
+    case SageVariant::x_pp3_fast_early:
+      return launch<3, true, false, kFastSoftmax | kEarlyRelease>(p, stream);
+    case SageVariant::x_wgmma3_fast:
+      return launch<3, false, false, kFastSoftmax>(p, stream);
+    case SageVariant::x_pp_overlap_fast:
+      return launch<2, true, true, kFastSoftmax>(p, stream);
+    case SageVariant::x_wgmma3_rowsum:
+      return launch<3, false, false, kFastSoftmax | kRowSumMma>(p, stream);
+    case SageVariant::x_pp3_rowsum:
+      return launch<3, true, false, kFastSoftmax | kRowSumMma>(p, stream);
     default:
       return launch<2, true, true>(p, stream);
   }

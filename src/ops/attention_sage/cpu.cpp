@@ -123,7 +123,7 @@ Quantized quantize_reference(const QkvView& x, float sm_scale) {
 namespace {
 
 // One query row of one head through the blocked online softmax with fp8 P and fp8 V.
-void attention_row(const Quantized& z, int64_t h, int64_t r, float* out) {
+void attention_row(const Quantized& z, int64_t h, int64_t r, RowSum row_sum, float* out) {
   const int64_t S = z.seq, Sp = z.padded;
   const int8_t* q = &z.q8[(h * Sp + r) * kD];
   float qs = z.q_scale[h * q_scales_per_head(S) + q_scale_index(r)];
@@ -143,11 +143,11 @@ void attention_row(const Quantized& z, int64_t h, int64_t r, float* out) {
     float m_new = std::max(m, mb);
     float alpha = std::exp2(m - m_new);
     std::fill(ob.begin(), ob.end(), 0.0f);
-    float sum = 0.0f;
+    float sum = 0.0f;  // of 448 p, or of P8
     for (int64_t j = 0; j < n; ++j) {
       float p = std::exp2(s[j] - m_new);
-      sum += p;
       float p8 = e4m3_to_f32(f32_to_e4m3_satfinite(p * kPScale));
+      sum += row_sum == RowSum::p8 ? p8 : p * kPScale;
       if (p8 == 0.0f) continue;
       const uint8_t* vcol = &z.v8t[h * kD * Sp + v_slot_of_token(k0 + j)];
       for (int d = 0; d < kD; ++d) ob[d] += p8 * e4m3_to_f32(vcol[d * Sp]);
@@ -156,16 +156,16 @@ void attention_row(const Quantized& z, int64_t h, int64_t r, float* out) {
     for (int d = 0; d < kD; ++d) o[d] = o[d] * alpha + ob[d];
     m = m_new;
   }
-  for (int d = 0; d < kD; ++d) out[d] = o[d] * (z.v_scale[h * kD + d] / (kPScale * l));
+  for (int d = 0; d < kD; ++d) out[d] = o[d] * (z.v_scale[h * kD + d] / l);
 }
 
 }  // namespace
 
-std::vector<float> attention_reference(const Quantized& z) {
+std::vector<float> attention_reference(const Quantized& z, RowSum row_sum) {
   H3RT_CHECK(z.seq > 0 && z.heads > 0, "attention_reference: empty quantized tensors");
   std::vector<float> out(z.seq * z.heads * kD);
   for (int64_t h = 0; h < z.heads; ++h)
-    for (int64_t r = 0; r < z.seq; ++r) attention_row(z, h, r, &out[(r * z.heads + h) * kD]);
+    for (int64_t r = 0; r < z.seq; ++r) attention_row(z, h, r, row_sum, &out[(r * z.heads + h) * kD]);
   return out;
 }
 
