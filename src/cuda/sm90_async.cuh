@@ -25,6 +25,11 @@ __device__ __forceinline__ void bar_expect_tx(uint32_t bar, uint32_t bytes) {
 __device__ __forceinline__ void bar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+// The trap of bar_wait sits behind a call: inlined into a kernel that uses setmaxnreg, a trap
+// makes ptxas ignore the register budgets (spills, and every wgmma serialized: ptxas C7512).
+__device__ __noinline__ inline void pipeline_timeout() {
+  __trap();
+}
 // Waits for the phase of the given parity; traps (a launch error, not a hang) when it never
 // completes, which can only be a pipeline bug.
 __device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
@@ -37,7 +42,7 @@ __device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
         : "r"(bar), "r"(parity)
         : "memory");
     if (done) return;
-    if (spin == (1u << 28)) __trap();
+    if (spin == (1u << 28)) pipeline_timeout();
   }
 }
 

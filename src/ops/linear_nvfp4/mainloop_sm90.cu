@@ -14,6 +14,9 @@
 //       - (W4A4) its own 2 x 16 A elements straight into the wgmma A-operand registers (RS);
 //         for W4A16 the bf16 A tile goes from TMA (128B swizzle) to the wgmma as is (SS).
 //   One named barrier per K step publishes the dequantized W tile.
+// Registers: launch bounds give 384 x 168; setmaxnreg moves them from WG0 (24) to the consumers
+// (240), which hold 128 accumulators, two sets of A fragments and the dequantization temporaries.
+// Keep ptxas free of C7512 / spills here (-Xptxas -v): serialized wgmma cost 40% of the speed.
 // Dequantization: a code (s, e1 e0 m) becomes the e4m3 byte s|000|e1 e0 m|00 (= value * 2^-6,
 // exact, no subnormal f16 on the way), cvt e4m3x2 -> f16x2, times the block scale * 64 in f16:
 // e2m1 * e4m3 has at most 6 significant bits and lies in [2^-10, 2688], exact in f16 (W4A4:
