@@ -11,6 +11,7 @@
 #include "bench/nvfp4_quantize_bench.h"
 #include "cuda/runtime.h"
 #include "formats/nvfp4_quantize.h"
+#include "formats/nvfp4_quantize_kernels.cuh"
 #include "h3rt/check.h"
 #include "h3rt/report.h"
 
@@ -22,7 +23,8 @@ struct Variant {
   Nvfp4GlobalScaleSource source;
   Nvfp4Math math;
   bool force_sw;
-  int reads;  // passes over the input
+  int reads;            // passes over the input
+  bool legacy = false;  // the previous kernel and encoder (A/B; software-cvt path only)
 };
 
 }  // namespace
@@ -79,6 +81,9 @@ int run_nvfp4_quantize_bench(const Nvfp4BenchOptions& o) {
       {"single_launch", Nvfp4GlobalScaleSource::kSingleLaunch, Nvfp4Math::kIeee, false, 2},
       {"given_g_fast_math", Nvfp4GlobalScaleSource::kGiven, Nvfp4Math::kFastMath, false, 1},
       {"given_g_software_cvt", Nvfp4GlobalScaleSource::kGiven, Nvfp4Math::kIeee, true, 1},
+      {"given_g_legacy", Nvfp4GlobalScaleSource::kGiven, Nvfp4Math::kIeee, true, 1, true},
+      {"given_g_fast_math_legacy", Nvfp4GlobalScaleSource::kGiven, Nvfp4Math::kFastMath, true, 1,
+       true},
   };
   const double unique = double(in_bytes + q_bytes + s_bytes);
   nlohmann::json results = nlohmann::json::array();
@@ -97,7 +102,7 @@ int run_nvfp4_quantize_bench(const Nvfp4BenchOptions& o) {
     p.workspace = ws;
     auto [med, best] = time_it([&](int b) {
       p.x = xs[b];
-      H3RT_CUDA_CHECK(nvfp4_quantize(p, st));
+      H3RT_CUDA_CHECK(nvfp4_detail::quantize_with_encoder(p, v.legacy, st));
     });
     const double gbs = unique / (med * 1e-3) / 1e9;
     const double traffic = double(in_bytes) * v.reads + q_bytes + s_bytes;
@@ -115,6 +120,30 @@ int run_nvfp4_quantize_bench(const Nvfp4BenchOptions& o) {
                        {"gbps_traffic", traffic / (med * 1e-3) / 1e9},
                        {"hardware_cvt", nvfp4_uses_hardware_cvt(p)}});
   }
+  // A/B sanity: the new and the legacy encoder give the same bytes on the first input.
+  auto run_bytes = [&](bool legacy) {
+    Nvfp4QuantizeParams p;
+    p.x = xs[0];
+    p.rows = o.rows;
+    p.cols = p.ld = o.cols;
+    p.qdata = static_cast<uint8_t*>(q);
+    p.scales = static_cast<uint8_t*>(s);
+    p.global_scale = static_cast<float*>(g);
+    p.force_software_cvt = true;
+    H3RT_CUDA_CHECK(cudaMemsetAsync(q, 0xff, q_bytes, st));
+    H3RT_CUDA_CHECK(cudaMemsetAsync(s, 0xff, s_bytes, st));
+    H3RT_CUDA_CHECK(nvfp4_detail::quantize_with_encoder(p, legacy, st));
+    std::vector<uint8_t> out(q_bytes + s_bytes);
+    H3RT_CUDA_CHECK(cudaMemcpyAsync(out.data(), q, q_bytes, cudaMemcpyDeviceToHost, st));
+    H3RT_CUDA_CHECK(cudaMemcpyAsync(out.data() + q_bytes, s, s_bytes, cudaMemcpyDeviceToHost, st));
+    H3RT_CUDA_CHECK(cudaStreamSynchronize(st));
+    return out;
+  };
+  const std::vector<uint8_t> new_bytes = run_bytes(false), old_bytes = run_bytes(true);
+  size_t differ = 0;
+  for (size_t i = 0; i < new_bytes.size(); ++i) differ += new_bytes[i] != old_bytes[i];
+  std::printf("  new vs legacy encoder (software cvt, given g = 1): %zu of %zu bytes differ\n",
+              differ, new_bytes.size());
   // Reference point: a device-to-device copy of one input (reads + writes in_bytes each).
   auto [cmed, cbest] = time_it([&](int b) {
     H3RT_CUDA_CHECK(cudaMemcpyAsync(copy, xs[b], in_bytes, cudaMemcpyDeviceToDevice, st));
@@ -136,6 +165,7 @@ int run_nvfp4_quantize_bench(const Nvfp4BenchOptions& o) {
          {"warmup", o.warmup},
          {"iters", o.iters},
          {"variants", results},
+         {"new_vs_legacy_differing_bytes", differ},
          {"d2d_copy", {{"median_ms", cmed}, {"gbps", 2.0 * in_bytes / (cmed * 1e-3) / 1e9}}}});
   }
   for (void* b : xs) cudaFree(b);

@@ -59,6 +59,10 @@ Geometry make_geometry(const Nvfp4QuantizeParams& p) {
   g.qdata = p.qdata;
   g.scales = p.scales;
   g.bf16_rule = p.rule == Nvfp4ScaleRule::kBf16Activation ? 1 : 0;
+  g.nblocks = static_cast<uint32_t>(p.rows * g.kb);
+  g.kb_div = nvfp4::DivU31(static_cast<uint32_t>(g.kb));
+  g.scale_tiles = static_cast<uint32_t>(g.kbp / 4);
+  g.qdata8 = reinterpret_cast<uintptr_t>(p.qdata) % 8 == 0;
   return g;
 }
 
@@ -78,7 +82,8 @@ cudaError_t launch_amax(const Geometry& geo, Workspace* ws, float* g_out, cudaSt
 
 }  // namespace
 
-cudaError_t nvfp4_quantize(const Nvfp4QuantizeParams& p, cudaStream_t s) {
+cudaError_t nvfp4_detail::quantize_with_encoder(const Nvfp4QuantizeParams& p, bool legacy,
+                                                cudaStream_t s) {
   if (!valid(p)) return cudaErrorInvalidValue;
   const bool computed = p.source != Nvfp4GlobalScaleSource::kGiven;
   if (p.rows == 0 || p.cols == 0)
@@ -95,8 +100,12 @@ cudaError_t nvfp4_quantize(const Nvfp4QuantizeParams& p, cudaStream_t s) {
     if (e != cudaSuccess) return e;
   }
   return hw ? nvfp4_detail::launch_quantize_hw(geo, p.global_scale, fast, s)
-            : nvfp4_detail::launch_quantize<nvfp4_detail::SoftwareCvt>(geo, p.global_scale, fast,
-                                                                       s);
+            : nvfp4_detail::launch_quantize<nvfp4_detail::SoftwareCvt>(geo, p.global_scale, fast, s,
+                                                                       legacy);
+}
+
+cudaError_t nvfp4_quantize(const Nvfp4QuantizeParams& p, cudaStream_t s) {
+  return nvfp4_detail::quantize_with_encoder(p, false, s);
 }
 
 }  // namespace h3rt

@@ -23,9 +23,12 @@
 // must not be shared by launches that may run concurrently (one per stream).
 //
 // Math: kIeee reproduces the reference exactly: s = e4m3_satfinite(min(amax/6/g, 448)) with IEEE
-// divisions, codes from the correctly rounded x / (g*s) (one correctly rounded reciprocal per
-// block and a Markstein correction per element, src/formats/nvfp4_layout.h), g*s == 0 -> +0
-// codes. kFastMath mirrors comfy-kitchen's CUDA kernel as built with fast math:
+// divisions, codes = e2m1 of the correctly rounded x / (g*s), g*s == 0 -> +0 codes. On the
+// software-e2m1 targets (sm_90) no division is executed: the code of an element is the number of
+// rounding thresholds it passes, compared as bf16 integers against per-block thresholds
+// RD(m_k * g*s) (src/formats/nvfp4_exact_encode.h says why that is exact), and the scale uses
+// correctly rounded reciprocals with a Markstein correction (for g in [2^-90, 2^100]; other g
+// take the per-element division path). kFastMath mirrors comfy-kitchen's CUDA kernel as built with fast math:
 // div.approx.ftz for amax/6 and /g, encode = min(rcp.approx.ftz(s*g), FLT_MAX), codes =
 // e2m1_satfinite(x * encode) with ftz (so blocks with s == 0 give +-6 for nonzero x there, and
 // a few scales in 1e9 differ from the IEEE ones). Use it only for bit-identity with packs made

@@ -1,7 +1,9 @@
 // Device side of the fused NVFP4 producers (src/formats/nvfp4_quantize_fused.h): the pieces a
 // producer kernel calls once its bf16 outputs are in registers. Everything that decides a bit
-// of the result (block amax over bf16 values, BlockEncoder, e2m1 packing, scale layout, padding,
-// the amax reduction and g) is the quantizer's own code from nvfp4_quantize_kernels.cuh.
+// of the result (block amax over bf16 values, the encoders -- the division-free exact encoder of
+// nvfp4_exact_encode.h on software-e2m1 targets, BlockEncoder elsewhere --, e2m1 packing, scale
+// layout, padding, the amax reduction and g) is the quantizer's own code from
+// nvfp4_quantize_kernels.cuh.
 #pragma once
 
 #include "formats/nvfp4_quantize_fused.h"
@@ -23,16 +25,34 @@ enum FusedMode : int {
 __device__ __forceinline__ void encode_pair_chunk(const uint4& y, bool active, float g,
                                                   const Nvfp4Out& o, int64_t row, int64_t chunk,
                                                   int64_t cols) {
+  const auto store = [&](uint32_t w, uint8_t s) {
+    *reinterpret_cast<uint32_t*>(o.qdata + row * (cols / 2) + chunk * 4) = w;
+    if ((chunk & 1) == 0) o.scales[nvfp4::scale_offset(row, chunk / 2, cols / nvfp4::kBlock)] = s;
+  };
+#if !H3RT_HAS_E2M1_CVT
+  // Software e2m1 targets: the division-free exact encoder (src/formats/nvfp4_exact_encode.h)
+  // where g is in its range (g is uniform, so both lanes of a pair take the same branch).
+  const nvfp4::ScaleDivider sd(g);
+  if (sd.exact) {
+    const nvfp4::Pairs8 pw = nvfp4::pairs8(y.x, y.y, y.z, y.w);
+    constexpr uint32_t kM = 0x80008000u;  // the (x | 0x8000) words of the encoder
+    const uint32_t m =
+        __vmaxu2(__vmaxu2(pw.ev0 | kM, pw.ev1 | kM), __vmaxu2(pw.od0 | kM, pw.od1 | kM));
+    uint32_t a16 = max(m >> 16, m & 0xffffu) & 0x7fffu;
+    a16 = max(a16, __shfl_xor_sync(0xffffffffu, a16, 1));
+    if (!active) return;
+    const nvfp4::ExactBlockEncoder e(a16, sd);
+    store(e.encode(pw), e.s);
+    return;
+  }
+#endif
   uint32_t a16 = absmax_bits16(y);
   a16 = max(a16, __shfl_xor_sync(0xffffffffu, a16, 1));
   if (!active) return;
   float f[8];
   unpack8(y, f);
   const BlockEncoder<false> e(__uint_as_float(a16 << 16), g);
-  const uint32_t w = e.pack8<HardwareCvt>(f);
-  *reinterpret_cast<uint32_t*>(o.qdata + row * (cols / 2) + chunk * 4) = w;
-  if ((chunk & 1) == 0)
-    o.scales[nvfp4::scale_offset(row, chunk / 2, cols / nvfp4::kBlock)] = static_cast<uint8_t>(e.s);
+  store(e.pack8<HardwareCvt>(f), static_cast<uint8_t>(e.s));
 }
 
 // Pass 1 epilogue: the CTA's amax (bf16 bits of |y|, per thread) is reduced and added to the

@@ -2,12 +2,15 @@
 // Templated on the e2m1 converter so that nvfp4_quantize.cu (software conversion) and
 // nvfp4_quantize_sm100.cu (hardware cvt where the target has it) instantiate the same code.
 //
-// Work decomposition: the bf16 input is viewed as rows * cols / 8 "chunks" of 8 elements
-// (one 16-byte load); a tile is kThreads * kUnroll chunks; thread t of a tile handles chunks
-// base + j * kThreads + t (j < kUnroll), so each load instruction of a warp reads 512 contiguous
-// bytes and the kUnroll loads are issued before any arithmetic. Lanes 2i and 2i+1 hold the two
-// halves of one 16-element block (cols / 8 is even): one shuffle gives the block amax; each lane
-// writes its 4 qdata bytes and the even lane the scale byte.
+// Work decomposition: the bf16 input is viewed as rows * cols / 16 blocks of 16 elements (two
+// 16-byte loads); a tile is kThreads * kBlocksPerThread blocks (= kTileChunks chunks of 8);
+// thread t of a tile handles blocks base + j * kThreads + t (j < kBlocksPerThread), issuing all
+// its loads before any arithmetic, and writes the block's 8 qdata bytes and its scale byte.
+// Encoders: IEEE mode with the software e2m1 conversion uses the division-free exact encoder
+// (src/formats/nvfp4_exact_encode.h) whenever g is in its range; the hardware-cvt targets, the
+// fast-math mode and other g use BlockEncoder (reciprocal + correction per element).
+// The previous kernel (lane pairs per block, BlockEncoder for every element) is kept as the
+// `legacy` path for A/B measurements (quantize_with_encoder).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -18,6 +21,7 @@
 #include <cfloat>
 #include <cstdint>
 
+#include "formats/nvfp4_exact_encode.h"
 #include "formats/nvfp4_layout.h"
 #include "formats/nvfp4_quantize.h"
 
@@ -35,6 +39,8 @@ namespace h3rt::nvfp4_detail {
 constexpr int kThreads = 256;
 constexpr int kUnroll = 4;
 constexpr uint32_t kTileChunks = kThreads * kUnroll;
+constexpr int kBlocksPerThread = kUnroll / 2;  // a tile covers the same elements either way
+constexpr uint32_t kTileBlocks = kThreads * kBlocksPerThread;
 
 struct Workspace {
   unsigned amax_bits;   // fp32 bits of the running amax (0 between launches)
@@ -53,11 +59,16 @@ struct Geometry {
   uint8_t* qdata;
   uint8_t* scales;
   int bf16_rule;
+  uint32_t nblocks;      // rows * kb
+  nvfp4::DivU31 kb_div;  // block index -> row
+  uint32_t scale_tiles;  // 128x4 scale tiles per tile row: kbp / 4
+  bool qdata8;           // qdata 8-byte aligned (one 8-byte store per block)
 };
 
 // ---- e2m1 converters: 8 signed values -> 4 bytes, element 2j in the high nibble of byte j ----
 
 struct SoftwareCvt {
+  static constexpr bool kNative = false;
   // One byte: a in the high nibble, b in the low nibble.
   __device__ __forceinline__ static uint32_t pack2(float a, float b) {
     const uint32_t ca = nvfp4::e2m1_magnitude(fabsf(a)) | ((__float_as_uint(a) >> 28) & 8u);
@@ -77,6 +88,7 @@ struct SoftwareCvt {
 };
 
 struct HardwareCvt {
+  static constexpr bool kNative = H3RT_HAS_E2M1_CVT;  // per device compilation pass
   __device__ __forceinline__ static uint32_t pack2(float a, float b) {
 #if H3RT_HAS_E2M1_CVT
     unsigned short r;
@@ -247,8 +259,10 @@ __device__ __forceinline__ uint32_t encode_fast(const float (&f)[8], float amax,
   return e.template pack8<Cvt>(f);
 }
 
+// The previous decomposition (legacy, for A/B): lanes 2i and 2i+1 hold the two halves of one
+// block, one shuffle gives the block amax, every element goes through BlockEncoder.
 template <class Cvt, bool kFast>
-__device__ __forceinline__ void quantize_tile(const Geometry& geo, uint32_t tile, float g) {
+__device__ __forceinline__ void quantize_tile_pairs(const Geometry& geo, uint32_t tile, float g) {
   uint4 v[kUnroll];
   uint32_t row[kUnroll], cc[kUnroll];
   const uint32_t base = tile * kTileChunks + threadIdx.x;
@@ -271,6 +285,85 @@ __device__ __forceinline__ void quantize_tile(const Geometry& geo, uint32_t tile
                                  cc[j] * 4u) = w;
     if ((threadIdx.x & 1u) == 0)
       geo.scales[nvfp4::scale_offset(row[j], cc[j] / 2, geo.kb)] = static_cast<uint8_t>(s);
+  }
+}
+
+// ---- one thread per 16-element block ----
+
+// bf16 bits of max|x| over 16 elements given as (x | 0x8000) per half (NaN above Inf).
+__device__ __forceinline__ uint32_t absmax16_of(const uint32_t (&p)[8]) {
+  const uint32_t m = __vmaxu2(__vmaxu2(__vmaxu2(p[0], p[1]), __vmaxu2(p[2], p[3])),
+                              __vmaxu2(__vmaxu2(p[4], p[5]), __vmaxu2(p[6], p[7])));
+  return max(m >> 16, m & 0xffffu) & 0x7fffu;
+}
+
+// A 16-element block (two uint4 of bf16) -> 8 qdata bytes (lo: elements 0..7) and its scale.
+template <class Cvt, bool kFast>
+__device__ __forceinline__ void encode_block(const uint4 (&v)[2], const nvfp4::ScaleDivider& sd,
+                                             uint32_t& lo, uint32_t& hi, uint8_t& s) {
+  if constexpr (!kFast && !Cvt::kNative) {
+    if (sd.exact) {
+      const nvfp4::Pairs8 a = nvfp4::pairs8(v[0].x, v[0].y, v[0].z, v[0].w);
+      const nvfp4::Pairs8 b = nvfp4::pairs8(v[1].x, v[1].y, v[1].z, v[1].w);
+      constexpr uint32_t kM = 0x80008000u;  // the same (x | 0x8000) words as code_planes
+      const uint32_t p[8] = {a.ev0 | kM, a.ev1 | kM, a.od0 | kM, a.od1 | kM,
+                             b.ev0 | kM, b.ev1 | kM, b.od0 | kM, b.od1 | kM};
+      const nvfp4::ExactBlockEncoder e(absmax16_of(p), sd);
+      lo = e.encode(a);
+      hi = e.encode(b);
+      s = e.s;
+      return;
+    }
+  }
+  const uint32_t a16 = max(absmax_bits16(v[0]), absmax_bits16(v[1]));
+  const BlockEncoder<kFast> e(__uint_as_float(a16 << 16), sd.g);
+  float f[8];
+  unpack8(v[0], f);
+  lo = e.template pack8<Cvt>(f);
+  unpack8(v[1], f);
+  hi = e.template pack8<Cvt>(f);
+  s = static_cast<uint8_t>(e.s);
+}
+
+// Byte offset of scale (r, c) in the 128x4 tiled layout (nvfp4::scale_offset).
+__device__ __forceinline__ uint64_t scale_offset_fast(const Geometry& geo, uint32_t r, uint32_t c) {
+  const uint32_t tile = (r >> 7) * geo.scale_tiles + (c >> 2);
+  return static_cast<uint64_t>(tile) * 512u + ((r & 31u) * 16u + ((r >> 5) & 3u) * 4u + (c & 3u));
+}
+
+template <class Cvt, bool kFast>
+__device__ __forceinline__ void quantize_tile(const Geometry& geo, uint32_t tile,
+                                              const nvfp4::ScaleDivider& sd) {
+  uint4 v[kBlocksPerThread][2];
+  uint32_t row[kBlocksPerThread], cb[kBlocksPerThread];
+  const uint32_t base = tile * kTileBlocks + threadIdx.x;
+#pragma unroll
+  for (int j = 0; j < kBlocksPerThread; ++j) {
+    const uint32_t b = base + j * kThreads;
+    row[j] = geo.kb_div.div(b);
+    cb[j] = b - row[j] * static_cast<uint32_t>(geo.kb);
+    if (b < geo.nblocks) {
+      const uint4* p = reinterpret_cast<const uint4*>(
+          geo.x + static_cast<int64_t>(row[j]) * geo.ld + cb[j] * 16u);
+      v[j][0] = p[0];
+      v[j][1] = p[1];
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kBlocksPerThread; ++j) {
+    const uint32_t b = base + j * kThreads;
+    if (b >= geo.nblocks) continue;
+    uint32_t lo, hi;
+    uint8_t s;
+    encode_block<Cvt, kFast>(v[j], sd, lo, hi, s);
+    uint8_t* q = geo.qdata + static_cast<uint64_t>(b) * 8u;
+    if (geo.qdata8) {
+      *reinterpret_cast<uint2*>(q) = make_uint2(lo, hi);
+    } else {
+      reinterpret_cast<uint32_t*>(q)[0] = lo;
+      reinterpret_cast<uint32_t*>(q)[1] = hi;
+    }
+    geo.scales[scale_offset_fast(geo, row[j], cb[j])] = s;
   }
 }
 
@@ -353,10 +446,13 @@ __device__ __forceinline__ bool arrive_amax(const Geometry& geo, Workspace* ws, 
 
 // ---- kernels ----
 
-template <class Cvt, bool kFast>
+template <class Cvt, bool kFast, bool kLegacy>
 __global__ void __launch_bounds__(kThreads) quantize_kernel(Geometry geo, const float* g_in) {
   const float g = *g_in;
-  quantize_tile<Cvt, kFast>(geo, geo.ntiles - 1 - blockIdx.x, g);
+  if constexpr (kLegacy)
+    quantize_tile_pairs<Cvt, kFast>(geo, geo.ntiles - 1 - blockIdx.x, g);
+  else
+    quantize_tile<Cvt, kFast>(geo, geo.ntiles - 1 - blockIdx.x, nvfp4::ScaleDivider(g));
   write_padding(geo);
 }
 
@@ -384,20 +480,21 @@ __global__ void __launch_bounds__(kThreads)
     g_shared = g;
   }
   __syncthreads();
-  const float g = g_shared;
+  const nvfp4::ScaleDivider sd(g_shared);
   for (int64_t t = static_cast<int64_t>(geo.ntiles) - 1 - blockIdx.x; t >= 0; t -= gridDim.x)
-    quantize_tile<Cvt, kFast>(geo, static_cast<uint32_t>(t), g);
+    quantize_tile<Cvt, kFast>(geo, static_cast<uint32_t>(t), sd);
   write_padding(geo);
 }
 
 // ---- host-side launch helpers, instantiated per converter ----
 
 template <class Cvt>
-cudaError_t launch_quantize(const Geometry& geo, const float* g, bool fast, cudaStream_t s) {
-  if (fast)
-    quantize_kernel<Cvt, true><<<geo.ntiles, kThreads, 0, s>>>(geo, g);
-  else
-    quantize_kernel<Cvt, false><<<geo.ntiles, kThreads, 0, s>>>(geo, g);
+cudaError_t launch_quantize(const Geometry& geo, const float* g, bool fast, cudaStream_t s,
+                            bool legacy = false) {
+  void (*k)(Geometry, const float*) =
+      legacy ? (fast ? quantize_kernel<Cvt, true, true> : quantize_kernel<Cvt, false, true>)
+             : (fast ? quantize_kernel<Cvt, true, false> : quantize_kernel<Cvt, false, false>);
+  k<<<geo.ntiles, kThreads, 0, s>>>(geo, g);
   return cudaGetLastError();
 }
 
@@ -425,5 +522,11 @@ cudaError_t launch_fused(const Geometry& geo, Workspace* ws, float* g_out, bool 
 cudaError_t launch_quantize_hw(const Geometry& geo, const float* g, bool fast, cudaStream_t s);
 cudaError_t launch_fused_hw(const Geometry& geo, Workspace* ws, float* g_out, bool fast,
                             cudaStream_t s);
+
+// nvfp4_quantize with the encoder chosen: `legacy` runs the previous kernel (lane pairs,
+// BlockEncoder for every element) for kGiven / kTwoPass with the software e2m1 conversion;
+// kSingleLaunch and the hardware-cvt path ignore it. For A/B
+// measurements (src/bench/nvfp4_quantize_bench.cu); nvfp4_quantize passes legacy = false.
+cudaError_t quantize_with_encoder(const Nvfp4QuantizeParams& p, bool legacy, cudaStream_t s);
 
 }  // namespace h3rt::nvfp4_detail
