@@ -115,15 +115,30 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
   SageBuffers b = sage_buffers(buf, S, H);
   SagePrepassParams pp{qkv, stride, S, H, 1.0f / std::sqrt(float(kHeadDim)), b};
   auto prepass = [&] { H3RT_CUDA_CHECK(sage_prepass(pp, nullptr)); };
+  // Each pre-pass algorithm side by side (the default one is timed last, as pre_ms).
+  nlohmann::json pre_algos;
+  for (SagePrepassAlgo algo : {SagePrepassAlgo::two_launch, SagePrepassAlgo::fused_l2}) {
+    SagePrepassParams q = pp;
+    q.algo = algo;
+    cudaError_t e = sage_prepass(q, nullptr);
+    if (e == cudaErrorNotSupported) continue;
+    H3RT_CUDA_CHECK(e);
+    const double ms = median_ms(opt.warmup, opt.iters,
+                                [&] { H3RT_CUDA_CHECK(sage_prepass(q, nullptr)); });
+    pre_algos[sage_prepass_algo_name(algo)] = ms;
+    std::printf("pre-pass %-10s: %.3f ms\n", sage_prepass_algo_name(algo), ms);
+  }
   const double flops = 4.0 * double(S) * double(S) * kHeadDim * double(H);
   const double pre_ms = median_ms(opt.warmup, opt.iters, prepass);
   const double in_bytes = double(S) * stride * 2;
   std::printf("device: %s (sm_%d%d)  S=%lld heads=%lld  QKV row stride %lld (strided q/k/v)\n",
               prop.name, prop.major, prop.minor, static_cast<long long>(S),
               static_cast<long long>(H), static_cast<long long>(stride));
-  std::printf("pre-pass: %.3f ms (2 launches; QKV bf16 %.2f GB)\n", pre_ms, in_bytes / 1e9);
+  std::printf("pre-pass (%s): %.3f ms (QKV bf16 %.2f GB)\n", sage_prepass_algo_name(pp.algo), pre_ms,
+              in_bytes / 1e9);
   nlohmann::json j = {{"device", prop.name},  {"seq", S},       {"heads", H},
-                      {"prepass_ms", pre_ms}, {"flops", flops}, {"warmup", opt.warmup},
+                      {"prepass_ms", pre_ms}, {"prepass_algo_ms", pre_algos},
+                      {"flops", flops},       {"warmup", opt.warmup},
                       {"iters", opt.iters}};
   // The dense bf16 flash kernel on the same strided QKV: the reference output for the
   // agreement column (rel. L2 of each Sage kernel's output against it).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call for the attention work: builds h3rt (sm_90a) and the public SageAttention side
 # by side, runs the GPU tests, times our Sage kernels, compares accuracy and speed with sageattn
-# on the same inputs (bench/sage_peer.py) and, with H3RT_NCU=1, profiles our kernel with Nsight
+# on the same inputs (bench/sage_peer.py; H3RT_NO_PEER=1 skips it) and, with H3RT_NCU=1, profiles our kernel with Nsight
 # Compute (details page + per-SASS-instruction source page) and dumps its SASS.
 # Usage (device tool, carry [".deps", ".peers"]): bash tools/device/run_peer.sh
 # .peers/SageAttention: a checkout of thu-ml/SageAttention (git-ignored, never committed).
@@ -13,7 +13,7 @@ trap 'tar -C /tmp -czf "$OUT/results.tar.gz" h3rt-results' EXIT
 log() { echo "== $(date +%T) $*"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 log "build h3rt + sageattention"
-( MAX_JOBS=4 bash tools/peers/build_sageattention.sh .peers/SageAttention /tmp/sage-peer \
+[ -n "${H3RT_NO_PEER:-}" ] || ( MAX_JOBS=4 bash tools/peers/build_sageattention.sh .peers/SageAttention /tmp/sage-peer \
     > "$R/sage_build.log" 2>&1; echo "rc=$?" >> "$R/sage_build.log" ) &
 H3RT_TARGETS="h3rt_cuda_tests h3rt_cli" bash tools/device/build.sh > "$R/build.log" 2>&1 \
   || { tail -40 "$R/build.log"; exit 1; }
@@ -36,6 +36,7 @@ if [ -n "${H3RT_NCU:-}" ]; then
   ncu --import "$R/sage.ncu-rep" --page source --csv --print-source sass \
     > "$R/ncu_source.csv" 2>&1
 fi
+[ -n "${H3RT_NO_PEER:-}" ] && { log done; exit 0; }
 log "wait for sageattention"
 wait; tail -3 "$R/sage_build.log"
 log "sage peer"

@@ -1,9 +1,13 @@
 // CUDA launchers of the Sage attention op (numerics: see attention_sage.h).
 //
-//   sage_prepass:   2 launches. (1) per (128-token chunk, head): Q -> int8 with its scales,
+//   sage_prepass:   two algorithms (SagePrepassAlgo), bit-identical outputs.
+//                   two_launch: (1) per (128-token chunk, head): Q -> int8 with its scales,
 //                   fixed-order partial K sums and V channel maxima; the last chunk of each head
 //                   (atomic ticket) reduces the partials in order into k_mean and v_scale.
 //                   (2) per (chunk, head): K - mean -> int8 with scales, V -> e4m3 transposed.
+//                   fused_l2 (opt-in): one persistent launch doing the same work items,
+//                   ordered so that (2) of a head re-reads its K and V from L2 instead of HBM
+//                   (prepass_fused.cu). Needs ~92 KB of shared memory per block.
 //                   Reads Q/K/V through the QKV row stride; no copies; tail rows masked.
 //   sage_attention: writes bf16 token-major output with a row stride. Kernels:
 //                   w4 / w8  sm_90a / sm_120a (attention_sm90.cu): mma.sync int8 QK, fp8 e4m3
@@ -30,13 +34,18 @@ struct SageBuffers {
   float* k_scale = nullptr;     // [H][Sp/128*4]
   float* v_scale = nullptr;     // [H][128]
   float* k_mean = nullptr;      // [H][128]
-  float* k_partial = nullptr;   // [Sp/128][H][128] workspace
-  float* v_partial = nullptr;   // [Sp/128][H][128] workspace
-  unsigned* tickets = nullptr;  // [H] workspace
+  float* k_partial = nullptr;   // [Sp/128][H][128] workspace (fused_l2: [H][Sp/128][128])
+  float* v_partial = nullptr;   // [Sp/128][H][128] workspace (two_launch only)
+  unsigned* tickets = nullptr;  // [H + 2 + H*128] workspace: per-head tickets, work and exit
+                                // counters, per-head V maxima (fused_l2); kept zero between calls
 };
 
 size_t sage_buffer_bytes(int64_t seq, int64_t heads);
 SageBuffers sage_buffers(void* base, int64_t seq, int64_t heads);
+
+// automatic: two_launch (fused_l2 is experimental: it failed its first GPU run).
+enum class SagePrepassAlgo { automatic, two_launch, fused_l2 };
+const char* sage_prepass_algo_name(SagePrepassAlgo a);
 
 struct SagePrepassParams {
   const void* qkv = nullptr;  // bf16 [S][row_stride]: q | k | v, each H*128
@@ -44,7 +53,10 @@ struct SagePrepassParams {
   int64_t seq = 0, heads = 0;
   float sm_scale = 0.0f;  // softmax scale (usually 1/sqrt(128))
   SageBuffers buf;
+  SagePrepassAlgo algo = SagePrepassAlgo::automatic;
 };
+// Returns cudaErrorInvalidValue for bad arguments; with algo == fused_l2, cudaErrorNotSupported
+// where the fused kernel cannot run (see above).
 cudaError_t sage_prepass(const SagePrepassParams& p, cudaStream_t stream);
 
 // Kernel variants. automatic: wgmma_pp3 on sm_90 (the fastest measured), w4 elsewhere.

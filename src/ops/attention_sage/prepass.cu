@@ -1,4 +1,6 @@
-// Quantization pre-pass of the Sage attention op: two launches, no copies of Q/K/V.
+// Quantization pre-pass of the Sage attention op. Two implementations (SagePrepassAlgo):
+//  fused_l2 (prepass_fused.cu): one persistent launch; K and V are re-read from L2.
+//  two_launch (this file): no copies of Q/K/V,
 //   stats_kernel    grid (Sp/128, H), 128 threads: Q -> int8 (8 scales per 16 rows), partial K
 //                   sums (fixed order) and V channel maxima for this 128-token chunk; the last
 //                   chunk of a head (atomic ticket) reduces the partials in chunk order.
@@ -11,46 +13,21 @@
 
 #include "ops/attention_sage/attention_sage.h"
 #include "ops/attention_sage/attention_sage_cuda.h"
+#include "ops/attention_sage/prepass_common.cuh"
 
 namespace h3rt::attention_sage {
 namespace {
 
+using prepass::bf16f;
+using prepass::dev_int8_scale;
+using prepass::dev_quant_i8;
+using prepass::Dims;
+using prepass::kD;
+using prepass::token_of_slot;
+using prepass::unpack8;
+using prepass::warp_max;
+
 constexpr int kThreads = 128;
-constexpr int kD = kHeadDim;
-
-__device__ __forceinline__ float bf16f(uint32_t bits16) {
-  return __uint_as_float(bits16 << 16);
-}
-
-// The 8 bf16 values of a 16-byte word as floats.
-__device__ __forceinline__ void unpack8(const uint4& w, float* f) {
-  const uint32_t u[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = bf16f(u[i] & 0xffffu);
-    f[2 * i + 1] = bf16f(u[i] >> 16);
-  }
-}
-
-__device__ __forceinline__ float dev_int8_scale(float amax) {
-  return __fadd_rn(__fdiv_rn(amax, 127.0f), 1e-7f);
-}
-
-__device__ __forceinline__ uint32_t dev_quant_i8(float x, float scale) {
-  float r = __fdiv_rn(x, scale);
-  r = __fadd_rn(r, r >= 0.0f ? 0.5f : -0.5f);
-  return static_cast<uint32_t>(__float2int_rz(r)) & 0xffu;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-struct Dims {
-  int64_t seq, heads, padded, row_stride;
-};
 
 __device__ __forceinline__ const uint16_t* qkv_at(const uint16_t* qkv, const Dims& n, int part,
                                                   int64_t t, int64_t h, int d) {
@@ -210,11 +187,6 @@ __device__ void quantize_k_chunk(const Dims& n, int64_t c, int64_t h, const uint
   }
 }
 
-__device__ __forceinline__ int token_of_slot(int p) {
-  int q = p / 4, i = p % 4;
-  return i < 2 ? 2 * q + i : 8 + 2 * q + (i - 2);
-}
-
 // V of one chunk: thread = channel d; 16-byte stores of 16 permuted tokens.
 __device__ void quantize_v_chunk(const Dims& n, int64_t c, int64_t h, const uint16_t* tile,
                                  const SageBuffers& buf) {
@@ -257,7 +229,7 @@ size_t align256(size_t x) {
 
 size_t sage_buffer_bytes(int64_t seq, int64_t heads) {
   SageBuffers b = sage_buffers(nullptr, seq, heads);
-  return reinterpret_cast<size_t>(b.tickets) + align256(heads * sizeof(unsigned));
+  return reinterpret_cast<size_t>(b.tickets) + align256((heads * (kD + 1) + 2) * sizeof(unsigned));
 }
 
 SageBuffers sage_buffers(void* base, int64_t seq, int64_t heads) {
@@ -278,8 +250,20 @@ SageBuffers sage_buffers(void* base, int64_t seq, int64_t heads) {
   b.k_mean = reinterpret_cast<float*>(take(heads * kD * 4));
   b.k_partial = reinterpret_cast<float*>(take(chunks * heads * kD * 4));
   b.v_partial = reinterpret_cast<float*>(take(chunks * heads * kD * 4));
-  b.tickets = reinterpret_cast<unsigned*>(take(heads * sizeof(unsigned)));
+  b.tickets = reinterpret_cast<unsigned*>(take((heads * (kD + 1) + 2) * sizeof(unsigned)));
   return b;
+}
+
+const char* sage_prepass_algo_name(SagePrepassAlgo a) {
+  switch (a) {
+    case SagePrepassAlgo::automatic:
+      return "automatic";
+    case SagePrepassAlgo::two_launch:
+      return "two_launch";
+    case SagePrepassAlgo::fused_l2:
+      return "fused_l2";
+  }
+  return "?";
 }
 
 cudaError_t sage_prepass(const SagePrepassParams& p, cudaStream_t stream) {
@@ -288,9 +272,12 @@ cudaError_t sage_prepass(const SagePrepassParams& p, cudaStream_t stream) {
       reinterpret_cast<uintptr_t>(p.qkv) % 16 != 0 || p.buf.q8 == nullptr)
     return cudaErrorInvalidValue;
   Dims n{p.seq, p.heads, padded_len(p.seq), p.row_stride};
-  dim3 grid(static_cast<unsigned>(n.padded / kTokenPad), static_cast<unsigned>(p.heads));
   const auto* qkv = static_cast<const uint16_t*>(p.qkv);
-  stats_kernel<<<grid, kThreads, 0, stream>>>(qkv, n, qk_scale_log2(p.sm_scale), p.buf);
+  const float qk_log2 = qk_scale_log2(p.sm_scale);
+  // automatic: the two launches until the fused kernel has passed its GPU tests.
+  if (p.algo == SagePrepassAlgo::fused_l2) return prepass::launch_fused(qkv, n, qk_log2, p.buf, stream);
+  dim3 grid(static_cast<unsigned>(n.padded / kTokenPad), static_cast<unsigned>(p.heads));
+  stats_kernel<<<grid, kThreads, 0, stream>>>(qkv, n, qk_log2, p.buf);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   quantize_kernel<<<grid, kThreads, 0, stream>>>(qkv, n, p.buf);

@@ -1,0 +1,506 @@
+// The fused Sage pre-pass: one persistent launch in which K and V of a head are read from HBM
+// once and re-read from L2.
+//
+// Work items (n = Sp/128 chunks per head, N = H*n):
+//   A(h, c): Q of chunk c -> int8 + scales; the fixed-order partial K sums of the chunk
+//            (workspace k_partial [h][c][128]) and its V channel maxima (atomicMax into a
+//            per-head [128] array behind the counters, exact and order-free); the A item that
+//            finishes a head last (per-head ticket) sums the partials in chunk order into k_mean,
+//            takes (and zeroes) the maxima for v_scale, then publishes ticket = kReady (release).
+//   B(h, c): waits for ticket[h] == kReady (acquire), then K - mean -> int8 with its scales and
+//            V -> e4m3 transposed, exactly as the two-launch quantize kernel.
+// Order: the A and B streams (each head-major) are merged so that B(i) comes right after
+// A(i + L), with lag L = n + W (W = grid size; the first L items are A). So B(h, c) is claimed
+// about n + W A items after A(h, c): late enough that head h is normally reduced already, and
+// early enough that its K and V (19.4 MB per head at the seed shape) are still in L2. Q loads and
+// all output stores are streaming (evict-first) so they do not push K and V out.
+//
+// Execution: grid = one 512-thread block per SM. Each block claims item indices from a global
+// counter (tickets[H]) two ahead, stages K and V of the next item in shared memory with cp.async
+// (and its Q in registers) while it processes the current one (2 stages; 1 stage where the
+// device has less than ~160 KB of shared memory per block).
+//
+// Deadlock freedom: a B item waits only for A items of its head and all of them precede it in
+// the claim order (L >= n - 1); A items never wait. A block processes its claimed items in claim
+// order. Take the unfinished claimed item with the lowest index: if it is a block's current item,
+// everything it may wait for has a lower index, so it is finished and the item completes; if it
+// is a block's prefetched item, that block's current item has a lower index and so is finished,
+// and the block moves on to it. So some claimed item always makes progress, whatever the number
+// of co-resident blocks. Items not claimed yet are taken by blocks that finish theirs.
+//
+// Self-reset: the last block to leave (exit counter tickets[H+1]) zeroes the tickets and both
+// counters, and each head's reducer zeroes its maxima, so repeated calls and graph replays find
+// them zero, as after the one-time zero fill.
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include "ops/attention_sage/attention_sage.h"
+#include "ops/attention_sage/attention_sage_cuda.h"
+#include "ops/attention_sage/prepass_common.cuh"
+#include "ops/attention_sage/sage_device.cuh"
+
+namespace h3rt::attention_sage::prepass {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kVirtual = 1024;                  // per-chunk mappings are written for 1024
+constexpr int kTileBytes = kTokenPad * kD * 2;  // one bf16 128x128 tile, 256-byte rows
+constexpr int kVoutStride = kTokenPad + 16;     // padded rows of the transposed V bytes
+constexpr unsigned kReady = 0x80000000u;        // ticket value of a reduced head
+constexpr int kScratchFloats = 2 * 8 * kD;      // K sums and V maxima [8][128] each
+
+// Shared memory: [stages][K tile | V tile], V output staging, scratch, per-item constants.
+struct Smem {
+  static constexpr int vout = 0;
+  static constexpr int scratch = vout + kD * kVoutStride;
+  static constexpr int red = scratch + kScratchFloats * 4;  // 32 floats
+  static constexpr int mean = red + 32 * 4;                 // 128 floats
+  static constexpr int vscale = mean + kD * 4;              // 128 floats
+  static constexpr int tiles = vscale + kD * 4;             // 16-byte aligned
+  static constexpr int bytes(int stages) { return tiles + stages * 2 * kTileBytes; }
+};
+static_assert(Smem::tiles % 16 == 0, "tile alignment");
+
+struct Sched {
+  unsigned n_chunks, n_items_a, lag;  // n, N, L
+};
+
+struct Item {
+  int kind;  // 0 none, 1 A, 2 B
+  int64_t h, c;
+};
+
+__device__ __forceinline__ Item decode(unsigned i, const Sched& s) {
+  const unsigned N = s.n_items_a, L = s.lag;
+  Item it{0, 0, 0};
+  if (i >= 2 * N) return it;
+  unsigned idx;
+  if (i < L) {
+    it.kind = 1, idx = i;
+  } else if (i < 2 * N - L) {
+    const unsigned j = i - L;
+    it.kind = j % 2 == 0 ? 1 : 2;
+    idx = j % 2 == 0 ? L + j / 2 : j / 2;
+  } else {
+    it.kind = 2, idx = i - N;
+  }
+  it.h = idx / s.n_chunks;
+  it.c = idx % s.n_chunks;
+  return it;
+}
+
+__device__ __forceinline__ const uint16_t* qkv_at(const uint16_t* qkv, const Dims& n, int part,
+                                                  int64_t t, int64_t h, int d) {
+  return qkv + t * n.row_stride + (part * n.heads + h) * kD + d;
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte cp.async (L2 only); src_bytes 0 zero-fills. evict_first marks the lines as the first
+// to be evicted from L2 (their last use).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid, bool evict_first,
+                                           uint64_t policy) {
+  const int bytes = valid ? 16 : 0;
+  if (evict_first)
+    asm volatile(
+        "cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(smem_addr(dst)),
+        "l"(src), "r"(bytes), "l"(policy));
+  else
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release(unsigned* p, unsigned v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
+// Per-head channel maxima of |v| (fused path), after the tickets and the two counters.
+__device__ __forceinline__ unsigned* vmax_acc(const SageBuffers& buf, const Dims& n) {
+  return buf.tickets + n.heads + 2;
+}
+
+// Q of an A item: thread = (group of rows {16b+g, 16b+g+8}, one row, 4 x 8 channels).
+struct QMap {
+  int blk, g, row, k4;
+  __device__ QMap() {
+    const int grp = threadIdx.x / 8, l8 = threadIdx.x % 8;
+    blk = grp / 8, g = grp % 8, k4 = l8 % 4;
+    row = blk * kQWarpRows + g + (l8 >= 4 ? 8 : 0);
+  }
+};
+
+__device__ void load_q(const uint16_t* qkv, const Dims& n, const Item& it, uint4* q) {
+  const QMap m;
+  const int64_t t = it.c * kTokenPad + m.row;
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    q[u] = make_uint4(0, 0, 0, 0);
+    if (t < n.seq)
+      q[u] = __ldcs(reinterpret_cast<const uint4*>(qkv_at(qkv, n, 0, t, it.h, (m.k4 + 4 * u) * 8)));
+  }
+}
+
+// Stages K and V of a chunk (both items need them); zero rows past S.
+__device__ void load_kv(const uint16_t* qkv, const Dims& n, const Item& it, uint8_t* tiles,
+                        uint64_t policy) {
+#pragma unroll
+  for (int u = 0; u < 2 * kTileBytes / 16 / kThreads; ++u) {
+    const int gi = threadIdx.x + u * kThreads, part = gi / (kTileBytes / 16);
+    const int row = gi % (kTileBytes / 16) / 16, col = gi % 16 * 8;
+    const int64_t t = it.c * kTokenPad + row;
+    const bool valid = t < n.seq;
+    cp_async16(tiles + part * kTileBytes + row * 256 + col * 2,
+               qkv_at(qkv, n, 1 + part, valid ? t : it.c * kTokenPad, it.h, col), valid,
+               it.kind == 2, policy);
+  }
+}
+
+__device__ void quantize_q(const uint4* q, const Dims& n, const Item& it, float qk_log2,
+                           const SageBuffers& buf) {
+  const QMap m;
+  float amax = 0.0f;
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    float f[8];
+    unpack8(q[u], f);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(f[i]));
+  }
+#pragma unroll
+  for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float scale = dev_int8_scale(amax);
+  const int64_t t = it.c * kTokenPad + m.row;
+  int8_t* dst = buf.q8 + (it.h * n.padded + t) * kD;
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    float f[8];
+    unpack8(q[u], f);
+    uint32_t lo = 0, hi = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      lo |= dev_quant_i8(f[i], scale) << (8 * i);
+      hi |= dev_quant_i8(f[i + 4], scale) << (8 * i);
+    }
+    __stcs(reinterpret_cast<uint2*>(dst + (m.k4 + 4 * u) * 8), make_uint2(lo, hi));
+  }
+  if (threadIdx.x % 8 == 0)
+    buf.q_scale[it.h * (n.padded / kQWarpRows * 8) + (it.c * 8 + m.blk) * 8 + m.g] =
+        __fmul_rn(scale, qk_log2);
+}
+
+// Partial K sums (fixed order) and V channel maxima of a chunk. Thread = (token residue r,
+// channel pair).
+__device__ void kv_stats(const Dims& n, const Item& it, const uint8_t* tiles, float* scratch,
+                         const SageBuffers& buf) {
+  const int r = threadIdx.x / 64, d = threadIdx.x % 64 * 2;
+  float s0 = 0.0f, s1 = 0.0f, m0 = 0.0f, m1 = 0.0f;
+#pragma unroll 4
+  for (int j = 0; j < 16; ++j) {
+    const int row = 8 * j + r;
+    if (it.c * kTokenPad + row >= n.seq) break;
+    const uint32_t k = *reinterpret_cast<const uint32_t*>(tiles + row * 256 + d * 2);
+    const uint32_t v = *reinterpret_cast<const uint32_t*>(tiles + kTileBytes + row * 256 + d * 2);
+    s0 = __fadd_rn(s0, bf16f(k & 0xffffu));
+    s1 = __fadd_rn(s1, bf16f(k >> 16));
+    m0 = fmaxf(m0, fabsf(bf16f(v & 0xffffu)));
+    m1 = fmaxf(m1, fabsf(bf16f(v >> 16)));
+  }
+  float* sums = scratch;
+  float* vmax = scratch + 8 * kD;
+  sums[r * kD + d] = s0, sums[r * kD + d + 1] = s1;
+  vmax[r * kD + d] = m0, vmax[r * kD + d + 1] = m1;
+  __syncthreads();
+  if (threadIdx.x < kD) {
+    const int ch = threadIdx.x;
+    float chunk = 0.0f, vm = 0.0f;
+    for (int rr = 0; rr < 8; ++rr) {
+      chunk = __fadd_rn(chunk, sums[rr * kD + ch]);
+      vm = fmaxf(vm, vmax[rr * kD + ch]);
+    }
+    buf.k_partial[(it.h * (n.padded / kTokenPad) + it.c) * kD + ch] = chunk;
+    // |v| >= 0 and never NaN here (fmaxf drops NaN), so the float order is the bit order.
+    atomicMax(vmax_acc(buf, n) + it.h * kD + ch, __float_as_uint(vm));
+  }
+}
+
+__device__ __forceinline__ void bar_chain() {  // the 4 warps of the K-mean chain
+  asm volatile("bar.sync 1, 128;\n" ::: "memory");
+}
+
+// The last A item of head h: k_mean = (sum of the chunk partials in chunk order) / S and v_scale
+// from the atomic channel maxima (read and reset to 0). Warps 0-3 run the sequential sums; the
+// partials stream through the current K/V stage (64 KB) as a ring of 4 slots of 32 chunks,
+// filled by cp.async kSlots slots ahead of the chain.
+__device__ void reduce_head(const Dims& n, int64_t h, uint8_t* stage, const SageBuffers& buf) {
+  if (threadIdx.x >= kD) return;
+  constexpr int kSlots = 4, kSlotChunks = 2 * kTileBytes / kSlots / (kD * 4);  // 32
+  const int64_t chunks = n.padded / kTokenPad;
+  const int64_t slots = (chunks + kSlotChunks - 1) / kSlotChunks;
+  const float* kp = buf.k_partial + h * chunks * kD;
+  auto issue = [&](int64_t s) {
+    if (s < slots) {
+      uint8_t* dst = stage + s % kSlots * (kSlotChunks * kD * 4);
+      const int64_t granules =
+          (chunks - s * kSlotChunks < kSlotChunks ? chunks - s * kSlotChunks : kSlotChunks) * kD /
+          4;
+#pragma unroll
+      for (int u = 0; u < kSlotChunks * kD / 4 / kD; ++u) {
+        const int gi = threadIdx.x + u * kD;
+        if (gi < granules)
+          cp_async16(dst + gi * 16, kp + s * kSlotChunks * kD + gi * 4, true, false, 0);
+      }
+    }
+    cp_async_commit();
+  };
+  for (int s = 0; s < kSlots; ++s) issue(s);
+  float total = 0.0f;
+  for (int64_t s = 0; s < slots; ++s) {
+    cp_async_wait<kSlots - 1>();
+    bar_chain();
+    const float* st = reinterpret_cast<const float*>(stage + s % kSlots * (kSlotChunks * kD * 4));
+    const int64_t cnt =
+        chunks - s * kSlotChunks < kSlotChunks ? chunks - s * kSlotChunks : kSlotChunks;
+#pragma unroll 8
+    for (int cc = 0; cc < cnt; ++cc) total = __fadd_rn(total, st[cc * kD + threadIdx.x]);
+    bar_chain();
+    issue(s + kSlots);
+  }
+  cp_async_wait<0>();
+  const int d = threadIdx.x;
+  const float vmx = __uint_as_float(atomicExch(vmax_acc(buf, n) + h * kD + d, 0u));
+  buf.k_mean[h * kD + d] = __fdiv_rn(total, static_cast<float>(n.seq));
+  buf.v_scale[h * kD + d] = vmx > 0.0f ? __fdiv_rn(vmx, kPScale) : 1.0f;
+}
+
+// K of a B item: virtual thread = (scale group g, key of the group, 2 x 8 channels).
+__device__ void quantize_k(const Dims& n, const Item& it, const uint8_t* tile, const float* mean,
+                           float* red, const SageBuffers& buf) {
+  float x[2][16];
+  bool valid[2];
+  int rows[2];
+#pragma unroll
+  for (int u = 0; u < kVirtual / kThreads; ++u) {
+    const int vt = threadIdx.x + u * kThreads, g = vt / 256, idx = vt % 256, ks = idx / 8;
+    const int row = 8 * (ks / 2) + 2 * g + ks % 2, k8 = idx % 8;
+    rows[u] = row;
+    valid[u] = it.c * kTokenPad + row < n.seq;
+    float amax = 0.0f;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int ch = half * 64 + k8 * 8;
+      float f[8];
+      unpack8(*reinterpret_cast<const uint4*>(tile + row * 256 + ch * 2), f);
+      const float4 m0 = *reinterpret_cast<const float4*>(mean + ch);
+      const float4 m1 = *reinterpret_cast<const float4*>(mean + ch + 4);
+      const float mm[8] = {m0.x, m0.y, m0.z, m0.w, m1.x, m1.y, m1.z, m1.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        x[u][half * 8 + i] = __fsub_rn(f[i], mm[i]);
+        amax = fmaxf(amax, fabsf(x[u][half * 8 + i]));
+      }
+    }
+    amax = warp_max(valid[u] ? amax : 0.0f);
+    if (threadIdx.x % 32 == 0) red[vt / 32] = amax;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int u = 0; u < kVirtual / kThreads; ++u) {
+    const int vt = threadIdx.x + u * kThreads, g = vt / 256, k8 = vt % 8;
+    float amax = 0.0f;
+#pragma unroll
+    for (int w = 0; w < 8; ++w) amax = fmaxf(amax, red[g * 8 + w]);
+    const float scale = dev_int8_scale(amax);
+    if (vt % 256 == 0) buf.k_scale[it.h * (n.padded / kKBlock * 4) + it.c * 4 + g] = scale;
+    int8_t* dst = buf.k8 + (it.h * n.padded + it.c * kTokenPad + rows[u]) * kD;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      uint32_t lo = 0, hi = 0;
+      if (valid[u]) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          lo |= dev_quant_i8(x[u][half * 8 + i], scale) << (8 * i);
+          hi |= dev_quant_i8(x[u][half * 8 + i + 4], scale) << (8 * i);
+        }
+      }
+      __stcs(reinterpret_cast<uint2*>(dst + half * 64 + k8 * 8), make_uint2(lo, hi));
+    }
+  }
+}
+
+// V of a B item: virtual thread = (channel d, group of 16 tokens); the permuted e4m3 bytes go
+// through shared memory so the transposed rows are stored 128 bytes at a time.
+__device__ void quantize_v(const Dims& n, const Item& it, const uint8_t* tile, const float* vscale,
+                           uint8_t* vout, const SageBuffers& buf) {
+  const uint16_t* v = reinterpret_cast<const uint16_t*>(tile);
+#pragma unroll
+  for (int u = 0; u < kVirtual / kThreads; ++u) {
+    const int vt = threadIdx.x + u * kThreads, d = vt % kD, grp = vt / kD;
+    const float scale = vscale[d];
+    uint32_t w[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      float f[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {  // rows past S hold zeros: +0 -> e4m3 0x00
+        const int row = grp * 16 + token_of_slot(4 * q + i);
+        f[i] = __fdiv_rn(bf16f(v[row * kD + d]), scale);
+      }
+      w[q] = device::pack_e4m3(f[0], f[1], f[2], f[3]);
+    }
+    *reinterpret_cast<uint4*>(vout + d * kVoutStride + grp * 16) =
+        make_uint4(w[0], w[1], w[2], w[3]);
+  }
+  __syncthreads();
+#pragma unroll
+  for (int u = 0; u < kVirtual / kThreads; ++u) {
+    const int vt = threadIdx.x + u * kThreads, d = vt / 8, grp = vt % 8;
+    const uint4 val = *reinterpret_cast<const uint4*>(vout + d * kVoutStride + grp * 16);
+    __stcs(reinterpret_cast<uint4*>(buf.v8t + (it.h * kD + d) * n.padded + it.c * kTokenPad +
+                                    grp * 16),
+           val);
+  }
+}
+
+template <int kStages>
+__global__ void __launch_bounds__(kThreads, 1)
+    fused_kernel(const uint16_t* qkv, Dims n, Sched sch, float qk_log2, SageBuffers buf) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ unsigned s_item[4];
+  __shared__ int s_flag;
+  uint8_t* vout = smem + Smem::vout;
+  float* scratch = reinterpret_cast<float*>(smem + Smem::scratch);
+  float* red = reinterpret_cast<float*>(smem + Smem::red);
+  float* mean = reinterpret_cast<float*>(smem + Smem::mean);
+  float* vscale = reinterpret_cast<float*>(smem + Smem::vscale);
+  auto stage = [&](unsigned j) { return smem + Smem::tiles + (j % kStages) * 2 * kTileBytes; };
+  unsigned* tickets = buf.tickets;
+  unsigned* work = buf.tickets + n.heads;
+  unsigned* exits = work + 1;
+  const unsigned total = 2 * sch.n_items_a;
+  uint64_t evict_first;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(evict_first));
+
+  if (threadIdx.x == 0)
+    for (int k = 0; k < kStages; ++k) s_item[k] = atomicAdd(work, 1u);
+  __syncthreads();
+  uint4 q_next[4] = {};
+  if (kStages == 2) {
+    const Item it = decode(s_item[0], sch);
+    if (it.kind != 0) load_kv(qkv, n, it, stage(0), evict_first);
+    if (it.kind == 1) load_q(qkv, n, it, q_next);
+    cp_async_commit();
+  }
+  for (unsigned j = 0;; ++j) {
+    const unsigned cur_idx = s_item[j % 4];
+    if (cur_idx >= total) break;
+    uint4 q[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) q[u] = q_next[u];
+    {  // stage the item kStages - 1 ahead (with 1 stage: this one)
+      const Item ahead = decode(s_item[(j + kStages - 1) % 4], sch);
+      if (ahead.kind != 0) load_kv(qkv, n, ahead, stage(j + kStages - 1), evict_first);
+      if (ahead.kind == 1) load_q(qkv, n, ahead, q_next);
+      cp_async_commit();
+      if (kStages == 1)
+#pragma unroll
+        for (int u = 0; u < 4; ++u) q[u] = q_next[u];
+    }
+    unsigned claimed = 0;
+    if (threadIdx.x == 0) claimed = atomicAdd(work, 1u);  // item j + kStages, used at the end
+    cp_async_wait<kStages - 1>();
+    __syncthreads();
+
+    const Item it = decode(cur_idx, sch);
+    uint8_t* tiles = stage(j);
+    if (it.kind == 1) {
+      quantize_q(q, n, it, qk_log2, buf);
+      kv_stats(n, it, tiles, scratch, buf);
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) s_flag = atomicAdd(tickets + it.h, 1u) == sch.n_chunks - 1;
+      __syncthreads();
+      if (s_flag) {  // uniform: this block finished head h last
+        __threadfence();
+        reduce_head(n, it.h, tiles, buf);
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) st_release(tickets + it.h, kReady);
+      }
+    } else {
+      if (threadIdx.x == 0)
+        while (ld_acquire(tickets + it.h) != kReady) __nanosleep(128);
+      __syncthreads();
+      if (threadIdx.x < kD) {
+        mean[threadIdx.x] = __ldcg(buf.k_mean + it.h * kD + threadIdx.x);
+        vscale[threadIdx.x] = __ldcg(buf.v_scale + it.h * kD + threadIdx.x);
+      }
+      __syncthreads();
+      quantize_k(n, it, tiles, mean, red, buf);
+      quantize_v(n, it, tiles + kTileBytes, vscale, vout, buf);
+    }
+    if (threadIdx.x == 0) s_item[(j + kStages) % 4] = claimed;
+    __syncthreads();
+  }
+  cp_async_wait<0>();
+
+  // The last block out resets the tickets and counters for the next call.
+  if (threadIdx.x == 0) {
+    __threadfence();
+    s_flag = atomicAdd(exits, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (s_flag) {
+    __threadfence();
+    for (int64_t h = threadIdx.x; h < n.heads; h += kThreads) tickets[h] = 0;
+    if (threadIdx.x == 0) *work = 0, *exits = 0;
+  }
+}
+
+template <int kStages>
+cudaError_t launch(const uint16_t* qkv, const Dims& n, const Sched& sch, float qk_log2,
+                   const SageBuffers& buf, int grid, cudaStream_t stream) {
+  const int bytes = Smem::bytes(kStages);
+  cudaError_t e = cudaFuncSetAttribute(fused_kernel<kStages>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e != cudaSuccess) return e;
+  fused_kernel<kStages><<<grid, kThreads, bytes, stream>>>(qkv, n, sch, qk_log2, buf);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_fused(const uint16_t* qkv, const Dims& n, float qk_log2, const SageBuffers& buf,
+                         cudaStream_t stream) {
+  int dev = 0, sms = 0, optin = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  if (e == cudaSuccess)
+    e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  if (e != cudaSuccess) return e;
+  const int64_t chunks = n.padded / kTokenPad, items_a = n.heads * chunks;
+  if (2 * items_a + 2 * static_cast<int64_t>(sms) + 4 >= (int64_t{1} << 31))
+    return cudaErrorNotSupported;
+  const int grid = static_cast<int>(sms < 2 * items_a ? sms : 2 * items_a);
+  const int64_t lag = chunks + grid;
+  Sched sch{static_cast<unsigned>(chunks), static_cast<unsigned>(items_a),
+            static_cast<unsigned>(lag < items_a ? lag : items_a)};
+  if (optin >= Smem::bytes(2)) return launch<2>(qkv, n, sch, qk_log2, buf, grid, stream);
+  if (optin >= Smem::bytes(1)) return launch<1>(qkv, n, sch, qk_log2, buf, grid, stream);
+  return cudaErrorNotSupported;
+}
+
+}  // namespace h3rt::attention_sage::prepass
