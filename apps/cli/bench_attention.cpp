@@ -27,6 +27,9 @@ void add_bench_attention_command(CLI::App& app) {
       ->check(CLI::IsMember({"w4", "w8", "wgmma", "wgmma_pingpong", "wgmma_pp_overlap",
                              "wgmma_pp3", "x_pp3_fast", "x_pp3_fast_early", "x_wgmma3_fast",
                              "x_pp_overlap_fast", "x_wgmma3_rowsum", "x_pp3_rowsum"}));
+  cmd->add_option("--prepass", opt->prepass, "pre-pass algorithms to time side by side")
+      ->check(CLI::IsMember({"two_launch", "fused_l2"}))
+      ->capture_default_str();
   auto files = std::make_shared<std::pair<std::string, std::string>>();
   auto* in = cmd->add_option("--inputs", files->first,
                              "instead of timing: run the Sage attention on every bf16 "
