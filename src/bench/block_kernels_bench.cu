@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <ctime>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "bench/block_kernels_bench.h"
@@ -90,14 +91,23 @@ void check(cudaError_t e, const char* what) {
   H3RT_CHECK(e == cudaSuccess, "bench: ", what, " failed: ", cudaGetErrorString(e));
 }
 
-nlohmann::json mem_entry(const std::string& name, double bytes, const Timing& t) {
-  std::printf("  %-28s %9.3f ms  %8.1f GB/s\n", name.c_str(), t.median_ms,
-              bytes / t.median_ms * 1e-6);
-  return {{"name", name},
-          {"ms_median", t.median_ms},
-          {"ms_min", t.min_ms},
-          {"bytes", bytes},
-          {"gbps", bytes / t.median_ms * 1e-6}};
+// copy_gbps > 0 (the d2d copy of this run): also the share of the copy bandwidth.
+nlohmann::json mem_entry(const std::string& name, double bytes, const Timing& t,
+                         double copy_gbps = 0.0) {
+  const double gbps = bytes / t.median_ms * 1e-6;
+  nlohmann::json j = {{"name", name},
+                      {"ms_median", t.median_ms},
+                      {"ms_min", t.min_ms},
+                      {"bytes", bytes},
+                      {"gbps", gbps}};
+  if (copy_gbps > 0.0) {
+    j["pct_of_copy"] = 100.0 * gbps / copy_gbps;
+    std::printf("  %-40s %9.3f ms  %8.1f GB/s  %5.1f%% of copy\n", name.c_str(), t.median_ms, gbps,
+                100.0 * gbps / copy_gbps);
+  } else {
+    std::printf("  %-40s %9.3f ms  %8.1f GB/s\n", name.c_str(), t.median_ms, gbps);
+  }
+  return j;
 }
 
 nlohmann::json flop_entry(const std::string& name, double flops, const Timing& t,
@@ -117,6 +127,7 @@ nlohmann::json bench_memory_bound(const BlockKernelsBenchOptions& o, cudaStream_
   const int64_t S = o.rows, H = o.hidden, I = o.heads * 128, F = o.ffn;
   nlohmann::json out = nlohmann::json::array();
   const double bf = 2.0;
+  double copy_gbps = 0.0;
   {
     Tensor a = cuda::device_empty(DType::u8, {int64_t(1) << 30});
     Tensor b = cuda::device_empty(DType::u8, {int64_t(1) << 30});
@@ -124,6 +135,7 @@ nlohmann::json bench_memory_bound(const BlockKernelsBenchOptions& o, cudaStream_
       check(cudaMemcpyAsync(b.data(), a.data(), a.nbytes(), cudaMemcpyDeviceToDevice, s), "copy");
     });
     out.push_back(mem_entry("d2d_copy_1GiB", 2.0 * a.nbytes(), t));
+    copy_gbps = out.back()["gbps"].get<double>();
   }
   Tensor table = dev_bf16({9, 6 * H}, 7, 0.5f), w = dev_bf16({H}, 8, 1.0f);
   Tensor idx = cuda::device_empty(DType::i64, {S});
@@ -143,15 +155,19 @@ nlohmann::json bench_memory_bound(const BlockKernelsBenchOptions& o, cudaStream_
   rp.rows = S;
   rp.dim = H;
   rp.table_row_stride = 6 * H;
-  {
+  // Variant 0 is the default kernel; 1..4 the ring variants (rmsnorm_modulate.h), same bytes.
+  for (int variant = 0; variant <= 4; ++variant) {
     H3RT_NVTX_RANGE("bench.rmsnorm_modulate");
     Timing t = time_it(o, s, [&](int i) {
       auto p = rp;
       p.x = B(x[i % kSets]);
       p.y = B(n[i % kSets]);
+      p.variant = variant;
       check(ops::rmsnorm_modulate_cuda(p, s), "rmsnorm_modulate");
     });
-    out.push_back(mem_entry("rmsnorm_modulate", 2 * bf * S * H, t));
+    const std::string name = variant ? "rmsnorm_modulate (variant " + std::to_string(variant) + ")"
+                                     : std::string("rmsnorm_modulate");
+    out.push_back(mem_entry(name, 2 * bf * S * H, t, copy_gbps));
   }
   {
     H3RT_NVTX_RANGE("bench.gated_residual");
@@ -166,7 +182,7 @@ nlohmann::json bench_memory_bound(const BlockKernelsBenchOptions& o, cudaStream_
       p.table_row_stride = 6 * H;
       check(ops::gated_residual_cuda(p, s), "gated_residual");
     });
-    out.push_back(mem_entry("gated_residual", 3 * bf * S * H, t));
+    out.push_back(mem_entry("gated_residual", 3 * bf * S * H, t, copy_gbps));
   }
   {
     H3RT_NVTX_RANGE("bench.residual_rmsnorm_modulate");
@@ -178,7 +194,8 @@ nlohmann::json bench_memory_bound(const BlockKernelsBenchOptions& o, cudaStream_
       p.residual_gate = B(table) + 2 * H;
       check(ops::rmsnorm_modulate_cuda(p, s), "fused residual+rmsnorm");
     });
-    out.push_back(mem_entry("gated_residual+rmsnorm_modulate (fused)", 4 * bf * S * H, t));
+    out.push_back(
+        mem_entry("gated_residual+rmsnorm_modulate (fused)", 4 * bf * S * H, t, copy_gbps));
   }
   x.clear();
   y.clear();
@@ -193,7 +210,10 @@ nlohmann::json bench_memory_bound(const BlockKernelsBenchOptions& o, cudaStream_
     fill_f32_kernel<<<256, 256, 0, s>>>(static_cast<float*>(sn.data()), sn.numel(), 2);
     H3RT_CUDA_CHECK(cudaGetLastError());
     Tensor qw = dev_bf16({128}, 9, 1.0f), kw = dev_bf16({128}, 10, 1.0f);
-    for (int slots : {0, 7, 2}) {
+    // {slots, variant}: the default, the other slot counts, then the ring variants
+    // (qk_norm_rope.h), same bytes.
+    const std::pair<int, int> configs[] = {{0, 0}, {7, 0}, {2, 0}, {0, 1}, {0, 2}, {0, 3}, {0, 4}};
+    for (const auto& [slots, variant] : configs) {
       Timing t = time_it(o, s, [&](int i) {
         ops::QkNormRopeCudaParams p;
         p.qkv = B(qkv[i % kSets]);
@@ -207,11 +227,13 @@ nlohmann::json bench_memory_bound(const BlockKernelsBenchOptions& o, cudaStream_
         p.cos = static_cast<float*>(cs.data());
         p.sin = static_cast<float*>(sn.data());
         p.slots = slots;
+        p.variant = variant;
         check(ops::qk_norm_rope_cuda(p, s), "qk_norm_rope");
       });
-      const std::string name = slots ? "qk_norm_rope (" + std::to_string(slots) + " slots)"
-                                     : std::string("qk_norm_rope");
-      out.push_back(mem_entry(name, 4 * bf * S * I + 2.0 * S * 96 * 4, t));
+      const std::string name = variant ? "qk_norm_rope (variant " + std::to_string(variant) + ")"
+                               : slots ? "qk_norm_rope (" + std::to_string(slots) + " slots)"
+                                       : std::string("qk_norm_rope");
+      out.push_back(mem_entry(name, 4 * bf * S * I + 2.0 * S * 96 * 4, t, copy_gbps));
     }
   }
   {
@@ -231,8 +253,8 @@ nlohmann::json bench_memory_bound(const BlockKernelsBenchOptions& o, cudaStream_
         p.exact_exp = exact;
         check(ops::swiglu_cuda(p, s), "swiglu");
       });
-      out.push_back(
-          mem_entry(exact ? "swiglu (exact exp)" : "swiglu (fast exp)", 3 * bf * S * F, t));
+      out.push_back(mem_entry(exact ? "swiglu (exact exp)" : "swiglu (fast exp)", 3 * bf * S * F, t,
+                              copy_gbps));
     }
   }
   return out;

@@ -244,13 +244,18 @@ TEST(CudaFusedOps, FusedResidualNormMatchesUnfusedAndCpu) {
 struct QkvCase {
   bool norm, rope;
   int slots = 0;
+  int variant = 0;
+  int64_t rows = 1999, heads = kHeads;
+  bool swap_qk = false;  // k before q in the row
 };
 
 void run_qk_norm_rope(const QkvCase& qc) {
   const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  SCOPED_TRACE("seed " + std::to_string(seed) + ", variant " + std::to_string(qc.variant) +
+               ", rows " + std::to_string(qc.rows) + ", heads " + std::to_string(qc.heads));
   std::mt19937_64 g(seed);
-  const int64_t rows = 1999, span = kHeads * kHd, stride = 3 * span;
+  const int64_t rows = qc.rows, heads = qc.heads, span = heads * kHd, stride = 3 * span;
+  const int64_t q_off = qc.swap_qk ? span : 0, k_off = qc.swap_qk ? 0 : span;
   Bf16Data qkv = test::random_rows_bf16(rows, stride, g);
   Bf16Data qw = test::random_bf16(kHd, g, 1.0f, 0.3f), kw = test::random_bf16(kHd, g, 1.0f, 0.3f);
   // Realistic positions: t up to the seed's ~37,900, h/w on the latent grid (may be negative).
@@ -276,10 +281,10 @@ void run_qk_norm_rope(const QkvCase& qc) {
   ops::QkNormRopeParams c;
   c.qkv = want.data();
   c.row_stride = stride;
-  c.q_offset = 0;
-  c.k_offset = span;
+  c.q_offset = q_off;
+  c.k_offset = k_off;
   c.rows = rows;
-  c.heads = kHeads;
+  c.heads = heads;
   c.q_weight = qw.f.data();
   c.k_weight = kw.f.data();
   c.cos = cosv.data();
@@ -297,10 +302,10 @@ void run_qk_norm_rope(const QkvCase& qc) {
   ops::QkNormRopeCudaParams p;
   p.qkv = dptr<__nv_bfloat16>(dq);
   p.row_stride = stride;
-  p.q_offset = 0;
-  p.k_offset = span;
+  p.q_offset = q_off;
+  p.k_offset = k_off;
   p.rows = rows;
-  p.heads = kHeads;
+  p.heads = heads;
   p.q_weight = bf(dqw);
   p.k_weight = bf(dkw);
   p.cos = dptr<float>(dc);
@@ -308,6 +313,7 @@ void run_qk_norm_rope(const QkvCase& qc) {
   p.norm = qc.norm;
   p.rope = qc.rope;
   p.slots = qc.slots;
+  p.variant = qc.variant;
   ASSERT_EQ(ops::qk_norm_rope_cuda(p, nullptr), cudaSuccess);
   const auto got = test::download<uint16_t>(dq);
   auto cmp = test::compare_bf16(got, want.data(), want.size());  // q, k, and v untouched
@@ -331,6 +337,100 @@ TEST(CudaFusedOps, QkNormOnlyAndRopeOnlyBitExact) {
   H3RT_REQUIRE_GPU();
   run_qk_norm_rope({true, false});
   run_qk_norm_rope({false, true});
+}
+
+// The ring variants (qk_norm_rope.h, variant 1..4) against the CPU reference: every stage
+// selection, ragged row counts (fewer rows than resident CTAs, rows not a multiple of the grid),
+// head counts that leave slots empty, and k before q in the row.
+TEST(CudaFusedOps, QkNormRopeRingVariantsBitExact) {
+  H3RT_REQUIRE_GPU();
+  for (int variant = 1; variant <= 4; ++variant) {
+    run_qk_norm_rope({true, true, 0, variant});
+    run_qk_norm_rope({true, false, 0, variant, 397});
+    run_qk_norm_rope({false, true, 0, variant, 397});
+    run_qk_norm_rope({true, true, 0, variant, 1});
+    run_qk_norm_rope({true, true, 0, variant, 5, 20});
+    run_qk_norm_rope({true, true, 0, variant, 263, 3, true});
+  }
+}
+
+struct RmsCase {
+  int64_t rows, dim;
+  bool modulate = true, weight = true;
+  int64_t x_pad = 0;  // extra elements per x row (row stride dim + x_pad)
+};
+
+// rmsnorm_modulate: every variant (0 = default, 1..4 ring) bit-exact with the CPU reference
+// and hence with each other, on fresh data; outputs poisoned before every run.
+void run_rms_variants(const RmsCase& rc) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + ", rows " + std::to_string(rc.rows) + ", dim " +
+               std::to_string(rc.dim));
+  std::mt19937_64 g(seed);
+  const int64_t rows = rc.rows, dim = rc.dim, xs = dim + rc.x_pad;
+  Bf16Data x = test::random_rows_bf16(rows, xs, g);
+  Bf16Data w = test::random_bf16(dim, g, 1.0f, 0.2f);
+  Bf16Data table = test::random_bf16(9 * 2 * dim, g, 0.0f, 0.7f);  // 9 rows of [shift | scale]
+  std::vector<int64_t> idx(rows);
+  std::uniform_int_distribution<int64_t> ti(0, 8);
+  for (auto& v : idx) v = ti(g);
+
+  std::vector<float> want(rows * dim);
+  ops::RmsNormModulateParams c;
+  c.x = x.f.data();
+  c.y = want.data();
+  c.weight = rc.weight ? w.f.data() : nullptr;
+  c.shift = rc.modulate ? table.f.data() : nullptr;
+  c.scale = rc.modulate ? table.f.data() + dim : nullptr;
+  c.row_table_index = idx.data();
+  c.rows = rows;
+  c.dim = dim;
+  c.x_row_stride = xs;
+  c.table_row_stride = 2 * dim;
+  c.bf16 = true;
+  ops::rmsnorm_modulate_cpu(c);
+
+  Tensor dx = test::upload(x.bits, DType::bf16, {rows, xs});
+  Tensor dw = test::upload(w.bits, DType::bf16, {dim});
+  Tensor dt = test::upload(table.bits, DType::bf16, {9, 2 * dim});
+  Tensor di = test::upload(idx, DType::i64, {rows});
+  std::vector<uint16_t> first;
+  for (int variant = 0; variant <= 4; ++variant) {
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    Tensor dy = test::device_buffer(DType::bf16, {rows, dim});
+    ops::RmsNormModulateCudaParams p;
+    p.x = dptr<__nv_bfloat16>(dx);
+    p.y = dptr<__nv_bfloat16>(dy);
+    p.weight = rc.weight ? bf(dw) : nullptr;
+    p.shift = rc.modulate ? bf(dt) : nullptr;
+    p.scale = rc.modulate ? bf(dt, dim) : nullptr;
+    p.row_table_index = dptr<int64_t>(di);
+    p.rows = rows;
+    p.dim = dim;
+    p.x_row_stride = xs;
+    p.table_row_stride = 2 * dim;
+    p.variant = variant;
+    ASSERT_EQ(ops::rmsnorm_modulate_cuda(p, nullptr), cudaSuccess);
+    const auto got = test::download<uint16_t>(dy);
+    auto cmp = test::compare_bf16(got, want.data(), want.size());
+    EXPECT_EQ(cmp.mismatches, 0) << "max " << cmp.max_ulp << " ulp, first at " << cmp.first_bad;
+    if (variant == 0)
+      first = got;
+    else
+      EXPECT_EQ(got, first) << "differs from the default kernel";
+  }
+  EXPECT_EQ(test::download<uint16_t>(dx), x.bits) << "x must only be read";
+}
+
+TEST(CudaFusedOps, RmsNormModulateRingVariantsBitExact) {
+  H3RT_REQUIRE_GPU();
+  run_rms_variants({3001, kH});                   // release width, 3 vectors per thread
+  run_rms_variants({1, kH});                      // fewer rows than resident CTAs
+  run_rms_variants({517, kH, false, false});      // plain RMSNorm without weight
+  run_rms_variants({263, kH, true, true, 24});    // strided x rows
+  run_rms_variants({77, 192});                    // one warp, partly idle lanes
+  run_rms_variants({129, 8192});                  // 4 vectors per thread, 256 threads
+  run_rms_variants({64, 4096 + 8, true, false});  // ragged width, no weight
 }
 
 void run_swiglu(bool exact) {

@@ -11,8 +11,12 @@
 // j <-> j + R/2) is lane l +- R/16, fetched with one shuffle per bf16 pair.
 // Fewer slots mean smaller blocks with fewer registers, so more of them are resident; the blocks
 // of one row are adjacent in the grid so the row's cos/sin is read from DRAM once.
+#include <algorithm>
+#include <type_traits>
+
 #include "cuda/device_math.cuh"
 #include "cuda/runtime.h"
+#include "cuda/sm90_async.cuh"
 #include "ops/qk_norm_rope/qk_norm_rope.h"
 
 namespace h3rt::ops {
@@ -76,12 +80,80 @@ __device__ __forceinline__ double slot_sums(double (&v)[kPad], int lane) {
   return s;
 }
 
+// Norm and rotation of kSlots heads held by this lane (8 channels each, lane = threadIdx.x % 16),
+// in place in xv. Every lane of the warp must call (full-mask shuffles). tc/ts: this lane's 8
+// cos/sin values (float32, zeros when !rot), wu: its 8 norm weights (packed bf16).
+template <bool kNorm, bool kRope, int kSlots>
+__device__ __forceinline__ void norm_rope(uint4 (&xv)[kSlots], const uint4& wu,
+                                          const uint4 (&tc)[2], const uint4 (&ts)[2], int lane,
+                                          int hl, bool rot, float eps) {
+  constexpr int kPad = pad_of(kSlots);
+  // cos/sin in bf16; the first half's sine negated (exact), so both halves add:
+  // out[j] = n[j] c[j] + n[j+R/2] (-s[j]),  out[j+R/2] = n[j+R/2] c[j+R/2] + n[j] s[j+R/2].
+  // Packed while the loads above are in flight (8 registers instead of 16).
+  uint4 cb, sb;
+  if constexpr (kRope) {
+    float c[8], sn[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      c[e] = word_f32(tc[e >> 2], e & 3);
+      sn[e] = lane < hl ? -word_f32(ts[e >> 2], e & 3) : word_f32(ts[e >> 2], e & 3);
+    }
+    cb = cuda::pack_u4(c);  // rounded to bf16, packed
+    sb = cuda::pack_u4(sn);
+  }
+  if constexpr (kNorm) {
+    double ss[kPad];
+#pragma unroll
+    for (int i = 0; i < kPad; ++i) {
+      ss[i] = 0.0;
+      if (i < kSlots) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const double v = cuda::bf16_elem(xv[i], e);
+          ss[i] = fma(v, v, ss[i]);
+        }
+      }
+    }
+    // Lanes i * (16 / kPad) .. hold slot i.
+    const double mine = slot_sums(ss, lane);
+    // mean = ss / 128 in double: a power-of-two scaling, exactly the division. The scale of
+    // each slot is computed once (IEEE sqrt and division, as the reference), then fetched.
+    const float mean = static_cast<float>(mine * (1.0 / kHeadDim));
+    const float inv_mine = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+    float w[8];
+    cuda::unpack_u4(wu, w);
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i) {
+      const float inv = __shfl_sync(0xffffffffu, inv_mine, i * (16 / kPad), 16);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float lo = __fmul_rn(__fmul_rn(cuda::bf16_elem(xv[i], 2 * k), inv), w[2 * k]);
+        const float hi = __fmul_rn(__fmul_rn(cuda::bf16_elem(xv[i], 2 * k + 1), inv), w[2 * k + 1]);
+        word(xv[i], k) = cuda::pack_bf2(lo, hi);
+      }
+    }
+  }
+  if constexpr (kRope) {
+    const int partner = lane < hl ? lane + hl : (lane < 2 * hl ? lane - hl : lane);
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const uint32_t o = __shfl_sync(0xffffffffu, word(xv[i], k), partner, 16);
+        const uint32_t r = cuda::bf2_add(cuda::bf2_mul(word(xv[i], k), word(cb, k)),
+                                         cuda::bf2_mul(o, word(sb, k)));
+        if (rot) word(xv[i], k) = r;
+      }
+    }
+  }
+}
+
 template <bool kNorm, bool kRope, int kSlots>
 __global__ void __launch_bounds__(kThreads, kSlots > 4   ? 3
                                             : kSlots > 2 ? 4
                                                          : 6)
     qk_norm_rope_kernel(QkNormRopeCudaParams p, int groups) {
-  constexpr int kPad = pad_of(kSlots);
   constexpr int kHeadsPerBlock = kSideHalfWarps * kSlots;  // of each side
   const int64_t row = blockIdx.x / groups;
   const int group = static_cast<int>(blockIdx.x % groups);
@@ -112,70 +184,128 @@ __global__ void __launch_bounds__(kThreads, kSlots > 4   ? 3
 #pragma unroll
     for (int i = 0; i < kSlots; ++i)
       xv[i] = cuda::load_u4(hp + i * kSideHalfWarps * kHeadDim, kSideHalfWarps * i < left);
-    // cos/sin in bf16; the first half's sine negated (exact), so both halves add:
-    // out[j] = n[j] c[j] + n[j+R/2] (-s[j]),  out[j+R/2] = n[j+R/2] c[j+R/2] + n[j] s[j+R/2].
-    // Packed while the loads above are in flight (8 registers instead of 16).
-    uint4 cb, sb;
-    if constexpr (kRope) {
-      float c[8], sn[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        c[e] = word_f32(tc[e >> 2], e & 3);
-        sn[e] = lane < hl ? -word_f32(ts[e >> 2], e & 3) : word_f32(ts[e >> 2], e & 3);
-      }
-      cb = cuda::pack_u4(c);  // rounded to bf16, packed
-      sb = cuda::pack_u4(sn);
-    }
-    if constexpr (kNorm) {
-      double ss[kPad];
-#pragma unroll
-      for (int i = 0; i < kPad; ++i) {
-        ss[i] = 0.0;
-        if (i < kSlots) {
-#pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            const double v = cuda::bf16_elem(xv[i], e);
-            ss[i] = fma(v, v, ss[i]);
-          }
-        }
-      }
-      // Lanes i * (16 / kPad) .. hold slot i.
-      const double mine = slot_sums(ss, lane);
-      // mean = ss / 128 in double: a power-of-two scaling, exactly the division. The scale of
-      // each slot is computed once (IEEE sqrt and division, as the reference), then fetched.
-      const float mean = static_cast<float>(mine * (1.0 / kHeadDim));
-      const float inv_mine = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, p.eps)));
-      float w[8];
-      cuda::unpack_u4(wu, w);
-#pragma unroll
-      for (int i = 0; i < kSlots; ++i) {
-        const float inv = __shfl_sync(0xffffffffu, inv_mine, i * (16 / kPad), 16);
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const float lo = __fmul_rn(__fmul_rn(cuda::bf16_elem(xv[i], 2 * k), inv), w[2 * k]);
-          const float hi =
-              __fmul_rn(__fmul_rn(cuda::bf16_elem(xv[i], 2 * k + 1), inv), w[2 * k + 1]);
-          word(xv[i], k) = cuda::pack_bf2(lo, hi);
-        }
-      }
-    }
-    if constexpr (kRope) {
-      const int partner = lane < hl ? lane + hl : (lane < 2 * hl ? lane - hl : lane);
-#pragma unroll
-      for (int i = 0; i < kSlots; ++i) {
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const uint32_t o = __shfl_sync(0xffffffffu, word(xv[i], k), partner, 16);
-          const uint32_t r = cuda::bf2_add(cuda::bf2_mul(word(xv[i], k), word(cb, k)),
-                                           cuda::bf2_mul(o, word(sb, k)));
-          if (rot) word(xv[i], k) = r;
-        }
-      }
-    }
+    norm_rope<kNorm, kRope>(xv, wu, tc, ts, lane, hl, rot, p.eps);
 #pragma unroll
     for (int i = 0; i < kSlots; ++i)
       if (kSideHalfWarps * i < left) cuda::store_u4(hp + i * kSideHalfWarps * kHeadDim, xv[i]);
   }
+}
+
+// Persistent "ring" variant (QkNormRopeCudaParams::variant 1..4, heads <= 56, sm_90+). Each CTA
+// walks the rows blockIdx.x, +gridDim.x, ...; thread 0 streams a row's q span, k span and
+// cos/sin rows (contiguous in global memory: one bulk copy each, 29.4 KB at the seed shape)
+// into a ring of kStages shared-memory slots with cp.async.bulk, completing on one mbarrier per
+// slot, so kStages rows per CTA stay in flight while the threads compute. The threads take their
+// 7 heads per half-warp (8 x 7 = 56 per side, the default kernel's layout with kSlots = 7) from
+// the slot and store the results to global memory in place.
+// The norm/rotation is norm_rope, shared with the default kernel. A slot is refilled at the
+// start of the next row, after a barrier, so its copy overlaps a whole row of compute.
+constexpr int kRingSlots = 7;
+constexpr int kRingHeads = kSideHalfWarps * kRingSlots;  // per side
+constexpr int kRingBarBytes = 16;
+
+__host__ __device__ inline uint32_t ring_slot_bytes(int64_t heads, int64_t rope_dim, bool rope) {
+  return static_cast<uint32_t>(2 * heads * kHeadDim * 2 + (rope ? 2 * rope_dim * 4 : 0));
+}
+
+__device__ __forceinline__ uint4 lds_u4(const unsigned char* p, bool pred) {
+  return pred ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
+}
+
+template <bool kNorm, bool kRope, int kStages, int kMinBlocks, int kPass>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) qk_ring_kernel(QkNormRopeCudaParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();  // never launched: the host dispatches this variant only on sm_90 and newer
+#else
+  namespace a = cuda::sm90;
+  extern __shared__ __align__(128) unsigned char smem[];
+  unsigned char* ring = smem + kStages * kRingBarBytes;
+  const uint32_t span = static_cast<uint32_t>(p.heads * kHeadDim * 2);
+  const uint32_t tbytes = static_cast<uint32_t>(p.rope_dim * 4);
+  const uint32_t sbytes = ring_slot_bytes(p.heads, p.rope_dim, kRope);
+  const int64_t step = gridDim.x;
+  auto bar = [&](int s) { return a::smem_addr(smem + s * kRingBarBytes); };
+  auto issue = [&](int64_t row, int s) {
+    unsigned char* dst = ring + s * sbytes;
+    const __nv_bfloat16* r = p.qkv + row * p.row_stride;
+    a::bar_expect_tx(bar(s), sbytes);
+    a::bulk_load(a::smem_addr(dst), r + p.q_offset, span, bar(s));
+    a::bulk_load(a::smem_addr(dst + span), r + p.k_offset, span, bar(s));
+    if constexpr (kRope) {
+      a::bulk_load(a::smem_addr(dst + 2 * span), p.cos + row * p.table_row_stride, tbytes, bar(s));
+      a::bulk_load(a::smem_addr(dst + 2 * span + tbytes), p.sin + row * p.table_row_stride, tbytes,
+                   bar(s));
+    }
+  };
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) a::bar_init(bar(s), 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#pragma unroll
+    for (int s = 0; s < kStages; ++s)
+      if (blockIdx.x + s * step < p.rows) issue(blockIdx.x + s * step, s);
+  }
+  __syncthreads();  // barriers initialized before anyone waits on them
+  const int hw = threadIdx.x >> 4, lane = threadIdx.x & 15;
+  const bool is_k = hw >= kSideHalfWarps;
+  const int first = hw % kSideHalfWarps;
+  const int left = static_cast<int>(p.heads) - first;  // slot i exists when i * 8 < left
+  const int hl = static_cast<int>(p.rope_dim / 16);
+  const bool rot = kRope && lane < 2 * hl;
+  const __nv_bfloat16* wp = is_k ? p.k_weight : p.q_weight;
+  const uint4 ones = make_uint4(0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u);
+  const uint4 wu = wp ? cuda::load_u4(wp + lane * 8, kNorm) : ones;
+  const int64_t side_col = (is_k ? p.k_offset : p.q_offset) + first * kHeadDim + lane * 8;
+  // Heads of this half-warp: slots i < 7 at head first + 8i, taken in passes of kPass heads
+  // (4 + 3 or 2 + 2 + 2 + 1) to bound the registers; the data stays in shared memory for all.
+  auto pass = [&](auto n_tag, int i0, const unsigned char* hs, const uint4(&tc)[2],
+                  const uint4(&ts)[2], __nv_bfloat16* hp) {
+    constexpr int n = decltype(n_tag)::value;
+    uint4 xv[n];
+#pragma unroll
+    for (int i = 0; i < n; ++i) {
+      const int off = (i0 + i) * kSideHalfWarps;
+      xv[i] = lds_u4(hs + off * kHeadDim * 2, off < left);
+    }
+    norm_rope<kNorm, kRope>(xv, wu, tc, ts, lane, hl, rot, p.eps);
+#pragma unroll
+    for (int i = 0; i < n; ++i) {
+      const int off = (i0 + i) * kSideHalfWarps;
+      if (off < left) cuda::store_u4(hp + off * kHeadDim, xv[i]);
+    }
+  };
+  int k = 0;
+  for (int64_t row = blockIdx.x; row < p.rows; row += step, ++k) {
+    const int s = k % kStages;
+    if (k > 0) {
+      __syncthreads();  // every thread is done with the previous row's slot: refill it
+      const int sp = (k - 1) % kStages;
+      const int64_t next = row - step + kStages * step;
+      if (threadIdx.x == 0 && next < p.rows) issue(next, sp);
+    }
+    a::bar_wait(bar(s), (k / kStages) & 1);
+    const unsigned char* src = ring + s * sbytes;
+    const unsigned char* hs = src + (is_k ? span : 0) + first * kHeadDim * 2 + lane * 16;
+    uint4 tc[2], ts[2];
+    const unsigned char* cs = src + 2 * span + lane * 32;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      tc[j] = lds_u4(cs + 16 * j, rot);
+      ts[j] = lds_u4(cs + tbytes + 16 * j, rot);
+    }
+    __nv_bfloat16* hp = p.qkv + row * p.row_stride + side_col;
+    if constexpr (kPass == 4) {
+      pass(std::integral_constant<int, 4>{}, 0, hs, tc, ts, hp);
+      pass(std::integral_constant<int, 3>{}, 4, hs, tc, ts, hp);
+    } else {
+      static_assert(kPass == 2, "passes of 4 + 3 or 2 + 2 + 2 + 1 heads");
+      pass(std::integral_constant<int, 2>{}, 0, hs, tc, ts, hp);
+      pass(std::integral_constant<int, 2>{}, 2, hs, tc, ts, hp);
+      pass(std::integral_constant<int, 2>{}, 4, hs, tc, ts, hp);
+      pass(std::integral_constant<int, 1>{}, 6, hs, tc, ts, hp);
+    }
+  }
+#endif
 }
 
 bool aligned16(const void* p) {
@@ -195,6 +325,48 @@ void launch(const QkNormRopeCudaParams& p, cudaStream_t stream) {
     qk_norm_rope_kernel<true, false, kSlots><<<grid, kThreads, 0, stream>>>(p, groups);
   else
     qk_norm_rope_kernel<false, true, kSlots><<<grid, kThreads, 0, stream>>>(p, groups);
+}
+
+// One CTA per resident slot of the GPU (occupancy query with the ring's shared memory); false
+// when the device or the shape cannot run the ring (the caller then uses the default kernel).
+template <bool kNorm, bool kRope, int kStages, int kMinBlocks, int kPass>
+bool launch_ring_as(const QkNormRopeCudaParams& p, cudaStream_t stream) {
+  auto* fn = qk_ring_kernel<kNorm, kRope, kStages, kMinBlocks, kPass>;
+  const size_t smem = kStages * (kRingBarBytes + ring_slot_bytes(p.heads, p.rope_dim, kRope));
+  int dev = 0, major = 0, sms = 0, optin = 0, per_sm = 0;
+  H3RT_CUDA_CHECK(cudaGetDevice(&dev));
+  H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (major < 9 || smem > static_cast<size_t>(optin)) return false;
+  H3RT_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+  H3RT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, kThreads, smem));
+  if (per_sm < 1) return false;
+  const int64_t grid = std::min<int64_t>(p.rows, int64_t(sms) * per_sm);
+  fn<<<static_cast<unsigned>(grid), kThreads, smem, stream>>>(p);
+  return true;
+}
+
+template <int kStages, int kMinBlocks, int kPass>
+bool launch_ring_stages(const QkNormRopeCudaParams& p, cudaStream_t stream) {
+  if (p.norm && p.rope) return launch_ring_as<true, true, kStages, kMinBlocks, kPass>(p, stream);
+  if (p.norm) return launch_ring_as<true, false, kStages, kMinBlocks, kPass>(p, stream);
+  return launch_ring_as<false, true, kStages, kMinBlocks, kPass>(p, stream);
+}
+
+bool try_ring(const QkNormRopeCudaParams& p, cudaStream_t stream) {
+  if (p.variant == 0 || p.heads > kRingHeads) return false;
+  switch (p.variant) {
+    case 1:  // 2 slots (58.9 KB at the seed shape: 3 CTAs per SM), heads in passes of 2
+      return launch_ring_stages<2, 3, 2>(p, stream);
+    case 2:  // 2 slots, passes of 4 heads (fewer shuffles, a few spilled registers)
+      return launch_ring_stages<2, 3, 4>(p, stream);
+    case 3:  // 3 slots (88.3 KB: 2 CTAs per SM), passes of 4
+      return launch_ring_stages<3, 2, 4>(p, stream);
+    default:  // 4: 4 slots (117.8 KB: 1 CTA per SM), passes of 4
+      return launch_ring_stages<4, 1, 4>(p, stream);
+  }
 }
 
 }  // namespace
@@ -220,7 +392,9 @@ cudaError_t qk_norm_rope_cuda(const QkNormRopeCudaParams& in, cudaStream_t strea
              "qk_norm_rope_cuda: pointers must be 16-byte aligned");
   H3RT_CHECK(p.row_stride < (int64_t(1) << 31), "qk_norm_rope_cuda: row stride ", p.row_stride,
              " must fit in 31 bits");
+  H3RT_CHECK(p.variant >= 0 && p.variant <= 4, "qk_norm_rope_cuda: variant ", p.variant, " (0..4)");
   if (p.rows == 0 || (!p.norm && !p.rope)) return cudaSuccess;
+  if (try_ring(p, stream)) return H3RT_LAUNCH_CHECK("qk_norm_rope");
   switch (p.slots) {
     case 0:
       launch<kDefaultSlots>(p, stream);

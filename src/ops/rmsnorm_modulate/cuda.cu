@@ -12,6 +12,7 @@
 #include "cuda/device_math.cuh"
 #include "cuda/runtime.h"
 #include "formats/nvfp4_quantize_fused.cuh"
+#include "ops/rmsnorm_modulate/ring_kernel.cuh"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
 
 namespace h3rt::ops {
@@ -32,7 +33,8 @@ __device__ __forceinline__ uint4 bf2_add4(const uint4& a, const uint4& b) {
                     cuda::bf2_add(a.w, b.w));
 }
 
-constexpr int kMaxVec = 4;  // vectors per thread: up to 1024 * 4 * 8 = 32768 channels
+constexpr int kMaxVec = 4;    // vectors per thread: up to 1024 * 4 * 8 = 32768 channels
+constexpr int kVariants = 4;  // RmsNormModulateCudaParams::variant 1..4: ring_kernel.cuh
 
 // kVec 3 (at most 256 threads, dims up to 6144, the release width) fetches the weight/shift/scale
 // rows before the reduction; kVec 4 (up to 1024 threads) after it, to stay within 64 registers.
@@ -203,6 +205,57 @@ void launch_all(const RmsNormModulateCudaParams& p, int threads, cudaStream_t st
   launch<kVec, kFuseEncode>(p2, threads, stream);
 }
 
+// The ring variants (ring_kernel.cuh): {slots, shift/scale through the ring, min CTAs per SM}.
+// Launches one CTA per resident slot of the GPU (occupancy query with the ring's shared memory);
+// false when the device or the shape cannot run it (the caller then uses the default kernel).
+template <int kVec, bool kModulate, int kStages, bool kSmemTables, int kMinBlocks>
+bool launch_ring_as(const RmsNormModulateCudaParams& p, int threads, cudaStream_t stream) {
+  auto* fn = rmsnorm_ring::ring_kernel<kVec, kModulate, kStages, kSmemTables, kMinBlocks>;
+  const size_t smem = kStages * (rmsnorm_ring::kBarBytes +
+                                 rmsnorm_ring::slot_bytes(p.dim, kModulate && kSmemTables));
+  int dev = 0, major = 0, sms = 0, optin = 0, per_sm = 0;
+  H3RT_CUDA_CHECK(cudaGetDevice(&dev));
+  H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (major < 9 || smem > static_cast<size_t>(optin)) return false;
+  H3RT_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+  H3RT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, smem));
+  if (per_sm < 1) return false;
+  const int64_t grid = std::min<int64_t>(p.rows, int64_t(sms) * per_sm);
+  fn<<<static_cast<unsigned>(grid), threads, smem, stream>>>(p);
+  return true;
+}
+
+template <int kVec, bool kModulate>
+bool launch_ring(const RmsNormModulateCudaParams& p, int threads, cudaStream_t stream) {
+  switch (p.variant) {
+    case 1:  // 2 slots of x+shift+scale (64.5 KB at 5376 channels: 3 CTAs per SM)
+      return launch_ring_as<kVec, kModulate, 2, true, 2>(p, threads, stream);
+    case 2:  // 3 slots of x+shift+scale (96.8 KB: 2 CTAs per SM)
+      return launch_ring_as<kVec, kModulate, 3, true, 2>(p, threads, stream);
+    case 3:  // 4 slots of x, tables from L2 (43 KB: 4 CTAs per SM, 64 registers)
+      return launch_ring_as<kVec, kModulate, 4, false, 4>(p, threads, stream);
+    case 4:  // 6 slots of x, tables from L2 (64.5 KB: 3 CTAs per SM)
+      return launch_ring_as<kVec, kModulate, 6, false, 3>(p, threads, stream);
+    default:
+      return false;
+  }
+}
+
+// The ring variants cover the bf16-output path without the fused residual, at most 256 threads.
+bool try_ring(const RmsNormModulateCudaParams& p, int vec, int threads, cudaStream_t stream) {
+  if (p.variant == 0 || p.residual || p.nvfp4.enabled() || threads > rmsnorm_ring::kMaxThreads)
+    return false;
+  const bool modulate = p.scale != nullptr;
+  if (vec == 3)
+    return modulate ? launch_ring<3, true>(p, threads, stream)
+                    : launch_ring<3, false>(p, threads, stream);
+  return modulate ? launch_ring<4, true>(p, threads, stream)
+                  : launch_ring<4, false>(p, threads, stream);
+}
+
 int threads_for(int nvec, int vec) {
   return (((nvec + vec - 1) / vec) + 31) / 32 * 32;
 }
@@ -242,10 +295,15 @@ cudaError_t rmsnorm_modulate_cuda(const RmsNormModulateCudaParams& in, cudaStrea
   // 3 or 4 vectors per thread, whichever leaves fewer idle slots (5376 channels: 224 x 3).
   const int nvec = static_cast<int>(p.dim / 8);
   const int t3 = threads_for(nvec, 3), t4 = threads_for(nvec, 4);
-  if (t3 <= kMaxThreads<3> && t3 * 3 - nvec <= t4 * 4 - nvec)
-    launch_all<3>(p, t3, stream);
-  else
-    launch_all<4>(p, t4, stream);
+  H3RT_CHECK(p.variant >= 0 && p.variant <= kVariants, "rmsnorm_modulate_cuda: variant ", p.variant,
+             " (0..", kVariants, ")");
+  const bool vec3 = t3 <= kMaxThreads<3> && t3 * 3 - nvec <= t4 * 4 - nvec;
+  if (!try_ring(p, vec3 ? 3 : 4, vec3 ? t3 : t4, stream)) {
+    if (vec3)
+      launch_all<3>(p, t3, stream);
+    else
+      launch_all<4>(p, t4, stream);
+  }
   return H3RT_LAUNCH_CHECK("rmsnorm_modulate");
 }
 
