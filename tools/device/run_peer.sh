@@ -23,14 +23,14 @@ timeout 200 $B/tests/h3rt_cuda_tests ${H3RT_GTEST_FILTER:+--gtest_filter=$H3RT_G
   > "$R/cuda_tests.log" 2>&1
 echo "cuda tests rc=$?"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]" "$R/cuda_tests.log" | head -30
 log "bench attention"
-timeout 90 $B/h3rt bench attention --kernels ${H3RT_SAGE_KERNELS:-wgmma_pp3} \
+timeout 90 $B/h3rt bench attention --kernels ${H3RT_SAGE_KERNELS:-wgmma_pp3} --prepass ${H3RT_PREPASS:-two_launch fused_l2} \
   --out "$R/bench_attention.json" 2>&1 | tee "$R/bench_attention.log" | tail -4
 if [ -n "${H3RT_NCU:-}" ]; then
   log ncu
   cuobjdump -sass $B/CMakeFiles/h3rt.dir/src/ops/attention_sage/attention_wgmma_sm90.cu.o \
     > "$R/sage_wgmma.sass" 2>&1
   timeout 150 ncu --clock-control none -k regex:sage_wgmma --launch-count 1 --set full \
-    -o "$R/sage" $B/h3rt bench attention --kernels ${H3RT_NCU_KERNEL:-wgmma_pp3} --warmup 0 --iters 1 \
+    -o "$R/sage" $B/h3rt bench attention --kernels ${H3RT_NCU_KERNEL:-wgmma_pp3} --prepass two_launch --warmup 0 --iters 1 \
     > "$R/ncu_run.log" 2>&1; echo "ncu rc=$?"
   ncu --import "$R/sage.ncu-rep" --page details > "$R/ncu_details.txt" 2>&1
   ncu --import "$R/sage.ncu-rep" --page source --csv --print-source sass \
