@@ -1,5 +1,7 @@
 #include "cli/backend.h"
 
+#include <cstdio>
+
 #ifdef H3RT_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
@@ -69,12 +71,46 @@ std::string default_precision(const std::string& device) {
   return device == "cuda" ? "bf16" : "fp32";
 }
 
+void add_fp8_activations_option(CLI::App* cmd, std::string* value) {
+  if (value->empty()) *value = "static";
+  cmd->add_option("--fp8-activations", *value,
+                  "fp8_scaled block projections (qkv, out, fc1, fc2) without an input_scale: "
+                  "static (the default, as ComfyUI: dequantized weights, unquantized "
+                  "activations) or dynamic (activations quantized to e4m3 with the per-call "
+                  "scale amax|x|/448, fp8 GEMMs on the GPU, the same rule on the CPU "
+                  "reference). Layers with an input_scale always use it; other layers are "
+                  "unaffected")
+      ->check(CLI::IsMember({"static", "dynamic"}))
+      ->capture_default_str();
+}
+
+Fp8Activations parse_fp8_activations(const std::string& value) {
+  if (value.empty() || value == "static") return Fp8Activations::static_scale;
+  H3RT_CHECK(value == "dynamic", "--fp8-activations must be static or dynamic, got '", value, "'");
+  return Fp8Activations::dynamic;
+}
+
+namespace {
+
+// The checkpoint's model with the fp8 activation mode applied (says when dynamic changes nothing).
+H3Model load_with(const ModelOptions& o, const BackendOptions& b) {
+  H3Model m = o.load();
+  if (set_fp8_activations(m, b.fp8_activations) == 0 &&
+      b.fp8_activations == Fp8Activations::dynamic)
+    std::fprintf(stderr,
+                 "h3rt: --fp8-activations dynamic: the model has no fp8_scaled block projection "
+                 "without input_scale; nothing changes\n");
+  return m;
+}
+
+}  // namespace
+
 std::unique_ptr<Backend> Backend::create(const ModelOptions& o, const std::string& device,
-                                         [[maybe_unused]] bool cuda_graph, bool sage_attention) {
-  H3RT_CHECK(!sage_attention || device == "cuda",
+                                         const BackendOptions& b) {
+  H3RT_CHECK(!b.sage_attention || device == "cuda",
              "--attention sage runs on the GPU only (--device cuda); the CPU runs the reference "
              "attention");
-  if (device == "cpu") return std::make_unique<CpuBackend>(o.load(), o.parsed_precision());
+  if (device == "cpu") return std::make_unique<CpuBackend>(load_with(o, b), o.parsed_precision());
   H3RT_CHECK(device == "cuda", "unknown device '", device, "' (cpu or cuda)");
 #ifdef H3RT_HAVE_CUDA
   H3RT_CHECK(cuda::cuda_device_available(), "--device cuda: no CUDA device is available");
@@ -83,11 +119,16 @@ std::unique_ptr<Backend> Backend::create(const ModelOptions& o, const std::strin
   if (o.checkpoint.empty()) {
     H3RT_CHECK(o.qkv_override.empty(), "--qkv-override needs --checkpoint");
     const std::string name = o.preset.empty() ? "tiny" : o.preset;
+    if (b.fp8_activations == Fp8Activations::dynamic)
+      std::fprintf(stderr,
+                   "h3rt: --fp8-activations dynamic: synthetic weights are bf16; nothing "
+                   "changes\n");
     return std::make_unique<CudaBackend>(
-        model::make_synthetic_device_model(*config_preset(name), o.weights_seed), cuda_graph,
-        sage_attention);
+        model::make_synthetic_device_model(*config_preset(name), o.weights_seed), b.cuda_graph,
+        b.sage_attention);
   }
-  return std::make_unique<CudaBackend>(model::upload_model(o.load()), cuda_graph, sage_attention);
+  return std::make_unique<CudaBackend>(model::upload_model(load_with(o, b)), b.cuda_graph,
+                                       b.sage_attention);
 #else
   H3RT_FAIL("--device cuda: this h3rt was built without CUDA (configure with nvcc available)");
 #endif

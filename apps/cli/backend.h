@@ -11,14 +11,26 @@
 
 namespace h3rt::cli {
 
+struct BackendOptions {
+  bool cuda_graph = true;       // CUDA: replay warm steps from CUDA graphs
+  bool sage_attention = false;  // CUDA: the blocks' attention with the 8-bit Sage kernel
+  // fp8_scaled block projections without input_scale: dequantized bf16 weights (static_scale,
+  // the default) or e4m3 activations with per-call scales (dynamic; set_fp8_activations).
+  Fp8Activations fp8_activations = Fp8Activations::static_scale;
+};
+
+// `--fp8-activations static|dynamic` on a verb, stored in *value; parse_fp8_activations reads it.
+void add_fp8_activations_option(CLI::App* cmd, std::string* value);
+Fp8Activations parse_fp8_activations(const std::string& value);
+
 class Backend {
  public:
   // device: "cpu" or "cuda". Loads (or synthesizes) the model where it will run. The CUDA
   // backend keeps a forward session per request shape (per-request work done once) and, with
   // cuda_graph, replays warm steps from CUDA graphs; sage_attention runs the blocks' attention
-  // with the 8-bit Sage kernel (CUDA only).
+  // with the 8-bit Sage kernel (CUDA only). fp8_activations applies to both devices.
   static std::unique_ptr<Backend> create(const ModelOptions& options, const std::string& device,
-                                         bool cuda_graph = true, bool sage_attention = false);
+                                         const BackendOptions& backend = {});
   virtual ~Backend() = default;
   virtual const H3Config& config() const = 0;
   virtual ForwardOutputs forward(const ForwardInputs& inputs) = 0;

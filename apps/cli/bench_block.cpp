@@ -27,10 +27,12 @@ void add_bench_block_command(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--gemm", o->gemm,
                   "Projection GEMMs: bf16; fp8 (e4m3, static per-tensor "
-                  "scales, as ComfyUI fp8_scaled with input_scale); nvfp4 (W4A4 with "
+                  "scales, as ComfyUI fp8_scaled with input_scale); fp8-dynamic (e4m3, the "
+                  "activation scale amax/448 computed on the device per call: amax + quantize "
+                  "launches per projection); nvfp4 (W4A4 with "
                   "static input scales: producers encode the GEMM inputs); or "
                   "nvfp4-dynamic (W4A4, input scales computed per call)")
-      ->check(CLI::IsMember({"bf16", "fp8", "nvfp4", "nvfp4-dynamic"}))
+      ->check(CLI::IsMember({"bf16", "fp8", "fp8-dynamic", "nvfp4", "nvfp4-dynamic"}))
       ->capture_default_str();
   cmd->add_option("--attention", o->attention,
                   "Attention: bf16 (flash) or sage (8-bit SageAttention2 numerics, pre-pass "
@@ -45,7 +47,8 @@ void add_bench_block_command(CLI::App& bench) {
     b.h3_dims = o->preset == "h3";
     if (!b.h3_dims) b = {false, 10, 9, 7, 8, 12};
     b.reps = o->reps;
-    b.fp8 = o->gemm == "fp8";
+    b.fp8 = o->gemm.rfind("fp8", 0) == 0;
+    b.fp8_dynamic = o->gemm == "fp8-dynamic";
     b.nvfp4 = o->gemm.rfind("nvfp4", 0) == 0;
     b.nvfp4_static_input_scale = o->gemm == "nvfp4";
     b.sage_attention = o->attention == "sage";

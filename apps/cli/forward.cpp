@@ -17,6 +17,7 @@ struct ForwardOptions {
   ModelOptions model;
   std::string inputs, out;
   double sigma = -1;
+  std::string fp8_activations = "static";
 };
 
 float sigma_from(const ForwardOptions& o) {
@@ -34,7 +35,9 @@ void run_forward(const ForwardOptions& o) {
   const float sigma_v = sigma_from(o);
   H3RT_CHECK(std::isfinite(sigma_v) && sigma_v >= 0.0f && sigma_v <= 1.0f,
              "--sigma must lie in [0, 1], got ", sigma_v);
-  std::unique_ptr<Backend> backend = Backend::create(o.model, o.model.device);
+  BackendOptions bo;
+  bo.fp8_activations = parse_fp8_activations(o.fp8_activations);
+  std::unique_ptr<Backend> backend = Backend::create(o.model, o.model.device, bo);
   const H3Config& c = backend->config();
   Request req = request_from_inputs(o.inputs, c);
   const float sigma_a = audio_sigma_from_video(sigma_v);
@@ -51,6 +54,7 @@ void run_forward(const ForwardOptions& o) {
        {"sigma_video", std::to_string(sigma_v)},
        {"sigma_audio", std::to_string(sigma_a)},
        {"precision", o.model.precision_name()},
+       {"fp8_activations", o.fp8_activations},
        {"device", backend->device_name()}});
   std::fprintf(stderr, "h3rt forward: sigma video %.7g audio %.7g, %lld rows -> %s\n", sigma_v,
                sigma_a, (long long)req.layout.seq_len(), o.out.c_str());
@@ -75,6 +79,7 @@ void add_forward_command(CLI::App& app) {
                   "Video sigma in [0, 1] (default: fwd/sigma_video of the "
                   "inputs file); the audio sigma is derived from it");
   cmd->add_option("--out", o->out, "Output .safetensors file")->required();
+  add_fp8_activations_option(cmd, &o->fp8_activations);
   cmd->callback([o] { run_forward(*o); });
 }
 

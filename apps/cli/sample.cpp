@@ -28,6 +28,7 @@ struct SampleOptions {
   std::string out = "latents.safetensors", report;
   std::string cuda_graph = "on";
   std::string attention = "bf16";
+  std::string fp8_activations = "static";
 };
 
 using Clock = std::chrono::steady_clock;
@@ -70,8 +71,11 @@ void run_sample(const SampleOptions& o) {
   H3RT_CHECK(steps >= 1 && steps <= 1000, "--steps must be in [1, 1000], got ", steps);
   reset_host_peak();
   auto t_start = Clock::now();
-  std::unique_ptr<Backend> backend =
-      Backend::create(o.model, o.model.device, o.cuda_graph == "on", o.attention == "sage");
+  BackendOptions bo;
+  bo.cuda_graph = o.cuda_graph == "on";
+  bo.sage_attention = o.attention == "sage";
+  bo.fp8_activations = parse_fp8_activations(o.fp8_activations);
+  std::unique_ptr<Backend> backend = Backend::create(o.model, o.model.device, bo);
   const H3Config& c = backend->config();
   Request req = o.inputs.empty() ? request_from_options(o, c, o.model.preset == "h3")
                                  : request_from_inputs(o.inputs, c);
@@ -119,6 +123,7 @@ void run_sample(const SampleOptions& o) {
 
   rep.device = backend->device_name();
   rep.model = o.model.describe();
+  if (bo.fp8_activations == Fp8Activations::dynamic) rep.model += ", fp8 activations dynamic";
   rep.precision = o.model.precision_name();
   rep.set_layout(L);
   rep.frames = video_frames_for(L.frames);
@@ -181,6 +186,7 @@ void add_sample_command(CLI::App& app) {
                   "SageAttention2 numerics, --device cuda only; not bit-comparable)")
       ->check(CLI::IsMember({"bf16", "sage"}))
       ->capture_default_str();
+  add_fp8_activations_option(cmd, &o->fp8_activations);
   cmd->add_option("--seed", o->seed, "Noise seed (Philox4x32-10, same bits on CPU and GPU)")
       ->capture_default_str();
   cmd->add_option("--out", o->out,

@@ -75,6 +75,9 @@ struct LinearWeight {
   Tensor bias_data;    // [out] as stored, or empty
   FloatVec w;          // [out, in]
   FloatVec b;          // [out] or empty
+  // fp8_scaled without input_scale, opted in by set_fp8_activations(dynamic): the activation is
+  // quantized to e4m3 with a scale computed per call (src/ops/fp8_quantize/fp8_quantize.h).
+  bool fp8_dynamic_activations = false;
   bool has_bias() const { return !b.empty(); }
   bool quantized() const {
     return format == WeightFormat::fp8_scaled || format == WeightFormat::nvfp4;
@@ -118,6 +121,15 @@ struct H3Model {
   H3Config config;
   H3Weights weights;
 };
+
+// How fp8_scaled block projections (qkv, out, fc1, fc2 of the blocks and the refiner) WITHOUT a
+// static input_scale compute. static_scale (the default, what ComfyUI computes for such a
+// layer): the dequantized weight times the unquantized activation. dynamic (opt-in): the
+// activation is quantized to e4m3 with s = amax|x| / 448 over the call's whole activation
+// tensor (1 when amax is 0), and y = (x8 . W8^T) * (s * weight_scale) + b, as an fp8 GEMM does.
+// Layers with an input_scale always use it. Returns the number of layers on the dynamic path.
+enum class Fp8Activations { static_scale, dynamic };
+int set_fp8_activations(H3Model& model, Fp8Activations mode);
 
 // Row order of the fused qkv_proj weight in a file. fused_thirds: [q_all; k_all; v_all]
 // (ComfyUI / original keys). per_head_interleaved: [q_0 k_0 v_0 q_1 ...] (raw MiniMaxAI

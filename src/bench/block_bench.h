@@ -14,11 +14,11 @@ struct BlockBenchOptions {
   bool h3_dims = true;  // false: the tiny config
   int64_t text_len = 100, audio_len = 207, frames = 37, height = 48, width = 84;  // latents
   int reps = 10, warmup = 2;
-  bool fp8 = false;    // fp8 e4m3 GEMMs (static per-tensor scales) instead of bf16
-  bool nvfp4 = false;  // NVFP4 W4A4 GEMMs
-  bool nvfp4_static_input_scale = true;
-  bool sage_attention = false;  // Sage 8-bit attention (with its pre-pass) instead of flash bf16 //
-                                // producers encode the input; else computed per call
+  bool fp8 = false;          // fp8 e4m3 GEMMs (per-tensor scales) instead of bf16
+  bool fp8_dynamic = false;  // fp8: activation scales computed per call (amax) instead of static
+  bool nvfp4 = false;        // NVFP4 W4A4 GEMMs
+  bool nvfp4_static_input_scale = true;  // producers encode the input; else computed per call
+  bool sage_attention = false;  // Sage 8-bit attention (with its pre-pass) instead of flash bf16
   uint64_t seed = 440420;
 };
 

@@ -7,6 +7,7 @@
 #include "h3rt/formats.h"
 #include "model/block_cuda.h"
 #include "ops/attention/attention.h"
+#include "ops/fp8_quantize/fp8_quantize.h"
 #include "ops/gated_residual/gated_residual.h"
 #include "ops/linear/linear.h"
 #include "ops/linear_nvfp4/linear_nvfp4.h"
@@ -91,12 +92,27 @@ void project(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows, BlockC
   }
   H3RT_CHECK(b.x8.data() != nullptr, "fp8 layer without fp8 activation buffers");
   auto* x8 = b.x8.ptr<__nv_fp8_e4m3>();
-  ops::QuantizeE4m3CudaParams q{x, x8, l.x_scale.ptr<float>(), rows, l.in};
-  H3RT_CUDA_CHECK(ops::quantize_e4m3_cuda(q, s));
+  const float* x_scale = l.x_scale.ptr<float>();
+  if (l.fp8_dynamic()) {  // s computed on the device from this activation, read by the GEMM
+    H3RT_CHECK(b.x8_scale.data() && b.x8_workspace.data(),
+               "fp8 layer with dynamic activation scales but no scale buffers");
+    ops::Fp8QuantizeCudaParams q;
+    q.x = x;
+    q.q = x8;
+    q.rows = rows;
+    q.cols = l.in;
+    q.scale = b.x8_scale.ptr<float>();
+    q.workspace = b.x8_workspace.data();
+    H3RT_CUDA_CHECK(ops::fp8_quantize_dynamic_cuda(q, s));
+    x_scale = q.scale;
+  } else {
+    ops::QuantizeE4m3CudaParams q{x, x8, x_scale, rows, l.in};
+    H3RT_CUDA_CHECK(ops::quantize_e4m3_cuda(q, s));
+  }
   ops::LinearFp8CudaParams g;
   g.x = x8;
   g.w = l.w8.ptr<__nv_fp8_e4m3>();
-  g.x_scale = l.x_scale.ptr<float>();
+  g.x_scale = x_scale;
   g.w_scale = l.w_scale.ptr<float>();
   g.y = y;
   g.rows = rows;
@@ -155,7 +171,11 @@ BlockCudaBuffers make_block_buffers(const H3Config& c, int64_t rows, int64_t tab
   b.cos = cuda::device_empty(DType::f32, {rows, c.rope_dim()});
   b.sin = cuda::device_empty(DType::f32, {rows, c.rope_dim()});
   const int64_t widest = std::max({c.hidden, I, c.ffn});
-  if (fp8) b.x8 = cuda::device_empty(DType::e4m3, {rows, widest});
+  if (fp8) {
+    b.x8 = cuda::device_empty(DType::e4m3, {rows, widest});
+    b.x8_scale = cuda::device_empty(DType::f32, {1});
+    b.x8_workspace = cuda::device_empty(DType::u8, {int64_t(ops::fp8_quantize_workspace_bytes())});
+  }
   if (nvfp4) {
     b.x4 = cuda::device_empty(DType::u8, {rows, widest / 2});
     b.x4_scales = cuda::device_empty(DType::u8, {nvfp4_scales_bytes(rows, widest)});

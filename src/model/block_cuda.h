@@ -12,7 +12,8 @@
 //   8 swiglu              g = silu(h[:, :F]) * h[:, F:]
 //   9 linear              y = g Wfc2^T
 //  10 gated_residual      x += gate_mlp * y
-// fp8 layers add one quantize launch before each of their GEMMs. nvfp4 layers with a static
+// fp8 layers add one quantize launch before each of their GEMMs (two with a dynamic activation
+// scale: amax partials, then scale + encode; src/ops/fp8_quantize). nvfp4 layers with a static
 // input scale get their input encoded by its producer (steps 1, 4, 6, 8 write NVFP4 instead of
 // bf16); without one, the bf16 input is quantized in two launches (amax, then encode).
 #pragma once
@@ -33,7 +34,9 @@ namespace h3rt::model {
 // A linear layer on the device: y = x W^T (+ b), on one of three paths.
 //  * bf16: `w` (bf16, or f32 on the float32 islands).
 //  * fp8 (`w8` set): ComfyUI fp8_scaled with a static input scale: the bf16 activation is
-//    quantized to e4m3 with `x_scale`, and the product scaled by x_scale * w_scale.
+//    quantized to e4m3 with `x_scale`, and the product scaled by x_scale * w_scale. Without
+//    `x_scale` (opt-in dynamic activations), the scale s = amax|x| / 448 of each call's
+//    activation is computed on the device (fp8_quantize_dynamic_cuda) and used in its place.
 //  * nvfp4 (`w4` set): W4A4. The bf16 activation is quantized to NVFP4 with `x4_global` (the
 //    checkpoint's input_scale) or, without one, with the global scale computed from its amax
 //    (ComfyUI's bf16 activation rule); then the NVFP4 GEMM (src/ops/linear_nvfp4).
@@ -42,12 +45,13 @@ struct DeviceLinear {
   Tensor b;  // [out] in the same dtype, or empty
   int64_t out = 0, in = 0;
   Tensor w8;                // [out, in] e4m3, or empty
-  Tensor w_scale, x_scale;  // device float32 scalars of the fp8 path
+  Tensor w_scale, x_scale;  // device float32 scalars of the fp8 path; x_scale empty: dynamic
   Tensor w4;                // u8 [out, in/2] packed e2m1 (nvfp4), or empty
   Tensor w4_scales;         // u8 block scales, 128x4 tiled
   Tensor w4_global;         // device float32 scalar (weight_scale_2)
   Tensor x4_global;         // device float32 scalar (input_scale), or empty: computed per call
   bool fp8() const { return w8.data() != nullptr; }
+  bool fp8_dynamic() const { return fp8() && x_scale.data() == nullptr; }
   bool nvfp4() const { return w4.data() != nullptr; }
 };
 
@@ -74,6 +78,9 @@ struct BlockCudaBuffers {
   Tensor row_index;  // [S] int64: timestep_index * 3 + tag
   Tensor cos, sin;   // [S, 96] float32 RoPE tables
   Tensor x8;         // [S, max(H, I, F)] e4m3 activations of fp8 layers (empty without them)
+  // fp8 layers with dynamic activation scales: the current projection's scale (device f32
+  // scalar read by its GEMM) and the quantizer's workspace (no initialisation needed).
+  Tensor x8_scale, x8_workspace;
   // NVFP4 layers (empty without them): the packed activation, its block scales and global
   // scale, the quantizer's workspace (zeroed once) and the GEMM's scratch.
   Tensor x4, x4_scales, x4_global, x4_workspace, gemm_workspace;

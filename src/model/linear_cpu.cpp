@@ -1,11 +1,13 @@
 // The CPU reference's linear layer, the one place that knows the weight formats: quantized
 // layers see their input as the matching GPU path would (W4A4 for nvfp4, e4m3 activations for
-// fp8_scaled with a static input_scale), then y = x' W^T + b with the dequantized weight.
+// fp8_scaled with a static input_scale, or with a per-call scale when opted in by
+// set_fp8_activations), then y = x' W^T + b with the dequantized weight.
 #include <cmath>
 
 #include "h3rt/formats.h"
 #include "h3rt/nvfp4.h"
 #include "model/forward_internal.h"
+#include "ops/fp8_quantize/fp8_quantize.h"
 #include "ops/linear/linear.h"
 
 namespace h3rt::model {
@@ -35,12 +37,22 @@ FloatVec nvfp4_activation(const LinearWeight& lw, const float* x, int64_t rows) 
   return FloatVec(d.ptr<float>(), d.ptr<float>() + d.numel());
 }
 
-// fp8_scaled with a static input_scale s: x' = e4m3_satfinite(x / s) * s.
+// fp8_scaled e4m3 activations: x' = e4m3_satfinite(x / s) * s with the static input_scale s,
+// or, on the dynamic path, s = fp8_dynamic_scale(amax|x|) over this call's rows (the GPU's
+// fp8_quantize_dynamic rule; x' * w = x8 * w8 * (s * weight_scale) up to the GEMM's rounding).
 FloatVec fp8_activation(const LinearWeight& lw, const float* x, int64_t rows) {
-  const float s = scalar(lw.input_scale);
+  const bool fixed = present(lw.input_scale);
+  const float s =
+      fixed ? scalar(lw.input_scale) : ops::fp8_dynamic_scale(ops::fp8_absmax_cpu(x, rows, lw.in));
+  H3RT_CHECK(fixed || std::isfinite(s), "fp8 layer '", lw.name, "': dynamic activation scale is ",
+             s, " (non-finite input)");
   FloatVec out(rows * lw.in);
   for (size_t i = 0; i < out.size(); ++i) out[i] = e4m3_to_f32(f32_to_e4m3_satfinite(x[i] / s)) * s;
   return out;
+}
+
+bool is_fp8_projection_without_input_scale(const LinearWeight& lw) {
+  return lw.format == WeightFormat::fp8_scaled && !present(lw.input_scale);
 }
 
 }  // namespace
@@ -48,7 +60,8 @@ FloatVec fp8_activation(const LinearWeight& lw, const float* x, int64_t rows) {
 FloatVec apply_linear(const LinearWeight& lw, const float* x, int64_t rows, bool round_bf16) {
   FloatVec xq;  // the quantized-dequantized input, when the format has one
   if (rows > 0 && lw.format == WeightFormat::nvfp4) xq = nvfp4_activation(lw, x, rows);
-  if (rows > 0 && lw.format == WeightFormat::fp8_scaled && present(lw.input_scale))
+  if (rows > 0 && lw.format == WeightFormat::fp8_scaled &&
+      (present(lw.input_scale) || lw.fp8_dynamic_activations))
     xq = fp8_activation(lw, x, rows);
   FloatVec y(rows * lw.out);
   ops::linear_cpu({.x = xq.empty() ? x : xq.data(),
@@ -63,3 +76,21 @@ FloatVec apply_linear(const LinearWeight& lw, const float* x, int64_t rows, bool
 }
 
 }  // namespace h3rt::model
+
+namespace h3rt {
+
+int set_fp8_activations(H3Model& m, Fp8Activations mode) {
+  int n = 0;
+  auto mark = [&](RefinerBlockWeights& b) {
+    for (LinearWeight* l : {&b.attn.qkv, &b.attn.out, &b.mlp.fc1, &b.mlp.fc2}) {
+      l->fp8_dynamic_activations =
+          mode == Fp8Activations::dynamic && model::is_fp8_projection_without_input_scale(*l);
+      n += l->fp8_dynamic_activations;
+    }
+  };
+  for (auto& b : m.weights.refiner) mark(b);
+  for (auto& b : m.weights.blocks) mark(b);
+  return n;
+}
+
+}  // namespace h3rt

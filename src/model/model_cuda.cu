@@ -35,7 +35,8 @@ enum class LinearPath { f32_island, bf16, projection };
 // Weights are uploaded in the dtype their path computes in, from the exact float values: bf16 and
 // f32 layers unchanged; fp8_scaled layers dequantized (e4m3 values are exact in bf16, so this is
 // round_bf16(e4m3 * weight_scale), as ComfyUI computes a layer without input_scale), except block
-// projections with a static input_scale, which keep e4m3 weights for the fp8 GEMM.
+// projections with a static input_scale, or opted into dynamic activation scales
+// (LinearWeight::fp8_dynamic_activations), which keep e4m3 weights for the fp8 GEMM.
 // NVFP4 block projections keep their packed weights for the W4A4 GEMM.
 void upload_nvfp4(const LinearWeight& l, DeviceLinear& d) {
   H3RT_CHECK(
@@ -61,13 +62,14 @@ DeviceLinear upload_linear(const LinearWeight& l, LinearPath path) {
     upload_nvfp4(l, d);
     return d;
   }
+  const bool static_scale = l.input_scale.data() != nullptr;
   if (path == LinearPath::projection && l.format == WeightFormat::fp8_scaled &&
-      l.input_scale.data() != nullptr) {
+      (static_scale || l.fp8_dynamic_activations)) {
     H3RT_CHECK(l.data.dtype() == DType::e4m3 && l.data.is_contiguous(), "layer '", l.name,
                "': fp8 weight is not a contiguous e4m3 tensor");
     d.w8 = cuda::to_device(l.data);
     d.w_scale = device_scalar(l.scale, l.name + ".weight_scale");
-    d.x_scale = device_scalar(l.input_scale, l.name + ".input_scale");
+    if (static_scale) d.x_scale = device_scalar(l.input_scale, l.name + ".input_scale");
     return d;
   }
   d.w = upload_values(l.w, {l.out, l.in}, t);

@@ -32,8 +32,9 @@ struct DeviceModel {
 };
 
 // Uploads a loaded (or synthetic) model: bf16/f32 layers as stored; fp8_scaled block projections
-// with an input_scale as e4m3 (fp8 GEMMs), other fp8_scaled layers dequantized to bf16; NVFP4
-// block projections packed (W4A4 GEMMs); NVFP4 elsewhere is refused by name.
+// with an input_scale, or marked by set_fp8_activations(dynamic), as e4m3 (fp8 GEMMs; the latter
+// with per-call activation scales), other fp8_scaled layers dequantized to bf16; NVFP4 block
+// projections packed (W4A4 GEMMs); NVFP4 elsewhere is refused by name.
 DeviceModel upload_model(const H3Model& model);
 
 // The same synthetic weights as make_synthetic_model (bit-identical values), generated directly
