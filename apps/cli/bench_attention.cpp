@@ -24,9 +24,8 @@ void add_bench_attention_command(CLI::App& app) {
   cmd->add_option("--iters", opt->iters, "timed runs (median reported)")->capture_default_str();
   cmd->add_option("--out", opt->json_path, "write results as JSON to this file");
   cmd->add_option("--kernels", opt->kernels, "Sage variants to time (default: all)")
-      ->check(CLI::IsMember({"w4", "w8", "wgmma", "wgmma_pingpong", "wgmma_pp_overlap",
-                             "wgmma_pp3", "x_pp3_fast", "x_pp3_fast_early", "x_wgmma3_fast",
-                             "x_pp_overlap_fast", "x_wgmma3_rowsum", "x_pp3_rowsum"}));
+      ->check(CLI::IsMember(
+          {"w4", "w8", "wgmma", "wgmma_pingpong", "wgmma_pp_overlap", "wgmma3", "wgmma_pp3"}));
   cmd->add_option("--prepass", opt->prepass, "pre-pass algorithms to time side by side")
       ->check(CLI::IsMember({"two_launch", "fused_l2"}))
       ->capture_default_str();

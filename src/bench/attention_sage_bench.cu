@@ -126,8 +126,8 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
     cudaError_t e = sage_prepass(q, nullptr);
     if (e == cudaErrorNotSupported) continue;
     H3RT_CUDA_CHECK(e);
-    const double ms = median_ms(opt.warmup, opt.iters,
-                                [&] { H3RT_CUDA_CHECK(sage_prepass(q, nullptr)); });
+    const double ms =
+        median_ms(opt.warmup, opt.iters, [&] { H3RT_CUDA_CHECK(sage_prepass(q, nullptr)); });
     pre_algos[sage_prepass_algo_name(algo)] = ms;
     std::printf("pre-pass %-10s: %.3f ms\n", sage_prepass_algo_name(algo), ms);
   }
@@ -137,11 +137,15 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
   std::printf("device: %s (sm_%d%d)  S=%lld heads=%lld  QKV row stride %lld (strided q/k/v)\n",
               prop.name, prop.major, prop.minor, static_cast<long long>(S),
               static_cast<long long>(H), static_cast<long long>(stride));
-  std::printf("pre-pass (%s): %.3f ms (QKV bf16 %.2f GB)\n", sage_prepass_algo_name(pp.algo), pre_ms,
-              in_bytes / 1e9);
-  nlohmann::json j = {{"device", prop.name},  {"seq", S},       {"heads", H},
-                      {"prepass_ms", pre_ms}, {"prepass_algo_ms", pre_algos},
-                      {"flops", flops},       {"warmup", opt.warmup},
+  std::printf("pre-pass (%s): %.3f ms (QKV bf16 %.2f GB)\n", sage_prepass_algo_name(pp.algo),
+              pre_ms, in_bytes / 1e9);
+  nlohmann::json j = {{"device", prop.name},
+                      {"seq", S},
+                      {"heads", H},
+                      {"prepass_ms", pre_ms},
+                      {"prepass_algo_ms", pre_algos},
+                      {"flops", flops},
+                      {"warmup", opt.warmup},
                       {"iters", opt.iters}};
   // The dense bf16 flash kernel on the same strided QKV: the reference output for the
   // agreement column (rel. L2 of each Sage kernel's output against it).
@@ -156,9 +160,7 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
   prepass();
   for (SageVariant v :
        {SageVariant::w4, SageVariant::w8, SageVariant::wgmma, SageVariant::wgmma_pingpong,
-        SageVariant::wgmma_pp_overlap, SageVariant::wgmma_pp3, SageVariant::x_pp3_fast,
-        SageVariant::x_pp3_fast_early, SageVariant::x_wgmma3_fast,
-        SageVariant::x_pp_overlap_fast, SageVariant::x_wgmma3_rowsum, SageVariant::x_pp3_rowsum}) {
+        SageVariant::wgmma_pp_overlap, SageVariant::wgmma3, SageVariant::wgmma_pp3}) {
     SageAttentionParams ap{b, S, H, out, H * kHeadDim, v};
     const char* name = sage_variant_name(v);
     if (!opt.kernels.empty() &&

@@ -16,7 +16,7 @@ struct AttentionBenchOptions {
   int64_t heads = 56;
   int warmup = 3;
   int iters = 10;
-  std::string json_path;  // optional: write the results as JSON here
+  std::string json_path;             // optional: write the results as JSON here
   std::vector<std::string> kernels;  // Sage variants to time (names); empty: all
   std::vector<std::string> prepass = {"two_launch", "fused_l2"};  // pre-pass algorithms to time
 };

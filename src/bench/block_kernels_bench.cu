@@ -165,8 +165,9 @@ nlohmann::json bench_memory_bound(const BlockKernelsBenchOptions& o, cudaStream_
       p.variant = variant;
       check(ops::rmsnorm_modulate_cuda(p, s), "rmsnorm_modulate");
     });
-    const std::string name = variant ? "rmsnorm_modulate (variant " + std::to_string(variant) + ")"
-                                     : std::string("rmsnorm_modulate");
+    const std::string name =
+        "rmsnorm_modulate (variant " + std::to_string(variant) +
+        (variant == ops::RmsNormModulateCudaParams{}.variant ? ", default)" : ")");
     out.push_back(mem_entry(name, 2 * bf * S * H, t, copy_gbps));
   }
   {
@@ -230,9 +231,11 @@ nlohmann::json bench_memory_bound(const BlockKernelsBenchOptions& o, cudaStream_
         p.variant = variant;
         check(ops::qk_norm_rope_cuda(p, s), "qk_norm_rope");
       });
-      const std::string name = variant ? "qk_norm_rope (variant " + std::to_string(variant) + ")"
-                               : slots ? "qk_norm_rope (" + std::to_string(slots) + " slots)"
-                                       : std::string("qk_norm_rope");
+      const bool dflt = variant == ops::QkNormRopeCudaParams{}.variant;
+      const std::string name =
+          variant ? "qk_norm_rope (variant " + std::to_string(variant) + (dflt ? ", default)" : ")")
+          : slots ? "qk_norm_rope (variant 0, " + std::to_string(slots) + " slots)"
+                  : std::string("qk_norm_rope (variant 0)");
       out.push_back(mem_entry(name, 4 * bf * S * I + 2.0 * S * 96 * 4, t, copy_gbps));
     }
   }

@@ -62,6 +62,24 @@ TEST(SageAttentionCpu, ReferenceTracksExactAttention) {
   }
 }
 
+TEST(SageAttentionCpu, P8RowSumsAreAsAccurate) {
+  // The wgmma kernels' denominator (sum of the e4m3 P8 that also weight V) against SageAttention2's
+  // (sum of fp32 448 p): both track fp64 attention; p8 no worse than 1.1x fp32_p (plain and peaky).
+  for (float amp : {1.0f, 3.0f}) {
+    Qkv x = random_qkv(300, 2, 4321 + static_cast<uint32_t>(amp));
+    for (int64_t t = 0; t < x.seq; ++t)
+      for (int c = 0; c < 2 * 2 * kHeadDim; ++c)
+        x.bits[t * x.stride + c] = f32_to_bf16(amp * bf16_to_f32(x.bits[t * x.stride + c]));
+    Quantized z = quantize_reference(x.view(), kSmScale);
+    const std::vector<double> exact = attention_exact_f64(x.view(), kSmScale);
+    Err e32 = compare(attention_reference(z, RowSum::fp32_p), exact);
+    Err e8 = compare(attention_reference(z, RowSum::p8), exact);
+    std::printf("amp=%.0f rel_l2 fp32_p=%.5f p8=%.5f\n", amp, e32.rel_l2, e8.rel_l2);
+    EXPECT_LE(e8.rel_l2, 1.1 * e32.rel_l2);
+    EXPECT_GE(e8.cosine, 0.999);
+  }
+}
+
 TEST(SageAttentionCpu, PeakedScoresStayAccurate) {
   // Larger q/k magnitudes make softmax peaky, the regime of real attention maps.
   Qkv x = random_qkv(200, 1, 99);

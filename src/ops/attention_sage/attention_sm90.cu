@@ -312,13 +312,8 @@ cudaError_t sage_attention(const SageAttentionParams& p, cudaStream_t stream) {
     case SageVariant::wgmma:
     case SageVariant::wgmma_pingpong:
     case SageVariant::wgmma_pp_overlap:
-    case SageVariant::wgmma_pp3:
-    case SageVariant::x_pp3_fast:
-    case SageVariant::x_pp3_fast_early:
-    case SageVariant::x_wgmma3_fast:
-    case SageVariant::x_pp_overlap_fast:
-    case SageVariant::x_wgmma3_rowsum:
-    case SageVariant::x_pp3_rowsum: {
+    case SageVariant::wgmma3:
+    case SageVariant::wgmma_pp3: {
       if (!sm90) return cudaErrorNotSupported;
       SageAttentionParams q = p;
       q.variant = v;
@@ -345,18 +340,8 @@ const char* sage_variant_name(SageVariant v) {
       return "wgmma_pp_overlap";
     case SageVariant::wgmma_pp3:
       return "wgmma_pp3";
-    case SageVariant::x_pp3_fast:
-      return "x_pp3_fast";
-    case SageVariant::x_pp3_fast_early:
-      return "x_pp3_fast_early";
-    case SageVariant::x_wgmma3_fast:
-      return "x_wgmma3_fast";
-    case SageVariant::x_pp_overlap_fast:
-      return "x_pp_overlap_fast";
-    case SageVariant::x_wgmma3_rowsum:
-      return "x_wgmma3_rowsum";
-    case SageVariant::x_pp3_rowsum:
-      return "x_pp3_rowsum";
+    case SageVariant::wgmma3:
+      return "wgmma3";
   }
   return "?";
 }

@@ -13,12 +13,17 @@
 //       ex2.approx straight to 448 p (log2(448) folded into the exponent);
 //       P -> e4m3, packed in registers in the wgmma A-fragment order (the V token
 //       permutation of the pre-pass makes the accumulator order match);
-//       Ob = P8 V8     wgmma m64n128k32 e4m3 RS (P from registers, V^T K-major from shared
-//       memory) into a fresh fp32 accumulator, then O = O*alpha + Ob (two-level accumulation).
+//       [Ob | lb] = P8 [V8 | 1]   wgmma m64n136k32 e4m3 RS (P from registers, V^T K-major from
+//       shared memory, followed by 8 rows of e4m3 ones) into a fresh fp32 accumulator, then
+//       O = O*alpha + Ob (two-level accumulation) and l = l*alpha + lb: the softmax
+//       denominator is the row sum of P8 (RowSum::p8 of the contract), which costs the tensor
+//       cores 6% more PV work instead of one add per score.
 //   Each consumer runs phases p = 0..n: PV(p-1) with the O update and QK(p), then the softmax
 //   of block p. With kPingPong the phases of the consumers take turns (round robin through named
 //   barriers), so one consumer's softmax overlaps the others' matrix products; with kOverlap
 //   the O update of PV(p-1) overlaps QK(p) on the tensor cores.
+// Measured at the seed shape on an H200: wgmma_pp3 (3 consumers in turn) is the fastest; the
+// free-running wgmma3 is within a few percent; C = 2 loses 20-30% (bench/RESULTS.md).
 // Shared-memory tiles: rows of 128 bytes (Q/K: 128 channels; V^T: 128 tokens), 16-byte chunks
 // XOR-swizzled by (row % 8) = TMA SWIZZLE_128B = the wgmma 128B-swizzle K-major layout.
 // Padded keys (>= S) are masked; padded query rows are computed but not written.
@@ -51,8 +56,8 @@ constexpr int kD = kHeadDim;
 constexpr int kBN = kBlockN;
 constexpr int kStages = 6;
 constexpr int kTileBytes = 128 * 128;  // K and V^T tiles: 128 rows of 128 bytes
-// A stage: the K tile, then the V^T tile and 8 more rows of e4m3 ones (written once): with
-// kRowSumMma the PV product runs with N = 136 and its last 8 columns are the row sums of P8.
+// A stage: the K tile, then the V^T tile and 8 more rows of e4m3 ones (written once): the PV
+// product runs with N = 136 and its last 8 columns are the row sums of P8.
 constexpr int kOnesBytes = 8 * 128;
 constexpr int kStageBytes = 2 * kTileBytes + kOnesBytes;
 
@@ -67,12 +72,6 @@ struct Shape {
   static constexpr int kSmem = kBarOff + 8 * (1 + 2 * kStages) + 1024;  // + alignment slack
 };
 static_assert(kBN == 128 && kD == 128, "tiles assume 128-byte rows");
-
-// Schedule options of a kernel instance (bit flags).
-constexpr int kFastSoftmax = 1;   // softmax_block<true>
-constexpr int kEarlyRelease = 2;  // ping-pong: release the turn once PV(t-1) completed, before
-                                  // the O update and the QK(t) issue
-constexpr int kRowSumMma = 4;     // l accumulates the row sums of P8 from the PV product
 
 struct Args {
   const float* q_scale;
@@ -112,17 +111,6 @@ __device__ __forceinline__ void wgmma_s8_ss(int (&d)[64], uint64_t da, uint64_t 
       : H3RT_ACC64(H3RT_RW_R)
       : "l"(da), "l"(db), "r"(kAccumulate));
 }
-// d (+)= A B: m64n128k32 e4m3 x e4m3 -> f32, A from registers, B from shared memory.
-template <int kAccumulate>
-__device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " H3RT_REGS64
-      ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
-      : H3RT_ACC64(H3RT_RW_F)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(kAccumulate));
-}
-
 #define H3RT_ACC68(C) H3RT_ACC64(C), C(d[64]), C(d[65]), C(d[66]), C(d[67])
 #define H3RT_REGS68                                                                        \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
@@ -175,65 +163,38 @@ struct Softmax {
 
 // Scores of a block (int32 accumulator) -> P8 fragments (A operand of the PV wgmma).
 // Thread rows: r0 = lane/4 holds elements i with (i/2)%2 == 0, r0 + 8 those with (i/2)%2 == 1.
-// A thread's maximum is taken on the integers (exact; dq > 0 commutes with it), s = float(a) * dq
-// as in the contract (dq is per thread: q scale x this thread's K scale group), and
-// 448 p = exp2(float(a) * dq - (m - log2(448))).
-// kFast: int -> float with I2FP and the maxima with 3-input integer max (VIMNMX3): 1.5 fewer
-// instructions per score than the magic-number conversion (IADD + FADD) and FMNMX pairs of
-// kFast = false; both compute the same values bit for bit.
-template <bool kFast, bool kSum>
+// A thread's maximum is taken on the integers with 3-input max (VIMNMX3; exact, and dq > 0
+// commutes with it), s = float(a) * dq as in the contract (I2FP converts exactly: |a| <=
+// 128*127*127 < 2^24; dq is per thread: q scale x this thread's K scale group), and
+// 448 p = exp2(float(a) * dq - (m - log2(448))). Masked keys (>= seq, last block) give p = 0.
 __device__ __forceinline__ void softmax_block(const int (&acc)[64], float dq, int kv0, int seq,
                                               int lane, Softmax& st, uint32_t (&pa)[4][4]) {
-  constexpr float kMagic = 12582912.0f;              // 1.5 * 2^23
   constexpr float kLog2PScale = 8.807354922057604f;  // log2(448)
   const bool tail = kv0 + kBN > seq;
   auto masked = [&](int i) { return kv0 + (i / 4) * 8 + (lane % 4) * 2 + (i % 2) >= seq; };
-  float f[64];
   float rmax[2];
-  if constexpr (kFast) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      int x[32];
+  for (int r = 0; r < 2; ++r) {
+    int x[32];
 #pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        const int i = 4 * (j / 2) + 2 * r + j % 2;
-        x[j] = tail && masked(i) ? INT_MIN : acc[i];
-      }
-      int l1[11];
-#pragma unroll
-      for (int k = 0; k < 10; ++k) l1[k] = __vimax3_s32(x[3 * k], x[3 * k + 1], x[3 * k + 2]);
-      l1[10] = max(x[30], x[31]);
-      const int m0 = __vimax3_s32(l1[0], l1[1], l1[2]), m1 = __vimax3_s32(l1[3], l1[4], l1[5]);
-      const int m2 = __vimax3_s32(l1[6], l1[7], l1[8]), m3 = max(l1[9], l1[10]);
-      rmax[r] = static_cast<float>(max(__vimax3_s32(m0, m1, m2), m3));
+    for (int j = 0; j < 32; ++j) {
+      const int i = 4 * (j / 2) + 2 * r + j % 2;
+      x[j] = tail && masked(i) ? INT_MIN : acc[i];
     }
+    int l1[11];
 #pragma unroll
-    for (int i = 0; i < 64; ++i) f[i] = tail && masked(i) ? -INFINITY : __int2float_rn(acc[i]);
-  } else {
-    // The bits of 0x4B400000 + a are the float 1.5 * 2^23 + a exactly for |a| < 2^22 (here
-    // |a| <= 128 * 127 * 127); f - 1.5*2^23 is the exact integer again.
-#pragma unroll
-    for (int i = 0; i < 64; ++i) f[i] = __int_as_float(acc[i] + 0x4B400000);
-    if (tail) {
-#pragma unroll
-      for (int i = 0; i < 64; ++i)
-        if (masked(i)) f[i] = -INFINITY;
-    }
-    float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      mx[0] = fmaxf(mx[0], fmaxf(f[4 * j], f[4 * j + 1]));
-      mx[1] = fmaxf(mx[1], fmaxf(f[4 * j + 2], f[4 * j + 3]));
-    }
-    rmax[0] = mx[0] - kMagic;
-    rmax[1] = mx[1] - kMagic;
-#pragma unroll
-    for (int i = 0; i < 64; ++i) f[i] -= kMagic;
+    for (int k = 0; k < 10; ++k) l1[k] = __vimax3_s32(x[3 * k], x[3 * k + 1], x[3 * k + 2]);
+    l1[10] = max(x[30], x[31]);
+    const int m0 = __vimax3_s32(l1[0], l1[1], l1[2]), m1 = __vimax3_s32(l1[3], l1[4], l1[5]);
+    const int m2 = __vimax3_s32(l1[6], l1[7], l1[8]), m3 = max(l1[9], l1[10]);
+    rmax[r] = static_cast<float>(max(__vimax3_s32(m0, m1, m2), m3));
   }
   float c[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    // dq differs between the 4 threads of a row (K scale groups): reduce scaled maxima.
+    // dq differs between the 4 threads of a row (K scale groups): reduce scaled maxima. A thread
+    // whose keys are all masked holds INT_MIN * dq, below the row's real maximum (key kv0 of
+    // the row is always valid and belongs to the thread with lane % 4 == 0).
     float sm = rmax[r] * dq;
     sm = fmaxf(sm, __shfl_xor_sync(0xffffffffu, sm, 1));
     sm = fmaxf(sm, __shfl_xor_sync(0xffffffffu, sm, 2));
@@ -242,16 +203,11 @@ __device__ __forceinline__ void softmax_block(const int (&acc)[64], float dq, in
     st.m[r] = m_new;
     c[r] = m_new - kLog2PScale;
   }
-  float sum[2] = {0.0f, 0.0f};
+  float f[64];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) {
-    f[i] = ex2(fmaf(f[i], dq, -c[(i / 2) % 2]));
-    if (kSum) sum[(i / 2) % 2] += f[i];
-  }
-  if (kSum) {
+  for (int i = 0; i < 64; ++i) f[i] = tail && masked(i) ? -INFINITY : __int2float_rn(acc[i]);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) st.l[r] = st.l[r] * st.alpha[r] + sum[r];
-  }
+  for (int i = 0; i < 64; ++i) f[i] = ex2(fmaf(f[i], dq, -c[(i / 2) % 2]));
     // k-step k2 covers n8 chunks 4k2..4k2+3: a0/a1 = chunks 4k2, 4k2+1 of rows r0/r0+8,
     // a2/a3 = chunks 4k2+2, 4k2+3.
 #pragma unroll
@@ -264,10 +220,10 @@ __device__ __forceinline__ void softmax_block(const int (&acc)[64], float dq, in
   }
 }
 
-// Issues Ob = P8 V8 of the block in stage s (4 k-steps of 32 keys) into a fresh accumulator.
-template <int NB>
+// Issues [Ob | lb] = P8 [V8 | 1] of the block in stage s (4 k-steps of 32 keys) into a fresh
+// accumulator.
 __device__ __forceinline__ void pv_issue(const Smem& sm, int s, const uint32_t (&pa)[4][4],
-                                         float (&ob)[NB]) {
+                                         float (&ob)[68]) {
   const uint64_t dv = sw128_desc(sm.v(s));
   wg_fence();
   wgmma_e4m3_rs<0>(ob, pa[0], dv);
@@ -277,20 +233,16 @@ __device__ __forceinline__ void pv_issue(const Smem& sm, int s, const uint32_t (
   wg_commit();
 }
 
-// After the PV wgmma of stage s completed: frees the stage, O = O*alpha + Ob; with the row-sum
-// columns (NB = 68: ob[64] and ob[66] are the full row sums of P8 for rows r0 and r0 + 8),
-// l = l*alpha + row sum as well.
-template <int NB>
+// After the PV wgmma of stage s completed: frees the stage, O = O*alpha + Ob and
+// l = l*alpha + lb (ob[64] and ob[66]: the whole row sums of P8 of rows r0 and r0 + 8).
 __device__ __forceinline__ void pv_finish(const Smem& sm, int s, int lane, Softmax& st,
-                                          float (&ob)[NB], float (&o)[64]) {
+                                          float (&ob)[68], float (&o)[64]) {
   reg_fence(ob);
   if (lane == 0) bar_arrive(sm.empty(s));
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = o[i] * st.alpha[(i / 2) % 2] + ob[i];
-  if constexpr (NB == 68) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) st.l[r] = st.l[r] * st.alpha[r] + ob[64 + 2 * r];
-  }
+  for (int r = 0; r < 2; ++r) st.l[r] = st.l[r] * st.alpha[r] + ob[64 + 2 * r];
 }
 
 // Issues S = Q8 K8^T of block t (4 k-steps of 32 channels = 32 bytes) once its stage is full.
@@ -311,13 +263,9 @@ __device__ __forceinline__ void qk_issue(const Smem& sm, int t, uint64_t dq_desc
 // softmax of block t follows the phase that issued QK(t). kOverlap issues PV(t-1) and QK(t)
 // back to back and does the O update while QK(t) runs; otherwise PV(t-1) completes and O is
 // updated before QK(t) is issued (fewer live registers).
-template <int C, bool kPingPong, bool kOverlap, int kFlags>
+template <int C, bool kPingPong, bool kOverlap>
 __device__ __forceinline__ void consumer(const Args& a, const Smem& sm, const Loader& ld, int c,
                                          int h, int q0, int ntiles) {
-  constexpr bool kFast = (kFlags & kFastSoftmax) != 0;
-  constexpr bool kEarly = kPingPong && !kOverlap && (kFlags & kEarlyRelease) != 0;
-  constexpr bool kMmaSum = (kFlags & kRowSumMma) != 0;
-  constexpr int NB = kMmaSum ? 68 : 64;
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int64_t hq = static_cast<int64_t>(h) * (a.padded / kQWarpRows * 8);
   // Rows past the padded length (last CTA of a 192-row tiling) use a valid scale; not written.
@@ -343,11 +291,11 @@ __device__ __forceinline__ void consumer(const Args& a, const Smem& sm, const Lo
   if (kPingPong) named_arrive(other_bar, 256);
   wg_wait<0>();
   reg_fence(acc);
-  softmax_block<kFast, !kMmaSum>(acc, qs * ksc[0], 0, a.seq, lane, st, pa);
+  softmax_block(acc, qs * ksc[0], 0, a.seq, lane, st, pa);
   for (int t = 1; t < ntiles; ++t) {
     const int prev = (t - 1) % kStages;
     const float dq = qs * ksc[t * 4];  // loaded early: the wgmma fences below order memory
-    float ob[NB];
+    float ob[68];
     if (kPingPong) named_sync(my_bar, 256);
     pv_issue(sm, prev, pa, ob);
     if (kOverlap) {
@@ -357,20 +305,19 @@ __device__ __forceinline__ void consumer(const Args& a, const Smem& sm, const Lo
       pv_finish(sm, prev, lane, st, ob, o);
     } else {
       wg_wait<0>();
-      if (kEarly) named_arrive(other_bar, 256);
       pv_finish(sm, prev, lane, st, ob, o);
       qk_issue(sm, t, dq_desc, acc);
-      if (kPingPong && !kEarly) named_arrive(other_bar, 256);
+      if (kPingPong) named_arrive(other_bar, 256);
     }
     // Behind this phase's matrix products: the stage of block t + kAhead last held block t - 3,
     // which every consumer released in its phase t - 2.
     if (threadIdx.x == 0 && t + kAhead < ntiles) ld.block(sm, t + kAhead);
     wg_wait<0>();
     reg_fence(acc);
-    softmax_block<kFast, !kMmaSum>(acc, dq, t * kBN, a.seq, lane, st, pa);
+    softmax_block(acc, dq, t * kBN, a.seq, lane, st, pa);
   }
   {
-    float ob[NB];
+    float ob[68];
     if (kPingPong) named_sync(my_bar, 256);
     pv_issue(sm, (ntiles - 1) % kStages, pa, ob);
     if (kPingPong && c != C - 1) named_arrive(other_bar, 256);
@@ -378,16 +325,8 @@ __device__ __forceinline__ void consumer(const Args& a, const Smem& sm, const Lo
     pv_finish(sm, (ntiles - 1) % kStages, lane, st, ob, o);
   }
 
-  // Normalize: o * v_scale / (448 l); write bf16 pairs. (Softmax sums are per thread; the MMA
-  // row sums are whole rows already.)
-  if (!kMmaSum) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      st.l[r] += __shfl_xor_sync(0xffffffffu, st.l[r], 1);
-      st.l[r] += __shfl_xor_sync(0xffffffffu, st.l[r], 2);
-    }
-  }
-  const float inv[2] = {1.0f / st.l[0], 1.0f / st.l[1]};  // l holds 448 * sum p
+  // Normalize: o * v_scale / l (l sums P8 = 448 p in e4m3, whole rows); write bf16 pairs.
+  const float inv[2] = {1.0f / st.l[0], 1.0f / st.l[1]};
   const float* vsc = a.v_scale + h * kD;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -403,7 +342,7 @@ __device__ __forceinline__ void consumer(const Args& a, const Smem& sm, const Lo
   }
 }
 
-template <int C, bool kPingPong, bool kOverlap, int kFlags>
+template <int C, bool kPingPong, bool kOverlap>
 __global__ void __launch_bounds__(Shape<C>::kThreads, 1)
     sage_wgmma_kernel(const __grid_constant__ CUtensorMap tm_q,
                       const __grid_constant__ CUtensorMap tm_k,
@@ -423,7 +362,7 @@ __global__ void __launch_bounds__(Shape<C>::kThreads, 1)
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  if (kFlags & kRowSumMma) {
+  {
     // The ones rows of every stage (any swizzle maps them onto themselves: all bytes equal),
     // made visible to the tensor cores' async proxy.
     for (int i = threadIdx.x; i < kStages * kOnesBytes / 4; i += blockDim.x) {
@@ -439,12 +378,12 @@ __global__ void __launch_bounds__(Shape<C>::kThreads, 1)
     tma_load_2d(sm.q, &tm_q, sm.q_full(), 0, h * a.padded + q0);
     for (int b = 0; b <= kAhead && b < ntiles; ++b) ld.block(sm, b);
   }
-  consumer<C, kPingPong, kOverlap, kFlags>(a, sm, ld, wg, h, q0, ntiles);
+  consumer<C, kPingPong, kOverlap>(a, sm, ld, wg, h, q0, ntiles);
 }
 
 #else  // not sm_90a: an empty body keeps the symbol.
 
-template <int C, bool kPingPong, bool kOverlap, int kFlags>
+template <int C, bool kPingPong, bool kOverlap>
 __global__ void sage_wgmma_kernel(const __grid_constant__ CUtensorMap,
                                   const __grid_constant__ CUtensorMap,
                                   const __grid_constant__ CUtensorMap, Args) {}
@@ -459,7 +398,7 @@ bool make_map(CUtensorMap* map, const void* base, uint64_t cols, uint64_t rows,
                                   box_rows, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
-template <int C, bool kPingPong, bool kOverlap, int kFlags = 0>
+template <int C, bool kPingPong, bool kOverlap>
 cudaError_t launch(const SageAttentionParams& p, cudaStream_t stream) {
   using Sh = Shape<C>;
   const uint64_t sp = static_cast<uint64_t>(padded_len(p.seq));
@@ -473,7 +412,7 @@ cudaError_t launch(const SageAttentionParams& p, cudaStream_t stream) {
                p.buf.v_scale,       static_cast<__nv_bfloat16*>(p.out),
                p.out_row_stride,    static_cast<int>(p.seq),
                static_cast<int>(sp)};
-  auto kernel = sage_wgmma_kernel<C, kPingPong, kOverlap, kFlags>;
+  auto kernel = sage_wgmma_kernel<C, kPingPong, kOverlap>;
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::kSmem);
   if (e != cudaSuccess) return e;
@@ -496,18 +435,8 @@ cudaError_t sage_attention_wgmma(const SageAttentionParams& p, cudaStream_t stre
       return launch<2, true, false>(p, stream);
     case SageVariant::wgmma_pp3:
       return launch<3, true, false>(p, stream);
-    case SageVariant::x_pp3_fast:
-      return launch<3, true, false, kFastSoftmax>(p, stream);
-    case SageVariant::x_pp3_fast_early:
-      return launch<3, true, false, kFastSoftmax | kEarlyRelease>(p, stream);
-    case SageVariant::x_wgmma3_fast:
-      return launch<3, false, false, kFastSoftmax>(p, stream);
-    case SageVariant::x_pp_overlap_fast:
-      return launch<2, true, true, kFastSoftmax>(p, stream);
-    case SageVariant::x_wgmma3_rowsum:
-      return launch<3, false, false, kFastSoftmax | kRowSumMma>(p, stream);
-    case SageVariant::x_pp3_rowsum:
-      return launch<3, true, false, kFastSoftmax | kRowSumMma>(p, stream);
+    case SageVariant::wgmma3:
+      return launch<3, false, false>(p, stream);
     default:
       return launch<2, true, true>(p, stream);
   }

@@ -165,7 +165,8 @@ std::vector<float> attention_reference(const Quantized& z, RowSum row_sum) {
   H3RT_CHECK(z.seq > 0 && z.heads > 0, "attention_reference: empty quantized tensors");
   std::vector<float> out(z.seq * z.heads * kD);
   for (int64_t h = 0; h < z.heads; ++h)
-    for (int64_t r = 0; r < z.seq; ++r) attention_row(z, h, r, row_sum, &out[(r * z.heads + h) * kD]);
+    for (int64_t r = 0; r < z.seq; ++r)
+      attention_row(z, h, r, row_sum, &out[(r * z.heads + h) * kD]);
   return out;
 }
 

@@ -69,11 +69,12 @@ struct RmsNormModulateCudaParams {
   int64_t table_row_stride = 0;
   float eps = 1e-5f;
   Nvfp4Out nvfp4;  // optional NVFP4 output of y ([rows, dim]); disabled by default
-  // Kernel choice, bit-identical outputs. 0: one CTA per row (default). 1..4: persistent CTAs
-  // streaming rows through a shared-memory ring with bulk copies (ring_kernel.cuh), on sm_90+,
-  // for the bf16-output path without residual and dim <= 8192; elsewhere the default runs.
+  // Kernel choice, bit-identical outputs. 0: one CTA per row. 1..4: persistent CTAs streaming
+  // rows through a shared-memory ring with bulk copies (ring_kernel.cuh), on sm_90+, for the
+  // bf16-output path without residual and dim <= 8192; elsewhere variant 0 runs.
   //   1: 2 slots of x+shift+scale, 2: 3 such slots, 3: 4 slots of x, 4: 6 slots of x.
-  int variant = 0;
+  // Default 3: the fastest on the H200 at the seed shape (bench/RESULTS.md).
+  int variant = 3;
 };
 
 cudaError_t rmsnorm_modulate_cuda(const RmsNormModulateCudaParams& p, cudaStream_t stream);
