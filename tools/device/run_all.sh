@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# One device call that builds for sm_90a, runs every GPU test and the benchmarks, and leaves the
-# logs and JSON reports under $OUT (device tool, carry [".deps"]):
+# One device call that builds for sm_90a, runs every GPU test and the benchmarks (with the public
+# SageAttention2 built beside it for the side-by-side comparison when .peers/SageAttention is
+# carried), and leaves the logs and JSON reports under $OUT (device tool, carry [".deps"] or
+# [".deps", ".peers"]):
 #   bash tools/device/run_all.sh            # everything
 #   H3RT_QUICK=1 bash tools/device/run_all.sh   # build, tests and the core benchmarks only
 #   H3RT_BUDGET_S=450 bash tools/device/run_all.sh  # skip benchmarks that would end past 450 s
@@ -18,6 +20,11 @@ T0=$(date +%s)
 BUDGET=${H3RT_BUDGET_S:-100000}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu \
   --format=csv 2>&1; nvcc --version | tail -1
+PEER=.peers/SageAttention
+if [ -d "$PEER" ]; then
+  ( MAX_JOBS=4 bash tools/peers/build_sageattention.sh "$PEER" /tmp/sage-peer > "$R/sage_build.log" 2>&1
+    echo "rc=$?" >> "$R/sage_build.log" ) &
+fi
 log build
 t0=$(date +%s)
 H3RT_TARGETS="h3rt_cuda_tests h3rt_cli" bash tools/device/build.sh > /tmp/build.log 2>&1 \
@@ -25,31 +32,43 @@ H3RT_TARGETS="h3rt_cuda_tests h3rt_cli" bash tools/device/build.sh > /tmp/build.
 log "built in $(( $(date +%s) - t0 )) s"
 B=build-device
 log tests
-timeout 150 $B/tests/h3rt_cuda_tests > "$R/cuda_tests.log" 2>&1
+timeout 200 $B/tests/h3rt_cuda_tests ${H3RT_GTEST_FILTER:+--gtest_filter=$H3RT_GTEST_FILTER} \
+  > "$R/cuda_tests.log" 2>&1
 echo "cuda tests rc=$?"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]|SKIPPED" "$R/cuda_tests.log" | head -40
 log "cli smoke: forward and sample on cuda"
 G=.deps/shared/golden/h3_tiny
 timeout 60 $B/h3rt forward --device cuda --checkpoint $G/weights.safetensors --inputs $G/golden.safetensors \
   --out /tmp/fwd.safetensors 2>&1 | tail -1
-timeout 60 $B/h3rt sample --device cuda --steps 2 --out /tmp/tiny.safetensors 2>&1 | tail -1
+timeout 60 $B/h3rt sample --device cuda --steps 2 --attention sage --out /tmp/tiny.safetensors 2>&1 | tail -1
 # Benchmarks, most wanted first (H3RT_QUICK=1 keeps the core ones only).
 bench() {  # name, limit in seconds, command... (skipped when it could end past the budget)
   local name=$1 limit=$2; shift 2
   if (( $(date +%s) - T0 + limit > BUDGET )); then log "$name skipped (budget)"; return; fi
   log "$name"; timeout "$limit" "$@" > "$R/$name.log" 2>&1; echo "rc=$?"; tail -${TAIL:-4} "$R/$name.log"
 }
-bench block 60 $B/h3rt bench block --out "$R/bench_block.json"
-bench block_nvfp4 60 $B/h3rt bench block --gemm nvfp4 --out "$R/bench_block_nvfp4.json"
-TAIL=14 bench nvfp4_gemm 90 $B/h3rt bench nvfp4-gemm --out "$R/bench_nvfp4_gemm.json"
+PRE=${H3RT_PREPASS:-two_launch fused_l2}
+bench block_fp8_sage 60 $B/h3rt bench block --gemm fp8 --attention sage --out "$R/bench_block_fp8_sage.json"
+TAIL=12 bench attention 80 $B/h3rt bench attention --prepass $PRE --kernels w4 wgmma wgmma_pingpong \
+  wgmma3 wgmma_pp3 --out "$R/bench_attention.json"
+if [ -d "$PEER" ]; then
+  wait; tail -2 "$R/sage_build.log"
+  TAIL=14 bench sage_peer 150 env PYTHONPATH=/tmp/sage-peer PYTHONUNBUFFERED=1 python3 bench/sage_peer.py \
+    --h3rt $B/h3rt --json "$R/sage_peer.json"
+fi
 bench torch_block 90 python3 bench/torch_block.py --json "$R/torch_block.json"
-TAIL=26 bench kernels 60 $B/h3rt bench kernels --out "$R/bench_kernels.json"
-TAIL=10 bench attention 80 $B/h3rt bench attention --out "$R/bench_attention.json"
+TAIL=30 bench kernels 60 $B/h3rt bench kernels --no-attention --out "$R/bench_kernels.json"
+TAIL=10 bench quantize_nvfp4 30 $B/h3rt bench quantize-nvfp4 --out "$R/bench_nvfp4.json"
+TAIL=8 bench sample_h3 150 $B/h3rt bench sample --preset h3 --steps 2 --gemm fp8 --attention sage \
+  --out "$R/bench_sample_h3.json"
+bench block_bf16_sage 60 $B/h3rt bench block --attention sage --out "$R/bench_block_bf16_sage.json"
+bench block_fp8dyn_sage 60 $B/h3rt bench block --gemm fp8-dynamic --attention sage \
+  --out "$R/bench_block_fp8dyn_sage.json"
+bench block_nvfp4_sage 60 $B/h3rt bench block --gemm nvfp4 --attention sage \
+  --out "$R/bench_block_nvfp4_sage.json"
 if [ -z "${H3RT_QUICK:-}" ]; then
-  bench block_fp8 50 $B/h3rt bench block --gemm fp8 --out "$R/bench_block_fp8.json"
-  bench block_nvfp4_dynamic 50 $B/h3rt bench block --gemm nvfp4-dynamic \
-    --out "$R/bench_block_nvfp4_dynamic.json"
-  TAIL=8 bench step 110 $B/h3rt bench step --preset h3 --reps 1 --out "$R/bench_step.json"
-  bench quantize_nvfp4 30 $B/h3rt bench quantize-nvfp4 --out "$R/bench_nvfp4.json"
-  bench sdpa 40 python3 bench/sdpa_reference.py --json "$R/sdpa.json"
+  TAIL=14 bench nvfp4_gemm 90 $B/h3rt bench nvfp4-gemm --out "$R/bench_nvfp4_gemm.json"
+  bench block_fp8_flash 60 $B/h3rt bench block --gemm fp8 --out "$R/bench_block_fp8_flash.json"
+  TAIL=8 bench step 110 $B/h3rt bench step --preset h3 --attention sage --reps 1 \
+    --out "$R/bench_step.json"
 fi
 log done
