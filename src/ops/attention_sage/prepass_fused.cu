@@ -98,18 +98,16 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// 16-byte cp.async (L2 only); src_bytes 0 zero-fills. evict_first marks the lines as the first
-// to be evicted from L2 (their last use).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid, bool evict_first,
-                                           uint64_t policy) {
-  const int bytes = valid ? 16 : 0;
-  if (evict_first)
-    asm volatile(
-        "cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(smem_addr(dst)),
-        "l"(src), "r"(bytes), "l"(policy));
-  else
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(bytes));
+// 16-byte cp.async (L2 only); src_bytes 0 zero-fills.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+// The same with an L2 cache policy (createpolicy); dst is a shared-memory address.
+__device__ __forceinline__ void cp_async16_hint(uint32_t dst, const void* src, bool valid,
+                                                uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
+               "l"(src), "r"(valid ? 16 : 0), "l"(policy));
 }
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::);
@@ -154,18 +152,24 @@ __device__ void load_q(const uint16_t* qkv, const Dims& n, const Item& it, uint4
   }
 }
 
-// Stages K and V of a chunk (both items need them); zero rows past S.
-__device__ void load_kv(const uint16_t* qkv, const Dims& n, const Item& it, uint8_t* tiles,
+// Stages K and V of a chunk (both items need them); zero rows past S. policy: evict-first for B
+// items (the last use of these lines), evict-normal for A items (B re-reads them from L2).
+// Thread = 16 bytes of a row in each of the 8 blocks of 32 rows; dst = the shared address of the
+// stage + 16 * threadIdx.x, kept per thread (see kv_dst in the kernel).
+__device__ void load_kv(const uint16_t* qkv, const Dims& n, const Item& it, uint32_t dst,
                         uint64_t policy) {
+  constexpr int kBlockRows = kThreads * 16 / 256;  // 32
+  static_assert(kTokenPad % kBlockRows == 0 && kThreads % 16 == 0, "load_kv mapping");
 #pragma unroll
   for (int u = 0; u < 2 * kTileBytes / 16 / kThreads; ++u) {
-    const int gi = threadIdx.x + u * kThreads, part = gi / (kTileBytes / 16);
-    const int row = gi % (kTileBytes / 16) / 16, col = gi % 16 * 8;
+    const int part = u / (kTokenPad / kBlockRows);
+    const int row = u % (kTokenPad / kBlockRows) * kBlockRows + threadIdx.x / 16;
+    const int col = threadIdx.x % 16 * 8;
     const int64_t t = it.c * kTokenPad + row;
     const bool valid = t < n.seq;
-    cp_async16(tiles + part * kTileBytes + row * 256 + col * 2,
-               qkv_at(qkv, n, 1 + part, valid ? t : it.c * kTokenPad, it.h, col), valid,
-               it.kind == 2, policy);
+    cp_async16_hint(dst + u * kThreads * 16,
+                    qkv_at(qkv, n, 1 + part, valid ? t : it.c * kTokenPad, it.h, col), valid,
+                    policy);
   }
 }
 
@@ -260,8 +264,7 @@ __device__ void reduce_head(const Dims& n, int64_t h, uint8_t* stage, const Sage
 #pragma unroll
       for (int u = 0; u < kSlotChunks * kD / 4 / kD; ++u) {
         const int gi = threadIdx.x + u * kD;
-        if (gi < granules)
-          cp_async16(dst + gi * 16, kp + s * kSlotChunks * kD + gi * 4, true, false, 0);
+        if (gi < granules) cp_async16(dst + gi * 16, kp + s * kSlotChunks * kD + gi * 4, true);
       }
     }
     cp_async_commit();
@@ -391,8 +394,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   unsigned* work = buf.tickets + n.heads;
   unsigned* exits = work + 1;
   const unsigned total = 2 * sch.n_items_a;
-  uint64_t evict_first;
+  uint64_t evict_first, evict_normal;
   asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(evict_first));
+  asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(evict_normal));
+  auto policy = [&](const Item& it) { return it.kind == 2 ? evict_first : evict_normal; };
+  // Per-thread cp.async destinations of the stages. With a uniform stage base (shared address =
+  // register + uniform register), ptxas 13.0 turned the hinted cp.async into LDGSTS [R+UR0],
+  // desc[UR1]: a memory descriptor in an odd uniform register that nothing writes, and the kernel
+  // died with an illegal instruction. A per-thread address selected per stage keeps [R], desc[URn]
+  // with the policy.
+  const uint32_t kv_dst0 = smem_addr(stage(0)) + threadIdx.x * 16;
+  const uint32_t kv_dst1 = smem_addr(stage(1)) + threadIdx.x * 16;
+  auto kv_dst = [&](unsigned j) { return j % kStages == 0 ? kv_dst0 : kv_dst1; };
 
   if (threadIdx.x == 0)
     for (int k = 0; k < kStages; ++k) s_item[k] = atomicAdd(work, 1u);
@@ -400,7 +413,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint4 q_next[4] = {};
   if (kStages == 2) {
     const Item it = decode(s_item[0], sch);
-    if (it.kind != 0) load_kv(qkv, n, it, stage(0), evict_first);
+    if (it.kind != 0) load_kv(qkv, n, it, kv_dst(0), policy(it));
     if (it.kind == 1) load_q(qkv, n, it, q_next);
     cp_async_commit();
   }
@@ -412,7 +425,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int u = 0; u < 4; ++u) q[u] = q_next[u];
     {  // stage the item kStages - 1 ahead (with 1 stage: this one)
       const Item ahead = decode(s_item[(j + kStages - 1) % 4], sch);
-      if (ahead.kind != 0) load_kv(qkv, n, ahead, stage(j + kStages - 1), evict_first);
+      if (ahead.kind != 0) load_kv(qkv, n, ahead, kv_dst(j + kStages - 1), policy(ahead));
       if (ahead.kind == 1) load_q(qkv, n, ahead, q_next);
       cp_async_commit();
       if (kStages == 1)
