@@ -47,23 +47,23 @@ bench() {  # name, limit in seconds, command... (skipped when it could end past 
   log "$name"; timeout "$limit" "$@" > "$R/$name.log" 2>&1; echo "rc=$?"; tail -${TAIL:-4} "$R/$name.log"
 }
 PRE=${H3RT_PREPASS:-two_launch fused_l2}
-bench block_fp8_sage 60 $B/h3rt bench block --gemm fp8 --attention sage --out "$R/bench_block_fp8_sage.json"
-TAIL=12 bench attention 80 $B/h3rt bench attention --prepass $PRE --kernels w4 wgmma wgmma_pingpong \
+bench block_fp8_sage 45 $B/h3rt bench block --gemm fp8 --attention sage --out "$R/bench_block_fp8_sage.json"
+TAIL=12 bench attention 60 $B/h3rt bench attention --prepass $PRE --kernels w4 wgmma wgmma_pingpong \
   wgmma3 wgmma_pp3 --out "$R/bench_attention.json"
 if [ -d "$PEER" ]; then
   wait; tail -2 "$R/sage_build.log"
-  TAIL=14 bench sage_peer 150 env PYTHONPATH=/tmp/sage-peer PYTHONUNBUFFERED=1 python3 bench/sage_peer.py \
+  TAIL=14 bench sage_peer 60 env PYTHONPATH=/tmp/sage-peer PYTHONUNBUFFERED=1 python3 bench/sage_peer.py \
     --h3rt $B/h3rt --json "$R/sage_peer.json"
 fi
-bench torch_block 90 python3 bench/torch_block.py --json "$R/torch_block.json"
-TAIL=30 bench kernels 60 $B/h3rt bench kernels --no-attention --out "$R/bench_kernels.json"
-TAIL=10 bench quantize_nvfp4 30 $B/h3rt bench quantize-nvfp4 --out "$R/bench_nvfp4.json"
-TAIL=8 bench sample_h3 150 $B/h3rt bench sample --preset h3 --steps 2 --gemm fp8 --attention sage \
+TAIL=8 bench sample_h3 100 $B/h3rt bench sample --preset h3 --steps 2 --gemm fp8 --attention sage \
   --out "$R/bench_sample_h3.json"
-bench block_bf16_sage 60 $B/h3rt bench block --attention sage --out "$R/bench_block_bf16_sage.json"
-bench block_fp8dyn_sage 60 $B/h3rt bench block --gemm fp8-dynamic --attention sage \
+TAIL=30 bench kernels 40 $B/h3rt bench kernels --no-attention --out "$R/bench_kernels.json"
+TAIL=10 bench quantize_nvfp4 25 $B/h3rt bench quantize-nvfp4 --out "$R/bench_nvfp4.json"
+bench torch_block 60 python3 bench/torch_block.py --json "$R/torch_block.json"
+bench block_bf16_sage 45 $B/h3rt bench block --attention sage --out "$R/bench_block_bf16_sage.json"
+bench block_fp8dyn_sage 45 $B/h3rt bench block --gemm fp8-dynamic --attention sage \
   --out "$R/bench_block_fp8dyn_sage.json"
-bench block_nvfp4_sage 60 $B/h3rt bench block --gemm nvfp4 --attention sage \
+bench block_nvfp4_sage 45 $B/h3rt bench block --gemm nvfp4 --attention sage \
   --out "$R/bench_block_nvfp4_sage.json"
 if [ -z "${H3RT_QUICK:-}" ]; then
   TAIL=14 bench nvfp4_gemm 90 $B/h3rt bench nvfp4-gemm --out "$R/bench_nvfp4_gemm.json"
