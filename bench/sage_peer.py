@@ -18,7 +18,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,8 @@ import tempfile
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
+
+from cuda_timing import median_ms  # bench/, the script's own folder
 
 D = 128
 
@@ -102,20 +103,6 @@ def accuracy(args, sageattn):
               f"{e_ours['cosine']:.6f} | sageattn rel L2 {e_sage['rel_l2']:.5f} cos "
               f"{e_sage['cosine']:.6f} | ratio {res[name]['rel_l2_ratio']:.3f}", flush=True)
     return res
-
-
-def median_ms(fn, warmup, iters):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
 
 
 def timing(args, sageattn):

@@ -4,25 +4,12 @@ the local GPU, per backend (cuDNN, flash), on contiguous [1, H, S, 128] tensors 
 views of one strided QKV buffer [S, 3, H, 128]. Median of CUDA-event timings after warm-up."""
 import argparse
 import json
-import statistics
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-
-def median_ms(fn, warmup, iters):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+from cuda_timing import median_ms  # bench/, the script's own folder
 
 
 def main():

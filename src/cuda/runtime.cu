@@ -76,6 +76,19 @@ int compiled_arch_supports(int cc_major, int cc_minor, const std::string& list) 
   return best;
 }
 
+int resident_grid(const void* kernel, int threads, size_t smem, int min_major) {
+  int dev = 0, major = 0, sms = 0, optin = 0, per_sm = 0;
+  H3RT_CUDA_CHECK(cudaGetDevice(&dev));
+  H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (major < min_major || smem > static_cast<size_t>(optin)) return 0;
+  H3RT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+  H3RT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  return per_sm * sms;
+}
+
 bool compiled_arch_listed(const std::string& arch) {
 #ifdef H3RT_CUDA_ARCH_LIST
   const std::string list = std::string(",") + H3RT_CUDA_ARCH_LIST + ",";

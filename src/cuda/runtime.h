@@ -33,6 +33,12 @@ int compiled_arch_supports(int cc_major, int cc_minor, const std::string& list);
 // Whether the compile-time arch list names `arch` exactly (e.g. "90a": wgmma/TMA kernels exist).
 bool compiled_arch_listed(const std::string& arch);
 
+// Persistent-grid size for `kernel` (a __global__ function) with `threads` per CTA and `smem`
+// bytes of dynamic shared memory: CTAs resident per SM (occupancy query, after raising the
+// kernel's dynamic shared-memory limit) x SMs. 0 when the device's compute capability major is
+// below `min_major`, the shared memory exceeds the opt-in limit, or no CTA fits.
+int resident_grid(const void* kernel, int threads, size_t smem, int min_major);
+
 // An owned stream (non-blocking w.r.t. the legacy default stream). Launchers take the raw handle.
 class Stream {
  public:

@@ -333,17 +333,9 @@ template <bool kNorm, bool kRope, int kStages, int kMinBlocks, int kPass>
 bool launch_ring_as(const QkNormRopeCudaParams& p, cudaStream_t stream) {
   auto* fn = qk_ring_kernel<kNorm, kRope, kStages, kMinBlocks, kPass>;
   const size_t smem = kStages * (kRingBarBytes + ring_slot_bytes(p.heads, p.rope_dim, kRope));
-  int dev = 0, major = 0, sms = 0, optin = 0, per_sm = 0;
-  H3RT_CUDA_CHECK(cudaGetDevice(&dev));
-  H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  if (major < 9 || smem > static_cast<size_t>(optin)) return false;
-  H3RT_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
-  H3RT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, kThreads, smem));
-  if (per_sm < 1) return false;
-  const int64_t grid = std::min<int64_t>(p.rows, int64_t(sms) * per_sm);
+  const int resident = cuda::resident_grid(reinterpret_cast<const void*>(fn), kThreads, smem, 9);
+  if (resident < 1) return false;
+  const int64_t grid = std::min<int64_t>(p.rows, resident);
   fn<<<static_cast<unsigned>(grid), kThreads, smem, stream>>>(p);
   return true;
 }

@@ -213,17 +213,9 @@ bool launch_ring_as(const RmsNormModulateCudaParams& p, int threads, cudaStream_
   auto* fn = rmsnorm_ring::ring_kernel<kVec, kModulate, kStages, kSmemTables, kMinBlocks>;
   const size_t smem = kStages * (rmsnorm_ring::kBarBytes +
                                  rmsnorm_ring::slot_bytes(p.dim, kModulate && kSmemTables));
-  int dev = 0, major = 0, sms = 0, optin = 0, per_sm = 0;
-  H3RT_CUDA_CHECK(cudaGetDevice(&dev));
-  H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  if (major < 9 || smem > static_cast<size_t>(optin)) return false;
-  H3RT_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
-  H3RT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, smem));
-  if (per_sm < 1) return false;
-  const int64_t grid = std::min<int64_t>(p.rows, int64_t(sms) * per_sm);
+  const int resident = cuda::resident_grid(reinterpret_cast<const void*>(fn), threads, smem, 9);
+  if (resident < 1) return false;
+  const int64_t grid = std::min<int64_t>(p.rows, resident);
   fn<<<static_cast<unsigned>(grid), threads, smem, stream>>>(p);
   return true;
 }
