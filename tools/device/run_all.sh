@@ -6,6 +6,8 @@
 #   bash tools/device/run_all.sh            # everything
 #   H3RT_QUICK=1 bash tools/device/run_all.sh   # build, tests and the core benchmarks only
 #   H3RT_BUDGET_S=450 bash tools/device/run_all.sh  # skip benchmarks that would end past 450 s
+#   H3RT_GTEST_FILTER=..., H3RT_SAGE_KERNELS="wgmma_pp3 ...", H3RT_PREPASS=two_launch: narrower runs
+#   H3RT_NCU=1 [H3RT_NCU_KERNEL=wgmma3]: also profile one Sage kernel call with Nsight Compute
 # Each step has its own time limit so one slow step cannot take the rest down with it.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -48,8 +50,19 @@ bench() {  # name, limit in seconds, command... (skipped when it could end past 
 }
 PRE=${H3RT_PREPASS:-two_launch fused_l2}
 bench block_fp8_sage 45 $B/h3rt bench block --gemm fp8 --attention sage --out "$R/bench_block_fp8_sage.json"
-TAIL=12 bench attention 60 $B/h3rt bench attention --prepass $PRE --kernels w4 wgmma wgmma_pingpong \
-  wgmma3 wgmma_pp3 --out "$R/bench_attention.json"
+TAIL=12 bench attention 60 $B/h3rt bench attention --prepass $PRE \
+  --kernels ${H3RT_SAGE_KERNELS:-w4 wgmma wgmma_pingpong wgmma3 wgmma_pp3} --out "$R/bench_attention.json"
+if [ -n "${H3RT_NCU:-}" ]; then  # Nsight Compute of one Sage kernel call, and its SASS
+  log ncu
+  cuobjdump -sass $B/CMakeFiles/h3rt.dir/src/ops/attention_sage/attention_wgmma_sm90.cu.o \
+    > "$R/sage_wgmma.sass" 2>&1
+  timeout 150 ncu --clock-control none -k regex:sage_wgmma --launch-count 1 --set full \
+    -o "$R/sage" $B/h3rt bench attention --kernels ${H3RT_NCU_KERNEL:-wgmma_pp3} \
+    --prepass two_launch --warmup 0 --iters 1 > "$R/ncu_run.log" 2>&1; echo "ncu rc=$?"
+  ncu --import "$R/sage.ncu-rep" --page details > "$R/ncu_details.txt" 2>&1
+  ncu --import "$R/sage.ncu-rep" --page source --csv --print-source sass \
+    > "$R/ncu_source.csv" 2>&1
+fi
 if [ -d "$PEER" ]; then
   wait; tail -2 "$R/sage_build.log"
   TAIL=14 bench sage_peer 60 env PYTHONPATH=/tmp/sage-peer PYTHONUNBUFFERED=1 python3 bench/sage_peer.py \
