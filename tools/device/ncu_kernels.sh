@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# One device call that builds h3rt for sm_90a and profiles chosen kernels with Nsight Compute:
+# per kernel the details page (throughputs, pipe utilization, stalls) and the SASS source view
+# with per-instruction counts, under $OUT/ncu.tar.gz (device tool, carry [".deps"]).
+#   bash tools/device/ncu_kernels.sh prepass gemm modulate   # any of: prepass gemm modulate rope
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/out}
+R=/tmp/h3rt-ncu
+rm -rf "$R"; mkdir -p "$R" "$OUT"
+trap 'tar -C /tmp -czf "$OUT/ncu.tar.gz" h3rt-ncu' EXIT
+H3RT_TARGETS=h3rt_cli bash tools/device/build.sh > "$R/build.log" 2>&1 || { tail -40 "$R/build.log"; exit 1; }
+B=build-device/h3rt
+profile() {  # name, kernel regex, launches to skip, command...
+  local name=$1 regex=$2 skip=$3; shift 3
+  echo "== $(date +%T) ncu $name"
+  timeout 150 ncu --clock-control none --kernel-name-base demangled -k "regex:$regex" --launch-skip "$skip" --launch-count 1 \
+    --set full --import-source yes -o "$R/$name" "$@" > "$R/$name.run.log" 2>&1
+  echo "rc=$?"; tail -2 "$R/$name.run.log"
+  ncu --import "$R/$name.ncu-rep" --page details > "$R/$name.details.txt" 2>&1
+  ncu --import "$R/$name.ncu-rep" --page source --csv --print-source sass > "$R/$name.sass.csv" 2>&1
+  grep -E "Duration|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Executed Ipc A" \
+    "$R/$name.details.txt" | head -12
+}
+for what in "$@"; do
+  case $what in
+    prepass)
+      profile prepass_stats "attention_sage::.*stats_kernel" 1 $B bench attention --kernels wgmma_pp3 --prepass two_launch --warmup 1 --iters 1
+      profile prepass_quant "attention_sage::.*quantize_kernel" 1 $B bench attention --kernels wgmma_pp3 --prepass two_launch --warmup 1 --iters 1 ;;
+    gemm)
+      profile gemm_w4a4 "nvfp4_mainloop_kernel<true>" 1 $B bench nvfp4-gemm --warmup 1 --iters 1 ;;
+    modulate)
+      profile modulate "ring_kernel<.*, 4, false, 4>" 0 $B bench kernels --no-gemm --no-attention --warmup 1 --iters 1 ;;
+    *) echo "unknown: $what" ;;
+  esac
+done
