@@ -301,14 +301,15 @@ TEST_F(SageAttentionCuda, RejectsBadArguments) {
   EXPECT_EQ(sage_attention(bad_attn, nullptr), cudaErrorInvalidValue);
 }
 
-// Both pre-pass algorithms against the CPU reference, bit for bit, on one set of buffers: the
-// fused kernel three times in a row and interleaved with the two-launch path (the self-resetting
-// tickets and work counters must be left at zero by each). Outputs are poisoned before each call.
+// Every pre-pass algorithm against the CPU reference, bit for bit, on one set of buffers, in
+// runs and interleaved (the self-resetting tickets and work counters must be left at zero by
+// each). Outputs are poisoned before each call.
 TEST_F(SageAttentionCuda, PrepassAlgorithmsBitExact) {
   const SagePrepassAlgo calls[] = {SagePrepassAlgo::fused_l2, SagePrepassAlgo::two_launch,
-                                   SagePrepassAlgo::fused_l2, SagePrepassAlgo::fused_l2,
+                                   SagePrepassAlgo::fused_l2, SagePrepassAlgo::ring,
+                                   SagePrepassAlgo::ring,     SagePrepassAlgo::fused_l2,
                                    SagePrepassAlgo::fused_l2, SagePrepassAlgo::two_launch,
-                                   SagePrepassAlgo::automatic};
+                                   SagePrepassAlgo::ring,     SagePrepassAlgo::automatic};
   for (int64_t H : {1, 3}) {
     for (int64_t S : {1, 7, 200, 1000, 4099}) {
       std::mt19937 rng(seed());

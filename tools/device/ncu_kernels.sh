@@ -28,9 +28,9 @@ for what in "$@"; do
       profile prepass_stats "attention_sage::.*stats_kernel" 1 $B bench attention --kernels wgmma_pp3 --prepass two_launch --warmup 1 --iters 1
       profile prepass_quant "attention_sage::.*quantize_kernel" 1 $B bench attention --kernels wgmma_pp3 --prepass two_launch --warmup 1 --iters 1 ;;
     gemm)
-      profile gemm_w4a4 "nvfp4_mainloop_kernel<true>" 1 $B bench nvfp4-gemm --warmup 1 --iters 1 ;;
+      profile gemm_w4a4 "nvfp4_mainloop_kernel<\\(bool\\)1>" 1 $B bench nvfp4-gemm --warmup 1 --iters 1 ;;
     modulate)
-      profile modulate "ring_kernel<.*, 4, false, 4>" 0 $B bench kernels --no-gemm --no-attention --warmup 1 --iters 1 ;;
+      profile modulate "ring_kernel<.*\\(int\\)4, \\(bool\\)0, \\(int\\)4>" 0 $B bench kernels --no-gemm --no-attention --warmup 1 --iters 1 ;;
     *) echo "unknown: $what" ;;
   esac
 done

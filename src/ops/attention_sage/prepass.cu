@@ -22,7 +22,10 @@ using prepass::bf16f;
 using prepass::dev_int8_scale;
 using prepass::dev_quant_i8;
 using prepass::Dims;
+using prepass::finish_head;
 using prepass::kD;
+using prepass::quantize_k_chunk;
+using prepass::quantize_v_chunk;
 using prepass::token_of_slot;
 using prepass::unpack8;
 using prepass::warp_max;
@@ -97,29 +100,6 @@ __device__ void chunk_stats(const uint16_t* qkv, const Dims& n, int64_t c, int64
   buf.v_partial[(c * n.heads + h) * kD + d] = vmx;
 }
 
-// The last chunk of a head: reduce all partials in chunk order (L2 reads, batched).
-__device__ void finish_head(const Dims& n, int64_t h, const SageBuffers& buf) {
-  const int d = threadIdx.x;
-  const int64_t chunks = n.padded / kTokenPad;
-  float total = 0.0f, vmx = 0.0f;
-  for (int64_t c0 = 0; c0 < chunks; c0 += 16) {
-    float kb[16], vb[16];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      int64_t idx = ((c0 + i) * n.heads + h) * kD + d;
-      kb[i] = c0 + i < chunks ? __ldcg(buf.k_partial + idx) : 0.0f;
-      vb[i] = c0 + i < chunks ? __ldcg(buf.v_partial + idx) : 0.0f;
-    }
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      if (c0 + i < chunks) total = __fadd_rn(total, kb[i]);
-      vmx = fmaxf(vmx, vb[i]);
-    }
-  }
-  buf.k_mean[h * kD + d] = __fdiv_rn(total, static_cast<float>(n.seq));
-  buf.v_scale[h * kD + d] = vmx > 0.0f ? __fdiv_rn(vmx, kPScale) : 1.0f;
-}
-
 __global__ void __launch_bounds__(kThreads)
     stats_kernel(const uint16_t* qkv, Dims n, float qk_log2, SageBuffers buf) {
   __shared__ float sums[8][kD], vmax[8][kD];
@@ -133,7 +113,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   if (!last) return;
   __threadfence();
-  finish_head(n, h, buf);
+  finish_head(n, h, buf, threadIdx.x);
   if (threadIdx.x == 0) buf.tickets[h] = 0;  // ready for the next call
 }
 
@@ -148,65 +128,6 @@ __device__ void load_tile(const uint16_t* qkv, const Dims& n, int part, int64_t 
   }
 }
 
-// K of one chunk: warp g = scale group (keys 8j + 2g + {0,1}); lane = 4 channels.
-__device__ void quantize_k_chunk(const Dims& n, int64_t c, int64_t h, const uint16_t* tile,
-                                 const SageBuffers& buf) {
-  const int g = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float mean[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) mean[i] = buf.k_mean[h * kD + lane * 4 + i];
-  auto smooth = [&](int row, float* x) {
-    uint2 w = *reinterpret_cast<const uint2*>(tile + row * kD + lane * 4);
-    x[0] = __fsub_rn(bf16f(w.x & 0xffffu), mean[0]);
-    x[1] = __fsub_rn(bf16f(w.x >> 16), mean[1]);
-    x[2] = __fsub_rn(bf16f(w.y & 0xffffu), mean[2]);
-    x[3] = __fsub_rn(bf16f(w.y >> 16), mean[3]);
-  };
-  float amax = 0.0f;
-  for (int k = 0; k < 32; ++k) {
-    int row = 8 * (k / 2) + 2 * g + k % 2;
-    if (c * kTokenPad + row >= n.seq) continue;
-    float x[4];
-    smooth(row, x);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(x[i]));
-  }
-  float scale = dev_int8_scale(warp_max(amax));
-  if (lane == 0) buf.k_scale[h * (n.padded / kKBlock * 4) + c * 4 + g] = scale;
-  for (int k = 0; k < 32; ++k) {
-    int row = 8 * (k / 2) + 2 * g + k % 2;
-    int64_t t = c * kTokenPad + row;
-    uint32_t packed = 0;
-    if (t < n.seq) {
-      float x[4];
-      smooth(row, x);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) packed |= dev_quant_i8(x[i], scale) << (8 * i);
-    }
-    *reinterpret_cast<uint32_t*>(buf.k8 + (h * n.padded + t) * kD + lane * 4) = packed;
-  }
-}
-
-// V of one chunk: thread = channel d; 16-byte stores of 16 permuted tokens.
-__device__ void quantize_v_chunk(const Dims& n, int64_t c, int64_t h, const uint16_t* tile,
-                                 const SageBuffers& buf) {
-  const int d = threadIdx.x;
-  const float scale = buf.v_scale[h * kD + d];
-  uint8_t* dst = buf.v8t + (h * kD + d) * n.padded + c * kTokenPad;
-  for (int grp = 0; grp < kTokenPad / 16; ++grp) {
-    uint32_t w[4] = {0, 0, 0, 0};
-#pragma unroll
-    for (int p = 0; p < 16; ++p) {
-      int row = grp * 16 + token_of_slot(p);
-      if (c * kTokenPad + row >= n.seq) continue;
-      float v = bf16f(tile[row * kD + d]);
-      uint32_t b = __nv_cvt_float_to_fp8(__fdiv_rn(v, scale), __NV_SATFINITE, __NV_E4M3);
-      w[p / 4] |= b << (8 * (p % 4));
-    }
-    *reinterpret_cast<uint4*>(dst + grp * 16) = make_uint4(w[0], w[1], w[2], w[3]);
-  }
-}
-
 __global__ void __launch_bounds__(kThreads)
     quantize_kernel(const uint16_t* qkv, Dims n, SageBuffers buf) {
   __shared__ uint4 smem_raw[kTokenPad * kD / 8];  // 32 KB bf16 tile
@@ -218,7 +139,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   load_tile(qkv, n, 2, c, h, tile);
   __syncthreads();
-  quantize_v_chunk(n, c, h, tile, buf);
+  quantize_v_chunk(n, c, h, tile, buf, threadIdx.x);
 }
 
 size_t align256(size_t x) {
@@ -262,6 +183,8 @@ const char* sage_prepass_algo_name(SagePrepassAlgo a) {
       return "two_launch";
     case SagePrepassAlgo::fused_l2:
       return "fused_l2";
+    case SagePrepassAlgo::ring:
+      return "ring";
   }
   return "?";
 }
@@ -278,6 +201,7 @@ cudaError_t sage_prepass(const SagePrepassParams& p, cudaStream_t stream) {
   // attention_sage_cuda.h).
   if (p.algo == SagePrepassAlgo::fused_l2)
     return prepass::launch_fused(qkv, n, qk_log2, p.buf, stream);
+  if (p.algo == SagePrepassAlgo::ring) return prepass::launch_ring(qkv, n, qk_log2, p.buf, stream);
   dim3 grid(static_cast<unsigned>(n.padded / kTokenPad), static_cast<unsigned>(p.heads));
   stats_kernel<<<grid, kThreads, 0, stream>>>(qkv, n, qk_log2, p.buf);
   cudaError_t e = cudaGetLastError();

@@ -1,8 +1,10 @@
-// Device helpers shared by the two Sage pre-pass implementations (prepass.cu: two launches,
-// prepass_fused.cu: one persistent launch). Every fp32 operation that reaches an output uses an
-// explicit _rn intrinsic so both match the CPU reference (cpu.cpp) bit for bit.
+// Device helpers shared by the Sage pre-pass implementations (prepass.cu: two launches,
+// prepass_ring.cu: two persistent launches fed by TMA, prepass_fused.cu: one persistent launch).
+// Every fp32 operation that reaches an output uses an explicit _rn intrinsic so all of them match
+// the CPU reference (cpu.cpp) bit for bit.
 #pragma once
 
+#include <cuda_fp8.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -57,9 +59,102 @@ struct Dims {
   int64_t seq, heads, padded, row_stride;
 };
 
+namespace {
+
+// The last chunk of a head: reduce all partials in chunk order (L2 reads, batched). Thread d
+// (0..127) = channel d.
+__device__ __forceinline__ void finish_head(const Dims& n, int64_t h, const SageBuffers& buf,
+                                            int d) {
+  const int64_t chunks = n.padded / kTokenPad;
+  float total = 0.0f, vmx = 0.0f;
+  for (int64_t c0 = 0; c0 < chunks; c0 += 16) {
+    float kb[16], vb[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      int64_t idx = ((c0 + i) * n.heads + h) * kD + d;
+      kb[i] = c0 + i < chunks ? __ldcg(buf.k_partial + idx) : 0.0f;
+      vb[i] = c0 + i < chunks ? __ldcg(buf.v_partial + idx) : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      if (c0 + i < chunks) total = __fadd_rn(total, kb[i]);
+      vmx = fmaxf(vmx, vb[i]);
+    }
+  }
+  buf.k_mean[h * kD + d] = __fdiv_rn(total, static_cast<float>(n.seq));
+  buf.v_scale[h * kD + d] = vmx > 0.0f ? __fdiv_rn(vmx, kPScale) : 1.0f;
+}
+
+// K of one chunk from a bf16 tile [128 rows][128] (rows past S ignored): warp g (0..3 = warps
+// 0..3 of the block) = scale group (keys 8j + 2g + {0,1}); lane = 4 channels.
+__device__ __forceinline__ void quantize_k_chunk(const Dims& n, int64_t c, int64_t h,
+                                                 const uint16_t* tile, const SageBuffers& buf) {
+  const int g = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float mean[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) mean[i] = buf.k_mean[h * kD + lane * 4 + i];
+  auto smooth = [&](int row, float* x) {
+    uint2 w = *reinterpret_cast<const uint2*>(tile + row * kD + lane * 4);
+    x[0] = __fsub_rn(bf16f(w.x & 0xffffu), mean[0]);
+    x[1] = __fsub_rn(bf16f(w.x >> 16), mean[1]);
+    x[2] = __fsub_rn(bf16f(w.y & 0xffffu), mean[2]);
+    x[3] = __fsub_rn(bf16f(w.y >> 16), mean[3]);
+  };
+  float amax = 0.0f;
+  for (int k = 0; k < 32; ++k) {
+    int row = 8 * (k / 2) + 2 * g + k % 2;
+    if (c * kTokenPad + row >= n.seq) continue;
+    float x[4];
+    smooth(row, x);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(x[i]));
+  }
+  float scale = dev_int8_scale(warp_max(amax));
+  if (lane == 0) buf.k_scale[h * (n.padded / kKBlock * 4) + c * 4 + g] = scale;
+  for (int k = 0; k < 32; ++k) {
+    int row = 8 * (k / 2) + 2 * g + k % 2;
+    int64_t t = c * kTokenPad + row;
+    uint32_t packed = 0;
+    if (t < n.seq) {
+      float x[4];
+      smooth(row, x);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) packed |= dev_quant_i8(x[i], scale) << (8 * i);
+    }
+    *reinterpret_cast<uint32_t*>(buf.k8 + (h * n.padded + t) * kD + lane * 4) = packed;
+  }
+}
+
+// V of one chunk: thread = channel d; 16-byte stores of 16 permuted tokens.
+__device__ __forceinline__ void quantize_v_chunk(const Dims& n, int64_t c, int64_t h,
+                                                 const uint16_t* tile, const SageBuffers& buf,
+                                                 int d) {
+  const float scale = buf.v_scale[h * kD + d];
+  uint8_t* dst = buf.v8t + (h * kD + d) * n.padded + c * kTokenPad;
+  for (int grp = 0; grp < kTokenPad / 16; ++grp) {
+    uint32_t w[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int p = 0; p < 16; ++p) {
+      int row = grp * 16 + token_of_slot(p);
+      if (c * kTokenPad + row >= n.seq) continue;
+      float v = bf16f(tile[row * kD + d]);
+      uint32_t b = __nv_cvt_float_to_fp8(__fdiv_rn(v, scale), __NV_SATFINITE, __NV_E4M3);
+      w[p / 4] |= b << (8 * (p % 4));
+    }
+    *reinterpret_cast<uint4*>(dst + grp * 16) = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+}  // namespace
+
 // The fused pre-pass (prepass_fused.cu). Returns cudaErrorNotSupported when the device cannot
 // hold its shared-memory tiles or the work counter would overflow; nothing is launched then.
 cudaError_t launch_fused(const uint16_t* qkv, const Dims& n, float qk_log2, const SageBuffers& buf,
                          cudaStream_t stream);
+
+// The ring pre-pass (prepass_ring.cu). Returns cudaErrorNotSupported where it cannot run (no
+// sm_90a code, or too little shared memory); nothing is launched then.
+cudaError_t launch_ring(const uint16_t* qkv, const Dims& n, float qk_log2, const SageBuffers& buf,
+                        cudaStream_t stream);
 
 }  // namespace h3rt::attention_sage::prepass

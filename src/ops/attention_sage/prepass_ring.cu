@@ -1,0 +1,233 @@
+// The ring pre-pass (SagePrepassAlgo::ring): the two_launch work (prepass.cu) in two persistent
+// kernels whose loads never wait for the arithmetic. A work item is (128-token chunk c, head h);
+// its Q, K and V are 128 x 128 bf16 tiles of the QKV rows (32 KB each, one 2-D TMA load each,
+// rows past S zero-filled). Thread 0 keeps kSlots tiles in flight in a shared-memory ring (one
+// mbarrier per slot) and refills a slot as soon as the block has finished with it.
+//   stats kernel    (items chunk-major, so the blocks in flight read whole token rows together):
+//                   Q -> int8 + scales; fixed-order partial K sums (threads 0..127) and V channel
+//                   maxima (threads 128..255); the last chunk of a head reduces the partials
+//                   (atomic ticket), exactly as two_launch.
+//   quantize kernel (items in reverse order: the first ones find the stats kernel's last tiles in
+//                   L2): K - mean -> int8 + scales (warps 0..3), V -> e4m3 transposed (4..7).
+// Outputs are bit-identical to two_launch (same helpers, same operation order).
+#include <cuda.h>
+
+#include <algorithm>
+
+#include "cuda/runtime.h"
+#include "cuda/sm90_async.cuh"
+#include "cuda/tensor_map.h"
+#include "ops/attention_sage/prepass_common.cuh"
+
+namespace h3rt::attention_sage::prepass {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kSlots = 6;                       // 192 KB of tiles: one block per SM
+constexpr int kTileBytes = kTokenPad * kD * 2;  // 32 KB
+constexpr int kSmem = kSlots * kTileBytes + 8 * kSlots;
+
+struct Ring {
+  const CUtensorMap* map;
+  unsigned char* tiles;
+  uint32_t bars;  // kSlots mbarriers
+  int64_t first, step, items, heads;
+  int parts;     // tiles per item: 3 (Q, K, V) or 2 (K, V)
+  bool reverse;  // items from last to first
+  int part0;     // QKV part of the first tile (0: Q, 1: K)
+
+  __device__ uint32_t bar(int64_t n) const { return bars + 8 * static_cast<uint32_t>(n % kSlots); }
+  // Thread 0: the n-th tile of this block into its slot (nothing past the last item).
+  __device__ void issue(int64_t n) const {
+    const int64_t k = n / parts, item = first + k * step;
+    if (item >= items) return;
+    const int64_t it = reverse ? items - 1 - item : item, c = it / heads, h = it % heads;
+    const int part = part0 + static_cast<int>(n % parts);
+    unsigned char* dst = tiles + (n % kSlots) * kTileBytes;
+    cuda::sm90::bar_expect_tx(bar(n), kTileBytes);
+    cuda::sm90::tma_load_2d(cuda::sm90::smem_addr(dst), map, bar(n),
+                            static_cast<int>((part * heads + h) * kD),
+                            static_cast<int>(c * kTokenPad));
+  }
+  __device__ const uint16_t* wait(int64_t n) const {
+    cuda::sm90::bar_wait(bar(n), static_cast<uint32_t>((n / kSlots) & 1));
+    return reinterpret_cast<const uint16_t*>(tiles + (n % kSlots) * kTileBytes);
+  }
+  // Every thread: set up the barriers and the first kSlots tiles.
+  __device__ void start() const {
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < kSlots; ++s) cuda::sm90::bar_init(bars + 8 * s, 1);
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+      for (int s = 0; s < kSlots; ++s) issue(s);
+    }
+    __syncthreads();
+  }
+};
+
+// Q of one chunk from its tile: warp w takes the row groups {16b+g, 16b+g+8} numbered w, w+8, ..;
+// lane = (row, 8 channels). The 8 groups' loads are issued before any arithmetic.
+__device__ void quantize_q_tile(const uint16_t* tile, const Dims& n, int64_t c, int64_t h,
+                                float qk_log2, const SageBuffers& buf) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  constexpr int kPerWarp = 64 / (kThreads / 32);
+  const int col = (lane % 16) * 8;
+  uint4 w[kPerWarp];
+#pragma unroll
+  for (int i = 0; i < kPerWarp; ++i) {
+    const int grp = warp + i * (kThreads / 32), blk = grp / 8, g = grp % 8;
+    const int row = blk * kQWarpRows + g + (lane >= 16 ? 8 : 0);
+    w[i] = *reinterpret_cast<const uint4*>(tile + row * kD + col);
+  }
+#pragma unroll
+  for (int i = 0; i < kPerWarp; ++i) {
+    const int grp = warp + i * (kThreads / 32), blk = grp / 8, g = grp % 8;
+    const int64_t t = c * kTokenPad + blk * kQWarpRows + g + (lane >= 16 ? 8 : 0);
+    float f[8];
+    unpack8(w[i], f);
+    float amax = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(f[e]));
+    const float scale = dev_int8_scale(warp_max(amax));
+    uint32_t lo = 0, hi = 0;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      lo |= dev_quant_i8(f[e], scale) << (8 * e);
+      hi |= dev_quant_i8(f[e + 4], scale) << (8 * e);
+    }
+    *reinterpret_cast<uint2*>(buf.q8 + (h * n.padded + t) * kD + col) = make_uint2(lo, hi);
+    if (lane == 0)
+      buf.q_scale[h * (n.padded / kQWarpRows * 8) + (c * 8 + blk) * 8 + g] =
+          __fmul_rn(scale, qk_log2);
+  }
+}
+
+// Threads 0..127: the fixed-order partial K sums of the chunk; threads 128..255: its V channel
+// maxima. Thread = (token residue r, 8 channels) of its half, as two_launch's chunk_stats.
+__device__ void tile_stats(const uint16_t* kt, const uint16_t* vt, const Dims& n, int64_t c,
+                           float (*part)[8][kD]) {
+  const bool is_v = threadIdx.x >= 128;
+  const int x = threadIdx.x % 128, r = x / 16, col = (x % 16) * 8;
+  const uint16_t* tile = is_v ? vt : kt;
+  float acc[8] = {};
+#pragma unroll 4
+  for (int j = 0; j < 16; ++j) {
+    const int row = 8 * j + r;
+    if (c * kTokenPad + row >= n.seq) break;
+    float f[8];
+    unpack8(*reinterpret_cast<const uint4*>(tile + row * kD + col), f);
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      acc[i] = is_v ? fmaxf(acc[i], fabsf(f[i])) : __fadd_rn(acc[i], f[i]);
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) part[is_v][r][col + i] = acc[i];
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    ring_stats_kernel(const __grid_constant__ CUtensorMap map, Dims n, float qk_log2,
+                      SageBuffers buf) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();  // never launched: the host runs this algorithm only on sm_90 and newer
+#else
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ float part[2][8][kD];
+  __shared__ bool last;
+  const int64_t items = n.padded / kTokenPad * n.heads;
+  const Ring ring{&map,       smem,      cuda::sm90::smem_addr(smem + kSlots * kTileBytes),
+                  blockIdx.x, gridDim.x, items,
+                  n.heads,    3,         false,
+                  0};
+  ring.start();
+  int64_t t = 0;  // this block's tile counter
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x, t += 3) {
+    const int64_t c = item / n.heads, h = item % n.heads;
+    quantize_q_tile(ring.wait(t), n, c, h, qk_log2, buf);
+    __syncthreads();  // the Q slot is free
+    if (threadIdx.x == 0) ring.issue(t + kSlots);
+    const uint16_t* kt = ring.wait(t + 1);
+    const uint16_t* vt = ring.wait(t + 2);
+    tile_stats(kt, vt, n, c, part);
+    __syncthreads();  // the K and V slots are free; the partials are in shared memory
+    if (threadIdx.x == 0) {
+      ring.issue(t + 1 + kSlots);
+      ring.issue(t + 2 + kSlots);
+    }
+    if (threadIdx.x < 2 * kD) {
+      const int d = threadIdx.x % kD;
+      const bool is_v = threadIdx.x >= kD;
+      float acc = 0.0f;
+      for (int rr = 0; rr < 8; ++rr)
+        acc = is_v ? fmaxf(acc, part[1][rr][d]) : __fadd_rn(acc, part[0][rr][d]);
+      (is_v ? buf.v_partial : buf.k_partial)[(c * n.heads + h) * kD + d] = acc;
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+      last = atomicAdd(buf.tickets + h, 1u) == static_cast<unsigned>(n.padded / kTokenPad) - 1;
+    __syncthreads();
+    if (last) {
+      __threadfence();
+      if (threadIdx.x < kD) finish_head(n, h, buf, threadIdx.x);
+      if (threadIdx.x == 0) buf.tickets[h] = 0;  // ready for the next call
+    }
+  }
+#endif
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    ring_quantize_kernel(const __grid_constant__ CUtensorMap map, Dims n, SageBuffers buf) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();  // never launched: the host runs this algorithm only on sm_90 and newer
+#else
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int64_t items = n.padded / kTokenPad * n.heads;
+  const Ring ring{&map,       smem,      cuda::sm90::smem_addr(smem + kSlots * kTileBytes),
+                  blockIdx.x, gridDim.x, items,
+                  n.heads,    2,         true,
+                  1};
+  ring.start();
+  int64_t t = 0;
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x, t += 2) {
+    const int64_t it = items - 1 - item, c = it / n.heads, h = it % n.heads;
+    if (threadIdx.x < 128)
+      quantize_k_chunk(n, c, h, ring.wait(t), buf);
+    else
+      quantize_v_chunk(n, c, h, ring.wait(t + 1), buf, threadIdx.x - 128);
+    __syncthreads();  // both slots are free
+    if (threadIdx.x == 0) {
+      ring.issue(t + kSlots);
+      ring.issue(t + 1 + kSlots);
+    }
+  }
+#endif
+}
+
+}  // namespace
+
+cudaError_t launch_ring(const uint16_t* qkv, const Dims& n, float qk_log2, const SageBuffers& buf,
+                        cudaStream_t stream) {
+  const int cc = cuda::current_device_cc();
+  if (cuda::compiled_arch_supports(cc / 10, cc % 10) < 90) return cudaErrorNotSupported;
+  const int g1 =
+      cuda::resident_grid(reinterpret_cast<const void*>(ring_stats_kernel), kThreads, kSmem, 9);
+  const int g2 =
+      cuda::resident_grid(reinterpret_cast<const void*>(ring_quantize_kernel), kThreads, kSmem, 9);
+  if (g1 < 1 || g2 < 1) return cudaErrorNotSupported;
+  // QKV rows as a 2-D tensor [S][3*H*128] with the row pitch; 128 x 128 boxes, no swizzle.
+  CUtensorMap map;
+  if (!cuda::make_tensor_map_2d(
+          &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, qkv, static_cast<uint64_t>(3 * n.heads * kD),
+          static_cast<uint64_t>(n.seq), static_cast<uint64_t>(n.row_stride) * 2, kD, kTokenPad,
+          CU_TENSOR_MAP_SWIZZLE_NONE))
+    return cudaErrorNotSupported;
+  const int64_t items = n.padded / kTokenPad * n.heads;
+  ring_stats_kernel<<<static_cast<unsigned>(std::min<int64_t>(g1, items)), kThreads, kSmem,
+                      stream>>>(map, n, qk_log2, buf);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  ring_quantize_kernel<<<static_cast<unsigned>(std::min<int64_t>(g2, items)), kThreads, kSmem,
+                         stream>>>(map, n, buf);
+  return cudaGetLastError();
+}
+
+}  // namespace h3rt::attention_sage::prepass
