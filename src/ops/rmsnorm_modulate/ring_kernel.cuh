@@ -22,9 +22,6 @@ constexpr int kMaxThreads = 256;
 // `arrays` rows of dim bf16 values (x, then shift and scale with kSmemTables).
 constexpr int kBarBytes = 16;
 
-// The table index of every row when the op has no per-row index (loads stay unconditional).
-__device__ const int64_t kRowZero = 0;
-
 __host__ __device__ inline uint32_t slot_bytes(int64_t dim, bool smem_tables) {
   return static_cast<uint32_t>((smem_tables ? 3 : 1) * dim * 2);
 }
@@ -101,8 +98,6 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
     t_issue = table_row(blockIdx.x + kStages * step);
   }
   __syncthreads();  // barriers initialized before anyone waits on them
-  const int64_t* tix = p.row_table_index ? p.row_table_index : &kRowZero;
-  const int64_t tix_step = p.row_table_index ? 1 : 0;
   int64_t t_next = kTablesInRing ? 0 : table_row(blockIdx.x);
   int k = 0;
   for (int64_t row = blockIdx.x; row < p.rows; row += step, ++k) {
@@ -116,12 +111,8 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
       wv[i] = cuda::load_u4(p.weight + c * 8, p.weight && c < nvec);
     }
     if constexpr (kModulate && !kTablesInRing) {
-      // The next row's index: an unconditional load (a select on it made the compiler copy the
-      // result into uniform registers right after this row's ring wait, stalling every warp on
-      // the load once per row: 20% of the stall samples), kept opaque until its use.
-      int64_t t = t_next;
-      asm volatile("" : "+l"(t));
-      t_next = tix[min(row + step, p.rows - 1) * tix_step];
+      const int64_t t = t_next;
+      t_next = table_row(row + step);
 #pragma unroll
       for (int i = 0; i < kVec; ++i) {
         const int c = threadIdx.x + i * blockDim.x;
