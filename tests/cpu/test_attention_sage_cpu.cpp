@@ -122,7 +122,7 @@ TEST(SageAttentionCpu, QuantizationContract) {
         uint8_t v = z.v8t[(h * kHeadDim + d) * z.padded + t];
         EXPECT_NE(v & 0x7f, 0x7f);
       }
-  // Each Q group reaches +-127 at its largest element (amax maps to 127 up to the 1e-7 term).
+  // Each Q group reaches +-127 at its largest element.
   int hits = 0;
   for (int64_t g = 0; g < 8; ++g) {
     int mx = 0;
@@ -136,6 +136,21 @@ TEST(SageAttentionCpu, QuantizationContract) {
   for (int t = 0; t < 16; ++t) ++seen[v_slot_of_token(t)];
   for (int s : seen) EXPECT_EQ(s, 1);
   EXPECT_EQ(v_slot_of_token(16 + 9), 16 + 2 + 1);
+}
+
+// The int8 rounding contract: the fp32 product with the reciprocal scale, rounded half to even
+// (SageAttention2's CUDA quantizer), and a scale floor for all-zero groups.
+TEST(SageAttentionCpu, Int8RoundingIsHalfToEvenOfTheProduct) {
+  EXPECT_EQ(quantize_int8(2.5f, 1.0f), 2);
+  EXPECT_EQ(quantize_int8(3.5f, 1.0f), 4);
+  EXPECT_EQ(quantize_int8(-2.5f, 1.0f), -2);
+  EXPECT_EQ(quantize_int8(-0.5f, 1.0f), 0);
+  EXPECT_EQ(quantize_int8(126.5f, 1.0f), 126);
+  EXPECT_EQ(int8_scale(0.0f), 1e-7f / 127.0f);
+  EXPECT_EQ(int8_scale(127.0f), 1.0f);
+  const float s = int8_scale(3.0f);
+  EXPECT_EQ(quantize_int8(3.0f, 1.0f / s), 127);
+  EXPECT_EQ(quantize_int8(-3.0f, 1.0f / s), -127);
 }
 
 TEST(SageAttentionCpu, RejectsBadStride) {

@@ -7,8 +7,9 @@
 // Numerics (shared by the CPU reference below and the CUDA kernels):
 //  * Sp = S rounded up to 128. Quantized tensors are padded to Sp with zeros; padded keys are
 //    masked in the kernel, padded query rows are not written.
-//  * Rounding to int8: r = x / scale; q = trunc(r + (r >= 0 ? 0.5 : -0.5)) (half away from 0);
-//    scale = amax / 127 + 1e-7 (fp32 ops in this order).
+//  * Int8 groups (SageAttention2's CUDA quantizer): scale = max(amax, 1e-7) / 127 (stored),
+//    inv = 1 / scale, q = round_half_even(x * inv), all fp32 with one rounding per operation.
+//    |x * inv| <= 127 (1 + 2^-23), so no saturation is needed.
 //  * Q: one scale per (head, group of rows {16w+g, 16w+g+8}), g = 0..7: the two rows an mma
 //    thread holds. The stored scale is scale * sm_scale * log2(e) (so scores are in log2 units).
 //  * K is smoothed: k - mean_k (per head and channel, over the S tokens). The mean is a fixed-
@@ -17,9 +18,10 @@
 //    One scale per (head, 128-token block b, group g = (t % 8) / 2): the 32 keys an mma thread
 //    meets in the n dimension.
 //  * V: per-channel fp8 e4m3: v_scale = amax_over_tokens / 448 (1 when amax == 0),
-//    v8 = e4m3_satfinite(v / v_scale). Stored transposed [H][128][Sp], tokens permuted inside
-//    each group of 16 (see v_slot_of_token) so the P accumulator fragment of the QK mma is, in
-//    register order, the A fragment of the PV mma (mma.sync m16n8k32 and wgmma RS alike).
+//    v8 = e4m3_satfinite(v * (1 / v_scale)) (fp32 reciprocal, then fp32 product). Stored transposed
+//    [H][128][Sp], tokens permuted inside each group of 16 (see v_slot_of_token) so the P
+//    accumulator fragment of the QK mma is, in register order, the A fragment of the PV mma
+//    (mma.sync m16n8k32 and wgmma RS alike).
 //  * Scores s = int32(q8 . k8) * (q_scale * k_scale). Online softmax in base 2 by KV blocks of
 //    kBlockN = 128 keys (one K scale block): m' = max(m, max s), alpha = exp2(m - m'),
 //    p = exp2(s - m'), P8 = e4m3(448 p). Block accumulator Ob = sum P8 * V8 in fp32 (fresh per
@@ -30,6 +32,7 @@
 //    Output o = O * v_scale / l, rounded to bf16.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -67,14 +70,14 @@ inline int64_t v_slot_of_token(int64_t t) {
   return base + 4 * q + i;
 }
 
-// Rounding used for int8 quantization (half away from zero); exact same fp32 ops on the GPU.
-inline int8_t quantize_int8(float x, float scale) {
-  float r = x / scale;
-  r = r + (r >= 0.0f ? 0.5f : -0.5f);
-  return static_cast<int8_t>(static_cast<int>(r));  // truncation toward zero
+// Int8 quantization with the reciprocal of the group's scale: round half to even of the fp32
+// product (the GPU adds 1.5 * 2^23, which rounds the same way); exact same fp32 ops on the GPU.
+inline int8_t quantize_int8(float x, float inv_scale) {
+  const float r = x * inv_scale;
+  return static_cast<int8_t>(std::nearbyint(r));  // default rounding mode: half to even
 }
 inline float int8_scale(float amax) {
-  return amax / 127.0f + 1e-7f;
+  return (amax > 1e-7f ? amax : 1e-7f) / 127.0f;
 }
 inline float fp8_v_scale(float amax) {
   return amax > 0.0f ? amax / kPScale : 1.0f;

@@ -53,11 +53,11 @@ void quantize_q(const QkvView& x, float qk_log2, int64_t h, Quantized& z) {
       for (int64_t t : rows)
         for (int d = 0; d < kD && t < x.seq; ++d)
           amax = std::max(amax, std::fabs(load(x, 0, t, h, d)));
-      float scale = int8_scale(amax);
+      const float scale = int8_scale(amax), inv = 1.0f / scale;
       z.q_scale[h * q_scales_per_head(x.seq) + blk * 8 + g] = scale * qk_log2;
       for (int64_t t : rows)
         for (int d = 0; d < kD && t < x.seq; ++d)
-          z.q8[(h * z.padded + t) * kD + d] = quantize_int8(load(x, 0, t, h, d), scale);
+          z.q8[(h * z.padded + t) * kD + d] = quantize_int8(load(x, 0, t, h, d), inv);
     }
   }
 }
@@ -72,13 +72,13 @@ void quantize_k(const QkvView& x, int64_t h, Quantized& z) {
         for (int i = 0; i < 2; ++i)
           for (int d = 0; d < kD && token(j, i) < x.seq; ++d)
             amax = std::max(amax, std::fabs(load(x, 1, token(j, i), h, d) - mean[d]));
-      float scale = int8_scale(amax);
+      const float scale = int8_scale(amax), inv = 1.0f / scale;
       z.k_scale[h * k_scales_per_head(x.seq) + blk * 4 + g] = scale;
       for (int j = 0; j < 16; ++j)
         for (int i = 0; i < 2; ++i)
           for (int d = 0; d < kD && token(j, i) < x.seq; ++d)
             z.k8[(h * z.padded + token(j, i)) * kD + d] =
-                quantize_int8(load(x, 1, token(j, i), h, d) - mean[d], scale);
+                quantize_int8(load(x, 1, token(j, i), h, d) - mean[d], inv);
     }
   }
 }
@@ -87,11 +87,11 @@ void quantize_v(const QkvView& x, int64_t h, Quantized& z) {
   for (int d = 0; d < kD; ++d) {
     float amax = 0.0f;
     for (int64_t t = 0; t < x.seq; ++t) amax = std::max(amax, std::fabs(load(x, 2, t, h, d)));
-    float scale = fp8_v_scale(amax);
+    const float scale = fp8_v_scale(amax), inv = 1.0f / scale;
     z.v_scale[h * kD + d] = scale;
     for (int64_t t = 0; t < x.seq; ++t)
       z.v8t[(h * kD + d) * z.padded + v_slot_of_token(t)] =
-          f32_to_e4m3_satfinite(load(x, 2, t, h, d) / scale);
+          f32_to_e4m3_satfinite(load(x, 2, t, h, d) * inv);
   }
 }
 

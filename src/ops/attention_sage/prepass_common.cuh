@@ -32,13 +32,15 @@ __device__ __forceinline__ void unpack8(const uint4& w, float* f) {
 }
 
 __device__ __forceinline__ float dev_int8_scale(float amax) {
-  return __fadd_rn(__fdiv_rn(amax, 127.0f), 1e-7f);
+  return __fdiv_rn(fmaxf(amax, 1e-7f), 127.0f);
 }
 
-__device__ __forceinline__ uint32_t dev_quant_i8(float x, float scale) {
-  float r = __fdiv_rn(x, scale);
-  r = __fadd_rn(r, r >= 0.0f ? 0.5f : -0.5f);
-  return static_cast<uint32_t>(__float2int_rz(r)) & 0xffu;
+// Four int8 codes round_half_even(x_i * inv) (|x_i * inv| <= 128), x0 in the low byte. Adding
+// 1.5 * 2^23 rounds the product to an integer, half to even, and leaves it in the low mantissa
+// bits (two's complement); the byte permutes gather the four low bytes.
+__device__ __forceinline__ uint32_t dev_pack_i8(float x0, float x1, float x2, float x3, float inv) {
+  auto r = [inv](float x) { return __float_as_uint(__fadd_rn(__fmul_rn(x, inv), 12582912.0f)); };
+  return __byte_perm(__byte_perm(r(x0), r(x1), 0x0040), __byte_perm(r(x2), r(x3), 0x0040), 0x5410);
 }
 
 __device__ __forceinline__ float warp_max(float v) {
@@ -109,7 +111,7 @@ __device__ __forceinline__ void quantize_k_chunk(const Dims& n, int64_t c, int64
 #pragma unroll
     for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(x[i]));
   }
-  float scale = dev_int8_scale(warp_max(amax));
+  const float scale = dev_int8_scale(warp_max(amax)), inv = __frcp_rn(scale);
   if (lane == 0) buf.k_scale[h * (n.padded / kKBlock * 4) + c * 4 + g] = scale;
   for (int k = 0; k < 32; ++k) {
     int row = 8 * (k / 2) + 2 * g + k % 2;
@@ -118,8 +120,7 @@ __device__ __forceinline__ void quantize_k_chunk(const Dims& n, int64_t c, int64
     if (t < n.seq) {
       float x[4];
       smooth(row, x);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) packed |= dev_quant_i8(x[i], scale) << (8 * i);
+      packed = dev_pack_i8(x[0], x[1], x[2], x[3], inv);
     }
     *reinterpret_cast<uint32_t*>(buf.k8 + (h * n.padded + t) * kD + lane * 4) = packed;
   }
@@ -129,7 +130,7 @@ __device__ __forceinline__ void quantize_k_chunk(const Dims& n, int64_t c, int64
 __device__ __forceinline__ void quantize_v_chunk(const Dims& n, int64_t c, int64_t h,
                                                  const uint16_t* tile, const SageBuffers& buf,
                                                  int d) {
-  const float scale = buf.v_scale[h * kD + d];
+  const float inv = __frcp_rn(buf.v_scale[h * kD + d]);
   uint8_t* dst = buf.v8t + (h * kD + d) * n.padded + c * kTokenPad;
   for (int grp = 0; grp < kTokenPad / 16; ++grp) {
     uint32_t w[4] = {0, 0, 0, 0};
@@ -138,7 +139,7 @@ __device__ __forceinline__ void quantize_v_chunk(const Dims& n, int64_t c, int64
       int row = grp * 16 + token_of_slot(p);
       if (c * kTokenPad + row >= n.seq) continue;
       float v = bf16f(tile[row * kD + d]);
-      uint32_t b = __nv_cvt_float_to_fp8(__fdiv_rn(v, scale), __NV_SATFINITE, __NV_E4M3);
+      uint32_t b = __nv_cvt_float_to_fp8(__fmul_rn(v, inv), __NV_SATFINITE, __NV_E4M3);
       w[p / 4] |= b << (8 * (p % 4));
     }
     *reinterpret_cast<uint4*>(dst + grp * 16) = make_uint4(w[0], w[1], w[2], w[3]);

@@ -186,19 +186,15 @@ __device__ void quantize_q(const uint4* q, const Dims& n, const Item& it, float 
   }
 #pragma unroll
   for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float scale = dev_int8_scale(amax);
+  const float scale = dev_int8_scale(amax), inv = __frcp_rn(scale);
   const int64_t t = it.c * kTokenPad + m.row;
   int8_t* dst = buf.q8 + (it.h * n.padded + t) * kD;
 #pragma unroll
   for (int u = 0; u < 4; ++u) {
     float f[8];
     unpack8(q[u], f);
-    uint32_t lo = 0, hi = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      lo |= dev_quant_i8(f[i], scale) << (8 * i);
-      hi |= dev_quant_i8(f[i + 4], scale) << (8 * i);
-    }
+    const uint32_t lo = dev_pack_i8(f[0], f[1], f[2], f[3], inv);
+    const uint32_t hi = dev_pack_i8(f[4], f[5], f[6], f[7], inv);
     __stcs(reinterpret_cast<uint2*>(dst + (m.k4 + 4 * u) * 8), make_uint2(lo, hi));
   }
   if (threadIdx.x % 8 == 0)
@@ -326,18 +322,16 @@ __device__ void quantize_k(const Dims& n, const Item& it, const uint8_t* tile, c
     float amax = 0.0f;
 #pragma unroll
     for (int w = 0; w < 8; ++w) amax = fmaxf(amax, red[g * 8 + w]);
-    const float scale = dev_int8_scale(amax);
+    const float scale = dev_int8_scale(amax), inv = __frcp_rn(scale);
     if (vt % 256 == 0) buf.k_scale[it.h * (n.padded / kKBlock * 4) + it.c * 4 + g] = scale;
     int8_t* dst = buf.k8 + (it.h * n.padded + it.c * kTokenPad + rows[u]) * kD;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       uint32_t lo = 0, hi = 0;
       if (valid[u]) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          lo |= dev_quant_i8(x[u][half * 8 + i], scale) << (8 * i);
-          hi |= dev_quant_i8(x[u][half * 8 + i + 4], scale) << (8 * i);
-        }
+        const float* xs = x[u] + half * 8;
+        lo = dev_pack_i8(xs[0], xs[1], xs[2], xs[3], inv);
+        hi = dev_pack_i8(xs[4], xs[5], xs[6], xs[7], inv);
       }
       __stcs(reinterpret_cast<uint2*>(dst + half * 64 + k8 * 8), make_uint2(lo, hi));
     }
@@ -352,7 +346,7 @@ __device__ void quantize_v(const Dims& n, const Item& it, const uint8_t* tile, c
 #pragma unroll
   for (int u = 0; u < kVirtual / kThreads; ++u) {
     const int vt = threadIdx.x + u * kThreads, d = vt % kD, grp = vt / kD;
-    const float scale = vscale[d];
+    const float inv = __frcp_rn(vscale[d]);
     uint32_t w[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
@@ -360,7 +354,7 @@ __device__ void quantize_v(const Dims& n, const Item& it, const uint8_t* tile, c
 #pragma unroll
       for (int i = 0; i < 4; ++i) {  // rows past S hold zeros: +0 -> e4m3 0x00
         const int row = grp * 16 + token_of_slot(4 * q + i);
-        f[i] = __fdiv_rn(bf16f(v[row * kD + d]), scale);
+        f[i] = __fmul_rn(bf16f(v[row * kD + d]), inv);
       }
       w[q] = device::pack_e4m3(f[0], f[1], f[2], f[3]);
     }

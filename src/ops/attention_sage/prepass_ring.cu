@@ -87,13 +87,9 @@ __device__ void quantize_q_tile(const uint16_t* tile, const Dims& n, int64_t c, 
     float amax = 0.0f;
 #pragma unroll
     for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(f[e]));
-    const float scale = dev_int8_scale(warp_max(amax));
-    uint32_t lo = 0, hi = 0;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      lo |= dev_quant_i8(f[e], scale) << (8 * e);
-      hi |= dev_quant_i8(f[e + 4], scale) << (8 * e);
-    }
+    const float scale = dev_int8_scale(warp_max(amax)), inv = __frcp_rn(scale);
+    const uint32_t lo = dev_pack_i8(f[0], f[1], f[2], f[3], inv);
+    const uint32_t hi = dev_pack_i8(f[4], f[5], f[6], f[7], inv);
     *reinterpret_cast<uint2*>(buf.q8 + (h * n.padded + t) * kD + col) = make_uint2(lo, hi);
     if (lane == 0)
       buf.q_scale[h * (n.padded / kQWarpRows * 8) + (c * 8 + blk) * 8 + g] =
