@@ -103,6 +103,7 @@ __device__ __forceinline__ void quantize_k_chunk(const Dims& n, int64_t c, int64
     x[3] = __fsub_rn(bf16f(w.y >> 16), mean[3]);
   };
   float amax = 0.0f;
+#pragma unroll 8
   for (int k = 0; k < 32; ++k) {
     int row = 8 * (k / 2) + 2 * g + k % 2;
     if (c * kTokenPad + row >= n.seq) continue;
@@ -113,6 +114,7 @@ __device__ __forceinline__ void quantize_k_chunk(const Dims& n, int64_t c, int64
   }
   const float scale = dev_int8_scale(warp_max(amax)), inv = __frcp_rn(scale);
   if (lane == 0) buf.k_scale[h * (n.padded / kKBlock * 4) + c * 4 + g] = scale;
+#pragma unroll 8
   for (int k = 0; k < 32; ++k) {
     int row = 8 * (k / 2) + 2 * g + k % 2;
     int64_t t = c * kTokenPad + row;

@@ -1,12 +1,15 @@
-// The ring pre-pass (SagePrepassAlgo::ring): the two_launch work (prepass.cu) in two persistent
+// The ring pre-pass (SagePrepassAlgo::ring): the two_launch work (prepass.cu) in persistent
 // kernels whose loads never wait for the arithmetic. A work item is (128-token chunk c, head h);
 // its Q, K and V are 128 x 128 bf16 tiles of the QKV rows (32 KB each, one 2-D TMA load each,
-// rows past S zero-filled). Thread 0 keeps kSlots tiles in flight in a shared-memory ring (one
-// mbarrier per slot) and refills a slot as soon as the block has finished with it.
+// rows past S zero-filled). In each block thread 0 keeps kSlots tiles in flight in a
+// shared-memory ring (one mbarrier per slot) and refills a slot as soon as the block has finished
+// with it; two blocks per SM interleave their phases.
 //   stats kernel    (items chunk-major, so the blocks in flight read whole token rows together):
 //                   Q -> int8 + scales; fixed-order partial K sums (threads 0..127) and V channel
-//                   maxima (threads 128..255); the last chunk of a head reduces the partials
-//                   (atomic ticket), exactly as two_launch.
+//                   maxima (threads 128..255) of the chunk.
+//   finish kernel   one block per head: the partials in chunk order -> k_mean, v_scale (a launch
+//                   of its own: a per-item ticket needs a memory fence per item, which stalled
+//                   the persistent blocks).
 //   quantize kernel (items in reverse order: the first ones find the stats kernel's last tiles in
 //                   L2): K - mean -> int8 + scales (warps 0..3), V -> e4m3 transposed (4..7).
 // Outputs are bit-identical to two_launch (same helpers, same operation order).
@@ -23,7 +26,8 @@ namespace h3rt::attention_sage::prepass {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kSlots = 6;                       // 192 KB of tiles: one block per SM
+constexpr int kSlots = 3;                       // 96 KB of tiles per block
+constexpr int kBlocksPerSm = 2;                 // two blocks' phases interleave
 constexpr int kTileBytes = kTokenPad * kD * 2;  // 32 KB
 constexpr int kSmem = kSlots * kTileBytes + 8 * kSlots;
 
@@ -119,7 +123,7 @@ __device__ void tile_stats(const uint16_t* kt, const uint16_t* vt, const Dims& n
   for (int i = 0; i < 8; ++i) part[is_v][r][col + i] = acc[i];
 }
 
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     ring_stats_kernel(const __grid_constant__ CUtensorMap map, Dims n, float qk_log2,
                       SageBuffers buf) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
@@ -127,7 +131,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #else
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ float part[2][8][kD];
-  __shared__ bool last;
   const int64_t items = n.padded / kTokenPad * n.heads;
   const Ring ring{&map,       smem,      cuda::sm90::smem_addr(smem + kSlots * kTileBytes),
                   blockIdx.x, gridDim.x, items,
@@ -156,21 +159,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         acc = is_v ? fmaxf(acc, part[1][rr][d]) : __fadd_rn(acc, part[0][rr][d]);
       (is_v ? buf.v_partial : buf.k_partial)[(c * n.heads + h) * kD + d] = acc;
     }
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0)
-      last = atomicAdd(buf.tickets + h, 1u) == static_cast<unsigned>(n.padded / kTokenPad) - 1;
-    __syncthreads();
-    if (last) {
-      __threadfence();
-      if (threadIdx.x < kD) finish_head(n, h, buf, threadIdx.x);
-      if (threadIdx.x == 0) buf.tickets[h] = 0;  // ready for the next call
-    }
   }
 #endif
 }
 
-__global__ void __launch_bounds__(kThreads, 1)
+// One block per head, thread = channel: the partials of all chunks, in chunk order.
+__global__ void __launch_bounds__(kD) ring_finish_kernel(Dims n, SageBuffers buf) {
+  finish_head(n, blockIdx.x, buf, threadIdx.x);
+}
+
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     ring_quantize_kernel(const __grid_constant__ CUtensorMap map, Dims n, SageBuffers buf) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();  // never launched: the host runs this algorithm only on sm_90 and newer
@@ -220,6 +218,9 @@ cudaError_t launch_ring(const uint16_t* qkv, const Dims& n, float qk_log2, const
   ring_stats_kernel<<<static_cast<unsigned>(std::min<int64_t>(g1, items)), kThreads, kSmem,
                       stream>>>(map, n, qk_log2, buf);
   cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  ring_finish_kernel<<<static_cast<unsigned>(n.heads), kD, 0, stream>>>(n, buf);
+  e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   ring_quantize_kernel<<<static_cast<unsigned>(std::min<int64_t>(g2, items)), kThreads, kSmem,
                          stream>>>(map, n, buf);
