@@ -63,22 +63,23 @@ struct Dims {
 
 namespace {
 
-// The last chunk of a head: reduce all partials in chunk order (L2 reads, batched). Thread d
-// (0..127) = channel d.
+// The last chunk of a head: reduce all partials in chunk order (L2 reads, kBatch chunks in
+// flight). Thread d (0..127) = channel d.
+template <int kBatch = 16>
 __device__ __forceinline__ void finish_head(const Dims& n, int64_t h, const SageBuffers& buf,
                                             int d) {
   const int64_t chunks = n.padded / kTokenPad;
   float total = 0.0f, vmx = 0.0f;
-  for (int64_t c0 = 0; c0 < chunks; c0 += 16) {
-    float kb[16], vb[16];
+  for (int64_t c0 = 0; c0 < chunks; c0 += kBatch) {
+    float kb[kBatch], vb[kBatch];
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
+    for (int i = 0; i < kBatch; ++i) {
       int64_t idx = ((c0 + i) * n.heads + h) * kD + d;
       kb[i] = c0 + i < chunks ? __ldcg(buf.k_partial + idx) : 0.0f;
       vb[i] = c0 + i < chunks ? __ldcg(buf.v_partial + idx) : 0.0f;
     }
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
+    for (int i = 0; i < kBatch; ++i) {
       if (c0 + i < chunks) total = __fadd_rn(total, kb[i]);
       vmx = fmaxf(vmx, vb[i]);
     }

@@ -11,7 +11,8 @@
 //                   of its own: a per-item ticket needs a memory fence per item, which stalled
 //                   the persistent blocks).
 //   quantize kernel (items in reverse order: the first ones find the stats kernel's last tiles in
-//                   L2): K - mean -> int8 + scales (warps 0..3), V -> e4m3 transposed (4..7).
+//                   L2): K - mean -> int8 + scales (warps 0..3), V -> e4m3 transposed (4..7),
+//                   each half at its own pace.
 // Outputs are bit-identical to two_launch (same helpers, same operation order).
 #include <cuda.h>
 
@@ -165,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 
 // One block per head, thread = channel: the partials of all chunks, in chunk order.
 __global__ void __launch_bounds__(kD) ring_finish_kernel(Dims n, SageBuffers buf) {
-  finish_head(n, blockIdx.x, buf, threadIdx.x);
+  finish_head<64>(n, blockIdx.x, buf, threadIdx.x);
 }
 
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
@@ -180,18 +181,20 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
                   n.heads,    2,         true,
                   1};
   ring.start();
-  int64_t t = 0;
+  // The K half (warps 0..3) takes the even tiles, the V half (4..7) the odd ones. Each half frees
+  // its slot on its own named barrier and refills it with the tile kSlots ahead, so the halves
+  // run independently and the ring stays full.
+  const int half = threadIdx.x / 128;
+  int64_t t = half;
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x, t += 2) {
     const int64_t it = items - 1 - item, c = it / n.heads, h = it % n.heads;
-    if (threadIdx.x < 128)
-      quantize_k_chunk(n, c, h, ring.wait(t), buf);
+    const uint16_t* tile = ring.wait(t);
+    if (half == 0)
+      quantize_k_chunk(n, c, h, tile, buf);
     else
-      quantize_v_chunk(n, c, h, ring.wait(t + 1), buf, threadIdx.x - 128);
-    __syncthreads();  // both slots are free
-    if (threadIdx.x == 0) {
-      ring.issue(t + kSlots);
-      ring.issue(t + 1 + kSlots);
-    }
+      quantize_v_chunk(n, c, h, tile, buf, threadIdx.x - 128);
+    cuda::sm90::named_sync(1 + half, 128);  // this half is done with the slot
+    if (threadIdx.x % 128 == 0) ring.issue(t + kSlots);
   }
 #endif
 }
