@@ -310,52 +310,55 @@ TEST_F(SageAttentionCuda, PrepassAlgorithmsBitExact) {
                                    SagePrepassAlgo::ring,     SagePrepassAlgo::fused_l2,
                                    SagePrepassAlgo::fused_l2, SagePrepassAlgo::two_launch,
                                    SagePrepassAlgo::ring,     SagePrepassAlgo::automatic};
-  for (int64_t H : {1, 3}) {
-    for (int64_t S : {1, 7, 200, 1000, 4099}) {
-      std::mt19937 rng(seed());
-      const Host x = make_input(S, H, H == 3 ? Input::k_offset : Input::normal, rng);
-      const Quantized ref = quantize_reference(x.view(), kSmScale);
-      const int64_t Sp = padded_len(S);
-      void *d_qkv = nullptr, *d_buf = nullptr;
-      const size_t buf_bytes = sage_buffer_bytes(S, H);
-      CUDA_OK(cudaMalloc(&d_qkv, x.bits.size() * 2));
-      CUDA_OK(cudaMalloc(&d_buf, buf_bytes));
-      CUDA_OK(cudaMemcpy(d_qkv, x.bits.data(), x.bits.size() * 2, cudaMemcpyHostToDevice));
-      const SageBuffers b = sage_buffers(d_buf, S, H);
-      const size_t poison_bytes = reinterpret_cast<char*>(b.tickets) - static_cast<char*>(d_buf);
-      CUDA_OK(cudaMemset(b.tickets, 0, buf_bytes - poison_bytes));  // zero-filled once
-      for (size_t call = 0; call < std::size(calls); ++call) {
-        SCOPED_TRACE(testing::Message() << "S=" << S << " H=" << H << " call " << call
-                                        << " algo=" << sage_prepass_algo_name(calls[call]));
-        CUDA_OK(cudaMemset(d_buf, 0xab, poison_bytes));
-        SagePrepassParams pp{d_qkv, x.stride, S, H, kSmScale, b};
-        pp.algo = calls[call];
-        CUDA_OK(sage_prepass(pp, nullptr));
-        CUDA_OK(cudaDeviceSynchronize());
-        Quantized z;
-        copy_back(z.q8, b.q8, H * Sp * kHeadDim);
-        copy_back(z.k8, b.k8, H * Sp * kHeadDim);
-        copy_back(z.v8t, b.v8t, H * Sp * kHeadDim);
-        copy_back(z.q_scale, b.q_scale, H * q_scales_per_head(S));
-        copy_back(z.k_scale, b.k_scale, H * k_scales_per_head(S));
-        copy_back(z.v_scale, b.v_scale, H * kHeadDim);
-        copy_back(z.k_mean, b.k_mean, H * kHeadDim);
-        EXPECT_EQ(mismatches(z.k_mean, ref.k_mean), 0);
-        EXPECT_EQ(mismatches(z.v_scale, ref.v_scale), 0);
-        EXPECT_EQ(mismatches(z.q_scale, ref.q_scale), 0);
-        EXPECT_EQ(mismatches(z.k_scale, ref.k_scale), 0);
-        EXPECT_EQ(mismatches(z.q8, ref.q8), 0);
-        EXPECT_EQ(mismatches(z.k8, ref.k8), 0);
-        EXPECT_EQ(mismatches(z.v8t, ref.v8t), 0);
-        std::vector<unsigned> counters;
-        copy_back(counters, b.tickets, H + 2 + H * kHeadDim);
-        int64_t nonzero = 0;
-        for (unsigned c : counters) nonzero += c != 0;
-        EXPECT_EQ(nonzero, 0) << "tickets, counters or V maxima not reset";
-      }
-      cudaFree(d_qkv);
-      cudaFree(d_buf);
+  // {S, H}: tiny, odd and S % 128 != 0 shapes, and one where each persistent block of the ring
+  // algorithm takes several items (its slots and barrier phases wrap around).
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1},    {7, 1},    {200, 1},  {1000, 1},
+                                                {4099, 1}, {1, 3},    {7, 3},    {200, 3},
+                                                {1000, 3}, {4099, 3}, {30000, 6}};
+  for (const auto& [S, H] : shapes) {
+    std::mt19937 rng(seed());
+    const Host x = make_input(S, H, H == 3 ? Input::k_offset : Input::normal, rng);
+    const Quantized ref = quantize_reference(x.view(), kSmScale);
+    const int64_t Sp = padded_len(S);
+    void *d_qkv = nullptr, *d_buf = nullptr;
+    const size_t buf_bytes = sage_buffer_bytes(S, H);
+    CUDA_OK(cudaMalloc(&d_qkv, x.bits.size() * 2));
+    CUDA_OK(cudaMalloc(&d_buf, buf_bytes));
+    CUDA_OK(cudaMemcpy(d_qkv, x.bits.data(), x.bits.size() * 2, cudaMemcpyHostToDevice));
+    const SageBuffers b = sage_buffers(d_buf, S, H);
+    const size_t poison_bytes = reinterpret_cast<char*>(b.tickets) - static_cast<char*>(d_buf);
+    CUDA_OK(cudaMemset(b.tickets, 0, buf_bytes - poison_bytes));  // zero-filled once
+    for (size_t call = 0; call < std::size(calls); ++call) {
+      SCOPED_TRACE(testing::Message() << "S=" << S << " H=" << H << " call " << call
+                                      << " algo=" << sage_prepass_algo_name(calls[call]));
+      CUDA_OK(cudaMemset(d_buf, 0xab, poison_bytes));
+      SagePrepassParams pp{d_qkv, x.stride, S, H, kSmScale, b};
+      pp.algo = calls[call];
+      CUDA_OK(sage_prepass(pp, nullptr));
+      CUDA_OK(cudaDeviceSynchronize());
+      Quantized z;
+      copy_back(z.q8, b.q8, H * Sp * kHeadDim);
+      copy_back(z.k8, b.k8, H * Sp * kHeadDim);
+      copy_back(z.v8t, b.v8t, H * Sp * kHeadDim);
+      copy_back(z.q_scale, b.q_scale, H * q_scales_per_head(S));
+      copy_back(z.k_scale, b.k_scale, H * k_scales_per_head(S));
+      copy_back(z.v_scale, b.v_scale, H * kHeadDim);
+      copy_back(z.k_mean, b.k_mean, H * kHeadDim);
+      EXPECT_EQ(mismatches(z.k_mean, ref.k_mean), 0);
+      EXPECT_EQ(mismatches(z.v_scale, ref.v_scale), 0);
+      EXPECT_EQ(mismatches(z.q_scale, ref.q_scale), 0);
+      EXPECT_EQ(mismatches(z.k_scale, ref.k_scale), 0);
+      EXPECT_EQ(mismatches(z.q8, ref.q8), 0);
+      EXPECT_EQ(mismatches(z.k8, ref.k8), 0);
+      EXPECT_EQ(mismatches(z.v8t, ref.v8t), 0);
+      std::vector<unsigned> counters;
+      copy_back(counters, b.tickets, H + 2 + H * kHeadDim);
+      int64_t nonzero = 0;
+      for (unsigned c : counters) nonzero += c != 0;
+      EXPECT_EQ(nonzero, 0) << "tickets, counters or V maxima not reset";
     }
+    cudaFree(d_qkv);
+    cudaFree(d_buf);
   }
 }
 
