@@ -63,11 +63,16 @@ struct Dims {
 
 namespace {
 
-// The last chunk of a head: reduce all partials in chunk order (L2 reads, kBatch chunks in
-// flight). Thread d (0..127) = channel d.
-template <int kBatch = 16>
+// The last chunk of a head: reduce all partials in chunk order (kBatch chunks in flight).
+// Thread d (0..127) = channel d. kOtherBlocks: the partials were written by blocks of this launch
+// (read through L2); otherwise by an earlier launch (plain loads, which the compiler batches).
+template <int kBatch = 16, bool kOtherBlocks = true>
 __device__ __forceinline__ void finish_head(const Dims& n, int64_t h, const SageBuffers& buf,
                                             int d) {
+  auto load = [](const float* p) {
+    if constexpr (kOtherBlocks) return __ldcg(p);
+    return *p;
+  };
   const int64_t chunks = n.padded / kTokenPad;
   float total = 0.0f, vmx = 0.0f;
   for (int64_t c0 = 0; c0 < chunks; c0 += kBatch) {
@@ -75,8 +80,8 @@ __device__ __forceinline__ void finish_head(const Dims& n, int64_t h, const Sage
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
       int64_t idx = ((c0 + i) * n.heads + h) * kD + d;
-      kb[i] = c0 + i < chunks ? __ldcg(buf.k_partial + idx) : 0.0f;
-      vb[i] = c0 + i < chunks ? __ldcg(buf.v_partial + idx) : 0.0f;
+      kb[i] = c0 + i < chunks ? load(buf.k_partial + idx) : 0.0f;
+      vb[i] = c0 + i < chunks ? load(buf.v_partial + idx) : 0.0f;
     }
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {

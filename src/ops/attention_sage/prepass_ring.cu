@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 
 // One block per head, thread = channel: the partials of all chunks, in chunk order.
 __global__ void __launch_bounds__(kD) ring_finish_kernel(Dims n, SageBuffers buf) {
-  finish_head<64>(n, blockIdx.x, buf, threadIdx.x);
+  finish_head<32, false>(n, blockIdx.x, buf, threadIdx.x);
 }
 
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
@@ -188,6 +188,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   int64_t t = half;
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x, t += 2) {
     const int64_t it = items - 1 - item, c = it / n.heads, h = it % n.heads;
+    // The slot's previous tile belongs to the other half; until it has landed, the parity wait
+    // for this one could match that phase instead, so wait for it first.
+    if (t >= kSlots) ring.wait(t - kSlots);
     const uint16_t* tile = ring.wait(t);
     if (half == 0)
       quantize_k_chunk(n, c, h, tile, buf);
