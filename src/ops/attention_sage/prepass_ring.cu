@@ -1,10 +1,10 @@
 // The ring pre-pass (SagePrepassAlgo::ring): the two_launch work (prepass.cu) in persistent
 // kernels whose loads never wait for the arithmetic. A work item is (128-token chunk c, head h);
 // its Q, K and V are 128 x 128 bf16 tiles of the QKV rows (32 KB each, one 2-D TMA load each,
-// rows past S zero-filled). In each block thread 0 keeps kSlots tiles in flight in a
-// shared-memory ring (one mbarrier per slot) and refills a slot as soon as the block has finished
-// with it; two blocks per SM interleave their phases.
-//   stats kernel    (items chunk-major, so the blocks in flight read whole token rows together):
+// rows past S zero-filled). Tiles stream through shared-memory rings (one mbarrier per slot); a
+// slot is refilled as soon as its consumers are done with it.
+//   stats kernel    (items chunk-major, so the blocks in flight read whole token rows together;
+//                   a 3-tile ring per block, 2 blocks per SM):
 //                   Q -> int8 + scales; fixed-order partial K sums (threads 0..127) and V channel
 //                   maxima (threads 128..255) of the chunk.
 //   finish kernel   one block per head: the partials in chunk order -> k_mean, v_scale (a launch
@@ -12,7 +12,7 @@
 //                   the persistent blocks).
 //   quantize kernel (items in reverse order: the first ones find the stats kernel's last tiles in
 //                   L2): K - mean -> int8 + scales (warps 0..3), V -> e4m3 transposed (4..7),
-//                   each half at its own pace.
+//                   each half with its own one-tile ring, 3 blocks per SM.
 // Outputs are bit-identical to two_launch (same helpers, same operation order).
 #include <cuda.h>
 
@@ -27,45 +27,48 @@ namespace h3rt::attention_sage::prepass {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kSlots = 3;                       // 96 KB of tiles per block
-constexpr int kBlocksPerSm = 2;                 // two blocks' phases interleave
 constexpr int kTileBytes = kTokenPad * kD * 2;  // 32 KB
-constexpr int kSmem = kSlots * kTileBytes + 8 * kSlots;
+// Stats kernel: a ring of 3 tiles per block, two blocks per SM (their phases interleave).
+constexpr int kStatSlots = 3, kStatBlocksPerSm = 2;
+constexpr int kStatSmem = kStatSlots * kTileBytes + 8 * kStatSlots;
+// Quantize kernel: one tile per half-block (K half, V half), three blocks per SM: six streams
+// of tiles per SM, each refilled as soon as its half is done.
+constexpr int kQuantBlocksPerSm = 3;
+constexpr int kQuantSmem = 2 * kTileBytes + 16;
 
 struct Ring {
   const CUtensorMap* map;
   unsigned char* tiles;
-  uint32_t bars;  // kSlots mbarriers
+  uint32_t bars;  // `slots` mbarriers
+  int slots;
   int64_t first, step, items, heads;
   int parts;     // tiles per item: 3 (Q, K, V) or 2 (K, V)
   bool reverse;  // items from last to first
   int part0;     // QKV part of the first tile (0: Q, 1: K)
 
-  __device__ uint32_t bar(int64_t n) const { return bars + 8 * static_cast<uint32_t>(n % kSlots); }
-  // Thread 0: the n-th tile of this block into its slot (nothing past the last item).
+  __device__ uint32_t bar(int64_t n) const { return bars + 8 * static_cast<uint32_t>(n % slots); }
+  // The issuing thread: the n-th tile of this ring into its slot (nothing past the last item).
   __device__ void issue(int64_t n) const {
     const int64_t k = n / parts, item = first + k * step;
     if (item >= items) return;
     const int64_t it = reverse ? items - 1 - item : item, c = it / heads, h = it % heads;
     const int part = part0 + static_cast<int>(n % parts);
-    unsigned char* dst = tiles + (n % kSlots) * kTileBytes;
+    unsigned char* dst = tiles + (n % slots) * kTileBytes;
     cuda::sm90::bar_expect_tx(bar(n), kTileBytes);
     cuda::sm90::tma_load_2d(cuda::sm90::smem_addr(dst), map, bar(n),
                             static_cast<int>((part * heads + h) * kD),
                             static_cast<int>(c * kTokenPad));
   }
   __device__ const uint16_t* wait(int64_t n) const {
-    cuda::sm90::bar_wait(bar(n), static_cast<uint32_t>((n / kSlots) & 1));
-    return reinterpret_cast<const uint16_t*>(tiles + (n % kSlots) * kTileBytes);
+    cuda::sm90::bar_wait(bar(n), static_cast<uint32_t>((n / slots) & 1));
+    return reinterpret_cast<const uint16_t*>(tiles + (n % slots) * kTileBytes);
   }
-  // Every thread: set up the barriers and the first kSlots tiles.
-  __device__ void start() const {
-    if (threadIdx.x == 0) {
-      for (int s = 0; s < kSlots; ++s) cuda::sm90::bar_init(bars + 8 * s, 1);
-      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-      for (int s = 0; s < kSlots; ++s) issue(s);
-    }
-    __syncthreads();
+  // The issuing thread: the barriers and the first `slots` tiles (a block barrier must follow
+  // before anyone waits).
+  __device__ void init() const {
+    for (int s = 0; s < slots; ++s) cuda::sm90::bar_init(bars + 8 * s, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    for (int s = 0; s < slots; ++s) issue(s);
   }
 };
 
@@ -124,7 +127,7 @@ __device__ void tile_stats(const uint16_t* kt, const uint16_t* vt, const Dims& n
   for (int i = 0; i < 8; ++i) part[is_v][r][col + i] = acc[i];
 }
 
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+__global__ void __launch_bounds__(kThreads, kStatBlocksPerSm)
     ring_stats_kernel(const __grid_constant__ CUtensorMap map, Dims n, float qk_log2,
                       SageBuffers buf) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
@@ -133,24 +136,25 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ float part[2][8][kD];
   const int64_t items = n.padded / kTokenPad * n.heads;
-  const Ring ring{&map,       smem,      cuda::sm90::smem_addr(smem + kSlots * kTileBytes),
-                  blockIdx.x, gridDim.x, items,
-                  n.heads,    3,         false,
-                  0};
-  ring.start();
+  const Ring ring{&map,       smem,       cuda::sm90::smem_addr(smem + kStatSlots * kTileBytes),
+                  kStatSlots, blockIdx.x, gridDim.x,
+                  items,      n.heads,    3,
+                  false,      0};
+  if (threadIdx.x == 0) ring.init();
+  __syncthreads();
   int64_t t = 0;  // this block's tile counter
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x, t += 3) {
     const int64_t c = item / n.heads, h = item % n.heads;
     quantize_q_tile(ring.wait(t), n, c, h, qk_log2, buf);
     __syncthreads();  // the Q slot is free
-    if (threadIdx.x == 0) ring.issue(t + kSlots);
+    if (threadIdx.x == 0) ring.issue(t + kStatSlots);
     const uint16_t* kt = ring.wait(t + 1);
     const uint16_t* vt = ring.wait(t + 2);
     tile_stats(kt, vt, n, c, part);
     __syncthreads();  // the K and V slots are free; the partials are in shared memory
     if (threadIdx.x == 0) {
-      ring.issue(t + 1 + kSlots);
-      ring.issue(t + 2 + kSlots);
+      ring.issue(t + 1 + kStatSlots);
+      ring.issue(t + 2 + kStatSlots);
     }
     if (threadIdx.x < 2 * kD) {
       const int d = threadIdx.x % kD;
@@ -169,35 +173,38 @@ __global__ void __launch_bounds__(kD) ring_finish_kernel(Dims n, SageBuffers buf
   finish_head<32, false>(n, blockIdx.x, buf, threadIdx.x);
 }
 
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+__global__ void __launch_bounds__(kThreads, kQuantBlocksPerSm)
     ring_quantize_kernel(const __grid_constant__ CUtensorMap map, Dims n, SageBuffers buf) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();  // never launched: the host runs this algorithm only on sm_90 and newer
 #else
   extern __shared__ __align__(128) unsigned char smem[];
   const int64_t items = n.padded / kTokenPad * n.heads;
-  const Ring ring{&map,       smem,      cuda::sm90::smem_addr(smem + kSlots * kTileBytes),
-                  blockIdx.x, gridDim.x, items,
-                  n.heads,    2,         true,
-                  1};
-  ring.start();
-  // The K half (warps 0..3) takes the even tiles, the V half (4..7) the odd ones. Each half frees
-  // its slot on its own named barrier and refills it with the tile kSlots ahead, so the halves
-  // run independently and the ring stays full.
+  // Half 0 (warps 0..3) quantizes K, half 1 (warps 4..7) V, each through its own one-tile ring.
   const int half = threadIdx.x / 128;
-  int64_t t = half;
-  for (int64_t item = blockIdx.x; item < items; item += gridDim.x, t += 2) {
+  const Ring ring{&map,
+                  smem + half * kTileBytes,
+                  cuda::sm90::smem_addr(smem + 2 * kTileBytes) + 8 * half,
+                  1,
+                  blockIdx.x,
+                  gridDim.x,
+                  items,
+                  n.heads,
+                  1,
+                  true,
+                  1 + half};
+  if (threadIdx.x % 128 == 0) ring.init();
+  __syncthreads();
+  int64_t t = 0;
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x, ++t) {
     const int64_t it = items - 1 - item, c = it / n.heads, h = it % n.heads;
-    // The slot's previous tile belongs to the other half; until it has landed, the parity wait
-    // for this one could match that phase instead, so wait for it first.
-    if (t >= kSlots) ring.wait(t - kSlots);
     const uint16_t* tile = ring.wait(t);
     if (half == 0)
       quantize_k_chunk(n, c, h, tile, buf);
     else
       quantize_v_chunk(n, c, h, tile, buf, threadIdx.x - 128);
-    cuda::sm90::named_sync(1 + half, 128);  // this half is done with the slot
-    if (threadIdx.x % 128 == 0) ring.issue(t + kSlots);
+    cuda::sm90::named_sync(1 + half, 128);  // this half is done with its tile
+    if (threadIdx.x % 128 == 0) ring.issue(t + 1);
   }
 #endif
 }
@@ -209,9 +216,9 @@ cudaError_t launch_ring(const uint16_t* qkv, const Dims& n, float qk_log2, const
   const int cc = cuda::current_device_cc();
   if (cuda::compiled_arch_supports(cc / 10, cc % 10) < 90) return cudaErrorNotSupported;
   const int g1 =
-      cuda::resident_grid(reinterpret_cast<const void*>(ring_stats_kernel), kThreads, kSmem, 9);
-  const int g2 =
-      cuda::resident_grid(reinterpret_cast<const void*>(ring_quantize_kernel), kThreads, kSmem, 9);
+      cuda::resident_grid(reinterpret_cast<const void*>(ring_stats_kernel), kThreads, kStatSmem, 9);
+  const int g2 = cuda::resident_grid(reinterpret_cast<const void*>(ring_quantize_kernel), kThreads,
+                                     kQuantSmem, 9);
   if (g1 < 1 || g2 < 1) return cudaErrorNotSupported;
   // QKV rows as a 2-D tensor [S][3*H*128] with the row pitch; 128 x 128 boxes, no swizzle.
   CUtensorMap map;
@@ -221,14 +228,14 @@ cudaError_t launch_ring(const uint16_t* qkv, const Dims& n, float qk_log2, const
           CU_TENSOR_MAP_SWIZZLE_NONE))
     return cudaErrorNotSupported;
   const int64_t items = n.padded / kTokenPad * n.heads;
-  ring_stats_kernel<<<static_cast<unsigned>(std::min<int64_t>(g1, items)), kThreads, kSmem,
+  ring_stats_kernel<<<static_cast<unsigned>(std::min<int64_t>(g1, items)), kThreads, kStatSmem,
                       stream>>>(map, n, qk_log2, buf);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   ring_finish_kernel<<<static_cast<unsigned>(n.heads), kD, 0, stream>>>(n, buf);
   e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  ring_quantize_kernel<<<static_cast<unsigned>(std::min<int64_t>(g2, items)), kThreads, kSmem,
+  ring_quantize_kernel<<<static_cast<unsigned>(std::min<int64_t>(g2, items)), kThreads, kQuantSmem,
                          stream>>>(map, n, buf);
   return cudaGetLastError();
 }
