@@ -27,7 +27,7 @@ void add_bench_attention_command(CLI::App& app) {
       ->check(CLI::IsMember(
           {"w4", "w8", "wgmma", "wgmma_pingpong", "wgmma_pp_overlap", "wgmma3", "wgmma_pp3"}));
   cmd->add_option("--prepass", opt->prepass, "pre-pass algorithms to time side by side")
-      ->check(CLI::IsMember({"two_launch", "fused_l2", "ring"}))
+      ->check(CLI::IsMember({"two_launch", "fused_l2"}))
       ->capture_default_str();
   auto files = std::make_shared<std::pair<std::string, std::string>>();
   auto* in = cmd->add_option("--inputs", files->first,

@@ -117,8 +117,7 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
   auto prepass = [&] { H3RT_CUDA_CHECK(sage_prepass(pp, nullptr)); };
   // Each pre-pass algorithm side by side (the default one is timed last, as pre_ms).
   nlohmann::json pre_algos;
-  for (SagePrepassAlgo algo :
-       {SagePrepassAlgo::two_launch, SagePrepassAlgo::fused_l2, SagePrepassAlgo::ring}) {
+  for (SagePrepassAlgo algo : {SagePrepassAlgo::two_launch, SagePrepassAlgo::fused_l2}) {
     if (std::find(opt.prepass.begin(), opt.prepass.end(), sage_prepass_algo_name(algo)) ==
         opt.prepass.end())
       continue;

@@ -18,7 +18,7 @@ struct AttentionBenchOptions {
   int iters = 10;
   std::string json_path;             // optional: write the results as JSON here
   std::vector<std::string> kernels;  // Sage variants to time (names); empty: all
-  std::vector<std::string> prepass = {"two_launch", "fused_l2", "ring"};  // pre-pass algorithms to time
+  std::vector<std::string> prepass = {"two_launch", "fused_l2"};  // pre-pass algorithms to time
 };
 
 // Runs the Sage attention (pre-pass + the automatic kernel) on every tensor of `inputs`: each

@@ -306,12 +306,11 @@ TEST_F(SageAttentionCuda, RejectsBadArguments) {
 // each). Outputs are poisoned before each call.
 TEST_F(SageAttentionCuda, PrepassAlgorithmsBitExact) {
   const SagePrepassAlgo calls[] = {SagePrepassAlgo::fused_l2, SagePrepassAlgo::two_launch,
-                                   SagePrepassAlgo::fused_l2, SagePrepassAlgo::ring,
-                                   SagePrepassAlgo::ring,     SagePrepassAlgo::fused_l2,
+                                   SagePrepassAlgo::fused_l2, SagePrepassAlgo::fused_l2,
                                    SagePrepassAlgo::fused_l2, SagePrepassAlgo::two_launch,
-                                   SagePrepassAlgo::ring,     SagePrepassAlgo::automatic};
-  // {S, H}: tiny, odd and S % 128 != 0 shapes, and one where each persistent block of the ring
-  // algorithm takes several items (its slots and barrier phases wrap around).
+                                   SagePrepassAlgo::automatic};
+  // {S, H}: tiny, odd and S % 128 != 0 shapes, and one where each persistent block of the fused
+  // algorithm takes many items.
   const std::pair<int64_t, int64_t> shapes[] = {{1, 1},    {7, 1},    {200, 1},  {1000, 1},
                                                 {4099, 1}, {1, 3},    {7, 3},    {200, 3},
                                                 {1000, 3}, {4099, 3}, {30000, 6}};

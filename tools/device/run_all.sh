@@ -48,7 +48,7 @@ bench() {  # name, limit in seconds, command... (skipped when it could end past 
   if (( $(date +%s) - T0 + limit > BUDGET )); then log "$name skipped (budget)"; return; fi
   log "$name"; timeout "$limit" "$@" > "$R/$name.log" 2>&1; echo "rc=$?"; tail -${TAIL:-4} "$R/$name.log"
 }
-PRE=${H3RT_PREPASS:-two_launch fused_l2 ring}
+PRE=${H3RT_PREPASS:-two_launch fused_l2}
 bench block_fp8_sage 45 $B/h3rt bench block --gemm fp8 --attention sage --out "$R/bench_block_fp8_sage.json"
 TAIL=12 bench attention 60 $B/h3rt bench attention --prepass $PRE \
   --kernels ${H3RT_SAGE_KERNELS:-w4 wgmma wgmma_pingpong wgmma3 wgmma_pp3} --out "$R/bench_attention.json"

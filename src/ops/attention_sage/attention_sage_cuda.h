@@ -1,16 +1,13 @@
 // CUDA launchers of the Sage attention op (numerics: see attention_sage.h).
 //
-//   sage_prepass:   three algorithms (SagePrepassAlgo), bit-identical outputs.
+//   sage_prepass:   two algorithms (SagePrepassAlgo), bit-identical outputs.
 //                   two_launch: (1) per (128-token chunk, head): Q -> int8 with its scales,
 //                   fixed-order partial K sums and V channel maxima; the last chunk of each head
 //                   (atomic ticket) reduces the partials in order into k_mean and v_scale.
 //                   (2) per (chunk, head): K - mean -> int8 with scales, V -> e4m3 transposed.
-//                   ring (sm_90+): the same two launches as persistent kernels fed by 2-D TMA
-//                   loads of 128 x 128 tiles through a 6-slot shared-memory ring
-//                   (prepass_ring.cu; 192 KB of shared memory per block).
-//                   fused_l2 (opt-in): one persistent launch doing the same work items,
-//                   ordered so that (2) of a head re-reads its K and V from L2 instead of HBM
-//                   (prepass_fused.cu). Needs ~91 KB of shared memory per block (~155 KB for
+//                   fused_l2 (the default where it fits): one persistent launch doing the same work
+//                   items, ordered so that (2) of a head re-reads its K and V from L2 instead of
+//                   HBM (prepass_fused.cu). Needs ~91 KB of shared memory per block (~155 KB for
 //                   its two-stage form).
 //                   Reads Q/K/V through the QKV row stride; no copies; tail rows masked.
 //   sage_attention: writes bf16 token-major output with a row stride. Kernels:
@@ -47,9 +44,9 @@ struct SageBuffers {
 size_t sage_buffer_bytes(int64_t seq, int64_t heads);
 SageBuffers sage_buffers(void* base, int64_t seq, int64_t heads);
 
-// automatic: two_launch. fused_l2 is bit-identical but was no faster on the H200 at the seed
-// shape (S=37,810, H=56: 1.50 ms each).
-enum class SagePrepassAlgo { automatic, two_launch, fused_l2, ring };
+// automatic: fused_l2 where it can run, else two_launch. On the H200 at the seed shape (S=37,810,
+// H=56) fused_l2 takes 1.06 ms and two_launch 1.22 ms (bench/RESULTS.md, session 4).
+enum class SagePrepassAlgo { automatic, two_launch, fused_l2 };
 const char* sage_prepass_algo_name(SagePrepassAlgo a);
 
 struct SagePrepassParams {
@@ -60,8 +57,8 @@ struct SagePrepassParams {
   SageBuffers buf;
   SagePrepassAlgo algo = SagePrepassAlgo::automatic;
 };
-// Returns cudaErrorInvalidValue for bad arguments; with algo == fused_l2 or ring,
-// cudaErrorNotSupported where that algorithm cannot run (see above).
+// Returns cudaErrorInvalidValue for bad arguments; with algo == fused_l2, cudaErrorNotSupported
+// where the fused kernel cannot run (see above); automatic then runs two_launch.
 cudaError_t sage_prepass(const SagePrepassParams& p, cudaStream_t stream);
 
 // Kernel variants. automatic: wgmma_pp3 on sm_90 (the fastest measured), w4 elsewhere.

@@ -179,8 +179,6 @@ const char* sage_prepass_algo_name(SagePrepassAlgo a) {
       return "two_launch";
     case SagePrepassAlgo::fused_l2:
       return "fused_l2";
-    case SagePrepassAlgo::ring:
-      return "ring";
   }
   return "?";
 }
@@ -193,11 +191,12 @@ cudaError_t sage_prepass(const SagePrepassParams& p, cudaStream_t stream) {
   Dims n{p.seq, p.heads, padded_len(p.seq), p.row_stride};
   const auto* qkv = static_cast<const uint16_t*>(p.qkv);
   const float qk_log2 = qk_scale_log2(p.sm_scale);
-  // automatic: the two launches (the fused kernel measured no faster on the H200, see
-  // attention_sage_cuda.h).
-  if (p.algo == SagePrepassAlgo::fused_l2)
-    return prepass::launch_fused(qkv, n, qk_log2, p.buf, stream);
-  if (p.algo == SagePrepassAlgo::ring) return prepass::launch_ring(qkv, n, qk_log2, p.buf, stream);
+  // automatic: the fused kernel (the faster one on the H200, see attention_sage_cuda.h), or the
+  // two launches where it cannot run.
+  if (p.algo == SagePrepassAlgo::fused_l2 || p.algo == SagePrepassAlgo::automatic) {
+    const cudaError_t e = prepass::launch_fused(qkv, n, qk_log2, p.buf, stream);
+    if (p.algo == SagePrepassAlgo::fused_l2 || e != cudaErrorNotSupported) return e;
+  }
   dim3 grid(static_cast<unsigned>(n.padded / kTokenPad), static_cast<unsigned>(p.heads));
   stats_kernel<<<grid, kThreads, 0, stream>>>(qkv, n, qk_log2, p.buf);
   cudaError_t e = cudaGetLastError();

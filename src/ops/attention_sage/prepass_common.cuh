@@ -1,5 +1,5 @@
 // Device helpers shared by the Sage pre-pass implementations (prepass.cu: two launches,
-// prepass_ring.cu: two persistent launches fed by TMA, prepass_fused.cu: one persistent launch).
+// prepass_fused.cu: one persistent launch).
 // Every fp32 operation that reaches an output uses an explicit _rn intrinsic so all of them match
 // the CPU reference (cpu.cpp) bit for bit.
 #pragma once
@@ -63,16 +63,12 @@ struct Dims {
 
 namespace {
 
-// The last chunk of a head: reduce all partials in chunk order (kBatch chunks in flight).
-// Thread d (0..127) = channel d. kOtherBlocks: the partials were written by blocks of this launch
-// (read through L2); otherwise by an earlier launch (plain loads, which the compiler batches).
-template <int kBatch = 16, bool kOtherBlocks = true>
+// The last chunk of a head: reduce all partials in chunk order (L2 reads, 16 chunks in flight).
+// Thread d (0..127) = channel d.
 __device__ __forceinline__ void finish_head(const Dims& n, int64_t h, const SageBuffers& buf,
                                             int d) {
-  auto load = [](const float* p) {
-    if constexpr (kOtherBlocks) return __ldcg(p);
-    return *p;
-  };
+  constexpr int kBatch = 16;
+  auto load = [](const float* p) { return __ldcg(p); };
   const int64_t chunks = n.padded / kTokenPad;
   float total = 0.0f, vmx = 0.0f;
   for (int64_t c0 = 0; c0 < chunks; c0 += kBatch) {
@@ -160,10 +156,5 @@ __device__ __forceinline__ void quantize_v_chunk(const Dims& n, int64_t c, int64
 // hold its shared-memory tiles or the work counter would overflow; nothing is launched then.
 cudaError_t launch_fused(const uint16_t* qkv, const Dims& n, float qk_log2, const SageBuffers& buf,
                          cudaStream_t stream);
-
-// The ring pre-pass (prepass_ring.cu). Returns cudaErrorNotSupported where it cannot run (no
-// sm_90a code, or too little shared memory); nothing is launched then.
-cudaError_t launch_ring(const uint16_t* qkv, const Dims& n, float qk_log2, const SageBuffers& buf,
-                        cudaStream_t stream);
 
 }  // namespace h3rt::attention_sage::prepass
