@@ -83,9 +83,24 @@ void copy_back(std::vector<T>& dst, const void* src, size_t count) {
   ASSERT_EQ(cudaMemcpy(dst.data(), src, count * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
 }
 
+// The pre-pass outputs of buffers b (S rows, H heads), copied back from the device.
+Quantized copy_back_quantized(const SageBuffers& b, int64_t S, int64_t H) {
+  const int64_t Sp = padded_len(S);
+  Quantized z;
+  z.seq = S, z.heads = H, z.padded = Sp;
+  copy_back(z.q8, b.q8, H * Sp * kHeadDim);
+  copy_back(z.k8, b.k8, H * Sp * kHeadDim);
+  copy_back(z.v8t, b.v8t, H * Sp * kHeadDim);
+  copy_back(z.q_scale, b.q_scale, H * q_scales_per_head(S));
+  copy_back(z.k_scale, b.k_scale, H * k_scales_per_head(S));
+  copy_back(z.v_scale, b.v_scale, H * kHeadDim);
+  copy_back(z.k_mean, b.k_mean, H * kHeadDim);
+  return z;
+}
+
 // Runs pre-pass + attention `calls` times on the same buffers, poisoning outputs before each.
 void run_device(const Host& x, SageVariant variant, DeviceRun& r, int calls) {
-  const int64_t S = x.seq, H = x.heads, Sp = padded_len(S);
+  const int64_t S = x.seq, H = x.heads;
   void *d_qkv = nullptr, *d_buf = nullptr, *d_out = nullptr;
   size_t buf_bytes = sage_buffer_bytes(S, H);
   r.out_stride = H * kHeadDim + 8;
@@ -107,15 +122,7 @@ void run_device(const Host& x, SageVariant variant, DeviceRun& r, int calls) {
     CUDA_OK(cudaDeviceSynchronize());
   }
 
-  Quantized& z = r.z;
-  z.seq = S, z.heads = H, z.padded = Sp;
-  copy_back(z.q8, b.q8, H * Sp * kHeadDim);
-  copy_back(z.k8, b.k8, H * Sp * kHeadDim);
-  copy_back(z.v8t, b.v8t, H * Sp * kHeadDim);
-  copy_back(z.q_scale, b.q_scale, H * q_scales_per_head(S));
-  copy_back(z.k_scale, b.k_scale, H * k_scales_per_head(S));
-  copy_back(z.v_scale, b.v_scale, H * kHeadDim);
-  copy_back(z.k_mean, b.k_mean, H * kHeadDim);
+  r.z = copy_back_quantized(b, S, H);
   copy_back(r.out, d_out, S * r.out_stride);
   cudaFree(d_qkv);
   cudaFree(d_buf);
@@ -318,7 +325,6 @@ TEST_F(SageAttentionCuda, PrepassAlgorithmsBitExact) {
     std::mt19937 rng(seed());
     const Host x = make_input(S, H, H == 3 ? Input::k_offset : Input::normal, rng);
     const Quantized ref = quantize_reference(x.view(), kSmScale);
-    const int64_t Sp = padded_len(S);
     void *d_qkv = nullptr, *d_buf = nullptr;
     const size_t buf_bytes = sage_buffer_bytes(S, H);
     CUDA_OK(cudaMalloc(&d_qkv, x.bits.size() * 2));
@@ -335,14 +341,7 @@ TEST_F(SageAttentionCuda, PrepassAlgorithmsBitExact) {
       pp.algo = calls[call];
       CUDA_OK(sage_prepass(pp, nullptr));
       CUDA_OK(cudaDeviceSynchronize());
-      Quantized z;
-      copy_back(z.q8, b.q8, H * Sp * kHeadDim);
-      copy_back(z.k8, b.k8, H * Sp * kHeadDim);
-      copy_back(z.v8t, b.v8t, H * Sp * kHeadDim);
-      copy_back(z.q_scale, b.q_scale, H * q_scales_per_head(S));
-      copy_back(z.k_scale, b.k_scale, H * k_scales_per_head(S));
-      copy_back(z.v_scale, b.v_scale, H * kHeadDim);
-      copy_back(z.k_mean, b.k_mean, H * kHeadDim);
+      const Quantized z = copy_back_quantized(b, S, H);
       EXPECT_EQ(mismatches(z.k_mean, ref.k_mean), 0);
       EXPECT_EQ(mismatches(z.v_scale, ref.v_scale), 0);
       EXPECT_EQ(mismatches(z.q_scale, ref.q_scale), 0);
