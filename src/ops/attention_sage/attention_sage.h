@@ -9,7 +9,7 @@
 //    masked in the kernel, padded query rows are not written.
 //  * Int8 groups (SageAttention2's CUDA quantizer): scale = max(amax, 1e-7) / 127 (stored),
 //    inv = 1 / scale, q = round_half_even(x * inv), all fp32 with one rounding per operation.
-//    |x * inv| <= 127 (1 + 2^-23), so no saturation is needed.
+//    |x * inv| < 127.001 (both roundings), so no saturation is needed.
 //  * Q: one scale per (head, group of rows {16w+g, 16w+g+8}), g = 0..7: the two rows an mma
 //    thread holds. The stored scale is scale * sm_scale * log2(e) (so scores are in log2 units).
 //  * K is smoothed: k - mean_k (per head and channel, over the S tokens). The mean is a fixed-
