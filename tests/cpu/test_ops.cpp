@@ -68,6 +68,50 @@ TEST(Ops, LinearStridedWithBiasAndBf16) {
   }
 }
 
+// The contract, bit for bit: each output is the in-order double sum of its products, plus the
+// bias, rounded once to float. Shapes cover partial output groups and the threaded path.
+TEST(Ops, LinearIsTheInOrderDoubleSum) {
+  std::mt19937 g(2);
+  struct Shape {
+    int64_t rows, in, out, ys;
+    bool bias;
+  };
+  for (const Shape& sh :
+       {Shape{1, 5, 1, 1, true}, Shape{3, 17, 7, 9, false}, Shape{2, 64, 8, 8, true},
+        Shape{4, 129, 23, 30, true}, Shape{2, 2048, 1030, 1030, true}}) {
+    SCOPED_TRACE(testing::Message() << sh.rows << " x " << sh.in << " -> " << sh.out);
+    auto x = rand_vec(sh.rows * sh.in, g), w = rand_vec(sh.out * sh.in, g, -2.f, 2.f);
+    auto b = rand_vec(sh.out, g);
+    std::vector<float> y(sh.rows * sh.ys, -7.f);
+    ops::linear_cpu({.x = x.data(),
+                     .w = w.data(),
+                     .bias = sh.bias ? b.data() : nullptr,
+                     .y = y.data(),
+                     .rows = sh.rows,
+                     .in = sh.in,
+                     .out = sh.out,
+                     .y_row_stride = sh.ys});
+    int64_t diffs = 0;
+    for (int64_t r = 0; r < sh.rows; ++r) {
+      for (int64_t o = 0; o < sh.out; ++o) {
+        double acc = 0.0;
+        for (int64_t i = 0; i < sh.in; ++i) acc += double(x[r * sh.in + i]) * w[o * sh.in + i];
+        if (sh.bias) acc += b[o];
+        diffs += y[r * sh.ys + o] != static_cast<float>(acc);
+      }
+      for (int64_t o = sh.out; o < sh.ys; ++o) EXPECT_EQ(y[r * sh.ys + o], -7.f);
+    }
+    EXPECT_EQ(diffs, 0);
+  }
+  // In order, 2^60 + w1 loses w1 (< half an ulp of 2^60) and the sum ends at 0; any other order
+  // keeps w1.
+  const float big = std::ldexp(1.0f, 30);
+  std::vector<float> x = {big, 1.0f, -big}, w(9 * 3), y(9, -7.f);
+  for (int64_t o = 0; o < 9; ++o) w[o * 3] = big, w[o * 3 + 1] = float(o + 1), w[o * 3 + 2] = big;
+  ops::linear_cpu({.x = x.data(), .w = w.data(), .y = y.data(), .rows = 1, .in = 3, .out = 9});
+  for (float v : y) EXPECT_EQ(v, 0.0f);
+}
+
 TEST(Ops, RmsNormModulateTableRows) {
   std::mt19937 g(2);
   const int64_t rows = 9, dim = 48, trs = 6 * dim;
