@@ -49,11 +49,12 @@ void linear_cpu(const LinearParams& p) {
   H3RT_CHECK(xs >= p.in && ys >= p.out, "linear: row stride smaller than the row");
   H3RT_CHECK(p.x && p.w && p.y, "linear: null pointer");
   const int64_t groups = (p.out + kGroup - 1) / kGroup;
-  // Large products are split over threads by output groups: every output is still computed by
-  // one thread in one order, so the result does not depend on the thread count.
+  // Large products are split over threads by output groups, at least ~1M multiply-adds each
+  // (far more than a thread's start). Every output is still computed by one thread in one order,
+  // so the result does not depend on the thread count.
   const double work = static_cast<double>(p.rows) * p.in * p.out;
-  const int64_t threads = std::min<int64_t>(
-      {work < 4e6 ? 1 : std::max(1u, std::thread::hardware_concurrency()), 16, groups});
+  const int64_t hw = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 16);
+  const int64_t threads = std::min({hw, groups, static_cast<int64_t>(work / 1e6) + 1});
   if (threads <= 1) return linear_groups(p, xs, ys, 0, groups);
   std::vector<std::thread> pool;
   for (int64_t t = 1; t < threads; ++t) {
