@@ -270,6 +270,70 @@ TEST(Ops, AttentionStridedHeads) {
     }
 }
 
+// The reference's operation order, bit for bit (one key at a time, then the max, the exp sum and
+// the value sum in key order), on shapes with partial key groups and on one large enough to be
+// split over threads.
+TEST(Ops, AttentionKeepsItsOperationOrder) {
+  std::mt19937 g(7);
+  struct Shape {
+    int64_t rows, heads, hd;
+  };
+  for (const Shape& sh : {Shape{1, 1, 8}, Shape{7, 3, 16}, Shape{300, 4, 64}}) {
+    SCOPED_TRACE(testing::Message() << sh.rows << " rows, " << sh.heads << " heads");
+    const int64_t I = sh.heads * sh.hd;
+    auto q = rand_vec(sh.rows * I, g, -2, 2), k = rand_vec(sh.rows * I, g, -2, 2);
+    auto v = rand_vec(sh.rows * I, g);
+    std::vector<float> out(sh.rows * I);
+    ops::attention_cpu({.q = q.data(),
+                        .k = k.data(),
+                        .v = v.data(),
+                        .out = out.data(),
+                        .rows = sh.rows,
+                        .heads = sh.heads,
+                        .head_dim = sh.hd});
+    const double scale = 1.0 / std::sqrt(static_cast<double>(sh.hd));
+    int64_t diffs = 0;
+    std::vector<double> score(sh.rows), acc(sh.hd);
+    for (int64_t h = 0; h < sh.heads; ++h)
+      for (int64_t i = 0; i < sh.rows; ++i) {
+        double mx = -INFINITY, sum = 0.0;
+        for (int64_t j = 0; j < sh.rows; ++j) {
+          double d = 0.0;
+          for (int64_t c = 0; c < sh.hd; ++c)
+            d += static_cast<double>(q[i * I + h * sh.hd + c]) * k[j * I + h * sh.hd + c];
+          mx = std::max(mx, score[j] = d * scale);
+        }
+        for (int64_t j = 0; j < sh.rows; ++j) sum += (score[j] = std::exp(score[j] - mx));
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int64_t j = 0; j < sh.rows; ++j)
+          for (int64_t c = 0; c < sh.hd; ++c) acc[c] += score[j] * v[j * I + h * sh.hd + c];
+        for (int64_t c = 0; c < sh.hd; ++c)
+          diffs += out[i * I + h * sh.hd + c] != static_cast<float>(acc[c] / sum);
+      }
+    EXPECT_EQ(diffs, 0);
+  }
+  // In channel order every score is 2^60 + (j + 1) - 2^60 = 0 (the middle term is lost), so the
+  // attention is uniform; any other order would give scores j + 1.
+  const float big = std::ldexp(1.0f, 30);
+  const int64_t rows = 5;
+  std::vector<float> q, k, v, out(rows * 3);
+  double mean = 0.0;
+  for (int64_t j = 0; j < rows; ++j) {
+    q.insert(q.end(), {big, 1.0f, -big});
+    k.insert(k.end(), {big, float(j + 1), big});
+    v.insert(v.end(), {float(j) - 1.5f, 0.0f, 0.0f});
+    mean += float(j) - 1.5f;
+  }
+  ops::attention_cpu({.q = q.data(),
+                      .k = k.data(),
+                      .v = v.data(),
+                      .out = out.data(),
+                      .rows = rows,
+                      .heads = 1,
+                      .head_dim = 3});
+  for (int64_t i = 0; i < rows; ++i) EXPECT_EQ(out[i * 3], static_cast<float>(mean / rows)) << i;
+}
+
 TEST(Ops, SwigluGateFirst) {
   std::mt19937 g(6);
   const int64_t rows = 4, F = 10;
