@@ -6,6 +6,7 @@
 
 #include "cli/backend.h"
 #include "cli/commands.h"
+#include "cli/output_path.h"
 #include "cli/request.h"
 #include "h3rt/safetensors.h"
 #include "h3rt/sampler.h"
@@ -32,6 +33,7 @@ float sigma_from(const ForwardOptions& o) {
 }
 
 void run_forward(const ForwardOptions& o) {
+  check_output_path(o.out, "--out");
   const float sigma_v = sigma_from(o);
   H3RT_CHECK(std::isfinite(sigma_v) && sigma_v >= 0.0f && sigma_v <= 1.0f,
              "--sigma must lie in [0, 1], got ", sigma_v);

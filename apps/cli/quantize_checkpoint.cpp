@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/output_path.h"
 #include "h3rt/quantize.h"
 
 namespace h3rt::cli {
@@ -38,6 +39,7 @@ void add_quantize_checkpoint_command(CLI::App& app) {
                   "(blocks.0, token_refiner.blocks.0); comma separated or repeated")
       ->delimiter(',');
   cmd->callback([o] {
+    check_output_path(o->out, "--out");
     QuantizeCheckpointOptions q;
     q.format = o->format == "nvfp4" ? WeightFormat::nvfp4 : WeightFormat::fp8_scaled;
     q.layers = o->layers;

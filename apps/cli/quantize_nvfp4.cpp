@@ -3,6 +3,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/output_path.h"
 #include "h3rt/nvfp4.h"
 
 namespace h3rt::cli {
@@ -25,6 +26,7 @@ void add_quantize_nvfp4_command(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
   cmd->callback([o] {
+    check_output_path(o->out, "--out");
     quantize_nvfp4_file(
         o->in, o->out,
         o->rule == "bf16" ? Nvfp4ScaleRule::kBf16Activation : Nvfp4ScaleRule::kF32Divide);

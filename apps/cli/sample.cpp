@@ -8,6 +8,7 @@
 
 #include "cli/backend.h"
 #include "cli/commands.h"
+#include "cli/output_path.h"
 #include "cli/progress.h"
 #include "cli/request.h"
 #include "h3rt/formats.h"
@@ -23,7 +24,7 @@ struct SampleOptions {
   std::string inputs, text_embeddings;
   int64_t frames = 0, width = 0, height = 0, text_tokens = 0;
   double audio_seconds = 0;
-  int steps = 0;
+  int steps = 8;
   uint64_t seed = 440420;
   std::string out = "latents.safetensors", report;
   std::string cuda_graph = "on";
@@ -67,8 +68,10 @@ void run_sample(const SampleOptions& o) {
                                   o.audio_seconds == 0 && o.text_embeddings.empty()),
              "--inputs gives the shapes, noise and text; do not combine it with --frames, "
              "--width, --height, --audio-seconds or --text-embeddings");
-  const int steps = o.steps ? o.steps : 8;
+  const int steps = o.steps;
   H3RT_CHECK(steps >= 1 && steps <= 1000, "--steps must be in [1, 1000], got ", steps);
+  check_output_path(o.out, "--out");
+  if (!o.report.empty()) check_output_path(o.report, "--report");
   reset_host_peak();
   auto t_start = Clock::now();
   BackendOptions bo;

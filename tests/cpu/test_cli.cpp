@@ -134,5 +134,23 @@ TEST(Cli, RejectsBadShapesWithClearMessages) {
   EXPECT_NE(r.output.find("--attention sage runs on the GPU only"), std::string::npos) << r.output;
 }
 
+// Output paths are checked before any work: a run never ends in "cannot create".
+TEST(Cli, OutputPathsAreCheckedFirst) {
+  const std::string missing = tmp("no_such_folder") + "/x.st";
+  for (const std::string& verb :
+       {"sample --steps 1 --out " + missing,
+        "sample --steps 1 --out " + tmp("ok.st") + " --report " + missing,
+        "forward --checkpoint " + kWeights + " --inputs " + kGolden + " --out " + missing,
+        "quantize-nvfp4 --in " + kGolden + " --out " + missing}) {
+    CliRun r = run_cli(verb);
+    EXPECT_EQ(r.status, 1) << verb << "\n" << r.output;
+    EXPECT_NE(r.output.find("does not exist"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("denoising"), std::string::npos) << "ran before failing: " << r.output;
+  }
+  CliRun r = run_cli("sample --steps 0 --out " + tmp("z.st"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("--steps must be in [1, 1000], got 0"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace h3rt
