@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "cli/commands.h"
+#include "cli/output_path.h"
 #include "h3rt/check.h"
 #ifdef H3RT_HAVE_CUDA
 #include "bench/attention_sage_bench.h"
@@ -37,6 +38,8 @@ void add_bench_attention_command(CLI::App& app) {
       ->needs(in);
   in->needs("--outputs");
   cmd->callback([opt, files] {
+    if (!opt->json_path.empty()) check_output_path(opt->json_path, "--out");
+    if (!files->second.empty()) check_output_path(files->second, "--outputs");
     if (!files->first.empty())
       bench::run_attention_on_file(files->first, files->second);
     else

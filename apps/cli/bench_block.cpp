@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/output_path.h"
 #include "h3rt/check.h"
 #include "h3rt/report.h"
 #ifdef H3RT_HAVE_CUDA
@@ -43,6 +44,7 @@ void add_bench_block_command(CLI::App& bench) {
   cmd->add_option("--out", o->out, "JSON report path, - for stdout")->capture_default_str();
   cmd->callback([o] {
 #ifdef H3RT_HAVE_CUDA
+    check_output_path(o->out, "--out");
     bench::BlockBenchOptions b;
     b.h3_dims = o->preset == "h3";
     if (!b.h3_dims) b = {false, 10, 9, 7, 8, 12};

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/output_path.h"
 #include "h3rt/check.h"
 
 #ifdef H3RT_HAVE_CUDA
@@ -37,6 +38,7 @@ void add_bench_kernels_command(CLI::App& app) {
   cmd->add_flag("--no-attention", args->no_attention, "skip attention");
   cmd->callback([args] {
 #ifdef H3RT_HAVE_CUDA
+    check_output_path(args->out, "--out");
     bench::BlockKernelsBenchOptions o;
     o.rows = args->rows;
     o.hidden = args->hidden;

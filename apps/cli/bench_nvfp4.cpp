@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/output_path.h"
 #include "h3rt/check.h"
 #ifdef H3RT_HAVE_CUDA
 #include "bench/nvfp4_quantize_bench.h"
@@ -22,7 +23,10 @@ void add_bench_nvfp4_command(CLI::App& app) {
   cmd->add_option("--warmup", opt->warmup, "untimed runs")->capture_default_str();
   cmd->add_option("--iters", opt->iters, "timed runs (median reported)")->capture_default_str();
   cmd->add_option("--out", opt->json_path, "write results as JSON to this file");
-  cmd->callback([opt] { bench::run_nvfp4_quantize_bench(*opt); });
+  cmd->callback([opt] {
+    if (!opt->json_path.empty()) check_output_path(opt->json_path, "--out");
+    bench::run_nvfp4_quantize_bench(*opt);
+  });
 #else
   cmd->callback([] { H3RT_FAIL("bench-quantize-nvfp4 needs a CUDA build (H3RT_CUDA=ON)"); });
 #endif

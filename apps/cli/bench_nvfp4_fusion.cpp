@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/output_path.h"
 #include "h3rt/check.h"
 #ifdef H3RT_HAVE_CUDA
 #include "bench/nvfp4_fusion_bench.h"
@@ -33,6 +34,7 @@ void add_bench_nvfp4_fusion_command(CLI::App& app) {
   cmd->add_flag("--no-attention", a->no_attention, "skip the attention epilogue");
   cmd->add_option("--out", a->out, "JSON report path")->capture_default_str();
   cmd->callback([a] {
+    check_output_path(a->out, "--out");
     a->o.attention = !a->no_attention;
     const nlohmann::json j = bench::run_nvfp4_fusion_bench(a->o);
     std::ofstream f(a->out);

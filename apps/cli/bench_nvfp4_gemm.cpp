@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/output_path.h"
 #include "h3rt/check.h"
 #ifdef H3RT_HAVE_CUDA
 #include "bench/nvfp4_gemm_bench.h"
@@ -27,6 +28,7 @@ void add_bench_nvfp4_gemm_command(CLI::App& app) {
   auto no_mainloop = std::make_shared<bool>(false);
   cmd->add_flag("--no-mainloop", *no_mainloop, "leave out the sm_90a mainloop kernel");
   cmd->callback([opt, no_mainloop] {
+    if (!opt->json_path.empty()) check_output_path(opt->json_path, "--out");
     opt->mainloop = !*no_mainloop;
     bench::run_nvfp4_gemm_bench(*opt);
   });

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/output_path.h"
 #include "cli/request.h"
 #include "h3rt/check.h"
 #include "h3rt/report.h"
@@ -89,6 +90,7 @@ void add_bench_step_command(CLI::App& bench) {
       ->capture_default_str();
   step->callback([o] {
 #ifdef H3RT_HAVE_CUDA
+    check_output_path(o->out, "--out");
     write_json(o->out, bench::run_step_bench(to_bench(*o)));
 #else
     no_cuda();
@@ -112,6 +114,7 @@ void add_bench_step_command(CLI::App& bench) {
       ->capture_default_str();
   sample->callback([s] {
 #ifdef H3RT_HAVE_CUDA
+    check_output_path(s->out, "--out");
     write_json(s->out, bench::run_sample_bench(to_bench(*s)));
 #else
     no_cuda();
