@@ -1,9 +1,6 @@
 #include <algorithm>
-#include <functional>
-#include <system_error>
-#include <thread>
-#include <vector>
 
+#include "core/parallel.h"
 #include "h3rt/check.h"
 #include "h3rt/formats.h"
 #include "ops/linear/linear.h"
@@ -48,25 +45,12 @@ void linear_cpu(const LinearParams& p) {
              " out=", p.out);
   H3RT_CHECK(xs >= p.in && ys >= p.out, "linear: row stride smaller than the row");
   H3RT_CHECK(p.x && p.w && p.y, "linear: null pointer");
+  // Large products are split over threads by output groups. Every output is still computed by
+  // one thread in one order, so the result does not depend on the thread count.
   const int64_t groups = (p.out + kGroup - 1) / kGroup;
-  // Large products are split over threads by output groups, at least ~1M multiply-adds each
-  // (far more than a thread's start). Every output is still computed by one thread in one order,
-  // so the result does not depend on the thread count.
   const double work = static_cast<double>(p.rows) * p.in * p.out;
-  const int64_t hw = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 16);
-  const int64_t threads = std::min({hw, groups, static_cast<int64_t>(work / 1e6) + 1});
-  if (threads <= 1) return linear_groups(p, xs, ys, 0, groups);
-  std::vector<std::thread> pool;
-  for (int64_t t = 1; t < threads; ++t) {
-    const int64_t g0 = groups * t / threads, g1 = groups * (t + 1) / threads;
-    try {
-      pool.emplace_back(linear_groups, std::cref(p), xs, ys, g0, g1);
-    } catch (const std::system_error&) {  // no thread to be had: this one does the share
-      linear_groups(p, xs, ys, g0, g1);
-    }
-  }
-  linear_groups(p, xs, ys, 0, groups / threads);
-  for (std::thread& t : pool) t.join();
+  parallel_ranges(groups, threads_for_work(work),
+                  [&](int64_t g0, int64_t g1) { linear_groups(p, xs, ys, g0, g1); });
 }
 
 }  // namespace h3rt::ops
