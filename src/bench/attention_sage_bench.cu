@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bench/attention_sage_bench.h"
+#include "cuda/arena.h"
 #include "cuda/runtime.h"
 #include "h3rt/check.h"
 #include "h3rt/safetensors.h"
@@ -92,6 +93,12 @@ double median_ms(int warmup, int iters, F&& f) {
   return ms[ms.size() / 2];
 }
 
+// Device scratch owned by the returned tensor: freed when it goes out of scope, also when a
+// check throws half-way.
+Tensor device_bytes(size_t n) {
+  return cuda::device_empty(DType::u8, {static_cast<int64_t>(n)});
+}
+
 }  // namespace
 
 int run_attention_bench(const AttentionBenchOptions& opt) {
@@ -100,15 +107,13 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
   const int64_t S = opt.seq, H = opt.heads, stride = 3 * H * kHeadDim;
   cudaDeviceProp prop{};
   H3RT_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  void *qkv = nullptr, *buf = nullptr, *out = nullptr, *ref = nullptr;
-  double* d_acc = nullptr;
   const size_t buf_bytes = sage_buffer_bytes(S, H);
   const int64_t out_elems = S * H * kHeadDim;
-  H3RT_CUDA_CHECK(cudaMalloc(&qkv, S * stride * 2));
-  H3RT_CUDA_CHECK(cudaMalloc(&buf, buf_bytes));
-  H3RT_CUDA_CHECK(cudaMalloc(&out, out_elems * 2));
-  H3RT_CUDA_CHECK(cudaMalloc(&ref, out_elems * 2));
-  H3RT_CUDA_CHECK(cudaMalloc(&d_acc, 2 * sizeof(double)));
+  const Tensor qkv_t = device_bytes(S * stride * 2), buf_t = device_bytes(buf_bytes);
+  const Tensor out_t = device_bytes(out_elems * 2), ref_t = device_bytes(out_elems * 2);
+  const Tensor acc_t = device_bytes(2 * sizeof(double));
+  void *qkv = qkv_t.data(), *buf = buf_t.data(), *out = out_t.data(), *ref = ref_t.data();
+  auto* d_acc = static_cast<double*>(acc_t.data());
   H3RT_CUDA_CHECK(cudaMemset(buf, 0, buf_bytes));
   fill_kernel<<<4096, 256>>>(static_cast<__nv_bfloat16*>(qkv), S * stride);
   H3RT_CUDA_CHECK(cudaGetLastError());
@@ -186,11 +191,6 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
     j["rel_l2_vs_flash_bf16"][name] = err;
   }
   H3RT_CUDA_CHECK(cudaDeviceSynchronize());
-  cudaFree(qkv);
-  cudaFree(buf);
-  cudaFree(out);
-  cudaFree(ref);
-  cudaFree(d_acc);
   if (!opt.json_path.empty()) {
     std::ofstream f(opt.json_path);
     H3RT_CHECK(f.good(), "attention bench: cannot write ", opt.json_path);
@@ -211,20 +211,16 @@ void run_attention_on_file(const std::string& inputs, const std::string& outputs
     const int64_t S = e.shape[0], H = cols / (3 * kHeadDim);
     const Tensor qkv_host = in.get(e.name);
     Tensor out_host = Tensor::zeros(DType::bf16, {S, H * kHeadDim});
-    void *qkv = nullptr, *buf = nullptr, *out = nullptr;
     const size_t buf_bytes = sage_buffer_bytes(S, H);
-    H3RT_CUDA_CHECK(cudaMalloc(&qkv, qkv_host.nbytes()));
-    H3RT_CUDA_CHECK(cudaMalloc(&buf, buf_bytes));
-    H3RT_CUDA_CHECK(cudaMalloc(&out, out_host.nbytes()));
+    const Tensor qkv_t = device_bytes(qkv_host.nbytes()), buf_t = device_bytes(buf_bytes);
+    const Tensor out_t = device_bytes(out_host.nbytes());
+    void *qkv = qkv_t.data(), *buf = buf_t.data(), *out = out_t.data();
     H3RT_CUDA_CHECK(cudaMemset(buf, 0, buf_bytes));
     H3RT_CUDA_CHECK(cudaMemcpy(qkv, qkv_host.data(), qkv_host.nbytes(), cudaMemcpyHostToDevice));
     const SageBuffers b = sage_buffers(buf, S, H);
     H3RT_CUDA_CHECK(sage_prepass({qkv, cols, S, H, 1.0f / std::sqrt(float(kHeadDim)), b}, nullptr));
     H3RT_CUDA_CHECK(sage_attention({b, S, H, out, H * kHeadDim, SageVariant::automatic}, nullptr));
     H3RT_CUDA_CHECK(cudaMemcpy(out_host.data(), out, out_host.nbytes(), cudaMemcpyDeviceToHost));
-    cudaFree(qkv);
-    cudaFree(buf);
-    cudaFree(out);
     std::fprintf(stderr, "attention: %s S=%lld heads=%lld done\n", e.name.c_str(),
                  static_cast<long long>(S), static_cast<long long>(H));
     results.emplace_back(e.name, std::move(out_host));

@@ -68,7 +68,6 @@ namespace {
 __device__ __forceinline__ void finish_head(const Dims& n, int64_t h, const SageBuffers& buf,
                                             int d) {
   constexpr int kBatch = 16;
-  auto load = [](const float* p) { return __ldcg(p); };
   const int64_t chunks = n.padded / kTokenPad;
   float total = 0.0f, vmx = 0.0f;
   for (int64_t c0 = 0; c0 < chunks; c0 += kBatch) {
@@ -76,8 +75,8 @@ __device__ __forceinline__ void finish_head(const Dims& n, int64_t h, const Sage
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
       int64_t idx = ((c0 + i) * n.heads + h) * kD + d;
-      kb[i] = c0 + i < chunks ? load(buf.k_partial + idx) : 0.0f;
-      vb[i] = c0 + i < chunks ? load(buf.v_partial + idx) : 0.0f;
+      kb[i] = c0 + i < chunks ? __ldcg(buf.k_partial + idx) : 0.0f;
+      vb[i] = c0 + i < chunks ? __ldcg(buf.v_partial + idx) : 0.0f;
     }
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {

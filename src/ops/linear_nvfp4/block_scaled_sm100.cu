@@ -100,21 +100,12 @@ cudaError_t block_scaled_sm100(const LinearNvfp4CudaParams& p, cudaStream_t stre
   if (e != cudaSuccess) return e;
   e = swap_nibbles(p.a_q, aq, p.rows * p.in / 2, nullptr, nullptr, nullptr, 0, stream);
   if (e != cudaSuccess) return e;
-  lt::Gemm m;
-  m.kind = lt::Operands::kFp4BlockScaled;
+  lt::Gemm m = lt_gemm_base(p, lt::Operands::kFp4BlockScaled, alpha, ws + l.lt);
   m.w = wq;
   m.x = aq;
   m.x_ld = p.in;
   m.w_scale = p.w_scales;
   m.x_scale = p.a_scales;
-  m.alpha = alpha;
-  m.bias = p.bias;
-  m.y = p.y;
-  m.y_ld = p.y_row_stride;
-  m.rows = p.rows;
-  m.in = p.in;
-  m.out = p.out;
-  m.workspace = ws + l.lt;
   return lt::gemm(m, stream);
 #endif
 }

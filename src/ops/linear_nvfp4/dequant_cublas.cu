@@ -157,19 +157,10 @@ cudaError_t dequant_cublas(const LinearNvfp4CudaParams& p, cudaStream_t stream) 
     e = nvfp4_dequant_bf16(da, stream);
     if (e != cudaSuccess) return e;
   }
-  lt::Gemm m;
-  m.kind = lt::Operands::kBf16;
+  lt::Gemm m = lt_gemm_base(p, lt::Operands::kBf16, alpha, ws + l.lt);
   m.w = w16;
   m.x = p.a_q ? static_cast<const void*>(a16) : p.a;
   m.x_ld = p.a_q ? p.in : p.a_row_stride;
-  m.alpha = alpha;
-  m.bias = p.bias;
-  m.y = p.y;
-  m.y_ld = p.y_row_stride;
-  m.rows = p.rows;
-  m.in = p.in;
-  m.out = p.out;
-  m.workspace = ws + l.lt;
   return lt::gemm(m, stream);
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #ifdef H3RT_HAVE_CUDA
+#include "ops/linear/cublaslt_gemm.h"
 #include "ops/linear_nvfp4/linear_nvfp4.h"
 
 namespace h3rt::ops::nvfp4_gemm {
@@ -10,6 +11,23 @@ namespace h3rt::ops::nvfp4_gemm {
 // Workspace parts start on 256-byte boundaries.
 inline size_t up256(size_t v) {
   return (v + 255) / 256 * 256;
+}
+
+// The cuBLASLt fields shared by the algorithms that end in a cuBLASLt call: output, bias, shape,
+// device alpha and scratch; the caller sets the operands.
+inline lt::Gemm lt_gemm_base(const LinearNvfp4CudaParams& p, lt::Operands kind, const float* alpha,
+                             void* workspace) {
+  lt::Gemm m;
+  m.kind = kind;
+  m.alpha = alpha;
+  m.bias = p.bias;
+  m.y = p.y;
+  m.y_ld = p.y_row_stride;
+  m.rows = p.rows;
+  m.in = p.in;
+  m.out = p.out;
+  m.workspace = workspace;
+  return m;
 }
 
 cudaError_t dequant_cublas(const LinearNvfp4CudaParams& p, cudaStream_t stream);

@@ -22,17 +22,6 @@ namespace {
 using cuda::rbf;
 using namespace nvfp4_detail;  // FusedMode, encode_pair_chunk, finish_amax_pass
 
-// Elementwise bf16 ops on 8 packed values, rounded as the reference (cuda::bf2_mul/bf2_add).
-__device__ __forceinline__ uint4 bf2_mul4(const uint4& a, const uint4& b) {
-  return make_uint4(cuda::bf2_mul(a.x, b.x), cuda::bf2_mul(a.y, b.y), cuda::bf2_mul(a.z, b.z),
-                    cuda::bf2_mul(a.w, b.w));
-}
-
-__device__ __forceinline__ uint4 bf2_add4(const uint4& a, const uint4& b) {
-  return make_uint4(cuda::bf2_add(a.x, b.x), cuda::bf2_add(a.y, b.y), cuda::bf2_add(a.z, b.z),
-                    cuda::bf2_add(a.w, b.w));
-}
-
 constexpr int kMaxVec = 4;    // vectors per thread: up to 1024 * 4 * 8 = 32768 channels
 constexpr int kVariants = 4;  // RmsNormModulateCudaParams::variant 1..4: ring_kernel.cuh
 
@@ -130,35 +119,15 @@ __global__ void __launch_bounds__(kMaxThreads<kVec>, kMinBlocks<kVec, kResidual,
 #pragma unroll
     for (int i = 0; i < kVec; ++i) fetch_tables(i);
   }
-  double ss[2] = {0.0, 0.0};  // two chains; the exact sum does not depend on the order
-#pragma unroll
-  for (int i = 0; i < kVec; ++i) {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const double v = cuda::bf16_elem(xv[i], e);
-      ss[e & 1] = fma(v, v, ss[e & 1]);
-    }
-  }
-  const double sum = cuda::block_sum(ss[0] + ss[1]);
-  const float mean = static_cast<float>(__ddiv_rn(sum, static_cast<double>(p.dim)));
-  const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, p.eps)));
+  const float inv = rmsnorm_ring::inv_rms(cuda::block_sum(rmsnorm_ring::sum_squares(xv)), p.dim,
+                                         p.eps);
 #pragma unroll
   for (int i = 0; i < kVec; ++i) {
     const int c = threadIdx.x + i * blockDim.x;
     if constexpr (!kEarlyTables) fetch_tables(i);  // one vector at a time (register budget)
     if constexpr (!kResidual) {
-      // n = round(x * inv * w): float32 products, one rounding, two values per F2FP.
-      float n[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float w = p.weight ? cuda::bf16_elem(wv[i], e) : 1.0f;
-        n[e] = __fmul_rn(__fmul_rn(cuda::bf16_elem(xv[i], e), inv), w);
-      }
-      uint4 y = make_uint4(cuda::pack_bf2(n[0], n[1]), cuda::pack_bf2(n[2], n[3]),
-                           cuda::pack_bf2(n[4], n[5]), cuda::pack_bf2(n[6], n[7]));
-      // y = round(round(n * round(1 + scale)) + shift) on bf16 pairs.
-      const uint4 ones = make_uint4(0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u);
-      if constexpr (kModulate) y = bf2_add4(bf2_mul4(y, bf2_add4(ones, scv[i])), shv[i]);
+      const uint4 y = rmsnorm_ring::modulate8<kModulate>(xv[i], inv, wv[i], p.weight != nullptr,
+                                                         shv[i], scv[i]);
       emit(c, y);
     } else {
       // Element by element in float32 with explicit roundings (same results); measured faster

@@ -30,6 +30,28 @@ __device__ __forceinline__ uint4 lds_u4(const unsigned char* p, bool pred) {
   return pred ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
 }
 
+// This thread's part of a row's sum of squares, in double (squares of bf16 values are exact, so
+// the sum does not depend on the order) over two chains.
+template <int kVec>
+__device__ __forceinline__ double sum_squares(const uint4 (&xv)[kVec]) {
+  double ss[2] = {0.0, 0.0};
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const double v = cuda::bf16_elem(xv[i], e);
+      ss[e & 1] = fma(v, v, ss[e & 1]);
+    }
+  }
+  return ss[0] + ss[1];
+}
+
+// 1 / sqrt(mean + eps) from the row's sum of squares, rounded as the CPU reference does.
+__device__ __forceinline__ float inv_rms(double sum, int64_t dim, float eps) {
+  const float mean = static_cast<float>(__ddiv_rn(sum, static_cast<double>(dim)));
+  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+}
+
 // y = round(round(n * round(1 + scale)) + shift), n = round(x * inv * w), on 8 packed values:
 // the same operations as the default kernel's bf16-output path.
 template <bool kModulate>
@@ -131,16 +153,7 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
         scv[i] = lds_u4(src + 2 * row_bytes + c * 16, c < nvec);
       }
     }
-    double ss[2] = {0.0, 0.0};  // the default kernel's chains and order
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const double v = cuda::bf16_elem(xv[i], e);
-        ss[e & 1] = fma(v, v, ss[e & 1]);
-      }
-    }
-    const double sum = cuda::block_sum(ss[0] + ss[1]);
+    const double sum = cuda::block_sum(sum_squares(xv));
     // block_sum's barriers order every thread's reads of slot s before this refill.
     if (threadIdx.x == 0) {
       const int64_t next = row + kStages * step;
@@ -149,8 +162,7 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
         t_issue = table_row(next + step);
       }
     }
-    const float mean = static_cast<float>(__ddiv_rn(sum, static_cast<double>(p.dim)));
-    const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, p.eps)));
+    const float inv = inv_rms(sum, p.dim, p.eps);
     __nv_bfloat16* yr = p.y + row * p.y_row_stride;
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
