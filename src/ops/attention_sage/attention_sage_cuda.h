@@ -45,7 +45,7 @@ size_t sage_buffer_bytes(int64_t seq, int64_t heads);
 SageBuffers sage_buffers(void* base, int64_t seq, int64_t heads);
 
 // automatic: fused_l2 where it can run, else two_launch. On the H200 at the seed shape (S=37,810,
-// H=56) fused_l2 takes 1.06 ms and two_launch 1.22 ms (bench/RESULTS.md, session 4).
+// H=56) fused_l2 takes 1.03 ms and two_launch 1.22 ms (bench/RESULTS.md, session 5).
 enum class SagePrepassAlgo { automatic, two_launch, fused_l2 };
 const char* sage_prepass_algo_name(SagePrepassAlgo a);
 
