@@ -34,6 +34,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include "cuda/mma_sm80.cuh"
 #include "ops/attention_sage/attention_sage.h"
 #include "ops/attention_sage/attention_sage_cuda.h"
 #include "ops/attention_sage/prepass_common.cuh"
@@ -41,6 +42,12 @@
 
 namespace h3rt::attention_sage::prepass {
 namespace {
+
+using cuda::cp_async16;
+using cuda::cp_async16_hint;
+using cuda::cp_async_commit;
+using cuda::cp_async_wait;
+using cuda::smem_u32;
 
 constexpr int kThreads = 512;
 constexpr int kVirtual = 1024;                  // per-chunk mappings are written for 1024
@@ -89,29 +96,6 @@ __device__ __forceinline__ Item decode(unsigned i, const Sched& s) {
   return it;
 }
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte cp.async (L2 only); src_bytes 0 zero-fills.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-// The same with an L2 cache policy (createpolicy); dst is a shared-memory address.
-__device__ __forceinline__ void cp_async16_hint(uint32_t dst, const void* src, bool valid,
-                                                uint64_t policy) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
-               "l"(src), "r"(valid ? 16 : 0), "l"(policy));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   unsigned v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
@@ -147,7 +131,8 @@ __device__ void load_q(const uint16_t* qkv, const Dims& n, const Item& it, uint4
   const uint16_t* src = qkv + t * n.row_stride + it.h * kD + m.k4 * 8;
 #pragma unroll
   for (int u = 0; u < 4; ++u)
-    q[u] = t < n.seq ? __ldcs(reinterpret_cast<const uint4*>(src + 32 * u)) : make_uint4(0, 0, 0, 0);
+    q[u] =
+        t < n.seq ? __ldcs(reinterpret_cast<const uint4*>(src + 32 * u)) : make_uint4(0, 0, 0, 0);
 }
 
 // Stages K and V of a chunk (both items need them); zero rows past S. policy: evict-first for B
@@ -157,7 +142,7 @@ __device__ void load_q(const uint16_t* qkv, const Dims& n, const Item& it, uint4
 __device__ void load_kv(const uint16_t* qkv, const Dims& n, const Item& it, uint32_t dst,
                         uint64_t policy) {
   constexpr int kBlockRows = kThreads * 16 / 256;  // 32
-  constexpr int kBlocks = kTokenPad / kBlockRows;   // 4
+  constexpr int kBlocks = kTokenPad / kBlockRows;  // 4
   static_assert(kTokenPad % kBlockRows == 0 && kThreads % 16 == 0, "load_kv mapping");
   // Pointer steps instead of per-load index math (the staging was a third of all instructions).
   const int64_t t0 = int64_t(it.c) * kTokenPad;
@@ -261,7 +246,7 @@ __device__ void reduce_head(const Dims& n, int64_t h, uint8_t* stage, const Sage
 #pragma unroll
       for (int u = 0; u < kSlotChunks * kD / 4 / kD; ++u) {
         const int gi = threadIdx.x + u * kD;
-        if (gi < granules) cp_async16(dst + gi * 16, kp + s * kSlotChunks * kD + gi * 4, true);
+        if (gi < granules) cp_async16(smem_u32(dst + gi * 16), kp + s * kSlotChunks * kD + gi * 4);
       }
     }
     cp_async_commit();
@@ -361,7 +346,8 @@ __device__ void quantize_v(const Dims& n, const Item& it, const uint8_t* tile, c
     w0[q] = device::pack_e4m3(f0[0], f0[1], f0[2], f0[3]);
     w1[q] = device::pack_e4m3(f1[0], f1[1], f1[2], f1[3]);
   }
-  *reinterpret_cast<uint4*>(vout + d * kVoutStride + grp * 16) = make_uint4(w0[0], w0[1], w0[2], w0[3]);
+  *reinterpret_cast<uint4*>(vout + d * kVoutStride + grp * 16) =
+      make_uint4(w0[0], w0[1], w0[2], w0[3]);
   *reinterpret_cast<uint4*>(vout + (d + 1) * kVoutStride + grp * 16) =
       make_uint4(w1[0], w1[1], w1[2], w1[3]);
   __syncthreads();
@@ -399,8 +385,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // desc[UR1]: a memory descriptor in an odd uniform register that nothing writes, and the kernel
   // died with an illegal instruction. A per-thread address selected per stage keeps [R], desc[URn]
   // with the policy.
-  const uint32_t kv_dst0 = smem_addr(stage(0)) + threadIdx.x * 16;
-  const uint32_t kv_dst1 = smem_addr(stage(1)) + threadIdx.x * 16;
+  const uint32_t kv_dst0 = smem_u32(stage(0)) + threadIdx.x * 16;
+  const uint32_t kv_dst1 = smem_u32(stage(1)) + threadIdx.x * 16;
   auto kv_dst = [&](unsigned j) { return j % kStages == 0 ? kv_dst0 : kv_dst1; };
 
   if (threadIdx.x == 0)

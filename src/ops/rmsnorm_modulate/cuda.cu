@@ -119,8 +119,8 @@ __global__ void __launch_bounds__(kMaxThreads<kVec>, kMinBlocks<kVec, kResidual,
 #pragma unroll
     for (int i = 0; i < kVec; ++i) fetch_tables(i);
   }
-  const float inv = rmsnorm_ring::inv_rms(cuda::block_sum(rmsnorm_ring::sum_squares(xv)), p.dim,
-                                         p.eps);
+  const float inv =
+      rmsnorm_ring::inv_rms(cuda::block_sum(rmsnorm_ring::sum_squares(xv)), p.dim, p.eps);
 #pragma unroll
   for (int i = 0; i < kVec; ++i) {
     const int c = threadIdx.x + i * blockDim.x;
