@@ -360,5 +360,37 @@ TEST_F(SageAttentionCuda, PrepassAlgorithmsBitExact) {
   }
 }
 
+// The fused pre-pass publishes each head's mean and V scales tagged with a per-call epoch: calls
+// on new inputs (new means) on the same buffers must never pick up the previous call's words.
+TEST_F(SageAttentionCuda, FusedPrepassNewInputsEachCall) {
+  const int64_t S = 4099, H = 3;
+  const size_t buf_bytes = sage_buffer_bytes(S, H);
+  void* d_buf = nullptr;
+  CUDA_OK(cudaMalloc(&d_buf, buf_bytes));
+  const SageBuffers b = sage_buffers(d_buf, S, H);
+  CUDA_OK(cudaMemset(b.tickets, 0, buf_bytes - (reinterpret_cast<char*>(b.tickets) -
+                                                 static_cast<char*>(d_buf))));
+  std::mt19937 rng(seed());
+  for (int call = 0; call < 4; ++call) {
+    SCOPED_TRACE(testing::Message() << "call " << call);
+    const Host x = make_input(S, H, call % 2 ? Input::k_offset : Input::normal, rng);
+    const Quantized ref = quantize_reference(x.view(), kSmScale);
+    void* d_qkv = nullptr;
+    CUDA_OK(cudaMalloc(&d_qkv, x.bits.size() * 2));
+    CUDA_OK(cudaMemcpy(d_qkv, x.bits.data(), x.bits.size() * 2, cudaMemcpyHostToDevice));
+    SagePrepassParams pp{d_qkv, x.stride, S, H, kSmScale, b};
+    pp.algo = SagePrepassAlgo::fused_l2;
+    CUDA_OK(sage_prepass(pp, nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    const Quantized z = copy_back_quantized(b, S, H);
+    EXPECT_EQ(mismatches(z.k_mean, ref.k_mean), 0);
+    EXPECT_EQ(mismatches(z.v_scale, ref.v_scale), 0);
+    EXPECT_EQ(mismatches(z.k8, ref.k8), 0);
+    EXPECT_EQ(mismatches(z.v8t, ref.v8t), 0);
+    cudaFree(d_qkv);
+  }
+  cudaFree(d_buf);
+}
+
 }  // namespace
 }  // namespace h3rt::attention_sage

@@ -37,15 +37,18 @@ struct SageBuffers {
   float* k_mean = nullptr;      // [H][128]
   float* k_partial = nullptr;   // [Sp/128][H][128] workspace (fused_l2: [H][Sp/128][128])
   float* v_partial = nullptr;   // [Sp/128][H][128] workspace (two_launch only)
-  unsigned* tickets = nullptr;  // [H + 2 + H*128] workspace: per-head tickets, work and exit
-                                // counters, per-head V maxima (fused_l2); kept zero between calls
+  unsigned* tickets = nullptr;  // [H + 3 + H*128] workspace: per-head tickets, work and exit
+                                // counters, per-head V maxima (fused_l2; kept zero between
+                                // calls), then the fused kernel's call counter (its epoch)
+  uint64_t* head_consts = nullptr;  // [H][256] fused_l2 workspace: k_mean | v_scale bits in the
+                                    // low word, the epoch that wrote them in the high word
 };
 
 size_t sage_buffer_bytes(int64_t seq, int64_t heads);
 SageBuffers sage_buffers(void* base, int64_t seq, int64_t heads);
 
 // automatic: fused_l2 where it can run, else two_launch. On the H200 at the seed shape (S=37,810,
-// H=56) fused_l2 takes 1.03 ms and two_launch 1.22 ms (bench/RESULTS.md, session 5).
+// H=56) fused_l2 takes 0.91 ms and two_launch 1.24 ms (bench/RESULTS.md, session 6).
 enum class SagePrepassAlgo { automatic, two_launch, fused_l2 };
 const char* sage_prepass_algo_name(SagePrepassAlgo a);
 

@@ -146,7 +146,7 @@ size_t align256(size_t x) {
 
 size_t sage_buffer_bytes(int64_t seq, int64_t heads) {
   SageBuffers b = sage_buffers(nullptr, seq, heads);
-  return reinterpret_cast<size_t>(b.tickets) + align256((heads * (kD + 1) + 2) * sizeof(unsigned));
+  return reinterpret_cast<size_t>(b.head_consts) + align256(heads * 2 * kD * sizeof(uint64_t));
 }
 
 SageBuffers sage_buffers(void* base, int64_t seq, int64_t heads) {
@@ -167,7 +167,8 @@ SageBuffers sage_buffers(void* base, int64_t seq, int64_t heads) {
   b.k_mean = reinterpret_cast<float*>(take(heads * kD * 4));
   b.k_partial = reinterpret_cast<float*>(take(chunks * heads * kD * 4));
   b.v_partial = reinterpret_cast<float*>(take(chunks * heads * kD * 4));
-  b.tickets = reinterpret_cast<unsigned*>(take((heads * (kD + 1) + 2) * sizeof(unsigned)));
+  b.tickets = reinterpret_cast<unsigned*>(take((heads * (kD + 1) + 3) * sizeof(unsigned)));
+  b.head_consts = reinterpret_cast<uint64_t*>(take(heads * 2 * kD * sizeof(uint64_t)));
   return b;
 }
 
