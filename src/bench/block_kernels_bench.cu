@@ -245,7 +245,12 @@ nlohmann::json bench_memory_bound(const BlockKernelsBenchOptions& o, cudaStream_
       h.push_back(dev_bf16({S, 2 * F}, 400 + k, 4.0f));
       g.push_back(cuda::device_empty(DType::bf16, {S, F}));
     }
-    for (bool exact : {true, false}) {
+    Tensor table = cuda::device_empty(DType::bf16, {ops::kSiluTableEntries});
+    check(ops::swiglu_silu_table_cuda(B(table), s), "swiglu table");
+    // The block's default (silu table), then the two math paths.
+    const std::pair<int, const char*> modes[] = {
+        {0, "swiglu (silu table, default)"}, {1, "swiglu (exact exp)"}, {2, "swiglu (fast exp)"}};
+    for (const auto& [mode, name] : modes) {
       H3RT_NVTX_RANGE("bench.swiglu");
       Timing t = time_it(o, s, [&](int i) {
         ops::SwigluCudaParams p;
@@ -253,11 +258,11 @@ nlohmann::json bench_memory_bound(const BlockKernelsBenchOptions& o, cudaStream_
         p.out = B(g[i % kSets]);
         p.rows = S;
         p.ffn = F;
-        p.exact_exp = exact;
+        p.exact_exp = mode != 2;
+        p.silu_table = mode == 0 ? B(table) : nullptr;
         check(ops::swiglu_cuda(p, s), "swiglu");
       });
-      out.push_back(mem_entry(exact ? "swiglu (exact exp)" : "swiglu (fast exp)", 3 * bf * S * F, t,
-                              copy_gbps));
+      out.push_back(mem_entry(name, 3 * bf * S * F, t, copy_gbps));
     }
   }
   return out;

@@ -166,6 +166,8 @@ BlockCudaBuffers make_block_buffers(const H3Config& c, int64_t rows, int64_t tab
   b.y = cuda::device_empty(DType::bf16, {rows, c.hidden});
   b.h = cuda::device_empty(DType::bf16, {rows, 2 * c.ffn});
   b.g = cuda::device_empty(DType::bf16, {rows, c.ffn});
+  b.silu_table = cuda::device_empty(DType::bf16, {ops::kSiluTableEntries});
+  H3RT_CUDA_CHECK(ops::swiglu_silu_table_cuda(bp(b.silu_table), nullptr));
   b.table = cuda::device_empty(DType::bf16, {table_rows, 6 * c.hidden});
   b.row_index = cuda::device_empty(DType::i64, {rows});
   b.cos = cuda::device_empty(DType::f32, {rows, c.rope_dim()});
@@ -280,6 +282,7 @@ void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffer
   sw.out = bp(b.g);
   sw.rows = S;
   sw.ffn = F;
+  sw.silu_table = bp(b.silu_table);
   const bool fused_fc2 = fused_input(w.fc2);
   if (fused_fc2) {
     sw.out = nullptr;

@@ -67,17 +67,18 @@ DeviceBlock upload_block(const RefinerBlockWeights& w);
 // The activations of one block at S rows, allocated once and reused across blocks.
 struct BlockCudaBuffers {
   int64_t rows = 0, hidden = 0, heads = 0, ffn = 0;
-  Tensor x;          // [S, H] residual stream, updated in place
-  Tensor n;          // [S, H] normalized + modulated
-  Tensor qkv;        // [S, 3I]
-  Tensor attn;       // [S, I]
-  Tensor y;          // [S, H] projection outputs
-  Tensor h;          // [S, 2F]
-  Tensor g;          // [S, F]
-  Tensor table;      // [3M, 6H] modulation table (shift_msa, scale_msa, gate_msa, shift_mlp, ...)
-  Tensor row_index;  // [S] int64: timestep_index * 3 + tag
-  Tensor cos, sin;   // [S, 96] float32 RoPE tables
-  Tensor x8;         // [S, max(H, I, F)] e4m3 activations of fp8 layers (empty without them)
+  Tensor x;           // [S, H] residual stream, updated in place
+  Tensor n;           // [S, H] normalized + modulated
+  Tensor qkv;         // [S, 3I]
+  Tensor attn;        // [S, I]
+  Tensor y;           // [S, H] projection outputs
+  Tensor h;           // [S, 2F]
+  Tensor g;           // [S, F]
+  Tensor silu_table;  // [65536] bf16 round(silu(g)) by the bits of g (swiglu's table path)
+  Tensor table;       // [3M, 6H] modulation table (shift_msa, scale_msa, gate_msa, shift_mlp, ...)
+  Tensor row_index;   // [S] int64: timestep_index * 3 + tag
+  Tensor cos, sin;    // [S, 96] float32 RoPE tables
+  Tensor x8;          // [S, max(H, I, F)] e4m3 activations of fp8 layers (empty without them)
   // fp8 layers with dynamic activation scales: the current projection's scale (device f32
   // scalar read by its GEMM) and the quantizer's workspace (no initialisation needed).
   Tensor x8_scale, x8_workspace;

@@ -368,8 +368,8 @@ TEST_F(SageAttentionCuda, FusedPrepassNewInputsEachCall) {
   void* d_buf = nullptr;
   CUDA_OK(cudaMalloc(&d_buf, buf_bytes));
   const SageBuffers b = sage_buffers(d_buf, S, H);
-  CUDA_OK(cudaMemset(b.tickets, 0, buf_bytes - (reinterpret_cast<char*>(b.tickets) -
-                                                 static_cast<char*>(d_buf))));
+  CUDA_OK(cudaMemset(b.tickets, 0,
+                     buf_bytes - (reinterpret_cast<char*>(b.tickets) - static_cast<char*>(d_buf))));
   std::mt19937 rng(seed());
   for (int call = 0; call < 4; ++call) {
     SCOPED_TRACE(testing::Message() << "call " << call);

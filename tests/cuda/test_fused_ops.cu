@@ -433,31 +433,43 @@ TEST(CudaFusedOps, RmsNormModulateRingVariantsBitExact) {
   run_rms_variants({64, 4096 + 8, true, false});  // ragged width, no weight
 }
 
-void run_swiglu(bool exact) {
+// round_bf16(silu(g)) for every bf16 g, as swiglu_cpu computes it, on the GPU.
+Tensor silu_table_on_gpu() {
+  Tensor t = test::device_buffer(DType::bf16, {ops::kSiluTableEntries});
+  H3RT_CUDA_CHECK(ops::swiglu_silu_table_cuda(dptr<__nv_bfloat16>(t), nullptr));
+  return t;
+}
+
+void run_swiglu(bool exact, bool table = false, int64_t rows = 1500, int64_t ffn = kF) {
   const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  SCOPED_TRACE("seed " + std::to_string(seed) + " rows " + std::to_string(rows) + " ffn " +
+               std::to_string(ffn) + (table ? " (table)" : ""));
   std::mt19937_64 g(seed);
-  const int64_t rows = 1500;
-  Bf16Data h = test::random_bf16(rows * 2 * kF, g, 0.0f, 3.0f);
-  std::vector<float> want(rows * kF);
+  Bf16Data h = test::random_bf16(rows * 2 * ffn, g, 0.0f, 3.0f);
+  std::vector<float> want(rows * ffn);
   ops::SwigluParams c;
   c.in = h.f.data();
   c.out = want.data();
   c.rows = rows;
-  c.ffn = kF;
+  c.ffn = ffn;
   c.bf16 = true;
   ops::swiglu_cpu(c);
-  Tensor dh = test::upload(h.bits, DType::bf16, {rows, 2 * kF});
-  Tensor dout = test::device_buffer(DType::bf16, {rows, kF});
+  Tensor dh = test::upload(h.bits, DType::bf16, {rows, 2 * ffn});
+  Tensor dout = test::device_buffer(DType::bf16, {rows, ffn});
   ops::SwigluCudaParams p;
   p.in = bf(dh);
   p.out = dptr<__nv_bfloat16>(dout);
   p.rows = rows;
-  p.ffn = kF;
+  p.ffn = ffn;
   p.exact_exp = exact;
+  Tensor dtable;
+  if (table) {
+    dtable = silu_table_on_gpu();
+    p.silu_table = dptr<__nv_bfloat16>(dtable);
+  }
   ASSERT_EQ(ops::swiglu_cuda(p, nullptr), cudaSuccess);
   auto cmp = test::compare_bf16(test::download<uint16_t>(dout), want.data(), want.size());
-  if (exact) {
+  if (exact || table) {
     EXPECT_EQ(cmp.mismatches, 0) << "max " << cmp.max_ulp << " ulp, first at " << cmp.first_bad;
   } else {
     EXPECT_LE(cmp.max_ulp, 1);
@@ -476,6 +488,31 @@ TEST(CudaFusedOps, SwigluExactExpBitExact) {
 TEST(CudaFusedOps, SwigluFastExpWithinOneUlp) {
   H3RT_REQUIRE_GPU();
   run_swiglu(false);
+}
+
+// Every one of the 65,536 table entries against the CPU reference's silu rounded to bf16.
+TEST(CudaFusedOps, SwigluSiluTableExhaustive) {
+  H3RT_REQUIRE_GPU();
+  const std::vector<uint16_t> got = test::download<uint16_t>(silu_table_on_gpu());
+  int64_t bad = 0, first = -1;
+  for (uint32_t i = 0; i < ops::kSiluTableEntries; ++i) {
+    const float gate = bf16_to_f32(static_cast<uint16_t>(i));
+    const uint16_t want = f32_to_bf16(ops::silu(gate));
+    // silu(NaN) and silu(-inf) (= -inf / inf) are NaN: any NaN pattern will do.
+    const bool both_nan = std::isnan(bf16_to_f32(want)) && std::isnan(bf16_to_f32(got[i]));
+    if (got[i] != want && !both_nan) bad += 1, first = first < 0 ? i : first;
+  }
+  EXPECT_EQ(bad, 0) << "first differing gate bits 0x" << std::hex << first;
+}
+
+// The table kernel (persistent, grid-strided vectors): the seed width and awkward shapes (one
+// vector per row, one row, a ragged last stride).
+TEST(CudaFusedOps, SwigluTablePathBitExact) {
+  H3RT_REQUIRE_GPU();
+  run_swiglu(true, true);
+  run_swiglu(false, true, 777, 24);
+  run_swiglu(true, true, 1, 8);
+  run_swiglu(true, true, 3001, 1000);
 }
 
 }  // namespace

@@ -28,18 +28,18 @@ namespace h3rt::attention_sage {
 // Device buffers for one (S, H): carved from one allocation by sage_buffers(). The allocation
 // must be zero-filled once after it is made (the per-head tickets reset themselves).
 struct SageBuffers {
-  int8_t* q8 = nullptr;         // [H][Sp][128]
-  int8_t* k8 = nullptr;         // [H][Sp][128]
-  uint8_t* v8t = nullptr;       // [H][128][Sp]
-  float* q_scale = nullptr;     // [H][Sp/16*8]
-  float* k_scale = nullptr;     // [H][Sp/128*4]
-  float* v_scale = nullptr;     // [H][128]
-  float* k_mean = nullptr;      // [H][128]
-  float* k_partial = nullptr;   // [Sp/128][H][128] workspace (fused_l2: [H][Sp/128][128])
-  float* v_partial = nullptr;   // [Sp/128][H][128] workspace (two_launch only)
-  unsigned* tickets = nullptr;  // [H + 3 + H*128] workspace: per-head tickets, work and exit
-                                // counters, per-head V maxima (fused_l2; kept zero between
-                                // calls), then the fused kernel's call counter (its epoch)
+  int8_t* q8 = nullptr;             // [H][Sp][128]
+  int8_t* k8 = nullptr;             // [H][Sp][128]
+  uint8_t* v8t = nullptr;           // [H][128][Sp]
+  float* q_scale = nullptr;         // [H][Sp/16*8]
+  float* k_scale = nullptr;         // [H][Sp/128*4]
+  float* v_scale = nullptr;         // [H][128]
+  float* k_mean = nullptr;          // [H][128]
+  float* k_partial = nullptr;       // [Sp/128][H][128] workspace (fused_l2: [H][Sp/128][128])
+  float* v_partial = nullptr;       // [Sp/128][H][128] workspace (two_launch only)
+  unsigned* tickets = nullptr;      // [H + 3 + H*128] workspace: per-head tickets, work and exit
+                                    // counters, per-head V maxima (fused_l2; kept zero between
+                                    // calls), then the fused kernel's call counter (its epoch)
   uint64_t* head_consts = nullptr;  // [H][256] fused_l2 workspace: k_mean | v_scale bits in the
                                     // low word, the epoch that wrote them in the high word
 };

@@ -39,7 +39,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
-
 #include "cuda/mma_sm80.cuh"
 #include "ops/attention_sage/attention_sage.h"
 #include "ops/attention_sage/attention_sage_cuda.h"
@@ -241,9 +240,9 @@ __device__ __forceinline__ void bar_chain() {  // the 4 warps of the K-mean chai
 }
 
 // The last A item of head h: k_mean = (sum of the chunk partials in chunk order) / S and v_scale
-// from the atomic channel maxima (read and reset to 0), stored plain and tagged with the epoch. Warps 0-3 run the sequential sums; the
-// partials stream through the current K/V stage (64 KB) as a ring of 4 slots of 32 chunks,
-// filled by cp.async kSlots slots ahead of the chain.
+// from the atomic channel maxima (read and reset to 0), stored plain and tagged with the epoch.
+// Warps 0-3 run the sequential sums; the partials stream through the current K/V stage (64 KB) as a
+// ring of 4 slots of 32 chunks, filled by cp.async kSlots slots ahead of the chain.
 __device__ void reduce_head(const Dims& n, int64_t h, uint8_t* stage, unsigned epoch,
                             const SageBuffers& buf) {
   if (threadIdx.x >= kD) return;

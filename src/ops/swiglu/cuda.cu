@@ -11,6 +11,7 @@
 // within kGuard = 64 of the midpoint, and gates outside [2^-100, 64) (where s could be subnormal
 // or exp overflow; inf/nan), are recomputed exactly: about 0.2% of the elements.
 // The fast path (exact_exp = false) keeps the device expf and the IEEE division only.
+// The table path (swiglu.h) replaces silu by a shared-memory lookup of the exact path's value.
 #include <algorithm>
 
 #include "cuda/device_math.cuh"
@@ -83,6 +84,77 @@ __global__ void swiglu_kernel(SwigluCudaParams p) {
   if constexpr (kFuse == kFuseEncode) fused_scale_padding(p.nvfp4, p.rows, p.ffn);
 }
 
+__global__ void silu_table_kernel(uint16_t* table) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < kSiluTableEntries) {
+    const float s = rbf(silu_double_exp(__uint_as_float(static_cast<uint32_t>(i) << 16)));
+    table[i] = static_cast<uint16_t>(__float_as_uint(s) >> 16);
+  }
+}
+
+constexpr int kTableThreads = 1024;
+constexpr int kTableBytes = kSiluTableEntries * 2;
+constexpr int kTableUnroll = 4;  // 16-byte vectors of gate and value per thread in flight
+
+// Two bf16 gates (one word) -> their rounded silu values as floats, from the shared table.
+__device__ __forceinline__ float silu_lo(const uint16_t* t, uint32_t w) {
+  return __uint_as_float(static_cast<uint32_t>(t[w & 0xffffu]) << 16);
+}
+__device__ __forceinline__ float silu_hi(const uint16_t* t, uint32_t w) {
+  return __uint_as_float(static_cast<uint32_t>(t[w >> 16]) << 16);
+}
+
+// Persistent: the table is copied to shared memory once per CTA, then the CTAs walk the 16-byte
+// vectors of all rows (vector v = row * nvec + c) with a grid stride, kTableUnroll at a time.
+__global__ void __launch_bounds__(kTableThreads, 1)
+    swiglu_table_kernel(SwigluCudaParams p, uint32_t nvec, uint32_t total) {
+  extern __shared__ uint4 table4[];
+  const uint4* src = reinterpret_cast<const uint4*>(p.silu_table);
+  for (int i = threadIdx.x; i < kTableBytes / 16; i += blockDim.x) table4[i] = __ldg(src + i);
+  __syncthreads();
+  const uint16_t* table = reinterpret_cast<const uint16_t*>(table4);
+  const uint32_t stride = gridDim.x * blockDim.x, step_r = stride / nvec, step_c = stride % nvec;
+  uint32_t v = blockIdx.x * blockDim.x + threadIdx.x, row = v / nvec, c = v % nvec;
+  while (v < total) {
+    uint4 gv[kTableUnroll], vv[kTableUnroll];
+    uint32_t at_row[kTableUnroll], at_c[kTableUnroll];
+    bool ok[kTableUnroll];
+#pragma unroll
+    for (int k = 0; k < kTableUnroll; ++k) {
+      ok[k] = v < total;
+      at_row[k] = row, at_c[k] = c;
+      const __nv_bfloat16* g = p.in + int64_t(row) * p.in_row_stride + c * 8;
+      gv[k] = cuda::load_u4_stream(g, ok[k]);
+      vv[k] = cuda::load_u4_stream(g + p.ffn, ok[k]);
+      v += stride, row += step_r, c += step_c;  // total + stride < 2^32 (checked by the launcher)
+      if (c >= nvec) c -= nvec, ++row;
+    }
+#pragma unroll
+    for (int k = 0; k < kTableUnroll; ++k) {
+      const uint32_t gw[4] = {gv[k].x, gv[k].y, gv[k].z, gv[k].w};
+      const uint32_t vw[4] = {vv[k].x, vv[k].y, vv[k].z, vv[k].w};
+      uint32_t o[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        o[j] =
+            cuda::pack_bf2(__fmul_rn(silu_lo(table, gw[j]), __uint_as_float(vw[j] << 16)),
+                           __fmul_rn(silu_hi(table, gw[j]), __uint_as_float(vw[j] & 0xffff0000u)));
+      if (ok[k])
+        cuda::store_u4(p.out + int64_t(at_row[k]) * p.out_row_stride + at_c[k] * 8,
+                       make_uint4(o[0], o[1], o[2], o[3]));
+    }
+  }
+}
+
+// The table kernel's grid (0 where it cannot run: too little shared memory, too many vectors).
+int table_grid(const SwigluCudaParams& p) {
+  const int64_t total = p.rows * (p.ffn / 8);
+  if (total >= (int64_t{1} << 31)) return 0;
+  const int grid = cuda::resident_grid(reinterpret_cast<const void*>(swiglu_table_kernel),
+                                       kTableThreads, kTableBytes, 8);
+  return static_cast<int>(std::min<int64_t>(grid, (total + kTableThreads - 1) / kTableThreads));
+}
+
 template <int kFuse>
 void launch(const SwigluCudaParams& p, int threads, cudaStream_t stream) {
   const unsigned grid = static_cast<unsigned>(p.rows);
@@ -108,14 +180,19 @@ cudaError_t swiglu_cuda(const SwigluCudaParams& in, cudaStream_t stream) {
   H3RT_CHECK(p.ffn % 8 == 0 && p.in_row_stride % 8 == 0 && p.out_row_stride % 8 == 0,
              "swiglu_cuda: ffn ", p.ffn, " and row strides must be multiples of 8");
   H3RT_CHECK(p.in_row_stride >= 2 * p.ffn, "swiglu_cuda: input row stride < 2*ffn");
-  H3RT_CHECK(aligned16(p.in) && aligned16(p.out), "swiglu_cuda: pointers must be 16-byte aligned");
+  H3RT_CHECK(aligned16(p.in) && aligned16(p.out) && aligned16(p.silu_table),
+             "swiglu_cuda: pointers must be 16-byte aligned");
   if (p.rows == 0)
     return nvfp4 && p.nvfp4.computed()
                ? cudaMemsetAsync(p.nvfp4.global_scale, 0, sizeof(float), stream)
                : cudaSuccess;
   const int nvec = static_cast<int>(p.ffn / 8);
   const int threads = std::min(256, (nvec + 31) / 32 * 32);
-  if (!nvfp4) {
+  const int tgrid = !nvfp4 && p.silu_table ? table_grid(p) : 0;
+  if (tgrid > 0) {
+    swiglu_table_kernel<<<tgrid, kTableThreads, kTableBytes, stream>>>(
+        p, static_cast<uint32_t>(nvec), static_cast<uint32_t>(p.rows * nvec));
+  } else if (!nvfp4) {
     launch<kFuseNone>(p, threads, stream);
   } else if (!p.nvfp4.computed()) {
     launch<kFuseEncode>(p, threads, stream);
@@ -124,6 +201,13 @@ cudaError_t swiglu_cuda(const SwigluCudaParams& in, cudaStream_t stream) {
     launch<kFuseEncode>(p, threads, stream);
   }
   return H3RT_LAUNCH_CHECK("swiglu");
+}
+
+cudaError_t swiglu_silu_table_cuda(__nv_bfloat16* table, cudaStream_t stream) {
+  H3RT_CHECK(table && aligned16(table), "swiglu_silu_table_cuda: table must be 16-byte aligned");
+  silu_table_kernel<<<kSiluTableEntries / 256, 256, 0, stream>>>(
+      reinterpret_cast<uint16_t*>(table));
+  return H3RT_LAUNCH_CHECK("swiglu silu table");
 }
 
 }  // namespace h3rt::ops

@@ -42,15 +42,27 @@ namespace h3rt::ops {
 // the block size), one shuffle gives the block amax. Given g: one launch. Computed g: pass 1
 // computes out and reduces amax|out| only (its last CTA stores g); pass 2 recomputes and
 // encodes: the fc1 output is read twice, out is never stored.
+//
+// Table path (silu_table set, no NVFP4 output, a device with >= 128 KB of shared memory per block;
+// elsewhere the kernel above runs): round_bf16(silu(g)) is looked up by the 16 bits of g in a
+// 65,536-entry table held in shared memory, so an element costs a load, a multiply and a rounding
+// instead of exp and a division. The table comes from swiglu_silu_table_cuda, which evaluates
+// every entry by the exact path, so the table path is bit-exact with swiglu_cpu as exact_exp is
+// (tested exhaustively), whatever exact_exp says.
 struct SwigluCudaParams {
   const __nv_bfloat16* in = nullptr;  // [rows, in_row_stride (0: 2*ffn)], [gate | value]
   __nv_bfloat16* out = nullptr;       // [rows, out_row_stride (0: ffn)]; may be null with nvfp4
   int64_t rows = 0, ffn = 0, in_row_stride = 0, out_row_stride = 0;
   bool exact_exp = true;
   Nvfp4Out nvfp4;  // optional NVFP4 output of out ([rows, ffn]); disabled by default
+  const __nv_bfloat16* silu_table = nullptr;  // optional [kSiluTableEntries], see above
 };
 
 cudaError_t swiglu_cuda(const SwigluCudaParams& p, cudaStream_t stream);
+
+// Fills table[i] = round_bf16(silu(g)) for the bf16 g whose bits are i, as swiglu_cpu rounds it.
+constexpr int64_t kSiluTableEntries = 65536;
+cudaError_t swiglu_silu_table_cuda(__nv_bfloat16* table, cudaStream_t stream);
 
 }  // namespace h3rt::ops
 #endif  // H3RT_HAVE_CUDA
