@@ -137,6 +137,24 @@ int64_t mismatches(const std::vector<T>& a, const std::vector<T>& b) {
   return n;
 }
 
+// One pre-pass call on the device copy of x; every output must equal the CPU reference bit for
+// bit (fields not written are poisoned or stale in the callers, so a missed write shows).
+void expect_prepass_exact(const void* d_qkv, const Host& x, int64_t S, int64_t H,
+                          const SageBuffers& b, SagePrepassAlgo algo, const Quantized& ref) {
+  SagePrepassParams pp{d_qkv, x.stride, S, H, kSmScale, b};
+  pp.algo = algo;
+  CUDA_OK(sage_prepass(pp, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  const Quantized z = copy_back_quantized(b, S, H);
+  EXPECT_EQ(mismatches(z.k_mean, ref.k_mean), 0);
+  EXPECT_EQ(mismatches(z.v_scale, ref.v_scale), 0);
+  EXPECT_EQ(mismatches(z.q_scale, ref.q_scale), 0);
+  EXPECT_EQ(mismatches(z.k_scale, ref.k_scale), 0);
+  EXPECT_EQ(mismatches(z.q8, ref.q8), 0);
+  EXPECT_EQ(mismatches(z.k8, ref.k8), 0);
+  EXPECT_EQ(mismatches(z.v8t, ref.v8t), 0);
+}
+
 struct Err {
   double rel_l2, cosine, max_abs;
 };
@@ -337,18 +355,7 @@ TEST_F(SageAttentionCuda, PrepassAlgorithmsBitExact) {
       SCOPED_TRACE(testing::Message() << "S=" << S << " H=" << H << " call " << call
                                       << " algo=" << sage_prepass_algo_name(calls[call]));
       CUDA_OK(cudaMemset(d_buf, 0xab, poison_bytes));
-      SagePrepassParams pp{d_qkv, x.stride, S, H, kSmScale, b};
-      pp.algo = calls[call];
-      CUDA_OK(sage_prepass(pp, nullptr));
-      CUDA_OK(cudaDeviceSynchronize());
-      const Quantized z = copy_back_quantized(b, S, H);
-      EXPECT_EQ(mismatches(z.k_mean, ref.k_mean), 0);
-      EXPECT_EQ(mismatches(z.v_scale, ref.v_scale), 0);
-      EXPECT_EQ(mismatches(z.q_scale, ref.q_scale), 0);
-      EXPECT_EQ(mismatches(z.k_scale, ref.k_scale), 0);
-      EXPECT_EQ(mismatches(z.q8, ref.q8), 0);
-      EXPECT_EQ(mismatches(z.k8, ref.k8), 0);
-      EXPECT_EQ(mismatches(z.v8t, ref.v8t), 0);
+      expect_prepass_exact(d_qkv, x, S, H, b, calls[call], ref);
       std::vector<unsigned> counters;
       copy_back(counters, b.tickets, H + 2 + H * kHeadDim);
       int64_t nonzero = 0;
@@ -378,15 +385,7 @@ TEST_F(SageAttentionCuda, FusedPrepassNewInputsEachCall) {
     void* d_qkv = nullptr;
     CUDA_OK(cudaMalloc(&d_qkv, x.bits.size() * 2));
     CUDA_OK(cudaMemcpy(d_qkv, x.bits.data(), x.bits.size() * 2, cudaMemcpyHostToDevice));
-    SagePrepassParams pp{d_qkv, x.stride, S, H, kSmScale, b};
-    pp.algo = SagePrepassAlgo::fused_l2;
-    CUDA_OK(sage_prepass(pp, nullptr));
-    CUDA_OK(cudaDeviceSynchronize());
-    const Quantized z = copy_back_quantized(b, S, H);
-    EXPECT_EQ(mismatches(z.k_mean, ref.k_mean), 0);
-    EXPECT_EQ(mismatches(z.v_scale, ref.v_scale), 0);
-    EXPECT_EQ(mismatches(z.k8, ref.k8), 0);
-    EXPECT_EQ(mismatches(z.v8t, ref.v8t), 0);
+    expect_prepass_exact(d_qkv, x, S, H, b, SagePrepassAlgo::fused_l2, ref);
     cudaFree(d_qkv);
   }
   cudaFree(d_buf);
