@@ -17,11 +17,18 @@
 // Registers: launch bounds give 384 x 168; setmaxnreg moves them from WG0 (24) to the consumers
 // (240), which hold 128 accumulators, two sets of A fragments and the dequantization temporaries.
 // Keep ptxas free of C7512 / spills here (-Xptxas -v): serialized wgmma cost 40% of the speed.
-// Dequantization: a code (s, e1 e0 m) becomes the e4m3 byte s|000|e1 e0 m|00 (= value * 2^-6,
-// exact, no subnormal f16 on the way), cvt e4m3x2 -> f16x2, times the block scale * 64 in f16:
-// e2m1 * e4m3 has at most 6 significant bits and lies in [2^-10, 2688], exact in f16 (W4A4:
-// f16 wgmma) and in bf16 (W4A16: bf16 wgmma after an exact f16 -> bf16 conversion). Products
-// are exact; only the fp32 accumulation order differs from other algorithms.
+// Dequantization, W4A4: a code (s, e1 e0 m) becomes the high byte s|000|e1 e0 m|0 of an f16 whose
+// low byte is 0, i.e. value * 2^-14 (0.5 lands on the f16 subnormal 2^-15, exactly like the
+// e2m1 subnormal), built with shifts and masks and spread into f16 pairs with byte permutes (no
+// conversion instruction: the e4m3 -> f16 cvt runs at a quarter of the integer pipe's rate and
+// bounded this loop), then times the block scale * 2^7 in f16 (<= 448 * 128 < 65504). The
+// product value * scale * 2^-7 has at most 6 significant bits and is a multiple of 2^-17 in
+// [2^-17, 21]: exact in f16. Both operands carry 2^-7, so the epilogue's alpha carries 2^14; a
+// power-of-two scaling of every product leaves each fp32 rounding unchanged, so the outputs are
+// the same bits as with unscaled products. W4A16: the code becomes the e4m3 byte s|000|e1 e0 m|00
+// (= value * 2^-6), cvt e4m3x2 -> f16x2, times the scale * 64 in f16 (exact, in [2^-10, 2688]),
+// then an exact f16 -> bf16 conversion for the bf16 wgmma. Products are exact; only the fp32
+// accumulation order differs from other algorithms.
 // W4A4 K order: a dot product does not care how K is permuted as long as both operands agree.
 // Each A thread holds the 16 elements of ONE scale block per row (quad lane q <-> block q), in
 // the order the conversion produces them; the W tile is written in the same permuted order.
@@ -140,16 +147,24 @@ __device__ __forceinline__ uint32_t scale_x2(uint32_t s4, int q) {
   const uint32_t pair = __byte_perm(s4, 0, static_cast<uint32_t>(q * 0x11));
   return hmul2(e4m3x2_to_f16x2(pair), 0x54005400u);  // f16 64.0 twice
 }
+// The same as {128 s, 128 s} (W4A4: undoes 2^-7 of the 2^-14 of the codes below).
+__device__ __forceinline__ uint32_t scale_x2_w4a4(uint32_t s4, int q) {
+  const uint32_t pair = __byte_perm(s4, 0, static_cast<uint32_t>(q * 0x11));
+  return hmul2(e4m3x2_to_f16x2(pair), 0x58005800u);  // f16 128.0 twice
+}
+// Codes -> f16 (times 2^-14, see the header) in the dequant8 order below.
+constexpr float kW4A4CodeScale = 16384.0f;  // 2^14: undone by alpha
 // Eight e2m1 codes (one 32-bit word, element 2j in the high nibble of byte j) times the scale,
-// as f16x2: r[0] = (e0, e2), r[1] = (e4, e6), r[2] = (e1, e3), r[3] = (e5, e7). Each code
-// s|e1 e0 m is rebuilt as the e4m3 byte s|000|e1 e0 m|00, whose value is the code's * 2^-6.
+// as f16x2: r[0] = (e0, e2), r[1] = (e4, e6), r[2] = (e1, e3), r[3] = (e5, e7). Byte j of h
+// (l) is the f16 high byte s|000|e1 e0 m|0 of element 2j (2j + 1); a byte permute puts two of
+// them above zero low bytes.
 __device__ __forceinline__ void dequant8(uint32_t q, uint32_t sc, uint32_t (&r)[4]) {
-  const uint32_t h = (q & 0x80808080u) | ((q >> 2) & 0x1C1C1C1Cu);
-  const uint32_t l = ((q << 4) & 0x80808080u) | ((q << 2) & 0x1C1C1C1Cu);
-  r[0] = hmul2(e4m3x2_to_f16x2(h), sc);
-  r[1] = hmul2(e4m3x2_hi_to_f16x2(h), sc);
-  r[2] = hmul2(e4m3x2_to_f16x2(l), sc);
-  r[3] = hmul2(e4m3x2_hi_to_f16x2(l), sc);
+  const uint32_t h = (q & 0x80808080u) | ((q >> 3) & 0x0E0E0E0Eu);
+  const uint32_t l = ((q << 4) & 0x80808080u) | ((q << 1) & 0x0E0E0E0Eu);
+  r[0] = hmul2(__byte_perm(h, 0, 0x1404), sc);
+  r[1] = hmul2(__byte_perm(h, 0, 0x3424), sc);
+  r[2] = hmul2(__byte_perm(l, 0, 0x1404), sc);
+  r[3] = hmul2(__byte_perm(l, 0, 0x3424), sc);
 }
 __device__ __forceinline__ uint32_t f16x2_to_bf16x2(uint32_t v) {
   const __half2 h = *reinterpret_cast<const __half2*>(&v);
@@ -180,7 +195,7 @@ __device__ __forceinline__ void dequant_w_row_perm(uint32_t st_w, uint32_t st_sc
   const uint32_t w[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
   uint32_t sc[4];
 #pragma unroll
-  for (int q = 0; q < 4; ++q) sc[q] = scale_x2(s4, q);
+  for (int q = 0; q < 4; ++q) sc[q] = scale_x2_w4a4(s4, q);
 #pragma unroll
   for (int wi = 0; wi < 2; ++wi) {
     uint32_t r[4][4];
@@ -222,7 +237,7 @@ __device__ __forceinline__ void dequant_a_frag(uint32_t st_a, uint32_t st_sc, in
     const int r = r0 + 8 * i;
     const uint2 v = lds64(sw32(st_a, r, q >> 1) + ((q & 1) << 3));
     const uint32_t sb = lds8(st_sc + (r & 31) * 16 + ((r >> 5) & 3) * 4 + q);
-    const uint32_t sc = scale_x2(sb, 0);
+    const uint32_t sc = scale_x2_w4a4(sb, 0);
     uint32_t x[4], z[4];
     dequant8(v.x, sc, x);
     dequant8(v.y, sc, z);
@@ -375,7 +390,7 @@ struct Consumer {
 
   // y = bf16(alpha * acc + bias): thread rows r0, r0 + 8; columns 8j + 2q, +1.
   __device__ __forceinline__ void epilogue(int mt, int nt) {
-    const float alpha = kW4A4 ? *a.a_global * *a.w_global : *a.w_global;
+    const float alpha = kW4A4 ? *a.a_global * *a.w_global * kW4A4CodeScale : *a.w_global;
     const int col0 = nt * kBN + 2 * q;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
