@@ -22,10 +22,9 @@ using prepass::bf16f;
 using prepass::dev_int8_scale;
 using prepass::dev_pack_i8;
 using prepass::Dims;
-using prepass::finish_head;
+using prepass::head_k_mean;
+using prepass::head_v_scale;
 using prepass::kD;
-using prepass::quantize_k_chunk;
-using prepass::quantize_v_chunk;
 using prepass::token_of_slot;
 using prepass::unpack8;
 using prepass::warp_max;
@@ -94,6 +93,92 @@ __device__ void chunk_stats(const uint16_t* qkv, const Dims& n, int64_t c, int64
   }
   buf.k_partial[(c * n.heads + h) * kD + d] = chunk;
   buf.v_partial[(c * n.heads + h) * kD + d] = vmx;
+}
+
+// The last chunk of a head: reduce all partials in chunk order (L2 reads, 16 chunks in flight).
+// Thread d (0..127) = channel d.
+__device__ __forceinline__ void finish_head(const Dims& n, int64_t h, const SageBuffers& buf,
+                                            int d) {
+  constexpr int kBatch = 16;
+  const int64_t chunks = n.padded / kTokenPad;
+  float total = 0.0f, vmx = 0.0f;
+  for (int64_t c0 = 0; c0 < chunks; c0 += kBatch) {
+    float kb[kBatch], vb[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      int64_t idx = ((c0 + i) * n.heads + h) * kD + d;
+      kb[i] = c0 + i < chunks ? __ldcg(buf.k_partial + idx) : 0.0f;
+      vb[i] = c0 + i < chunks ? __ldcg(buf.v_partial + idx) : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      if (c0 + i < chunks) total = __fadd_rn(total, kb[i]);
+      vmx = fmaxf(vmx, vb[i]);
+    }
+  }
+  buf.k_mean[h * kD + d] = head_k_mean(total, n);
+  buf.v_scale[h * kD + d] = head_v_scale(vmx);
+}
+
+// K of one chunk from a bf16 tile [128 rows][128] (rows past S ignored): warp g (0..3 = warps
+// 0..3 of the block) = scale group (keys 8j + 2g + {0,1}); lane = 4 channels.
+__device__ __forceinline__ void quantize_k_chunk(const Dims& n, int64_t c, int64_t h,
+                                                 const uint16_t* tile, const SageBuffers& buf) {
+  const int g = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float mean[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) mean[i] = buf.k_mean[h * kD + lane * 4 + i];
+  auto smooth = [&](int row, float* x) {
+    uint2 w = *reinterpret_cast<const uint2*>(tile + row * kD + lane * 4);
+    x[0] = __fsub_rn(bf16f(w.x & 0xffffu), mean[0]);
+    x[1] = __fsub_rn(bf16f(w.x >> 16), mean[1]);
+    x[2] = __fsub_rn(bf16f(w.y & 0xffffu), mean[2]);
+    x[3] = __fsub_rn(bf16f(w.y >> 16), mean[3]);
+  };
+  float amax = 0.0f;
+#pragma unroll 8
+  for (int k = 0; k < 32; ++k) {
+    int row = 8 * (k / 2) + 2 * g + k % 2;
+    if (c * kTokenPad + row >= n.seq) continue;
+    float x[4];
+    smooth(row, x);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(x[i]));
+  }
+  const float scale = dev_int8_scale(warp_max(amax)), inv = __frcp_rn(scale);
+  if (lane == 0) buf.k_scale[h * (n.padded / kKBlock * 4) + c * 4 + g] = scale;
+#pragma unroll 8
+  for (int k = 0; k < 32; ++k) {
+    int row = 8 * (k / 2) + 2 * g + k % 2;
+    int64_t t = c * kTokenPad + row;
+    uint32_t packed = 0;
+    if (t < n.seq) {
+      float x[4];
+      smooth(row, x);
+      packed = dev_pack_i8(x[0], x[1], x[2], x[3], inv);
+    }
+    *reinterpret_cast<uint32_t*>(buf.k8 + (h * n.padded + t) * kD + lane * 4) = packed;
+  }
+}
+
+// V of one chunk: thread = channel d; 16-byte stores of 16 permuted tokens.
+__device__ __forceinline__ void quantize_v_chunk(const Dims& n, int64_t c, int64_t h,
+                                                 const uint16_t* tile, const SageBuffers& buf,
+                                                 int d) {
+  const float inv = __frcp_rn(buf.v_scale[h * kD + d]);
+  uint8_t* dst = buf.v8t + (h * kD + d) * n.padded + c * kTokenPad;
+  for (int grp = 0; grp < kTokenPad / 16; ++grp) {
+    uint32_t w[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int p = 0; p < 16; ++p) {
+      int row = grp * 16 + token_of_slot(p);
+      if (c * kTokenPad + row >= n.seq) continue;
+      float v = bf16f(tile[row * kD + d]);
+      uint32_t b = __nv_cvt_float_to_fp8(__fmul_rn(v, inv), __NV_SATFINITE, __NV_E4M3);
+      w[p / 4] |= b << (8 * (p % 4));
+    }
+    *reinterpret_cast<uint4*>(dst + grp * 16) = make_uint4(w[0], w[1], w[2], w[3]);
+  }
 }
 
 __global__ void __launch_bounds__(kThreads)

@@ -280,8 +280,8 @@ __device__ void reduce_head(const Dims& n, int64_t h, uint8_t* stage, unsigned e
   cp_async_wait<0>();
   const int d = threadIdx.x;
   const float vmx = __uint_as_float(atomicExch(vmax_acc(buf, n) + h * kD + d, 0u));
-  const float mean = __fdiv_rn(total, static_cast<float>(n.seq));
-  const float vscale = vmx > 0.0f ? __fdiv_rn(vmx, kPScale) : 1.0f;
+  const float mean = head_k_mean(total, n);
+  const float vscale = head_v_scale(vmx);
   buf.k_mean[h * kD + d] = mean;
   buf.v_scale[h * kD + d] = vscale;
   st_relaxed(buf.head_consts + h * 2 * kD + d, tagged(mean, epoch));
