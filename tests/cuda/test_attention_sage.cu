@@ -98,6 +98,17 @@ Quantized copy_back_quantized(const SageBuffers& b, int64_t S, int64_t H) {
   return z;
 }
 
+// Bytes of a Sage allocation before its workspace tail (the outputs, which the tests poison).
+size_t output_bytes(const void* d_buf, const SageBuffers& b) {
+  return reinterpret_cast<const char*>(b.tickets) - static_cast<const char*>(d_buf);
+}
+
+// The workspace tail (tickets onwards) is zero-filled once after the allocation, as
+// sage_buffers asks; the kernels leave it reset after every call.
+void zero_workspace_tail(void* d_buf, const SageBuffers& b, size_t buf_bytes) {
+  CUDA_OK(cudaMemset(b.tickets, 0, buf_bytes - output_bytes(d_buf, b)));
+}
+
 // Runs pre-pass + attention `calls` times on the same buffers, poisoning outputs before each.
 void run_device(const Host& x, SageVariant variant, DeviceRun& r, int calls) {
   const int64_t S = x.seq, H = x.heads;
@@ -109,9 +120,8 @@ void run_device(const Host& x, SageVariant variant, DeviceRun& r, int calls) {
   CUDA_OK(cudaMalloc(&d_out, S * r.out_stride * 2));
   CUDA_OK(cudaMemcpy(d_qkv, x.bits.data(), x.bits.size() * 2, cudaMemcpyHostToDevice));
   SageBuffers b = sage_buffers(d_buf, S, H);
-  const size_t poison_bytes = reinterpret_cast<char*>(b.tickets) - static_cast<char*>(d_buf);
-  // The per-head tickets (the tail of the allocation) are zeroed once; they reset themselves.
-  CUDA_OK(cudaMemset(b.tickets, 0, buf_bytes - poison_bytes));
+  const size_t poison_bytes = output_bytes(d_buf, b);
+  ASSERT_NO_FATAL_FAILURE(zero_workspace_tail(d_buf, b, buf_bytes));
   for (int call = 0; call < calls; ++call) {
     CUDA_OK(cudaMemset(d_buf, 0xab, poison_bytes));
     CUDA_OK(cudaMemset(d_out, 0xff, S * r.out_stride * 2));  // NaN poison
@@ -349,13 +359,13 @@ TEST_F(SageAttentionCuda, PrepassAlgorithmsBitExact) {
     CUDA_OK(cudaMalloc(&d_buf, buf_bytes));
     CUDA_OK(cudaMemcpy(d_qkv, x.bits.data(), x.bits.size() * 2, cudaMemcpyHostToDevice));
     const SageBuffers b = sage_buffers(d_buf, S, H);
-    const size_t poison_bytes = reinterpret_cast<char*>(b.tickets) - static_cast<char*>(d_buf);
-    CUDA_OK(cudaMemset(b.tickets, 0, buf_bytes - poison_bytes));  // zero-filled once
+    const size_t poison_bytes = output_bytes(d_buf, b);
+    ASSERT_NO_FATAL_FAILURE(zero_workspace_tail(d_buf, b, buf_bytes));
     for (size_t call = 0; call < std::size(calls); ++call) {
       SCOPED_TRACE(testing::Message() << "S=" << S << " H=" << H << " call " << call
                                       << " algo=" << sage_prepass_algo_name(calls[call]));
       CUDA_OK(cudaMemset(d_buf, 0xab, poison_bytes));
-      expect_prepass_exact(d_qkv, x, S, H, b, calls[call], ref);
+      ASSERT_NO_FATAL_FAILURE(expect_prepass_exact(d_qkv, x, S, H, b, calls[call], ref));
       std::vector<unsigned> counters;
       copy_back(counters, b.tickets, H + 2 + H * kHeadDim);
       int64_t nonzero = 0;
@@ -375,8 +385,7 @@ TEST_F(SageAttentionCuda, FusedPrepassNewInputsEachCall) {
   void* d_buf = nullptr;
   CUDA_OK(cudaMalloc(&d_buf, buf_bytes));
   const SageBuffers b = sage_buffers(d_buf, S, H);
-  CUDA_OK(cudaMemset(b.tickets, 0,
-                     buf_bytes - (reinterpret_cast<char*>(b.tickets) - static_cast<char*>(d_buf))));
+  ASSERT_NO_FATAL_FAILURE(zero_workspace_tail(d_buf, b, buf_bytes));
   std::mt19937 rng(seed());
   for (int call = 0; call < 4; ++call) {
     SCOPED_TRACE(testing::Message() << "call " << call);
@@ -385,7 +394,8 @@ TEST_F(SageAttentionCuda, FusedPrepassNewInputsEachCall) {
     void* d_qkv = nullptr;
     CUDA_OK(cudaMalloc(&d_qkv, x.bits.size() * 2));
     CUDA_OK(cudaMemcpy(d_qkv, x.bits.data(), x.bits.size() * 2, cudaMemcpyHostToDevice));
-    expect_prepass_exact(d_qkv, x, S, H, b, SagePrepassAlgo::fused_l2, ref);
+    ASSERT_NO_FATAL_FAILURE(
+        expect_prepass_exact(d_qkv, x, S, H, b, SagePrepassAlgo::fused_l2, ref));
     cudaFree(d_qkv);
   }
   cudaFree(d_buf);
