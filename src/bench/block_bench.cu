@@ -70,6 +70,8 @@ const char* nvfp4_algo_name(ops::Nvfp4GemmAlgo a) {
       return "sm_90a wgmma, dequantized in the mainloop";
     case ops::Nvfp4GemmAlgo::kBlockScaledSm100:
       return "cuBLASLt block-scaled NVFP4";
+    case ops::Nvfp4GemmAlgo::kMainloopSm90ExpandedW:
+      return "sm_90a wgmma, A dequantized in the mainloop, W expanded to f16 scratch";
     default:
       return "auto";
   }

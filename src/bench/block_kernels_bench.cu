@@ -46,6 +46,12 @@ __global__ void index_kernel(int64_t* p, int64_t n) {
        i += int64_t(gridDim.x) * blockDim.x)
     p[i] = (i % 3) * 3 + (i / 7) % 3;  // 3 timesteps x 3 modality tags
 }
+// The seed's packed sequence instead: 100 text rows, 414 audio rows, then video, one timestep.
+__global__ void segment_index_kernel(int64_t* p, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    p[i] = i < 100 ? 0 : i < 514 ? 1 : 2;
+}
 
 Tensor dev_bf16(Shape shape, uint32_t seed, float amp = 1.0f) {
   Tensor t = cuda::device_empty(DType::bf16, std::move(shape));
@@ -156,18 +162,27 @@ nlohmann::json bench_memory_bound(const BlockKernelsBenchOptions& o, cudaStream_
   rp.dim = H;
   rp.table_row_stride = 6 * H;
   // Variant 0 is the default kernel; 1..4 the ring variants (rmsnorm_modulate.h), same bytes.
-  for (int variant = 0; variant <= 4; ++variant) {
+  // Rows take their table row from a 9-way interleave (a new table row almost every row), then,
+  // for the default variant, from the seed's segments as in the model (runs of one table row).
+  Tensor seg_idx = cuda::device_empty(DType::i64, {S});
+  segment_index_kernel<<<256, 256, 0, s>>>(static_cast<int64_t*>(seg_idx.data()), S);
+  H3RT_CUDA_CHECK(cudaGetLastError());
+  const int default_variant = ops::RmsNormModulateCudaParams{}.variant;
+  for (int run = 0; run <= 5; ++run) {
+    const bool segments = run == 5;
+    const int variant = segments ? default_variant : run;
     H3RT_NVTX_RANGE("bench.rmsnorm_modulate");
     Timing t = time_it(o, s, [&](int i) {
       auto p = rp;
       p.x = B(x[i % kSets]);
       p.y = B(n[i % kSets]);
       p.variant = variant;
+      if (segments) p.row_table_index = static_cast<int64_t*>(seg_idx.data());
       check(ops::rmsnorm_modulate_cuda(p, s), "rmsnorm_modulate");
     });
-    const std::string name =
-        "rmsnorm_modulate (variant " + std::to_string(variant) +
-        (variant == ops::RmsNormModulateCudaParams{}.variant ? ", default)" : ")");
+    const std::string name = "rmsnorm_modulate (variant " + std::to_string(variant) +
+                             (variant == default_variant ? ", default" : "") +
+                             (segments ? ", seed segments)" : ")");
     out.push_back(mem_entry(name, 2 * bf * S * H, t, copy_gbps));
   }
   {

@@ -112,6 +112,7 @@ nlohmann::json run_nvfp4_gemm_bench(const Nvfp4GemmBenchOptions& o) {
       {"w4a16_dequant_cublas", false, A::kDequantCublas, false},
       {"w4a4_mainloop_sm90", true, A::kMainloopSm90, false},
       {"w4a16_mainloop_sm90", false, A::kMainloopSm90, false},
+      {"w4a4_mainloop_sm90_expanded_w", true, A::kMainloopSm90ExpandedW, false},
       {"w4a4_block_scaled_sm100", true, A::kBlockScaledSm100, false},
   };
   std::map<std::string, double> total;
@@ -161,7 +162,7 @@ nlohmann::json run_nvfp4_gemm_bench(const Nvfp4GemmBenchOptions& o) {
     const double flop = 2.0 * double(m) * double(n) * double(k);
     nlohmann::json algos = nlohmann::json::object();
     for (const Variant& v : variants) {
-      if (!o.mainloop && v.algo == A::kMainloopSm90) {
+      if (!o.mainloop && (v.algo == A::kMainloopSm90 || v.algo == A::kMainloopSm90ExpandedW)) {
         algos[v.name] = {{"skipped", true}};
         complete[v.name] = false;
         continue;

@@ -357,7 +357,8 @@ TEST(CudaFusedOps, QkNormRopeRingVariantsBitExact) {
 struct RmsCase {
   int64_t rows, dim;
   bool modulate = true, weight = true;
-  int64_t x_pad = 0;  // extra elements per x row (row stride dim + x_pad)
+  int64_t x_pad = 0;      // extra elements per x row (row stride dim + x_pad)
+  bool segments = false;  // table rows in long runs (as text/audio/video) instead of per row
 };
 
 // rmsnorm_modulate: every variant (0 = default, 1..4 ring) bit-exact with the CPU reference
@@ -374,6 +375,13 @@ void run_rms_variants(const RmsCase& rc) {
   std::vector<int64_t> idx(rows);
   std::uniform_int_distribution<int64_t> ti(0, 8);
   for (auto& v : idx) v = ti(g);
+  if (rc.segments) {  // three runs with random table rows and random boundaries
+    std::uniform_int_distribution<int64_t> cut(0, rows);
+    int64_t a = cut(g), b = cut(g);
+    if (a > b) std::swap(a, b);
+    const int64_t t0 = ti(g), t1 = ti(g), t2 = ti(g);
+    for (int64_t r = 0; r < rows; ++r) idx[r] = r < a ? t0 : r < b ? t1 : t2;
+  }
 
   std::vector<float> want(rows * dim);
   ops::RmsNormModulateParams c;
@@ -431,6 +439,11 @@ TEST(CudaFusedOps, RmsNormModulateRingVariantsBitExact) {
   run_rms_variants({77, 192});                    // one warp, partly idle lanes
   run_rms_variants({129, 8192});                  // 4 vectors per thread, 256 threads
   run_rms_variants({64, 4096 + 8, true, false});  // ragged width, no weight
+  for (int k = 0; k < 3; ++k) {  // table rows in segments: ring CTAs keep them across rows
+    RmsCase rc{5000, kH};
+    rc.segments = true;
+    run_rms_variants(rc);
+  }
 }
 
 // round_bf16(silu(g)) for every bf16 g, as swiglu_cpu computes it, on the GPU.

@@ -278,6 +278,8 @@ const char* name_of(Nvfp4GemmAlgo a) {
       return "MainloopSm90";
     case Nvfp4GemmAlgo::kBlockScaledSm100:
       return "BlockScaledSm100";
+    case Nvfp4GemmAlgo::kMainloopSm90ExpandedW:
+      return "MainloopSm90ExpandedW";
   }
   return "?";
 }
@@ -336,7 +338,9 @@ TEST_P(LinearNvfp4Algo, H3ProjectionShapes) {
 INSTANTIATE_TEST_SUITE_P(Algos, LinearNvfp4Algo,
                          ::testing::Values(Nvfp4GemmAlgo::kDequantCublas,
                                            Nvfp4GemmAlgo::kMainloopSm90,
-                                           Nvfp4GemmAlgo::kBlockScaledSm100, Nvfp4GemmAlgo::kAuto),
+                                           Nvfp4GemmAlgo::kBlockScaledSm100,
+                                           Nvfp4GemmAlgo::kMainloopSm90ExpandedW,
+                                           Nvfp4GemmAlgo::kAuto),
                          [](const auto& info) { return std::string(name_of(info.param)); });
 
 // The dequantization kernel is bit-exact (the products are exact in bf16), writes nothing past

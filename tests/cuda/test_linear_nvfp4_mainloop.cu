@@ -28,14 +28,16 @@ using ops::LinearNvfp4CudaParams;
 struct Case {
   int64_t rows, in, out;
   bool w4a4, bias;
-  int64_t y_pad = 0;       // y_row_stride = out + y_pad
-  int64_t a_pad = 0;       // W4A16: a_row_stride = in + a_pad
-  int64_t check_rows = 0;  // 0: every row; else this many sampled rows (plus the first/last)
+  int64_t y_pad = 0;        // y_row_stride = out + y_pad
+  int64_t a_pad = 0;        // W4A16: a_row_stride = in + a_pad
+  int64_t check_rows = 0;   // 0: every row; else this many sampled rows (plus the first/last)
+  bool expanded_w = false;  // W4A4 through mainloop_sm90_expanded_w (W expanded to scratch)
 };
 
 std::string describe(const Case& c) {
-  return std::string(c.w4a4 ? "W4A4" : "W4A16") + " rows=" + std::to_string(c.rows) +
-         " in=" + std::to_string(c.in) + " out=" + std::to_string(c.out) + (c.bias ? " bias" : "") +
+  return std::string(c.w4a4 ? "W4A4" : "W4A16") + (c.expanded_w ? " expanded W" : "") +
+         " rows=" + std::to_string(c.rows) + " in=" + std::to_string(c.in) +
+         " out=" + std::to_string(c.out) + (c.bias ? " bias" : "") +
          " y_pad=" + std::to_string(c.y_pad) + " a_pad=" + std::to_string(c.a_pad);
 }
 
@@ -151,7 +153,17 @@ void run_case(const Case& c) {
   p.in = c.in;
   p.out = c.out;
   p.algo = ops::Nvfp4GemmAlgo::kMainloopSm90;
-  ASSERT_EQ(ops::nvfp4_gemm::mainloop_sm90(p, nullptr), cudaSuccess);
+  Tensor d_scratch;
+  if (c.expanded_w) {  // scratch poisoned: every byte the GEMM reads must be written first
+    p.algo = ops::Nvfp4GemmAlgo::kMainloopSm90ExpandedW;
+    const size_t bytes = ops::nvfp4_gemm::mainloop_sm90_expanded_w_workspace_bytes(p);
+    d_scratch = test::device_buffer(DType::u8, {int64_t(bytes)});
+    p.workspace = d_scratch.data();
+    p.workspace_bytes = bytes;
+    ASSERT_EQ(ops::nvfp4_gemm::mainloop_sm90_expanded_w(p, nullptr), cudaSuccess);
+  } else {
+    ASSERT_EQ(ops::nvfp4_gemm::mainloop_sm90(p, nullptr), cudaSuccess);
+  }
   const std::vector<uint16_t> y = test::download<uint16_t>(d_y);
 
   // Untouched: padding columns and the extra rows.
@@ -284,6 +296,20 @@ TEST(LinearNvfp4Mainloop, W4A4ModelWidth) {
   run_case({1000, 5376, 5376, true, true, 8, 0, 48});
 }
 
+// Expanded W: the same kernel with W streamed from f16 scratch; A still dequantized in the loop.
+TEST(LinearNvfp4Mainloop, W4A4ExpandedW) {
+  H3RT_REQUIRE_MAINLOOP();
+  for (Case c : std::vector<Case>{{300, 64, 256, true, true, 8},
+                                  {77, 128, 264, true, false},
+                                  {129, 192, 8, true, true, 16},
+                                  {1000, 320, 520, true, true},
+                                  {300, 14336, 256, true, true, 24},
+                                  {1000, 5376, 5376, true, true, 8, 0, 48}}) {
+    c.expanded_w = true;
+    run_case(c);
+  }
+}
+
 TEST(LinearNvfp4Mainloop, W4A16) {
   H3RT_REQUIRE_MAINLOOP();
   run_case({300, 64, 256, false, true, 0, 8});
@@ -316,6 +342,13 @@ TEST(LinearNvfp4Mainloop, RejectsBadShapes) {
   p.out = 256;
   EXPECT_EQ(ops::nvfp4_gemm::mainloop_sm90(p, nullptr), cudaSuccess);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  // Expanded W: scratch too small is an error naming the bytes needed; W4A16 is declined.
+  p.workspace_bytes = ops::nvfp4_gemm::mainloop_sm90_expanded_w_workspace_bytes(p) - 1;
+  p.workspace = w.data();
+  EXPECT_THROW(ops::nvfp4_gemm::mainloop_sm90_expanded_w(p, nullptr), Error);
+  p.a_q = nullptr;
+  p.a = test::dptr<__nv_bfloat16>(y);
+  EXPECT_EQ(ops::nvfp4_gemm::mainloop_sm90_expanded_w(p, nullptr), cudaErrorNotSupported);
 }
 
 }  // namespace

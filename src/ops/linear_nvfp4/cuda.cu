@@ -3,13 +3,15 @@
 // kAuto prefers, by the device's compute capability and the compiled arch list:
 //   10.x / 12.x with a matching arch compiled -> kBlockScaledSm100 (native block-scaled NVFP4)
 //   otherwise                                 -> kDequantCublas
-// On the H200, dequantize + cuBLASLt bf16 ran the four H3 projections at ~1.02x cuBLASLt bf16,
-// the wgmma kernel that dequantizes in its mainloop (kMainloopSm90) at ~1.35-1.41x
-// (bench/RESULTS.md), so the mainloop kernel is opt-in.
 // and falls back to kDequantCublas when the preferred algorithm declines the problem
 // (cudaErrorNotSupported: W4A16 on the block-scaled path, shapes cuBLASLt rejects, an algorithm
 // not built in). linear_nvfp4_workspace_bytes(kAuto) therefore covers both. An explicitly named
 // algorithm never falls back: it runs or returns cudaErrorNotSupported.
+// On the H200 (bench/RESULTS.md, session 7), over the four H3 projections against cuBLASLt bf16:
+// dequantize + cuBLASLt 0.90-0.91x, the wgmma kernel with A dequantized in its mainloop and W
+// expanded to scratch first (kMainloopSm90ExpandedW) 1.01-1.02x, the same kernel dequantizing
+// both operands in its mainloop (kMainloopSm90) 1.25-1.27x; so the mainloop kernels are opt-in.
+// Expanded W needs scratch for W only (out x in x 2 bytes); dequantize + cuBLASLt for A too.
 #include <algorithm>
 
 #include "cuda/runtime.h"
@@ -65,6 +67,8 @@ cudaError_t run(Nvfp4GemmAlgo algo, const LinearNvfp4CudaParams& p, cudaStream_t
       return nvfp4_gemm::mainloop_sm90(p, s);
     case Nvfp4GemmAlgo::kBlockScaledSm100:
       return nvfp4_gemm::block_scaled_sm100(p, s);
+    case Nvfp4GemmAlgo::kMainloopSm90ExpandedW:
+      return nvfp4_gemm::mainloop_sm90_expanded_w(p, s);
     case Nvfp4GemmAlgo::kAuto:
       break;
   }
@@ -77,6 +81,8 @@ size_t workspace_of(Nvfp4GemmAlgo algo, const LinearNvfp4CudaParams& p) {
       return nvfp4_gemm::dequant_cublas_workspace_bytes(p);
     case Nvfp4GemmAlgo::kBlockScaledSm100:
       return nvfp4_gemm::block_scaled_sm100_workspace_bytes(p);
+    case Nvfp4GemmAlgo::kMainloopSm90ExpandedW:
+      return nvfp4_gemm::mainloop_sm90_expanded_w_workspace_bytes(p);
     case Nvfp4GemmAlgo::kMainloopSm90:  // works in registers and shared memory
     case Nvfp4GemmAlgo::kAuto:
       break;

@@ -45,10 +45,13 @@ void linear_nvfp4_cpu(const LinearNvfp4CpuParams& p);
 namespace h3rt::ops {
 
 enum class Nvfp4GemmAlgo : uint8_t {
-  kAuto,             // best compiled one for this device (block-scaled on Blackwell, else Hopper)
-  kDequantCublas,    // any sm_80+: dequantize the operands to bf16 scratch, cuBLASLt bf16 GEMM
-  kMainloopSm90,     // sm_90a: dequantize inside the GEMM mainloop (wgmma, fp32 accumulation)
-  kBlockScaledSm100  // sm_100/sm_120/sm_121: native block-scaled NVFP4 (cuBLASLt VEC16_UE4M3)
+  kAuto,              // best compiled one for this device (block-scaled on Blackwell, else Hopper)
+  kDequantCublas,     // any sm_80+: dequantize the operands to bf16 scratch, cuBLASLt bf16 GEMM
+  kMainloopSm90,      // sm_90a: dequantize inside the GEMM mainloop (wgmma, fp32 accumulation)
+  kBlockScaledSm100,  // sm_100/sm_120/sm_121: native block-scaled NVFP4 (cuBLASLt VEC16_UE4M3)
+  // sm_90a, W4A4 only: W expanded to f16 scratch by a first kernel, A dequantized in the
+  // mainloop of the same wgmma kernel as kMainloopSm90
+  kMainloopSm90ExpandedW
 };
 
 struct LinearNvfp4CudaParams {
@@ -59,9 +62,9 @@ struct LinearNvfp4CudaParams {
   const __nv_bfloat16* a = nullptr;   // [rows, a_row_stride] (W4A16)
   int64_t a_row_stride = 0;           // elements; 0 means `in`
   // Weights.
-  const uint8_t* w_q = nullptr;       // [out, in/2]
-  const uint8_t* w_scales = nullptr;  // tiled
-  const float* w_global = nullptr;    // device scalar
+  const uint8_t* w_q = nullptr;         // [out, in/2]
+  const uint8_t* w_scales = nullptr;    // tiled
+  const float* w_global = nullptr;      // device scalar
   const __nv_bfloat16* bias = nullptr;  // [out] or null
   __nv_bfloat16* y = nullptr;           // [rows, y_row_stride]
   int64_t y_row_stride = 0;             // 0 means `out`

@@ -32,6 +32,12 @@
 // W4A4 K order: a dot product does not care how K is permuted as long as both operands agree.
 // Each A thread holds the 16 elements of ONE scale block per row (quad lane q <-> block q), in
 // the order the conversion produces them; the W tile is written in the same permuted order.
+// Expanded-W mode (W4A4, mainloop_sm90_expanded_w): a first kernel writes W, dequantized exactly
+// as above (f16, the same 2^-7 scaling and permuted K order), to scratch; the GEMM streams it
+// with TMA (128B swizzle) into each stage and hands the stage to the wgmma as is, so only A is
+// dequantized in the mainloop and neither the per-step named barrier nor the proxy fence remain.
+// Measured on the H200 (bench/RESULTS.md): W's in-mainloop dequantization costs ~15 of the
+// ~59 ms of the four H3 projections (half arithmetic, half shared-memory traffic); A's ~3 ms.
 // Constraints: in % 64 == 0, out % 8 == 0, row strides % 8 == 0, 16-byte aligned operands.
 // Rows past `rows` and columns past `out` are zero-filled by TMA and never stored.
 #include <cuda.h>
@@ -61,20 +67,26 @@ constexpr int kThreads = 384;
 constexpr int kWTile = kBN * 64 * 2;  // one dequantized W tile (K-major, 128-byte rows)
 constexpr int kWBufs = 3;             // written for step k+1 while step k (and k-1) read
 
-// Shared memory of one CTA: kWBufs dequantized W tiles, then the ring of packed stages, then
-// the mbarriers. A stage: A tile (W4A4: 128 x 32 B codes; W4A16: 128 x 128 B bf16), W codes
-// (256 x 32 B), A scales (512 B, W4A4), W scales (2 x 512 B).
-template <bool kW4A4>
+// Operand modes: bf16 A with NVFP4 W; NVFP4 A and W; NVFP4 A with W expanded to f16 beforehand.
+enum Mode : int { kW4A16 = 0, kW4A4 = 1, kW4A4ExpandedW = 2 };
+
+// Shared memory of one CTA: kWBufs dequantized W tiles (none with expanded W), then the ring of
+// stages, then the mbarriers. A stage: A tile (NVFP4: 128 x 32 B codes; W4A16: 128 x 128 B
+// bf16), W (codes 256 x 32 B, or expanded f16 256 x 128 B), A scales (512 B, NVFP4 A), W scales
+// (2 x 512 B, NVFP4 W in the stage).
+template <int kMode>
 struct Cfg {
-  static constexpr int kABytes = kW4A4 ? kBM * 32 : kBM * 128;
-  static constexpr int kWOff = kABytes;
-  static constexpr int kAScOff = kWOff + kBN * 32;
-  static constexpr int kWScOff = kAScOff + (kW4A4 ? 512 : 0);
-  static constexpr int kStageBytes = (kWScOff + 1024 + 1023) / 1024 * 1024;
-  static constexpr int kStages = kW4A4 ? 6 : 4;
+  static constexpr bool kA4 = kMode != kW4A16;
+  static constexpr bool kWx = kMode == kW4A4ExpandedW;
+  static constexpr int kABytes = kA4 ? kBM * 32 : kBM * 128;
+  static constexpr int kWOff = kABytes;  // 1024-aligned: the expanded W tile is 128B-swizzled
+  static constexpr int kAScOff = kWOff + kBN * (kWx ? 128 : 32);
+  static constexpr int kWScOff = kAScOff + (kA4 ? 512 : 0);
+  static constexpr int kStageBytes = (kWScOff + (kWx ? 0 : 1024) + 1023) / 1024 * 1024;
+  static constexpr int kStages = kWx ? 5 : kA4 ? 6 : 4;
   // Transaction bytes of one stage with `parts` W scale pieces.
   __host__ __device__ static constexpr uint32_t bytes(int parts) { return kWScOff + 512 * parts; }
-  static constexpr int kRingOff = kWBufs * kWTile;
+  static constexpr int kRingOff = (kWx ? 0 : kWBufs) * kWTile;
   static constexpr int kBarOff = kRingOff + kStages * kStageBytes;
   static constexpr int kSmem = kBarOff + 16 * kStages + 1024;  // + alignment slack
   static_assert(kSmem <= 227 * 1024, "shared memory");
@@ -185,13 +197,12 @@ __device__ __forceinline__ uint32_t scale_word(uint32_t base, int r) {
   return lds32(base + (r & 31) * 16 + ((r >> 5) & 3) * 4);
 }
 
-// W4A4: row n (0..255) of the W tile into the permuted K order (header): chunk m of the
-// 128-byte row holds word m of the four blocks' dequantized words.
-__device__ __forceinline__ void dequant_w_row_perm(uint32_t st_w, uint32_t st_sc, uint32_t dst,
-                                                   int n) {
-  const uint4 c0 = lds128(sw32(st_w, n, 0));
-  const uint4 c1 = lds128(sw32(st_w, n, 1));
-  const uint32_t s4 = scale_word(st_sc + (n >> 7) * 512, n);
+// W4A4: one W row's K step (32 code bytes c0, c1 and the four block scales s4) in the permuted
+// K order (header): store(m, x, y, z, w) receives 16-byte chunk m of the 128-byte f16 row, which
+// holds word m of the four blocks' dequantized words.
+template <typename Store>
+__device__ __forceinline__ void dequant_w_step_perm(const uint4& c0, const uint4& c1, uint32_t s4,
+                                                    Store&& store) {
   const uint32_t w[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
   uint32_t sc[4];
 #pragma unroll
@@ -202,9 +213,37 @@ __device__ __forceinline__ void dequant_w_row_perm(uint32_t st_w, uint32_t st_sc
 #pragma unroll
     for (int q = 0; q < 4; ++q) dequant8(w[2 * q + wi], sc[q], r[q]);
 #pragma unroll
-    for (int p = 0; p < 4; ++p)
-      sts128(sw128(dst, n, 4 * wi + p), r[0][p], r[1][p], r[2][p], r[3][p]);
+    for (int p = 0; p < 4; ++p) store(4 * wi + p, r[0][p], r[1][p], r[2][p], r[3][p]);
   }
+}
+
+// W4A4: row n (0..255) of the stage's W tile into the dequantized tile (128B swizzle).
+__device__ __forceinline__ void dequant_w_row_perm(uint32_t st_w, uint32_t st_sc, uint32_t dst,
+                                                   int n) {
+  dequant_w_step_perm(lds128(sw32(st_w, n, 0)), lds128(sw32(st_w, n, 1)),
+                      scale_word(st_sc + (n >> 7) * 512, n),
+                      [&](int m, uint32_t x, uint32_t y, uint32_t z, uint32_t w) {
+                        sts128(sw128(dst, n, m), x, y, z, w);
+                      });
+}
+
+// Expanded W: every (row, K step) of W as the GEMM's W tile row would hold it, unswizzled, into
+// wx [out, in] f16 (TMA applies the swizzle when loading). One thread per (row, K step), K steps
+// of a row on consecutive threads: 32 code bytes and one scale word in, 128 bytes out.
+__global__ void expand_w_kernel(const uint8_t* __restrict__ w_q,
+                                const uint8_t* __restrict__ w_scales, uint4* __restrict__ wx,
+                                int out, int ksteps) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= int64_t(out) * ksteps) return;
+  const int n = static_cast<int>(i / ksteps), kt = static_cast<int>(i % ksteps);
+  const uint4* codes = reinterpret_cast<const uint4*>(w_q) + 2 * i;  // row pitch 32 * ksteps
+  const uint32_t s4 = *reinterpret_cast<const uint32_t*>(
+      w_scales + (int64_t(n >> 7) * ksteps + kt) * 512 + (n & 31) * 16 + ((n >> 5) & 3) * 4);
+  uint4* dst = wx + 8 * i;
+  dequant_w_step_perm(__ldg(codes), __ldg(codes + 1), s4,
+                      [&](int m, uint32_t x, uint32_t y, uint32_t z, uint32_t w) {
+                        dst[m] = make_uint4(x, y, z, w);
+                      });
 }
 
 // W4A16: row n of the W tile in natural K order, bf16.
@@ -304,19 +343,20 @@ struct Smem {
   __device__ uint32_t parity(int kt) const { return (kt / stages) & 1; }
 };
 
-template <bool kW4A4>
+template <int kMode>
 __device__ __forceinline__ void producer(const CUtensorMap* tm_a, const CUtensorMap* tm_w,
                                          const Args& a, const Smem& sm, int mt, int nt) {
-  using C = Cfg<kW4A4>;
-  const int wsc_parts = (2 * nt + 1) * 128 < a.out ? 2 : 1;  // W scale tiles inside the tensor
+  using C = Cfg<kMode>;
+  // W scale tiles inside the tensor (none when W arrives expanded).
+  const int wsc_parts = C::kWx ? 0 : (2 * nt + 1) * 128 < a.out ? 2 : 1;
   const uint32_t bytes = C::bytes(wsc_parts);
   for (int kt = 0; kt < a.ksteps; ++kt) {
     const uint32_t st = sm.stage(kt), full = sm.full(kt);
     bar_wait(sm.empty(kt), sm.parity(kt) ^ 1);
     bar_expect_tx(full, bytes);
-    tma_load_2d(st, tm_a, full, kW4A4 ? kt * 32 : kt * 64, mt * kBM);
-    tma_load_2d(st + C::kWOff, tm_w, full, kt * 32, nt * kBN);
-    if (kW4A4)
+    tma_load_2d(st, tm_a, full, C::kA4 ? kt * 32 : kt * 64, mt * kBM);
+    tma_load_2d(st + C::kWOff, tm_w, full, C::kWx ? kt * 64 : kt * 32, nt * kBN);
+    if (C::kA4)
       bulk_load(st + C::kAScOff, a.a_scales + (int64_t(mt) * a.ksteps + kt) * 512, 512, full);
     for (int h = 0; h < wsc_parts; ++h)
       bulk_load(st + C::kWScOff + 512 * h, a.w_scales + (int64_t(2 * nt + h) * a.ksteps + kt) * 512,
@@ -325,22 +365,25 @@ __device__ __forceinline__ void producer(const CUtensorMap* tm_a, const CUtensor
 }
 
 // Consumer warpgroup `cw` (rows 64 cw .. 64 cw + 63 of the tile).
-template <bool kW4A4>
+template <int kMode>
 struct Consumer {
+  using C = Cfg<kMode>;
+  static constexpr bool kA4 = C::kA4;
   const Args& a;
   const Smem& sm;
   int cw, ct, r0, q;
   float acc[128];
-  uint32_t af[2][16];  // W4A4 A fragments, double-buffered by K step parity
+  uint32_t af[2][16];  // NVFP4 A fragments, double-buffered by K step parity
 
   // Dequantizes K step kt (W row ct into its buffer, A fragments into af[b]) and publishes it.
+  // With expanded W only the A fragments remain: the W tile is the stage's, ready when it lands.
   template <int b>
   __device__ __forceinline__ void prepare(int kt) {
-    using C = Cfg<kW4A4>;
     const uint32_t st = sm.stage(kt);
     bar_wait(sm.full(kt), sm.parity(kt));
-    if constexpr (kW4A4) {
-      dequant_a_frag(st, st + C::kAScOff, r0, q, af[b]);
+    if constexpr (kA4) dequant_a_frag(st, st + C::kAScOff, r0, q, af[b]);
+    if constexpr (C::kWx) return;  // W lands expanded in the stage: nothing to write or publish
+    if constexpr (kA4) {
       dequant_w_row_perm(st + C::kWOff, st + C::kWScOff, sm.wbuf(kt), ct);
       __syncwarp();
       if ((ct & 31) == 0) bar_arrive(sm.empty(kt));  // W4A16 releases after its wgmma
@@ -355,9 +398,9 @@ struct Consumer {
   __device__ __forceinline__ void step(int kt) {
     wg_fence();
     reg_fence(acc);
-    if constexpr (kW4A4) reg_fence(af[b]);
-    const uint64_t db = sw128_desc(sm.wbuf(kt));
-    if constexpr (kW4A4) {
+    if constexpr (kA4) reg_fence(af[b]);
+    const uint64_t db = sw128_desc(C::kWx ? sm.stage(kt) + C::kWOff : sm.wbuf(kt));
+    if constexpr (kA4) {
 #pragma unroll
       for (int s = 0; s < 4; ++s) wgmma_f16_rs(acc, af[b] + 4 * s, db + 2 * s);
     } else {
@@ -368,8 +411,8 @@ struct Consumer {
     wg_commit();
     wg_wait<1>();  // step kt-1 retired: af[b ^ 1], its A stage and W buffer are free
     reg_fence(acc);
-    if constexpr (kW4A4) reg_fence(af[b ^ 1]);
-    if constexpr (!kW4A4) {
+    if constexpr (kA4) reg_fence(af[b ^ 1]);
+    if constexpr (!kA4 || C::kWx) {  // the stage's W tile was read by step kt-1's wgmma
       if (kt > 0 && (ct & 31) == 0) bar_arrive(sm.empty(kt - 1));
     }
     if (kt + 1 < a.ksteps) prepare<b ^ 1>(kt + 1);
@@ -390,7 +433,7 @@ struct Consumer {
 
   // y = bf16(alpha * acc + bias): thread rows r0, r0 + 8; columns 8j + 2q, +1.
   __device__ __forceinline__ void epilogue(int mt, int nt) {
-    const float alpha = kW4A4 ? *a.a_global * *a.w_global * kW4A4CodeScale : *a.w_global;
+    const float alpha = kA4 ? *a.a_global * *a.w_global * kW4A4CodeScale : *a.w_global;
     const int col0 = nt * kBN + 2 * q;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -415,12 +458,12 @@ struct Consumer {
   }
 };
 
-template <bool kW4A4>
+template <int kMode>
 __global__ void __launch_bounds__(kThreads, 1)
     nvfp4_mainloop_kernel(const __grid_constant__ CUtensorMap tm_a,
                           const __grid_constant__ CUtensorMap tm_w,
                           const __grid_constant__ Args a) {
-  using C = Cfg<kW4A4>;
+  using C = Cfg<kMode>;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023) & ~1023u;
   const Smem sm{base, base + C::kRingOff, base + C::kBarOff, C::kStageBytes, C::kStages};
@@ -440,21 +483,22 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
-    if (threadIdx.x == 0) producer<kW4A4>(&tm_a, &tm_w, a, sm, mt, nt);
+    if (threadIdx.x == 0) producer<kMode>(&tm_a, &tm_w, a, sm, mt, nt);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
     const int ct = threadIdx.x - 128, lane = ct & 31;
-    Consumer<kW4A4> c{a, sm, wg - 1, ct, (wg - 1) * 64 + ((ct >> 5) & 3) * 16 + lane / 4, lane & 3};
+    Consumer<kMode> c{a, sm, wg - 1, ct, (wg - 1) * 64 + ((ct >> 5) & 3) * 16 + lane / 4, lane & 3};
     c.run(mt, nt);
   }
 }
 
 #else  // not sm_90a: an empty body keeps the symbol.
 
-template <bool kW4A4>
+template <int kMode>
 __global__ void nvfp4_mainloop_kernel(const __grid_constant__ CUtensorMap,
                                       const __grid_constant__ CUtensorMap,
                                       const __grid_constant__ Args) {}
+__global__ void expand_w_kernel(const uint8_t*, const uint8_t*, uint4*, int, int) {}
 
 #endif
 
@@ -485,37 +529,30 @@ bool valid(const LinearNvfp4CudaParams& p, bool w4a4) {
   return p.a && as >= p.in && as % 8 == 0 && aligned(p.a, 16);
 }
 
-template <bool kW4A4>
+template <int kMode>
 cudaError_t launch(const CUtensorMap& tm_a, const CUtensorMap& tm_w, const Args& a,
                    cudaStream_t stream) {
-  constexpr int smem = Cfg<kW4A4>::kSmem;
-  cudaError_t e = cudaFuncSetAttribute(nvfp4_mainloop_kernel<kW4A4>,
+  constexpr int smem = Cfg<kMode>::kSmem;
+  cudaError_t e = cudaFuncSetAttribute(nvfp4_mainloop_kernel<kMode>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
   const unsigned tiles = static_cast<unsigned>(a.tiles_m) * static_cast<unsigned>(a.tiles_n);
-  nvfp4_mainloop_kernel<kW4A4><<<tiles, kThreads, smem, stream>>>(tm_a, tm_w, a);
+  nvfp4_mainloop_kernel<kMode><<<tiles, kThreads, smem, stream>>>(tm_a, tm_w, a);
   return cudaGetLastError();
 }
 
-}  // namespace
-
-cudaError_t mainloop_sm90(const LinearNvfp4CudaParams& p, cudaStream_t stream) {
-  if (!cuda::compiled_arch_listed("90a") || !device_is_sm90()) return cudaErrorNotSupported;
-  const bool w4a4 = p.a_q != nullptr;
-  if (!valid(p, w4a4)) return cudaErrorInvalidValue;
-  if (p.rows == 0) return cudaSuccess;
+// The A operand's tensor map: NVFP4 codes (32-byte rows of one K step, 32B swizzle) or bf16.
+bool a_map(CUtensorMap* tm, const LinearNvfp4CudaParams& p) {
   const uint64_t rows = static_cast<uint64_t>(p.rows), in = static_cast<uint64_t>(p.in);
-  CUtensorMap tm_a, tm_w;
-  const bool ok_w = cuda::make_tensor_map_2d(&tm_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w_q, in / 2,
-                                             static_cast<uint64_t>(p.out), in / 2, 32, kBN,
-                                             CU_TENSOR_MAP_SWIZZLE_32B);
-  const uint64_t a_pitch = 2 * static_cast<uint64_t>(p.a_row_stride ? p.a_row_stride : p.in);
-  const bool ok_a =
-      w4a4 ? cuda::make_tensor_map_2d(&tm_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.a_q, in / 2, rows,
-                                      in / 2, 32, kBM, CU_TENSOR_MAP_SWIZZLE_32B)
-           : cuda::make_tensor_map_2d(&tm_a, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.a, in, rows,
-                                      a_pitch, 64, kBM, CU_TENSOR_MAP_SWIZZLE_128B);
-  if (!ok_a || !ok_w) return cudaErrorInvalidValue;
+  if (p.a_q)
+    return cuda::make_tensor_map_2d(tm, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.a_q, in / 2, rows, in / 2,
+                                    32, kBM, CU_TENSOR_MAP_SWIZZLE_32B);
+  const uint64_t pitch = 2 * static_cast<uint64_t>(p.a_row_stride ? p.a_row_stride : p.in);
+  return cuda::make_tensor_map_2d(tm, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.a, in, rows, pitch, 64,
+                                  kBM, CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
+Args args_of(const LinearNvfp4CudaParams& p) {
   Args a{};
   a.a_scales = p.a_scales;
   a.w_scales = p.w_scales;
@@ -529,7 +566,55 @@ cudaError_t mainloop_sm90(const LinearNvfp4CudaParams& p, cudaStream_t stream) {
   a.ksteps = static_cast<int>(p.in / 64);
   a.tiles_m = static_cast<int>((p.rows + kBM - 1) / kBM);
   a.tiles_n = static_cast<int>((p.out + kBN - 1) / kBN);
-  return w4a4 ? launch<true>(tm_a, tm_w, a, stream) : launch<false>(tm_a, tm_w, a, stream);
+  return a;
+}
+
+size_t expanded_w_bytes(const LinearNvfp4CudaParams& p) {
+  return up256(static_cast<size_t>(p.out) * static_cast<size_t>(p.in) * 2);
+}
+
+}  // namespace
+
+cudaError_t mainloop_sm90(const LinearNvfp4CudaParams& p, cudaStream_t stream) {
+  if (!cuda::compiled_arch_listed("90a") || !device_is_sm90()) return cudaErrorNotSupported;
+  const bool w4a4 = p.a_q != nullptr;
+  if (!valid(p, w4a4)) return cudaErrorInvalidValue;
+  if (p.rows == 0) return cudaSuccess;
+  const uint64_t in = static_cast<uint64_t>(p.in);
+  CUtensorMap tm_a, tm_w;
+  const bool ok_w = cuda::make_tensor_map_2d(&tm_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w_q, in / 2,
+                                             static_cast<uint64_t>(p.out), in / 2, 32, kBN,
+                                             CU_TENSOR_MAP_SWIZZLE_32B);
+  if (!a_map(&tm_a, p) || !ok_w) return cudaErrorInvalidValue;
+  const Args a = args_of(p);
+  return w4a4 ? launch<kW4A4>(tm_a, tm_w, a, stream) : launch<kW4A16>(tm_a, tm_w, a, stream);
+}
+
+size_t mainloop_sm90_expanded_w_workspace_bytes(const LinearNvfp4CudaParams& p) {
+  return p.a_q ? expanded_w_bytes(p) : 0;
+}
+
+cudaError_t mainloop_sm90_expanded_w(const LinearNvfp4CudaParams& p, cudaStream_t stream) {
+  if (!cuda::compiled_arch_listed("90a") || !device_is_sm90()) return cudaErrorNotSupported;
+  if (!p.a_q) return cudaErrorNotSupported;  // W4A16 with expanded W is a bf16 GEMM: kDequantCublas
+  if (!valid(p, true)) return cudaErrorInvalidValue;
+  H3RT_CHECK(p.workspace && p.workspace_bytes >= expanded_w_bytes(p) && aligned(p.workspace, 256),
+             "linear_nvfp4 (mainloop_sm90_expanded_w): workspace of ", p.workspace_bytes,
+             " bytes, need ", expanded_w_bytes(p), " (256-byte aligned)");
+  if (p.rows == 0) return cudaSuccess;
+  const Args a = args_of(p);
+  const int64_t items = int64_t(p.out) * a.ksteps;
+  expand_w_kernel<<<static_cast<unsigned>((items + 255) / 256), 256, 0, stream>>>(
+      p.w_q, p.w_scales, static_cast<uint4*>(p.workspace), a.out, a.ksteps);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  const uint64_t in = static_cast<uint64_t>(p.in);
+  CUtensorMap tm_a, tm_w;
+  const bool ok_w = cuda::make_tensor_map_2d(&tm_w, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.workspace,
+                                             in, static_cast<uint64_t>(p.out), 2 * in, 64, kBN,
+                                             CU_TENSOR_MAP_SWIZZLE_128B);
+  if (!a_map(&tm_a, p) || !ok_w) return cudaErrorInvalidValue;
+  return launch<kW4A4ExpandedW>(tm_a, tm_w, a, stream);
 }
 
 }  // namespace h3rt::ops::nvfp4_gemm

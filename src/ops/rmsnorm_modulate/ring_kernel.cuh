@@ -121,12 +121,16 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
   }
   __syncthreads();  // barriers initialized before anyone waits on them
   int64_t t_next = kTablesInRing ? 0 : table_row(blockIdx.x);
+  // Without kTablesInRing the shift and scale vectors stay in registers from row to row and are
+  // reloaded only when the table row changes (the rows of one segment share it).
+  uint4 shv[kVec] = {}, scv[kVec] = {};
+  int64_t t_have = -1;
   int k = 0;
   for (int64_t row = blockIdx.x; row < p.rows; row += step, ++k) {
     const int s = k % kStages;
     // L1/L2 loads issued before the wait, consumed after the reduction: the weight (L1, fewer
-    // registers than keeping it across rows) and, without kTablesInRing, the table rows.
-    uint4 xv[kVec], wv[kVec], shv[kVec] = {}, scv[kVec] = {};
+    // registers than keeping it across rows) and, without kTablesInRing, new table rows.
+    uint4 xv[kVec], wv[kVec];
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
       const int c = threadIdx.x + i * blockDim.x;
@@ -135,11 +139,14 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
     if constexpr (kModulate && !kTablesInRing) {
       const int64_t t = t_next;
       t_next = table_row(row + step);
+      if (t != t_have) {  // uniform over the CTA
+        t_have = t;
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) {
-        const int c = threadIdx.x + i * blockDim.x;
-        shv[i] = cuda::load_u4(p.shift + t * p.table_row_stride + c * 8, c < nvec);
-        scv[i] = cuda::load_u4(p.scale + t * p.table_row_stride + c * 8, c < nvec);
+        for (int i = 0; i < kVec; ++i) {
+          const int c = threadIdx.x + i * blockDim.x;
+          shv[i] = cuda::load_u4(p.shift + t * p.table_row_stride + c * 8, c < nvec);
+          scv[i] = cuda::load_u4(p.scale + t * p.table_row_stride + c * 8, c < nvec);
+        }
       }
     }
     a::bar_wait(bar(s), (k / kStages) & 1);
