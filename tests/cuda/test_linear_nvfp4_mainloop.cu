@@ -1,5 +1,6 @@
-// The sm_90a NVFP4 GEMM with in-mainloop dequantization (nvfp4_gemm::mainloop_sm90) against an
-// fp64 product of the dequantized operands, on fresh random data quantized by the host reference
+// The sm_90a NVFP4 GEMM with in-mainloop dequantization (nvfp4_gemm::mainloop_sm90, and
+// mainloop_sm90_expanded_w, which takes W expanded to f16 scratch) against an fp64 product of the
+// dequantized operands, on fresh random data quantized by the host reference
 // quantizer. The operands' products are exact, so the kernel may differ from the fp64 value only
 // by its fp32 accumulation: every output must be the bf16 rounding of some value within
 // tol = 1e-5 * |alpha| * sum_k |a_k w_k| (+ fp32 epilogue roundings) of the fp64 value, i.e.
