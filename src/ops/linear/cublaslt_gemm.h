@@ -49,6 +49,21 @@ struct Gemm {
   void* workspace = nullptr;  // kWorkspaceBytes of device memory, or null (internal)
 };
 
+// A Gemm holding the output, bias and shape of `p`, a linear op's parameter struct (fields bias,
+// y, y_row_stride, rows, in, out); the caller sets the operands and the rest.
+template <typename P>
+Gemm output_gemm(const P& p, Operands kind) {
+  Gemm g;
+  g.kind = kind;
+  g.bias = p.bias;
+  g.y = p.y;
+  g.y_ld = p.y_row_stride;
+  g.rows = p.rows;
+  g.in = p.in;
+  g.out = p.out;
+  return g;
+}
+
 // cudaErrorNotSupported when cuBLASLt has no algorithm for the problem (e.g. block-scaled FP4 on
 // a GPU without it); cuBLASLt failures otherwise throw h3rt::Error.
 cudaError_t gemm(const Gemm& g, cudaStream_t stream);

@@ -28,17 +28,10 @@ cudaError_t run_linear(const char* what, lt::Gemm g, cudaStream_t stream) {
 // The fields both parameter structs share.
 template <typename P>
 lt::Gemm gemm_of(const P& p, lt::Operands kind) {
-  lt::Gemm g;
-  g.kind = kind;
+  lt::Gemm g = lt::output_gemm(p, kind);
   g.w = p.w;
   g.x = p.x;
   g.x_ld = p.x_row_stride;
-  g.bias = p.bias;
-  g.y = p.y;
-  g.y_ld = p.y_row_stride;
-  g.rows = p.rows;
-  g.in = p.in;
-  g.out = p.out;
   return g;
 }
 

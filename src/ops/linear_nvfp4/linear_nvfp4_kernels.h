@@ -17,15 +17,8 @@ inline size_t up256(size_t v) {
 // device alpha and scratch; the caller sets the operands.
 inline lt::Gemm lt_gemm_base(const LinearNvfp4CudaParams& p, lt::Operands kind, const float* alpha,
                              void* workspace) {
-  lt::Gemm m;
-  m.kind = kind;
+  lt::Gemm m = lt::output_gemm(p, kind);
   m.alpha = alpha;
-  m.bias = p.bias;
-  m.y = p.y;
-  m.y_ld = p.y_row_stride;
-  m.rows = p.rows;
-  m.in = p.in;
-  m.out = p.out;
   m.workspace = workspace;
   return m;
 }
