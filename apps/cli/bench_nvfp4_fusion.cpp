@@ -16,7 +16,8 @@ namespace h3rt::cli {
 void add_bench_nvfp4_fusion_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("nvfp4-fusion",
                                  "Time NVFP4 quantization fused into its producers (rmsnorm "
-                                 "modulate, swiglu, attention epilogue) vs producer + quantize");
+                                 "modulate, swiglu, flash and Sage attention epilogues) vs "
+                                 "producer + quantize");
 #ifdef H3RT_HAVE_CUDA
   struct Args {
     bench::Nvfp4FusionBenchOptions o;
@@ -31,7 +32,7 @@ void add_bench_nvfp4_fusion_command(CLI::App& app) {
   cmd->add_option("--iters", a->o.iters, "timed runs (median)")->capture_default_str();
   cmd->add_option("--attention-iters", a->o.attention_iters, "timed attention runs")
       ->capture_default_str();
-  cmd->add_flag("--no-attention", a->no_attention, "skip the attention epilogue");
+  cmd->add_flag("--no-attention", a->no_attention, "skip the attention epilogues");
   cmd->add_option("--out", a->out, "JSON report path")->capture_default_str();
   cmd->callback([a] {
     check_output_path(a->out, "--out");

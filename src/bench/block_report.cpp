@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "bench/nvfp4_fusion_bytes.h"
 #include "h3rt/check.h"
 
 namespace h3rt::bench {
@@ -58,6 +59,24 @@ std::string gemm_description(const BlockMeasurements& m) {
     return "cuBLASLt fp8 e4m3, static per-tensor scales (the activation quantize launch is "
            "inside each projection)";
   return "cuBLASLt bf16";
+}
+
+// NVFP4 runs: which producers encoded the projection inputs and the DRAM bytes that saves against
+// "producer writes bf16, then nvfp4_quantize" (src/bench/nvfp4_fusion_bytes.h). The block fuses
+// all four boundaries with static input scales (given g) and none with computed ones.
+nlohmann::json nvfp4_fusion_report(const H3Config& c, int64_t rows, bool static_scales) {
+  Nvfp4FusionShape shape;
+  shape.rows = rows;
+  shape.hidden = c.hidden;
+  shape.heads = c.heads;
+  shape.head_dim = c.head_dim;
+  shape.ffn = c.ffn;
+  const Nvfp4FusionBytes bytes = nvfp4_fusion_bytes(shape);
+  nlohmann::json saved = nlohmann::json::object();
+  for (const auto& b : bytes.boundaries) saved[b.name] = static_scales ? b.saved_given : 0;
+  return {{"fused_producers", static_scales},
+          {"dram_bytes_saved_per_block", static_scales ? bytes.saved_given : 0},
+          {"dram_bytes_saved_per_boundary", saved}};
 }
 
 bool is_gemm(const std::string& name) {
@@ -129,6 +148,7 @@ nlohmann::json block_report(const H3Config& c, const SequenceLayout& layout,
       {"peak_device_bytes", {{"allocated", m.peak_allocated}, {"reserved", m.peak_reserved}}},
       {"reps", m.uninstrumented_ms.size()},
   };
+  if (m.nvfp4) report["nvfp4_fusion"] = nvfp4_fusion_report(c, S, m.nvfp4_static_input_scale);
   add_device_fields(report, m.device);
   return report;
 }

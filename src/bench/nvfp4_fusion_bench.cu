@@ -270,17 +270,34 @@ nlohmann::json run_nvfp4_fusion_bench(const Nvfp4FusionBenchOptions& o) {
     bf16* ao = d.alloc<bf16>(2 * S * I);
     const ops::AttentionCudaParams ap = ops::attention_params_from_qkv(qkv, S, o.heads, ao);
     H3RT_CUDA_CHECK(cudaDeviceSynchronize());
-    Producer at{"attention->out_proj", S, I, false, nullptr, nullptr, ao, nullptr};
-    at.bf16_only = [ap](const bf16*, cudaStream_t s) {
-      H3RT_CUDA_CHECK(ops::attention_flash_bf16_cuda(ap, s));
-    };
-    at.fused = [ap](const Nvfp4Out& out, cudaStream_t s) {
-      ops::AttentionCudaParams q = ap;
-      q.out = nullptr;
-      q.nvfp4 = out;
-      H3RT_CUDA_CHECK(ops::attention_flash_bf16_cuda(q, s));
-    };
-    results.push_back(bench_producer(d, t, at, 1, o.attention_iters));
+    // Both attention kernels; the Sage runs include its pre-pass (the same in every sequence).
+    const size_t ws_bytes = ops::attention_workspace_bytes(ap, ops::AttentionKernel::sage_8bit);
+    void* ws = d.alloc<void>(static_cast<int64_t>(ws_bytes));
+    H3RT_CUDA_CHECK(cudaMemset(ws, 0, ws_bytes));
+    for (const auto kernel : {ops::AttentionKernel::flash_bf16, ops::AttentionKernel::sage_8bit}) {
+      ops::AttentionCudaParams base = ap;
+      base.workspace = ws;
+      base.workspace_bytes = ws_bytes;
+      const bool sage = kernel == ops::AttentionKernel::sage_8bit;
+      Producer at{sage ? "sage_attention->out_proj" : "attention->out_proj",
+                  S,
+                  I,
+                  false,
+                  nullptr,
+                  nullptr,
+                  ao,
+                  nullptr};
+      at.bf16_only = [base, kernel](const bf16*, cudaStream_t s) {
+        H3RT_CUDA_CHECK(ops::attention_cuda(base, kernel, s));
+      };
+      at.fused = [base, kernel](const Nvfp4Out& out, cudaStream_t s) {
+        ops::AttentionCudaParams q = base;
+        q.out = nullptr;
+        q.nvfp4 = out;
+        H3RT_CUDA_CHECK(ops::attention_cuda(q, kernel, s));
+      };
+      results.push_back(bench_producer(d, t, at, 1, o.attention_iters));
+    }
   }
 
   Nvfp4FusionShape shape;

@@ -1,5 +1,5 @@
 // NVFP4 output of a fused producer: the optional `Nvfp4Out` block that the producers of NVFP4
-// activations (rmsnorm_modulate, swiglu, the flash attention epilogue) accept in their launcher
+// activations (rmsnorm_modulate, swiglu, the flash and Sage attention epilogues) accept in their
 // params. With it set, the producer encodes its bf16 output straight to NVFP4 (qdata + tiled
 // block scales, include/h3rt/nvfp4.h) and the bf16 intermediate need not be written; the bytes
 // are bit-identical to "producer writes bf16, then nvfp4_quantize(kIeee)" with the same source
@@ -18,7 +18,7 @@
 //             recomputes y and encodes it with that g. The producer's inputs are read twice, y is
 //             never stored. (rmsnorm_modulate with the fused residual writes the updated x in
 //             pass 1; pass 2 is then the plain norm of that x, so the residual is added once.)
-//             The flash attention epilogue cannot be recomputed: it accepts kGiven only, and the
+//             The attention epilogues cannot be recomputed: they accept kGiven only, and the
 //             computed-g path stays unfused (bf16 out, then nvfp4_quantize).
 //   kSingleLaunch is not accepted (see above).
 // Math: IEEE only (Nvfp4Math::kIeee semantics); the e2m1 conversion is the hardware cvt where the

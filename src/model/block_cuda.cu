@@ -247,8 +247,7 @@ void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffer
   stage(hook, "rms_rope");
 
   ops::AttentionCudaParams at = ops::attention_params_from_qkv(bp(b.qkv), S, c.heads, bp(b.attn));
-  // The NVFP4 epilogue exists in the flash kernel only; with Sage, out_proj quantizes bf16.
-  const bool fused_out = fused_input(w.out) && b.attention == ops::AttentionKernel::flash_bf16;
+  const bool fused_out = fused_input(w.out);
   if (fused_out) {
     at.out = nullptr;
     at.nvfp4 = nvfp4_input(w.out, b);

@@ -64,6 +64,28 @@ TEST(BlockReport, NamesTheGemmAndAttentionPaths) {
   EXPECT_EQ(workload(m).at("attention").get<std::string>().rfind("sage_8bit", 0), 0u);
 }
 
+// NVFP4 runs report the DRAM bytes the fused producers save: all four boundaries with static
+// input scales (4 x rows x (2 H + I + F) at the seed shape), nothing with computed ones.
+TEST(BlockReport, Nvfp4FusionBytesSaved) {
+  const H3Config c = H3Config::h3();
+  const SequenceLayout layout = make_t2va_layout(100, 207, 37, 48, 84);
+  bench::BlockMeasurements m;
+  EXPECT_FALSE(bench::block_report(c, layout, m).contains("nvfp4_fusion"));
+  m.nvfp4 = true;
+  m.nvfp4_static_input_scale = true;
+  const nlohmann::json f = bench::block_report(c, layout, m).at("nvfp4_fusion");
+  const int64_t s = 37810;
+  EXPECT_TRUE(f.at("fused_producers").get<bool>());
+  EXPECT_EQ(f.at("dram_bytes_saved_per_block").get<int64_t>(),
+            4 * s * (2 * 5376 + 56 * 128 + 14336));
+  EXPECT_EQ(f.at("dram_bytes_saved_per_boundary").at("attention->out_proj").get<int64_t>(),
+            4 * s * 56 * 128);
+  m.nvfp4_static_input_scale = false;
+  const nlohmann::json u = bench::block_report(c, layout, m).at("nvfp4_fusion");
+  EXPECT_FALSE(u.at("fused_producers").get<bool>());
+  EXPECT_EQ(u.at("dram_bytes_saved_per_block").get<int64_t>(), 0);
+}
+
 TEST(BlockReport, RejectsUnknownComponents) {
   bench::BlockMeasurements m;
   m.component_ms["made_up"] = {1.0};

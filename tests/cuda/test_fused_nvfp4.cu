@@ -1,11 +1,12 @@
 // NVFP4 quantization fused into its producers (src/formats/nvfp4_quantize_fused.h): for
-// rmsnorm_modulate (qkv / fc1 input), swiglu (fc2 input) and the flash attention epilogue
-// (out_proj input), the fused qdata, every scale byte (padding included) and the global scale
-// bits must equal those of the unfused producer (bf16 out) followed by nvfp4_quantize, with a
-// given g (kGiven) and a computed one (kTwoPass, kBf16Activation rule), at release widths on
-// fresh random data with row counts that are not multiples of 128.
+// rmsnorm_modulate (qkv / fc1 input), swiglu (fc2 input) and the flash and Sage attention
+// epilogues (out_proj input; every Sage kernel variant), the fused qdata, every scale byte (padding
+// included) and the global scale bits must equal those of the unfused producer (bf16 out) followed
+// by nvfp4_quantize, with a given g (kGiven) and a computed one (kTwoPass, kBf16Activation rule),
+// at release widths on fresh random data with row counts that are not multiples of 128.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "cuda_test_util.h"
@@ -13,6 +14,7 @@
 #include "formats/nvfp4_quantize_fused.h"
 #include "h3rt/nvfp4.h"
 #include "ops/attention/attention.h"
+#include "ops/attention_sage/attention_sage_cuda.h"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
 #include "ops/swiglu/swiglu.h"
 
@@ -287,6 +289,93 @@ TEST(FusedNvfp4, AttentionEpilogueGivenScale) {
 }
 TEST(FusedNvfp4, AttentionEpilogueGivenScaleFewRows) {
   run_attention_case(77);
+}
+
+// ---- Sage attention epilogues (given g only), each kernel variant ----
+
+// Pre-pass once, then the kernel three times on the same buffers: bf16 only (the reference,
+// quantized afterwards), bf16 + NVFP4, NVFP4 only. Returns false if the variant cannot run here.
+bool run_sage_case(int64_t rows, attention_sage::SageVariant variant) {
+  namespace as = attention_sage;
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed << " rows " << rows << " variant "
+                                  << as::sage_variant_name(variant));
+  const int64_t span = kHeads * 128;
+  Tensor qkv = test::upload(random_bf16(rows, 3 * span, seed, 3.0f), DType::bf16, {rows, 3 * span});
+  Tensor buf = zeroed(DType::u8, {static_cast<int64_t>(as::sage_buffer_bytes(rows, kHeads))});
+  Tensor o_ref = test::device_buffer(DType::bf16, {rows, span});
+  Tensor o_fused = test::device_buffer(DType::bf16, {rows, span});
+  as::SagePrepassParams pre;
+  pre.qkv = qkv.data();
+  pre.row_stride = 3 * span;
+  pre.seq = rows;
+  pre.heads = kHeads;
+  pre.sm_scale = 1.0f / std::sqrt(128.0f);
+  pre.buf = as::sage_buffers(buf.data(), rows, kHeads);
+  H3RT_CUDA_CHECK(as::sage_prepass(pre, nullptr));
+  as::SageAttentionParams pr{pre.buf, rows, kHeads, o_ref.data(), span, variant};
+  const cudaError_t e = as::sage_attention(pr, nullptr);
+  if (e == cudaErrorNotSupported) return false;
+  H3RT_CUDA_CHECK(e);
+  const float g = given_scale(o_ref, rows, span, seed);
+  Q ref(rows, span, Src::kGiven, g), fused(rows, span, Src::kGiven, g);
+  Q only(rows, span, Src::kGiven, g);
+  ref.quantize(o_ref, rows, span);
+  as::SageAttentionParams pf = pr;
+  pf.out = o_fused.data();
+  pf.nvfp4 = fused.out;
+  H3RT_CUDA_CHECK(as::sage_attention(pf, nullptr));
+  as::SageAttentionParams po = pr;
+  po.out = nullptr;
+  po.nvfp4 = only.out;
+  H3RT_CUDA_CHECK(as::sage_attention(po, nullptr));
+  H3RT_CUDA_CHECK(cudaDeviceSynchronize());
+  expect_identical(fused, ref, "Sage epilogue, bf16 written too");
+  expect_identical(only, ref, "Sage epilogue, NVFP4 only");
+  expect_same_bits(o_fused, o_ref, "bf16 Sage output written alongside");
+  return true;
+}
+
+TEST(FusedNvfp4, SageEpilogueGivenScaleEveryVariant) {
+  H3RT_REQUIRE_GPU();
+  using V = attention_sage::SageVariant;
+  int ran = 0;
+  for (V v :
+       {V::w4, V::w8, V::wgmma, V::wgmma_pingpong, V::wgmma_pp_overlap, V::wgmma3, V::wgmma_pp3})
+    for (int64_t rows : {1000, 77}) ran += run_sage_case(rows, v) ? 1 : 0;
+  if (ran == 0) GTEST_SKIP() << "no Sage kernel runs on this device";
+}
+
+// The op-level path the block takes: attention_cuda(sage_8bit) with the NVFP4 output only.
+TEST(FusedNvfp4, SageAttentionOpNvfp4Only) {
+  H3RT_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  const int64_t rows = 300, span = kHeads * 128;
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  Tensor qkv = test::upload(random_bf16(rows, 3 * span, seed, 3.0f), DType::bf16, {rows, 3 * span});
+  Tensor o_ref = test::device_buffer(DType::bf16, {rows, span});
+  ops::AttentionCudaParams p = ops::attention_params_from_qkv(dptr<__nv_bfloat16>(qkv), rows,
+                                                              kHeads, dptr<__nv_bfloat16>(o_ref));
+  const size_t ws = ops::attention_workspace_bytes(p, ops::AttentionKernel::sage_8bit);
+  Tensor work = zeroed(DType::u8, {static_cast<int64_t>(ws)});
+  p.workspace = work.data();
+  p.workspace_bytes = ws;
+  const cudaError_t e = ops::attention_cuda(p, ops::AttentionKernel::sage_8bit, nullptr);
+  if (e == cudaErrorNotSupported) GTEST_SKIP() << "no Sage kernel runs on this device";
+  H3RT_CUDA_CHECK(e);
+  const float g = given_scale(o_ref, rows, span, seed);
+  Q ref(rows, span, Src::kGiven, g), only(rows, span, Src::kGiven, g);
+  ref.quantize(o_ref, rows, span);
+  ops::AttentionCudaParams po = p;
+  po.out = nullptr;
+  po.nvfp4 = only.out;
+  H3RT_CUDA_CHECK(ops::attention_cuda(po, ops::AttentionKernel::sage_8bit, nullptr));
+  H3RT_CUDA_CHECK(cudaDeviceSynchronize());
+  expect_identical(only, ref, "attention_cuda (sage_8bit), NVFP4 only");
+  // A computed g cannot be fused into the attention epilogue.
+  Q computed(rows, span, Src::kTwoPass, 0.0f);
+  po.nvfp4 = computed.out;
+  EXPECT_THROW(ops::attention_cuda(po, ops::AttentionKernel::sage_8bit, nullptr), Error);
 }
 
 TEST(FusedNvfp4, AttentionRejectsComputedScale) {

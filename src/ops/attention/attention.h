@@ -65,7 +65,7 @@ struct AttentionCudaParams {
   float scale = 0.0f;  // 0: 1/sqrt(head_dim)
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
-  // Optional NVFP4 output of the attention output (the out_proj input), flash_bf16 only: the
+  // Optional NVFP4 output of the attention output (the out_proj input), both kernels: the
   // epilogue rounds O to bf16 exactly as it stores it and encodes it, bit-identical to
   // nvfp4_quantize (kIeee) of the bf16 output. qdata [rows, heads*head_dim/2] contiguous
   // (8-byte aligned), scales tiled; out may then be null (or set: both are written). Given g

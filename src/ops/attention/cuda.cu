@@ -15,12 +15,8 @@
 // zero-filled and masked with -inf; out-of-range query rows are computed but not stored.
 // Constraints: head_dim 128; strides multiples of 8 elements; pointers 16-byte aligned.
 //
-// NVFP4 epilogue (p.nvfp4 enabled, given g): a 16-column block of a row (n-tiles 2b and 2b+1 of
-// the accumulator) lies in the 4 lanes of a quad, 4 values each: lane q holds block elements
-// 2q, 2q+1 (byte q of the block's 8 qdata bytes) and 8+2q, 9+2q (byte 4+q). The values are
-// rounded to bf16 as the bf16 store does, the block amax takes two xor-shuffles, every lane
-// encodes its two bytes with the quantizer's BlockEncoder, two more shuffle rounds OR the
-// bytes together, and lane i writes row i's 8 bytes, lane 2+i its scale byte.
+// NVFP4 epilogue (p.nvfp4 enabled, given g): the accumulator fragments are rounded to bf16 as
+// the bf16 store does and encoded in the quad layout (nvfp4_detail::encode_head_quads).
 #include <cmath>
 
 #include "cuda/mma_sm80.cuh"
@@ -61,49 +57,6 @@ __device__ __forceinline__ void load_tile(bf16* tile, const bf16* base, int64_t 
     const int64_t g = row0 + r;
     const bool valid = g < rows;
     cp_async16(smem_u32(tile + swz(r, c)), base + (valid ? g : 0) * row_stride + c * 8, valid);
-  }
-}
-
-// bf16 bits of |value| of a bf16x2 word's low (lo) / high half.
-__device__ __forceinline__ uint32_t abs_bits_pair(uint32_t w) {
-  return max(w & 0x7fffu, (w >> 16) & 0x7fffu);
-}
-
-// The NVFP4 epilogue for one 16-column block b (0..7) of this head: w[i][0] holds the bf16 pair
-// of row i for block columns 2q, 2q+1 and w[i][1] for 8+2q, 9+2q (q = lane & 3).
-__device__ __forceinline__ void encode_block_quad(const AttentionCudaParams& p, float g,
-                                                  const uint32_t (&w)[2][2], int64_t head, int b,
-                                                  int64_t r0, int64_t r1) {
-  using namespace nvfp4_detail;
-  const int q = threadIdx.x & 3;
-  const int64_t cols = p.heads * kD;
-  const int64_t kb = cols / nvfp4::kBlock, block = head * (kD / nvfp4::kBlock) + b;
-  uint32_t bytes[2][2], scale[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    uint32_t a16 = max(abs_bits_pair(w[i][0]), abs_bits_pair(w[i][1]));
-    a16 = max(a16, __shfl_xor_sync(0xffffffffu, a16, 1));
-    a16 = max(a16, __shfl_xor_sync(0xffffffffu, a16, 2));
-    const BlockEncoder<false> e(__uint_as_float(a16 << 16), g);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      uint32_t v = e.pack2<HardwareCvt>(__uint_as_float(w[i][h] << 16),
-                                        __uint_as_float(w[i][h] & 0xffff0000u))
-                   << (8 * q);
-      v |= __shfl_xor_sync(0xffffffffu, v, 1);
-      v |= __shfl_xor_sync(0xffffffffu, v, 2);
-      bytes[i][h] = v;
-    }
-    scale[i] = static_cast<uint32_t>(e.s);
-  }
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int64_t r = i == 0 ? r0 : r1;
-    if (r >= p.rows) continue;
-    if (q == i)
-      *reinterpret_cast<uint2*>(p.nvfp4.qdata + r * (cols / 2) + block * 8) =
-          make_uint2(bytes[i][0], bytes[i][1]);
-    if (q == 2 + i) p.nvfp4.scales[nvfp4::scale_offset(r, block, kb)] = scale[i];
   }
 }
 
@@ -231,24 +184,16 @@ __global__ void __launch_bounds__(kThreads)
   bf16* ob = p.out + head * p.out_head_stride;
   const int64_t r0 = q0 + warp * 16 + (lane >> 2), r1 = r0 + 8;
   if constexpr (kNvfp4) {
-    const float g = *p.nvfp4.global_scale;
-#pragma unroll
-    for (int b = 0; b < 8; ++b) {
-      uint32_t w[2][2];  // the same roundings as the bf16 store below
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int dt = 2 * b + h;
-        w[0][h] = pack_bf16(o[dt][0] * l[0], o[dt][1] * l[0]);
-        w[1][h] = pack_bf16(o[dt][2] * l[1], o[dt][3] * l[1]);
-        if (p.out) {
-          const int col = dt * 8 + (lane & 3) * 2;
-          if (r0 < p.rows) *reinterpret_cast<uint32_t*>(ob + r0 * p.out_row_stride + col) = w[0][h];
-          if (r1 < p.rows) *reinterpret_cast<uint32_t*>(ob + r1 * p.out_row_stride + col) = w[1][h];
-        }
-      }
-      encode_block_quad(p, g, w, head, b, r0, r1);
-    }
+    // The same roundings as the bf16 store below; the bf16 is written too when p.out is set.
+    const auto word = [&](int dt, int i) {
+      const uint32_t v = pack_bf16(o[dt][2 * i] * l[i], o[dt][2 * i + 1] * l[i]);
+      const int64_t r = i == 0 ? r0 : r1;
+      if (p.out && r < p.rows)
+        *reinterpret_cast<uint32_t*>(ob + r * p.out_row_stride + dt * 8 + (lane & 3) * 2) = v;
+      return v;
+    };
     using namespace nvfp4_detail;
+    encode_head_quads(p.nvfp4, *p.nvfp4.global_scale, p.rows, p.heads * kD, head, r0, word);
     fused_scale_padding(p.nvfp4, p.rows, p.heads * kD);
   } else {
 #pragma unroll
@@ -323,7 +268,13 @@ cudaError_t attention_sage_cuda(const AttentionCudaParams& in, cudaStream_t stre
                  p.out_head_stride == kD,
              "attention_cuda (sage_8bit): q/k/v must be the column blocks of one QKV buffer "
              "[rows, 3, heads, 128] and the output token-major");
-  H3RT_CHECK(!p.nvfp4.enabled(), "attention_cuda (sage_8bit): no fused NVFP4 output");
+  const bool nvfp4 = p.nvfp4.enabled();
+  H3RT_CHECK(p.out || nvfp4, "attention_cuda (sage_8bit): no output (out and nvfp4 both unset)");
+  if (nvfp4) {
+    check_nvfp4_out(p.nvfp4, "attention_cuda (sage_8bit)", span, 8);
+    H3RT_CHECK(!p.nvfp4.computed(), "attention_cuda (sage_8bit): the fused NVFP4 epilogue needs ",
+               "a given global scale; with a computed one write bf16 and run nvfp4_quantize");
+  }
   const size_t need = attention_workspace_bytes(p, AttentionKernel::sage_8bit);
   H3RT_CHECK(p.workspace && p.workspace_bytes >= need, "attention_cuda (sage_8bit): workspace of ",
              p.workspace_bytes, " bytes, needs ", need);
@@ -343,6 +294,7 @@ cudaError_t attention_sage_cuda(const AttentionCudaParams& in, cudaStream_t stre
   a.heads = p.heads;
   a.out = p.out;
   a.out_row_stride = p.out_row_stride;
+  a.nvfp4 = p.nvfp4;
   return attention_sage::sage_attention(a, stream);
 }
 

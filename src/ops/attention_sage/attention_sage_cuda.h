@@ -10,7 +10,10 @@
 //                   HBM (prepass_fused.cu). Needs ~91 KB of shared memory per block (~155 KB for
 //                   its two-stage form).
 //                   Reads Q/K/V through the QKV row stride; no copies; tail rows masked.
-//   sage_attention: writes bf16 token-major output with a row stride. Kernels:
+//   sage_attention: writes bf16 token-major output with a row stride and/or its NVFP4 encoding
+//                   (the out_proj input, given global scale only): bit-identical to the bf16
+//                   output followed by nvfp4_quantize (kIeee), the bf16 need not be written.
+//                   Kernels:
 //                   w4 / w8  sm_90a / sm_120a (attention_sm90.cu): mma.sync int8 QK, fp8 e4m3
 //                            PV, cp.async double buffering, 16*W query rows per CTA.
 //                   wgmma*   sm_90a only (attention_wgmma_sm90.cu): wgmma int8 QK / fp8 PV,
@@ -22,6 +25,8 @@
 
 #include <cstddef>
 #include <cstdint>
+
+#include "formats/nvfp4_quantize_fused.h"
 
 namespace h3rt::attention_sage {
 
@@ -86,12 +91,16 @@ const char* sage_variant_name(SageVariant v);
 struct SageAttentionParams {
   SageBuffers buf;  // filled by sage_prepass
   int64_t seq = 0, heads = 0;
-  void* out = nullptr;         // bf16 [S][out_row_stride], head h at column h*128
+  void* out = nullptr;         // bf16 [S][out_row_stride], head h at column h*128; null: none
   int64_t out_row_stride = 0;  // elements, >= H*128
   SageVariant variant = SageVariant::automatic;
+  // Optional NVFP4 output of [S, H*128] (formats/nvfp4_quantize_fused.h), kGiven g only: qdata
+  // 8-byte aligned. At least one of out and nvfp4 must be set.
+  Nvfp4Out nvfp4;
 };
-// Returns cudaErrorNotSupported when the device is not sm_90 / sm_120 / sm_121 (wgmma*: sm_90)
-// or the binary lacks that arch.
+// Returns cudaErrorInvalidValue for bad arguments (a computed NVFP4 global scale included),
+// cudaErrorNotSupported when the device is not sm_90 / sm_120 / sm_121 (wgmma*: sm_90) or the
+// binary lacks that arch.
 cudaError_t sage_attention(const SageAttentionParams& p, cudaStream_t stream);
 
 namespace detail {

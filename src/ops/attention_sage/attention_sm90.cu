@@ -10,7 +10,8 @@
 // Layouts: Q8/K8 [H][Sp][128] int8; V8 [H][128][Sp] e4m3 with tokens permuted in groups of 16 so
 // the P accumulator fragment is directly the A operand of the PV mma. Shared-memory tiles use an
 // XOR swizzle of 16-byte chunks so ldmatrix is conflict free.
-// Output bf16 [S][out_row_stride]; padded keys (>= S) are masked, padded rows not written.
+// Output bf16 [S][out_row_stride] and/or NVFP4 (SageAttentionParams::nvfp4); padded keys (>= S)
+// are masked, padded rows not written.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -19,6 +20,7 @@
 
 #include "cuda/mma_sm80.cuh"
 #include "cuda/runtime.h"
+#include "formats/nvfp4_quantize_fused.cuh"
 #include "ops/attention_sage/attention_sage.h"
 #include "ops/attention_sage/attention_sage_cuda.h"
 #include "ops/attention_sage/sage_device.cuh"
@@ -53,9 +55,10 @@ struct KernelArgs {
   const float* q_scale;
   const float* k_scale;
   const float* v_scale;
-  __nv_bfloat16* out;
+  __nv_bfloat16* out;  // null: NVFP4 output only
   int64_t out_stride;
-  int seq, padded;
+  int seq, padded, heads;
+  Nvfp4Out nvfp4;  // optional NVFP4 encoding of the output (given g)
 };
 
 #ifdef H3RT_SAGE_KERNEL_ENABLED
@@ -109,7 +112,7 @@ __device__ __forceinline__ void qk_block(const uint32_t (&qf)[4][4], uint32_t s_
   }
 }
 
-template <int W>
+template <int W, bool kNvfp4>
 __global__ void __launch_bounds__(Cfg<W>::kThreads) sage_attn_kernel(KernelArgs a) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -227,7 +230,8 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads) sage_attn_kernel(KernelArgs 
     __syncthreads();
   }
 
-  // Normalize: o * v_scale / (448 l); write bf16 pairs.
+  // Normalize: o * v_scale / (448 l); bf16 pairs, written and/or encoded to NVFP4 (the same
+  // roundings either way).
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
@@ -235,24 +239,24 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads) sage_attn_kernel(KernelArgs 
   }
   const float inv[2] = {1.0f / (kPScale * l[0]), 1.0f / (kPScale * l[1])};
   const float* vsc = a.v_scale + h * kD;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = q0 + warp * 16 + lane / 4 + 8 * r;
-    if (row >= a.seq) continue;
-    __nv_bfloat16* dst = a.out + static_cast<int64_t>(row) * a.out_stride + h * kD;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const int d = j * 8 + (lane % 4) * 2;
-      __nv_bfloat162 v = __floats2bfloat162_rn(o[j][2 * r] * (vsc[d] * inv[r]),
-                                               o[j][2 * r + 1] * (vsc[d + 1] * inv[r]));
-      *reinterpret_cast<__nv_bfloat162*>(dst + d) = v;
-    }
+  const int row0 = q0 + warp * 16 + lane / 4;
+  const auto word = [&](int j, int r) {
+    const int d = j * 8 + (lane % 4) * 2;
+    const __nv_bfloat162 v = __floats2bfloat162_rn(o[j][2 * r] * (vsc[d] * inv[r]),
+                                                   o[j][2 * r + 1] * (vsc[d + 1] * inv[r]));
+    return *reinterpret_cast<const uint32_t*>(&v);
+  };
+  if (a.out) device::store_head_rows(a.out, a.out_stride, a.seq, h, row0, lane, word);
+  if constexpr (kNvfp4) {
+    using namespace nvfp4_detail;
+    encode_head_quads(a.nvfp4, *a.nvfp4.global_scale, a.seq, int64_t(a.heads) * kD, h, row0, word);
+    fused_scale_padding(a.nvfp4, a.seq, int64_t(a.heads) * kD);
   }
 }
 
 #else  // not an arch this kernel is built for: an empty body keeps the symbol.
 
-template <int W>
+template <int W, bool kNvfp4>
 __global__ void sage_attn_kernel(KernelArgs) {}
 
 #endif
@@ -268,21 +272,30 @@ cudaError_t launch(const SageAttentionParams& p, cudaStream_t stream) {
                static_cast<__nv_bfloat16*>(p.out),
                p.out_row_stride,
                static_cast<int>(p.seq),
-               static_cast<int>(padded_len(p.seq))};
-  cudaError_t e = cudaFuncSetAttribute(sage_attn_kernel<W>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg<W>::kSmem);
+               static_cast<int>(padded_len(p.seq)),
+               static_cast<int>(p.heads),
+               p.nvfp4};
+  // The NVFP4 epilogue is its own instantiation (see the wgmma launcher).
+  auto kernel = p.nvfp4.enabled() ? sage_attn_kernel<W, true> : sage_attn_kernel<W, false>;
+  cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg<W>::kSmem);
   if (e != cudaSuccess) return e;
   dim3 grid(static_cast<unsigned>((p.seq + Cfg<W>::kRows - 1) / Cfg<W>::kRows),
             static_cast<unsigned>(p.heads));
-  sage_attn_kernel<W><<<grid, Cfg<W>::kThreads, Cfg<W>::kSmem, stream>>>(a);
+  kernel<<<grid, Cfg<W>::kThreads, Cfg<W>::kSmem, stream>>>(a);
   return cudaGetLastError();
 }
 
 }  // namespace
 
 cudaError_t sage_attention(const SageAttentionParams& p, cudaStream_t stream) {
-  if (p.seq <= 0 || p.heads <= 0 || p.heads > 65535 || p.seq > (1 << 30) || p.out == nullptr ||
-      p.out_row_stride < p.heads * kD || p.out_row_stride % 2 != 0 || p.buf.q8 == nullptr)
+  if (p.seq <= 0 || p.heads <= 0 || p.heads > 65535 || p.seq > (1 << 30) || p.buf.q8 == nullptr)
+    return cudaErrorInvalidValue;
+  if (p.out && (p.out_row_stride < p.heads * kD || p.out_row_stride % 2 != 0))
+    return cudaErrorInvalidValue;
+  if (!p.out && !p.nvfp4.enabled()) return cudaErrorInvalidValue;
+  if (p.nvfp4.enabled() && (!p.nvfp4.scales || !p.nvfp4.global_scale || p.nvfp4.computed() ||
+                            reinterpret_cast<uintptr_t>(p.nvfp4.qdata) % 8 != 0))
     return cudaErrorInvalidValue;
   int dev = 0, major = 0, minor = 0;
   cudaError_t e = cudaGetDevice(&dev);

@@ -27,6 +27,9 @@
 // Shared-memory tiles: rows of 128 bytes (Q/K: 128 channels; V^T: 128 tokens), 16-byte chunks
 // XOR-swizzled by (row % 8) = TMA SWIZZLE_128B = the wgmma 128B-swizzle K-major layout.
 // Padded keys (>= S) are masked; padded query rows are computed but not written.
+// Output: bf16 rows and/or their NVFP4 encoding (a given global scale; a separate instantiation,
+// nvfp4_detail::encode_head_quads on the accumulator fragments, bit-identical to bf16 followed by
+// nvfp4_quantize).
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -39,6 +42,7 @@
 #include "cuda/runtime.h"
 #include "cuda/sm90_async.cuh"
 #include "cuda/tensor_map.h"
+#include "formats/nvfp4_quantize_fused.cuh"
 #include "ops/attention_sage/attention_sage.h"
 #include "ops/attention_sage/attention_sage_cuda.h"
 #include "ops/attention_sage/sage_device.cuh"
@@ -77,9 +81,10 @@ struct Args {
   const float* q_scale;
   const float* k_scale;
   const float* v_scale;
-  __nv_bfloat16* out;
+  __nv_bfloat16* out;  // null: NVFP4 output only
   int64_t out_stride;
-  int seq, padded;
+  int seq, padded, heads;
+  Nvfp4Out nvfp4;  // optional NVFP4 encoding of the output (given g)
 };
 
 #ifdef H3RT_SAGE_WGMMA_ENABLED
@@ -263,7 +268,7 @@ __device__ __forceinline__ void qk_issue(const Smem& sm, int t, uint64_t dq_desc
 // softmax of block t follows the phase that issued QK(t). kOverlap issues PV(t-1) and QK(t)
 // back to back and does the O update while QK(t) runs; otherwise PV(t-1) completes and O is
 // updated before QK(t) is issued (fewer live registers).
-template <int C, bool kPingPong, bool kOverlap>
+template <int C, bool kPingPong, bool kOverlap, bool kNvfp4>
 __device__ __forceinline__ void consumer(const Args& a, const Smem& sm, const Loader& ld, int c,
                                          int h, int q0, int ntiles) {
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
@@ -325,24 +330,26 @@ __device__ __forceinline__ void consumer(const Args& a, const Smem& sm, const Lo
     pv_finish(sm, (ntiles - 1) % kStages, lane, st, ob, o);
   }
 
-  // Normalize: o * v_scale / l (l sums P8 = 448 p in e4m3, whole rows); write bf16 pairs.
+  // Normalize: o * v_scale / l (l sums P8 = 448 p in e4m3, whole rows); bf16 pairs, written
+  // and/or encoded to NVFP4 (the same roundings either way).
   const float inv[2] = {1.0f / st.l[0], 1.0f / st.l[1]};
   const float* vsc = a.v_scale + h * kD;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = q0 + 64 * c + warp * 16 + lane / 4 + 8 * r;
-    if (row >= a.seq) continue;
-    __nv_bfloat16* dst = a.out + static_cast<int64_t>(row) * a.out_stride + h * kD;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const int d = j * 8 + (lane % 4) * 2;
-      *reinterpret_cast<__nv_bfloat162*>(dst + d) = __floats2bfloat162_rn(
-          o[4 * j + 2 * r] * (vsc[d] * inv[r]), o[4 * j + 2 * r + 1] * (vsc[d + 1] * inv[r]));
-    }
+  const int row0 = q0 + 64 * c + warp * 16 + lane / 4;
+  const auto word = [&](int j, int r) {
+    const int d = j * 8 + (lane % 4) * 2;
+    const __nv_bfloat162 v = __floats2bfloat162_rn(o[4 * j + 2 * r] * (vsc[d] * inv[r]),
+                                                   o[4 * j + 2 * r + 1] * (vsc[d + 1] * inv[r]));
+    return *reinterpret_cast<const uint32_t*>(&v);
+  };
+  if (a.out) device::store_head_rows(a.out, a.out_stride, a.seq, h, row0, lane, word);
+  if constexpr (kNvfp4) {
+    using namespace nvfp4_detail;
+    encode_head_quads(a.nvfp4, *a.nvfp4.global_scale, a.seq, int64_t(a.heads) * kD, h, row0, word);
+    fused_scale_padding(a.nvfp4, a.seq, int64_t(a.heads) * kD);
   }
 }
 
-template <int C, bool kPingPong, bool kOverlap>
+template <int C, bool kPingPong, bool kOverlap, bool kNvfp4>
 __global__ void __launch_bounds__(Shape<C>::kThreads, 1)
     sage_wgmma_kernel(const __grid_constant__ CUtensorMap tm_q,
                       const __grid_constant__ CUtensorMap tm_k,
@@ -378,12 +385,12 @@ __global__ void __launch_bounds__(Shape<C>::kThreads, 1)
     tma_load_2d(sm.q, &tm_q, sm.q_full(), 0, h * a.padded + q0);
     for (int b = 0; b <= kAhead && b < ntiles; ++b) ld.block(sm, b);
   }
-  consumer<C, kPingPong, kOverlap>(a, sm, ld, wg, h, q0, ntiles);
+  consumer<C, kPingPong, kOverlap, kNvfp4>(a, sm, ld, wg, h, q0, ntiles);
 }
 
 #else  // not sm_90a: an empty body keeps the symbol.
 
-template <int C, bool kPingPong, bool kOverlap>
+template <int C, bool kPingPong, bool kOverlap, bool kNvfp4>
 __global__ void sage_wgmma_kernel(const __grid_constant__ CUtensorMap,
                                   const __grid_constant__ CUtensorMap,
                                   const __grid_constant__ CUtensorMap, Args) {}
@@ -408,11 +415,19 @@ cudaError_t launch(const SageAttentionParams& p, cudaStream_t stream) {
       !make_map(&maps[1], p.buf.k8, kD, heads * sp) ||
       !make_map(&maps[2], p.buf.v8t, sp, heads * kD))
     return cudaErrorInvalidValue;
-  const Args a{p.buf.q_scale,       p.buf.k_scale,
-               p.buf.v_scale,       static_cast<__nv_bfloat16*>(p.out),
-               p.out_row_stride,    static_cast<int>(p.seq),
-               static_cast<int>(sp)};
-  auto kernel = sage_wgmma_kernel<C, kPingPong, kOverlap>;
+  const Args a{p.buf.q_scale,
+               p.buf.k_scale,
+               p.buf.v_scale,
+               static_cast<__nv_bfloat16*>(p.out),
+               p.out_row_stride,
+               static_cast<int>(p.seq),
+               static_cast<int>(sp),
+               static_cast<int>(p.heads),
+               p.nvfp4};
+  // The NVFP4 epilogue is its own instantiation: kept out of the plain kernel, whose main loop
+  // it would otherwise crowd (more spills measured with ptxas -v).
+  auto kernel = p.nvfp4.enabled() ? sage_wgmma_kernel<C, kPingPong, kOverlap, true>
+                                  : sage_wgmma_kernel<C, kPingPong, kOverlap, false>;
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::kSmem);
   if (e != cudaSuccess) return e;

@@ -1,7 +1,8 @@
 // Device helpers shared by the Sage attention kernels (mma.sync and wgmma): the base-2
-// exponential of the softmax and the packing of P into e4m3 bytes.
+// exponential of the softmax, the packing of P into e4m3 bytes and the bf16 output stores.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
 #include <cstdint>
@@ -18,6 +19,21 @@ __device__ __forceinline__ uint32_t pack_e4m3(float a, float b, float c, float d
   uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
   uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
   return lo | (hi << 16);
+}
+
+// Head h's output rows row0 and row0 + 8 (those < seq) in the accumulator quad layout:
+// word(j, r) is the bf16 pair of row row0 + 8 r at head columns 8j + 2q, +1 (q = lane % 4).
+template <typename Word>
+__device__ __forceinline__ void store_head_rows(__nv_bfloat16* out, int64_t stride, int seq, int h,
+                                                int row0, int lane, Word&& word) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + 8 * r;
+    if (row >= seq) continue;
+    __nv_bfloat16* dst = out + static_cast<int64_t>(row) * stride + h * 128 + (lane % 4) * 2;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) *reinterpret_cast<uint32_t*>(dst + j * 8) = word(j, r);
+  }
 }
 
 }  // namespace h3rt::attention_sage::device
