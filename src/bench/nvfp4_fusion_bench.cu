@@ -257,6 +257,26 @@ nlohmann::json run_nvfp4_fusion_bench(const Nvfp4FusionBenchOptions& o) {
     H3RT_CUDA_CHECK(ops::swiglu_cuda(q, s));
   };
   producers.push_back(sw);
+  // The block's SwiGLU: the silu table kernel (given g; a computed g runs the row kernel above).
+  bf16* silu = d.alloc<bf16>(2 * ops::kSiluTableEntries);
+  H3RT_CUDA_CHECK(ops::swiglu_silu_table_cuda(silu, nullptr));
+  Producer swt = sw;
+  swt.name = "swiglu(table)->fc2";
+  swt.computed_ok = false;
+  ops::SwigluCudaParams spt = sp;
+  spt.silu_table = silu;
+  swt.bf16_only = [spt, act](const bf16*, cudaStream_t s) {
+    ops::SwigluCudaParams q = spt;
+    q.out = act;
+    H3RT_CUDA_CHECK(ops::swiglu_cuda(q, s));
+  };
+  swt.fused = [spt](const Nvfp4Out& out, cudaStream_t s) {
+    ops::SwigluCudaParams q = spt;
+    q.out = nullptr;
+    q.nvfp4 = out;
+    H3RT_CUDA_CHECK(ops::swiglu_cuda(q, s));
+  };
+  producers.push_back(swt);
 
   H3RT_CUDA_CHECK(cudaDeviceSynchronize());  // the fills ran on the legacy stream
   std::printf("nvfp4 fusion at S=%lld H=%lld I=%lld F=%lld on %s (median of %d; attention %d)\n",

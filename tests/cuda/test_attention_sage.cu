@@ -189,6 +189,9 @@ struct Bounds {
   double rel_l2 = 0.05, cosine = 0.999;
 };
 
+// Outlier-channel inputs (see SageAttentionCuda.OutlierChannels).
+constexpr Bounds kOutlierBounds{0.15, 0.99};
+
 // One input, several kernel variants: the CPU references (the slow part) are computed once.
 void check_case(int64_t S, int64_t H, Input kind, const std::vector<SageVariant>& variants,
                 uint32_t seed, int calls = 1, Bounds bounds = {}) {
@@ -273,9 +276,10 @@ TEST_F(SageAttentionCuda, SharedKOffset) {
 TEST_F(SageAttentionCuda, OutlierChannels) {
   // 4 of 128 channels of both Q and K scaled by 25: Q is not smoothed, so its int8 step grows
   // 25x for the ordinary channels and the Sage numerics themselves lose accuracy (CPU reference
-  // measured rel L2 ~0.07, cosine ~0.997 against fp64). Bound accordingly; the tight check is
-  // the kernel against the CPU Sage reference and the 1.1x rule above.
-  check_case(513, 2, Input::outliers, SageVariant::w4, seed(), 1, Bounds{0.10, 0.995});
+  // against fp64: rel L2 ~0.07, cosine ~0.997 typically; one fresh seed gave 0.109 / 0.9941).
+  // These loose bounds only catch a broken kernel; the tight checks are the kernel against the
+  // CPU Sage reference (4e-3) and the 1.1x rule above.
+  check_case(513, 2, Input::outliers, SageVariant::w4, seed(), 1, kOutlierBounds);
 }
 
 TEST_F(SageAttentionCuda, RepeatedCallsOnSameBuffers) {
@@ -320,7 +324,7 @@ TEST_F(SageAttentionWgmma, SharedKOffset) {
 
 TEST_F(SageAttentionWgmma, OutlierChannels) {
   // Bounds as in SageAttentionCuda.OutlierChannels (the numerics, not the kernel, lose accuracy).
-  check_case(513, 2, Input::outliers, wgmma_variants(), seed(), 1, Bounds{0.10, 0.995});
+  check_case(513, 2, Input::outliers, wgmma_variants(), seed(), 1, kOutlierBounds);
 }
 
 TEST_F(SageAttentionWgmma, RepeatedCallsAndAutomatic) {

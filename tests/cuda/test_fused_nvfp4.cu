@@ -139,14 +139,17 @@ struct NormCase {
   int64_t rows;
   bool residual;
   Src src;
+  int variant = 3;  // RmsNormModulateCudaParams::variant (the default 3, or 0)
+  int64_t dim = kHidden;
 };
 
 void run_norm_case(const NormCase& c) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed << " rows " << c.rows << " residual "
-                                  << c.residual << " src " << static_cast<int>(c.src));
+                                  << c.residual << " src " << static_cast<int>(c.src) << " variant "
+                                  << c.variant << " dim " << c.dim);
   H3RT_REQUIRE_GPU();
-  const int64_t rows = c.rows, dim = kHidden, tables = 3;
+  const int64_t rows = c.rows, dim = c.dim, tables = 3;
   const auto xh = random_bf16(rows, dim, seed, 4.0f);
   const auto rh = random_bf16(rows, dim, seed * 3 + 1, 2.0f);
   const auto th = random_bf16(3 * tables, dim, seed * 5 + 7, 0.5f);  // shift, scale, gate rows
@@ -171,6 +174,7 @@ void run_norm_case(const NormCase& c) {
   p.rows = rows;
   p.dim = dim;
   p.eps = 1e-6f;
+  p.variant = c.variant;
   if (c.residual) {
     p.residual = dptr<__nv_bfloat16>(res);
     p.residual_gate = p.shift + 2 * tables * dim;
@@ -198,6 +202,13 @@ void run_norm_case(const NormCase& c) {
 TEST(FusedNvfp4, RmsNormModulateGivenScale) {
   run_norm_case({1000, false, Src::kGiven});
 }
+// Variant 0 asked for explicitly, and 8192 channels (4 vectors a thread). (The NVFP4 output runs
+// the one-CTA-a-row kernel whatever the variant: an encoding ring kernel was bit-exact but slower,
+// bench/RESULTS.md, session 8.)
+TEST(FusedNvfp4, RmsNormModulateGivenScaleVariantZeroAndWide) {
+  run_norm_case({1000, false, Src::kGiven, 0});
+  run_norm_case({333, false, Src::kGiven, 3, 8192});
+}
 TEST(FusedNvfp4, RmsNormModulateComputedScale) {
   run_norm_case({1000, false, Src::kTwoPass});
 }
@@ -210,19 +221,25 @@ TEST(FusedNvfp4, ResidualRmsNormModulateComputedScaleSeedRows) {
 
 // ---- swiglu ----
 
-void run_swiglu_case(int64_t rows, Src src, bool exact_exp, int64_t f = kFfn) {
+// table: both runs take the silu table path (the fused one with a given g; a computed g falls
+// back to the row kernel).
+void run_swiglu_case(int64_t rows, Src src, bool exact_exp, int64_t f = kFfn, bool table = false) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed << " rows " << rows << " src "
-                                  << static_cast<int>(src) << " exact_exp " << exact_exp);
+                                  << static_cast<int>(src) << " exact_exp " << exact_exp
+                                  << " table " << table);
   H3RT_REQUIRE_GPU();
   Tensor in = test::upload(random_bf16(rows, 2 * f, seed, 6.0f), DType::bf16, {rows, 2 * f});
   Tensor y_ref = test::device_buffer(DType::bf16, {rows, f});
   Tensor y_fused = test::device_buffer(DType::bf16, {rows, f});
+  Tensor silu = test::device_buffer(DType::bf16, {ops::kSiluTableEntries});
+  H3RT_CUDA_CHECK(ops::swiglu_silu_table_cuda(dptr<__nv_bfloat16>(silu), nullptr));
   ops::SwigluCudaParams p;
   p.in = dptr<__nv_bfloat16>(in);
   p.rows = rows;
   p.ffn = f;
   p.exact_exp = exact_exp;
+  if (table) p.silu_table = dptr<__nv_bfloat16>(silu);
   ops::SwigluCudaParams pr = p;
   pr.out = dptr<__nv_bfloat16>(y_ref);
   H3RT_CUDA_CHECK(ops::swiglu_cuda(pr, nullptr));
@@ -251,6 +268,14 @@ TEST(FusedNvfp4, SwigluFastExpComputedScale) {
 TEST(FusedNvfp4, SwigluNarrowWidthScalePadding) {
   run_swiglu_case(200, Src::kGiven, true, 48);
   run_swiglu_case(200, Src::kTwoPass, true, 48);
+}
+// The persistent table kernel (the block's path): seed width, a row count whose vectors do not
+// fill the last wave, the narrow width, and a computed g (row kernel fallback).
+TEST(FusedNvfp4, SwigluTableGivenScale) {
+  run_swiglu_case(1000, Src::kGiven, true, kFfn, true);
+  run_swiglu_case(333, Src::kGiven, false, kFfn, true);
+  run_swiglu_case(200, Src::kGiven, true, 48, true);
+  run_swiglu_case(300, Src::kTwoPass, true, kFfn, true);
 }
 
 // ---- flash attention epilogue (given g only) ----

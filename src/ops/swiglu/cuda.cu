@@ -13,6 +13,8 @@
 // The fast path (exact_exp = false) keeps the device expf and the IEEE division only.
 // The table path (swiglu.h) replaces silu by a shared-memory lookup of the exact path's value.
 #include <algorithm>
+#include <type_traits>
+#include <utility>
 
 #include "cuda/device_math.cuh"
 #include "cuda/runtime.h"
@@ -105,22 +107,30 @@ __device__ __forceinline__ float silu_hi(const uint16_t* t, uint32_t w) {
 }
 
 // Persistent: the table is copied to shared memory once per CTA, then the CTAs walk the 16-byte
-// vectors of all rows (vector v = row * nvec + c) with a grid stride, kTableUnroll at a time.
+// vectors of all rows (vector v = row * nvec + c) with a grid stride, kUnroll at a time.
+// kFuse: kFuseNone writes out; kFuseEncode (given g) encodes it to p.nvfp4 (and writes out if
+// set). Lanes 2i and 2i+1 then hold chunks 2m and 2m+1 of one row, the lane-pair layout of
+// encode_pair_chunk: the CTA's first vector and the stride are even, and so is nvec (ffn % 16 ==
+// 0). The encoder shuffles across the warp, so the loop runs while any lane of the warp has work.
+template <int kFuse>
 __global__ void __launch_bounds__(kTableThreads, 1)
     swiglu_table_kernel(SwigluCudaParams p, uint32_t nvec, uint32_t total) {
+  constexpr int kUnroll = kFuse == kFuseNone ? kTableUnroll : 2;  // 4 spills with the encoder
   extern __shared__ uint4 table4[];
   const uint4* src = reinterpret_cast<const uint4*>(p.silu_table);
   for (int i = threadIdx.x; i < kTableBytes / 16; i += blockDim.x) table4[i] = __ldg(src + i);
   __syncthreads();
   const uint16_t* table = reinterpret_cast<const uint16_t*>(table4);
+  const float gscale = kFuse == kFuseEncode ? *p.nvfp4.global_scale : 0.0f;
   const uint32_t stride = gridDim.x * blockDim.x, step_r = stride / nvec, step_c = stride % nvec;
   uint32_t v = blockIdx.x * blockDim.x + threadIdx.x, row = v / nvec, c = v % nvec;
-  while (v < total) {
-    uint4 gv[kTableUnroll], vv[kTableUnroll];
-    uint32_t at_row[kTableUnroll], at_c[kTableUnroll];
-    bool ok[kTableUnroll];
+  const auto more = [&] { return kFuse == kFuseNone ? v < total : __any_sync(~0u, v < total); };
+  while (more()) {
+    uint4 gv[kUnroll], vv[kUnroll];
+    uint32_t at_row[kUnroll], at_c[kUnroll];
+    bool ok[kUnroll];
 #pragma unroll
-    for (int k = 0; k < kTableUnroll; ++k) {
+    for (int k = 0; k < kUnroll; ++k) {
       ok[k] = v < total;
       at_row[k] = row, at_c[k] = c;
       const __nv_bfloat16* g = p.in + int64_t(row) * p.in_row_stride + c * 8;
@@ -129,8 +139,10 @@ __global__ void __launch_bounds__(kTableThreads, 1)
       v += stride, row += step_r, c += step_c;  // total + stride < 2^32 (checked by the launcher)
       if (c >= nvec) c -= nvec, ++row;
     }
-#pragma unroll
-    for (int k = 0; k < kTableUnroll; ++k) {
+    // Vector k of the batch, expanded with a constant k (a plain loop with the encoder inside was
+    // left rolled, which put the batch arrays in local memory).
+    const auto finish = [&](auto kc) {
+      constexpr int k = decltype(kc)::value;
       const uint32_t gw[4] = {gv[k].x, gv[k].y, gv[k].z, gv[k].w};
       const uint32_t vw[4] = {vv[k].x, vv[k].y, vv[k].z, vv[k].w};
       uint32_t o[4];
@@ -139,19 +151,25 @@ __global__ void __launch_bounds__(kTableThreads, 1)
         o[j] =
             cuda::pack_bf2(__fmul_rn(silu_lo(table, gw[j]), __uint_as_float(vw[j] << 16)),
                            __fmul_rn(silu_hi(table, gw[j]), __uint_as_float(vw[j] & 0xffff0000u)));
-      if (ok[k])
-        cuda::store_u4(p.out + int64_t(at_row[k]) * p.out_row_stride + at_c[k] * 8,
-                       make_uint4(o[0], o[1], o[2], o[3]));
-    }
+      const uint4 y = make_uint4(o[0], o[1], o[2], o[3]);
+      if ((kFuse == kFuseNone || p.out) && ok[k])
+        cuda::store_u4(p.out + int64_t(at_row[k]) * p.out_row_stride + at_c[k] * 8, y);
+      if constexpr (kFuse == kFuseEncode)
+        encode_pair_chunk(y, ok[k], gscale, p.nvfp4, at_row[k], at_c[k], p.ffn);
+    };
+    [&]<int... K>(std::integer_sequence<int, K...>) {
+      (finish(std::integral_constant<int, K>{}), ...);
+    }(std::make_integer_sequence<int, kUnroll>{});
   }
+  if constexpr (kFuse == kFuseEncode) fused_scale_padding(p.nvfp4, p.rows, p.ffn);
 }
 
-// The table kernel's grid (0 where it cannot run: too little shared memory, too many vectors).
-int table_grid(const SwigluCudaParams& p) {
+// The grid of table kernel `kernel` (0 where it cannot run: too little shared memory, too many
+// vectors); sets its shared-memory attribute.
+int table_grid(const SwigluCudaParams& p, const void* kernel) {
   const int64_t total = p.rows * (p.ffn / 8);
   if (total >= (int64_t{1} << 31)) return 0;
-  const int grid = cuda::resident_grid(reinterpret_cast<const void*>(swiglu_table_kernel),
-                                       kTableThreads, kTableBytes, 8);
+  const int grid = cuda::resident_grid(kernel, kTableThreads, kTableBytes, 8);
   return static_cast<int>(std::min<int64_t>(grid, (total + kTableThreads - 1) / kTableThreads));
 }
 
@@ -188,10 +206,16 @@ cudaError_t swiglu_cuda(const SwigluCudaParams& in, cudaStream_t stream) {
                : cudaSuccess;
   const int nvec = static_cast<int>(p.ffn / 8);
   const int threads = std::min(256, (nvec + 31) / 32 * 32);
-  const int tgrid = !nvfp4 && p.silu_table ? table_grid(p) : 0;
+  // The table path takes a given NVFP4 scale; a computed one needs the row kernel's amax pass.
+  const void* tk = nvfp4 ? reinterpret_cast<const void*>(swiglu_table_kernel<kFuseEncode>)
+                        : reinterpret_cast<const void*>(swiglu_table_kernel<kFuseNone>);
+  const int tgrid = p.silu_table && !(nvfp4 && p.nvfp4.computed()) ? table_grid(p, tk) : 0;
   if (tgrid > 0) {
-    swiglu_table_kernel<<<tgrid, kTableThreads, kTableBytes, stream>>>(
-        p, static_cast<uint32_t>(nvec), static_cast<uint32_t>(p.rows * nvec));
+    const uint32_t n = static_cast<uint32_t>(nvec), total = static_cast<uint32_t>(p.rows * nvec);
+    if (nvfp4)
+      swiglu_table_kernel<kFuseEncode><<<tgrid, kTableThreads, kTableBytes, stream>>>(p, n, total);
+    else
+      swiglu_table_kernel<kFuseNone><<<tgrid, kTableThreads, kTableBytes, stream>>>(p, n, total);
   } else if (!nvfp4) {
     launch<kFuseNone>(p, threads, stream);
   } else if (!p.nvfp4.computed()) {
