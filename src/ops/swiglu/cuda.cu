@@ -159,7 +159,8 @@ __global__ void __launch_bounds__(kTableThreads, 1)
     };
     [&]<int... K>(std::integer_sequence<int, K...>) {
       (finish(std::integral_constant<int, K>{}), ...);
-    }(std::make_integer_sequence<int, kUnroll>{});
+    }
+    (std::make_integer_sequence<int, kUnroll>{});
   }
   if constexpr (kFuse == kFuseEncode) fused_scale_padding(p.nvfp4, p.rows, p.ffn);
 }
@@ -208,7 +209,7 @@ cudaError_t swiglu_cuda(const SwigluCudaParams& in, cudaStream_t stream) {
   const int threads = std::min(256, (nvec + 31) / 32 * 32);
   // The table path takes a given NVFP4 scale; a computed one needs the row kernel's amax pass.
   const void* tk = nvfp4 ? reinterpret_cast<const void*>(swiglu_table_kernel<kFuseEncode>)
-                        : reinterpret_cast<const void*>(swiglu_table_kernel<kFuseNone>);
+                         : reinterpret_cast<const void*>(swiglu_table_kernel<kFuseNone>);
   const int tgrid = p.silu_table && !(nvfp4 && p.nvfp4.computed()) ? table_grid(p, tk) : 0;
   if (tgrid > 0) {
     const uint32_t n = static_cast<uint32_t>(nvec), total = static_cast<uint32_t>(p.rows * nvec);

@@ -44,11 +44,11 @@ namespace h3rt::ops {
 // encodes: the fc1 output is read twice, out is never stored.
 //
 // Table path (silu_table set, no NVFP4 output or one with a given g, a device with >= 128 KB of
-// shared memory per block; elsewhere the kernel above runs): round_bf16(silu(g)) is looked up by the 16 bits of g in a
-// 65,536-entry table held in shared memory, so an element costs a load, a multiply and a rounding
-// instead of exp and a division. The table comes from swiglu_silu_table_cuda, which evaluates
-// every entry by the exact path, so the table path is bit-exact with swiglu_cpu as exact_exp is
-// (tested exhaustively), whatever exact_exp says.
+// shared memory per block; elsewhere the kernel above runs): round_bf16(silu(g)) is looked up by
+// the 16 bits of g in a 65,536-entry table held in shared memory, so an element costs a load, a
+// multiply and a rounding instead of exp and a division. The table comes from
+// swiglu_silu_table_cuda, which evaluates every entry by the exact path, so the table path is
+// bit-exact with swiglu_cpu as exact_exp is (tested exhaustively), whatever exact_exp says.
 struct SwigluCudaParams {
   const __nv_bfloat16* in = nullptr;  // [rows, in_row_stride (0: 2*ffn)], [gate | value]
   __nv_bfloat16* out = nullptr;       // [rows, out_row_stride (0: ffn)]; may be null with nvfp4
