@@ -157,10 +157,10 @@ __global__ void __launch_bounds__(kTableThreads, 1)
       if constexpr (kFuse == kFuseEncode)
         encode_pair_chunk(y, ok[k], gscale, p.nvfp4, at_row[k], at_c[k], p.ffn);
     };
-    [&]<int... K>(std::integer_sequence<int, K...>) {
+    const auto finish_all = [&]<int... K>(std::integer_sequence<int, K...>) {
       (finish(std::integral_constant<int, K>{}), ...);
-    }
-    (std::make_integer_sequence<int, kUnroll>{});
+    };
+    finish_all(std::make_integer_sequence<int, kUnroll>{});
   }
   if constexpr (kFuse == kFuseEncode) fused_scale_padding(p.nvfp4, p.rows, p.ffn);
 }
