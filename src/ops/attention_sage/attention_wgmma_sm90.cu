@@ -42,7 +42,6 @@
 #include "cuda/runtime.h"
 #include "cuda/sm90_async.cuh"
 #include "cuda/tensor_map.h"
-#include "formats/nvfp4_quantize_fused.cuh"
 #include "ops/attention_sage/attention_sage.h"
 #include "ops/attention_sage/attention_sage_cuda.h"
 #include "ops/attention_sage/sage_device.cuh"
@@ -341,12 +340,8 @@ __device__ __forceinline__ void consumer(const Args& a, const Smem& sm, const Lo
                                                    o[4 * j + 2 * r + 1] * (vsc[d + 1] * inv[r]));
     return *reinterpret_cast<const uint32_t*>(&v);
   };
-  if (a.out) device::store_head_rows(a.out, a.out_stride, a.seq, h, row0, lane, word);
-  if constexpr (kNvfp4) {
-    using namespace nvfp4_detail;
-    encode_head_quads(a.nvfp4, *a.nvfp4.global_scale, a.seq, int64_t(a.heads) * kD, h, row0, word);
-    fused_scale_padding(a.nvfp4, a.seq, int64_t(a.heads) * kD);
-  }
+  device::write_head_output<kNvfp4>(a.out, a.out_stride, a.nvfp4, a.seq, a.heads, h, row0, lane,
+                                    word);
 }
 
 template <int C, bool kPingPong, bool kOverlap, bool kNvfp4>

@@ -1,11 +1,13 @@
 // Device helpers shared by the Sage attention kernels (mma.sync and wgmma): the base-2
-// exponential of the softmax, the packing of P into e4m3 bytes and the bf16 output stores.
+// exponential of the softmax, the packing of P into e4m3 bytes and the output epilogue.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
 #include <cstdint>
+
+#include "formats/nvfp4_quantize_fused.cuh"
 
 namespace h3rt::attention_sage::device {
 
@@ -21,18 +23,28 @@ __device__ __forceinline__ uint32_t pack_e4m3(float a, float b, float c, float d
   return lo | (hi << 16);
 }
 
-// Head h's output rows row0 and row0 + 8 (those < seq) in the accumulator quad layout:
-// word(j, r) is the bf16 pair of row row0 + 8 r at head columns 8j + 2q, +1 (q = lane % 4).
-template <typename Word>
-__device__ __forceinline__ void store_head_rows(__nv_bfloat16* out, int64_t stride, int seq, int h,
-                                                int row0, int lane, Word&& word) {
+// The epilogue of both kernels: head h's output rows row0 and row0 + 8 (those < seq) in the
+// accumulator quad layout, where word(j, r) is the bf16 pair of row row0 + 8 r at head columns
+// 8j + 2q, +1 (q = lane % 4). Written as bf16 if out is set and, with kNvfp4, encoded to NVFP4
+// from the same words (nvfp4_detail::encode_head_quads, given g), so both carry the same roundings.
+template <bool kNvfp4, typename Word>
+__device__ __forceinline__ void write_head_output(__nv_bfloat16* out, int64_t stride,
+                                                  const Nvfp4Out& nvfp4, int seq, int heads, int h,
+                                                  int row0, int lane, Word&& word) {
+  if (out) {
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = row0 + 8 * r;
-    if (row >= seq) continue;
-    __nv_bfloat16* dst = out + static_cast<int64_t>(row) * stride + h * 128 + (lane % 4) * 2;
+    for (int r = 0; r < 2; ++r) {
+      const int row = row0 + 8 * r;
+      if (row >= seq) continue;
+      __nv_bfloat16* dst = out + static_cast<int64_t>(row) * stride + h * 128 + (lane % 4) * 2;
 #pragma unroll
-    for (int j = 0; j < 16; ++j) *reinterpret_cast<uint32_t*>(dst + j * 8) = word(j, r);
+      for (int j = 0; j < 16; ++j) *reinterpret_cast<uint32_t*>(dst + j * 8) = word(j, r);
+    }
+  }
+  if constexpr (kNvfp4) {
+    const int64_t cols = int64_t(heads) * 128;
+    nvfp4_detail::encode_head_quads(nvfp4, *nvfp4.global_scale, seq, cols, h, row0, word);
+    nvfp4_detail::fused_scale_padding(nvfp4, seq, cols);
   }
 }
 
