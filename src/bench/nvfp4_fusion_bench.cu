@@ -135,6 +135,27 @@ struct Producer {
   std::function<void(cudaStream_t)> reset;  // restores inputs a run modifies (may be empty)
 };
 
+// A producer whose launcher takes params P with a bf16 output member (`out_field`) and an
+// `nvfp4` block: bf16 into `out`, or NVFP4 only.
+template <class P>
+Producer producer_of(const char* name, int64_t rows, int64_t cols, bool computed_ok, bf16* out,
+                     const P& base, bf16* P::*out_field,
+                     cudaError_t (*launch)(const P&, cudaStream_t)) {
+  Producer pr{name, rows, cols, computed_ok, nullptr, nullptr, out, nullptr};
+  pr.bf16_only = [=](const bf16*, cudaStream_t s) {
+    P q = base;
+    q.*out_field = out;
+    H3RT_CUDA_CHECK(launch(q, s));
+  };
+  pr.fused = [=](const Nvfp4Out& o, cudaStream_t s) {
+    P q = base;
+    q.*out_field = nullptr;
+    q.nvfp4 = o;
+    H3RT_CUDA_CHECK(launch(q, s));
+  };
+  return pr;
+}
+
 nlohmann::json bench_producer(Dev& d, Timer& t, const Producer& pr, int warmup, int iters) {
   nlohmann::json j = {{"producer", pr.name}, {"rows", pr.rows}, {"cols", pr.cols}};
   for (const Src src : {Src::kGiven, Src::kTwoPass}) {
@@ -221,20 +242,9 @@ nlohmann::json run_nvfp4_fusion_bench(const Nvfp4FusionBenchOptions& o) {
   sp.rows = S;
   sp.ffn = F;
 
-  auto norm_producer = [&](const char* name, ops::RmsNormModulateCudaParams base) {
-    Producer p{name, S, H, true, nullptr, nullptr, y, nullptr};
-    p.bf16_only = [base, y](const bf16*, cudaStream_t s) {
-      ops::RmsNormModulateCudaParams q = base;
-      q.y = y;
-      H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(q, s));
-    };
-    p.fused = [base](const Nvfp4Out& out, cudaStream_t s) {
-      ops::RmsNormModulateCudaParams q = base;
-      q.y = nullptr;
-      q.nvfp4 = out;
-      H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(q, s));
-    };
-    return p;
+  auto norm_producer = [&](const char* name, const ops::RmsNormModulateCudaParams& base) {
+    return producer_of(name, S, H, true, y, base, &ops::RmsNormModulateCudaParams::y,
+                       ops::rmsnorm_modulate_cuda);
   };
   std::vector<Producer> producers;
   producers.push_back(norm_producer("norm1_modulate->qkv", np));
@@ -244,39 +254,18 @@ nlohmann::json run_nvfp4_fusion_bench(const Nvfp4FusionBenchOptions& o) {
   producers.back().reset = [x, x0, S, H](cudaStream_t s) {
     H3RT_CUDA_CHECK(cudaMemcpyAsync(x, x0, 2 * S * H, cudaMemcpyDeviceToDevice, s));
   };
-  Producer sw{"swiglu->fc2", S, F, true, nullptr, nullptr, act, nullptr};
-  sw.bf16_only = [sp, act](const bf16*, cudaStream_t s) {
-    ops::SwigluCudaParams q = sp;
-    q.out = act;
-    H3RT_CUDA_CHECK(ops::swiglu_cuda(q, s));
+  auto swiglu_producer = [&](const char* name, const ops::SwigluCudaParams& base,
+                             bool computed_ok) {
+    return producer_of(name, S, F, computed_ok, act, base, &ops::SwigluCudaParams::out,
+                       ops::swiglu_cuda);
   };
-  sw.fused = [sp](const Nvfp4Out& out, cudaStream_t s) {
-    ops::SwigluCudaParams q = sp;
-    q.out = nullptr;
-    q.nvfp4 = out;
-    H3RT_CUDA_CHECK(ops::swiglu_cuda(q, s));
-  };
-  producers.push_back(sw);
+  producers.push_back(swiglu_producer("swiglu->fc2", sp, true));
   // The block's SwiGLU: the silu table kernel (given g; a computed g runs the row kernel above).
   bf16* silu = d.alloc<bf16>(2 * ops::kSiluTableEntries);
   H3RT_CUDA_CHECK(ops::swiglu_silu_table_cuda(silu, nullptr));
-  Producer swt = sw;
-  swt.name = "swiglu(table)->fc2";
-  swt.computed_ok = false;
   ops::SwigluCudaParams spt = sp;
   spt.silu_table = silu;
-  swt.bf16_only = [spt, act](const bf16*, cudaStream_t s) {
-    ops::SwigluCudaParams q = spt;
-    q.out = act;
-    H3RT_CUDA_CHECK(ops::swiglu_cuda(q, s));
-  };
-  swt.fused = [spt](const Nvfp4Out& out, cudaStream_t s) {
-    ops::SwigluCudaParams q = spt;
-    q.out = nullptr;
-    q.nvfp4 = out;
-    H3RT_CUDA_CHECK(ops::swiglu_cuda(q, s));
-  };
-  producers.push_back(swt);
+  producers.push_back(swiglu_producer("swiglu(table)->fc2", spt, false));
 
   H3RT_CUDA_CHECK(cudaDeviceSynchronize());  // the fills ran on the legacy stream
   std::printf("nvfp4 fusion at S=%lld H=%lld I=%lld F=%lld on %s (median of %d; attention %d)\n",

@@ -280,33 +280,45 @@ TEST(FusedNvfp4, SwigluTableGivenScale) {
 
 // ---- flash attention epilogue (given g only) ----
 
+// An attention epilogue on fixed inputs, run(out, nvfp4) launching it with a bf16 output (may be
+// null) and an NVFP4 one (null: none): bf16 only (then quantized: the reference), bf16 + NVFP4
+// and NVFP4 only must give the same NVFP4 bytes and bf16 output. False if run reports
+// cudaErrorNotSupported (the kernel cannot run here).
+template <typename Run>
+bool expect_epilogue_identical(int64_t rows, uint64_t seed, Run&& run) {
+  const int64_t span = kHeads * 128;
+  Tensor o_ref = test::device_buffer(DType::bf16, {rows, span});
+  Tensor o_fused = test::device_buffer(DType::bf16, {rows, span});
+  const cudaError_t e = run(dptr<__nv_bfloat16>(o_ref), nullptr);
+  if (e == cudaErrorNotSupported) return false;
+  H3RT_CUDA_CHECK(e);
+  const float g = given_scale(o_ref, rows, span, seed);
+  Q ref(rows, span, Src::kGiven, g), fused(rows, span, Src::kGiven, g);
+  Q only(rows, span, Src::kGiven, g);
+  ref.quantize(o_ref, rows, span);
+  H3RT_CUDA_CHECK(run(dptr<__nv_bfloat16>(o_fused), &fused.out));
+  H3RT_CUDA_CHECK(run(nullptr, &only.out));
+  H3RT_CUDA_CHECK(cudaDeviceSynchronize());
+  expect_identical(fused, ref, "epilogue, bf16 written too");
+  expect_identical(only, ref, "epilogue, NVFP4 only");
+  expect_same_bits(o_fused, o_ref, "bf16 output written alongside");
+  return true;
+}
+
 void run_attention_case(int64_t rows) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed << " rows " << rows);
   H3RT_REQUIRE_GPU();
   const int64_t span = kHeads * 128;
   Tensor qkv = test::upload(random_bf16(rows, 3 * span, seed, 3.0f), DType::bf16, {rows, 3 * span});
-  Tensor o_ref = test::device_buffer(DType::bf16, {rows, span});
-  Tensor o_fused = test::device_buffer(DType::bf16, {rows, span});
-  ops::AttentionCudaParams pr = ops::attention_params_from_qkv(dptr<__nv_bfloat16>(qkv), rows,
-                                                               kHeads, dptr<__nv_bfloat16>(o_ref));
-  H3RT_CUDA_CHECK(ops::attention_flash_bf16_cuda(pr, nullptr));
-  const float g = given_scale(o_ref, rows, span, seed);
-  Q ref(rows, span, Src::kGiven, g), fused(rows, span, Src::kGiven, g);
-  Q only(rows, span, Src::kGiven, g);
-  ref.quantize(o_ref, rows, span);
-  ops::AttentionCudaParams pf = pr;
-  pf.out = dptr<__nv_bfloat16>(o_fused);
-  pf.nvfp4 = fused.out;
-  H3RT_CUDA_CHECK(ops::attention_flash_bf16_cuda(pf, nullptr));
-  ops::AttentionCudaParams po = pr;  // NVFP4 only, no bf16 output
-  po.out = nullptr;
-  po.nvfp4 = only.out;
-  H3RT_CUDA_CHECK(ops::attention_flash_bf16_cuda(po, nullptr));
-  H3RT_CUDA_CHECK(cudaDeviceSynchronize());
-  expect_identical(fused, ref, "attention epilogue, bf16 written too");
-  expect_identical(only, ref, "attention epilogue, NVFP4 only");
-  expect_same_bits(o_fused, o_ref, "bf16 attention output written alongside");
+  const ops::AttentionCudaParams base =
+      ops::attention_params_from_qkv(dptr<__nv_bfloat16>(qkv), rows, kHeads, nullptr);
+  expect_epilogue_identical(rows, seed, [&](__nv_bfloat16* out, const Nvfp4Out* nvfp4) {
+    ops::AttentionCudaParams p = base;
+    p.out = out;
+    if (nvfp4) p.nvfp4 = *nvfp4;
+    return ops::attention_flash_bf16_cuda(p, nullptr);
+  });
 }
 
 TEST(FusedNvfp4, AttentionEpilogueGivenScale) {
@@ -318,8 +330,8 @@ TEST(FusedNvfp4, AttentionEpilogueGivenScaleFewRows) {
 
 // ---- Sage attention epilogues (given g only), each kernel variant ----
 
-// Pre-pass once, then the kernel three times on the same buffers: bf16 only (the reference,
-// quantized afterwards), bf16 + NVFP4, NVFP4 only. Returns false if the variant cannot run here.
+// Pre-pass once, then the kernel three times on the same buffers (expect_epilogue_identical).
+// Returns false if the variant cannot run here.
 bool run_sage_case(int64_t rows, attention_sage::SageVariant variant) {
   namespace as = attention_sage;
   const uint64_t seed = test::fresh_seed();
@@ -328,8 +340,6 @@ bool run_sage_case(int64_t rows, attention_sage::SageVariant variant) {
   const int64_t span = kHeads * 128;
   Tensor qkv = test::upload(random_bf16(rows, 3 * span, seed, 3.0f), DType::bf16, {rows, 3 * span});
   Tensor buf = zeroed(DType::u8, {static_cast<int64_t>(as::sage_buffer_bytes(rows, kHeads))});
-  Tensor o_ref = test::device_buffer(DType::bf16, {rows, span});
-  Tensor o_fused = test::device_buffer(DType::bf16, {rows, span});
   as::SagePrepassParams pre;
   pre.qkv = qkv.data();
   pre.row_stride = 3 * span;
@@ -337,28 +347,12 @@ bool run_sage_case(int64_t rows, attention_sage::SageVariant variant) {
   pre.heads = kHeads;
   pre.sm_scale = 1.0f / std::sqrt(128.0f);
   pre.buf = as::sage_buffers(buf.data(), rows, kHeads);
-  H3RT_CUDA_CHECK(as::sage_prepass(pre, nullptr));
-  as::SageAttentionParams pr{pre.buf, rows, kHeads, o_ref.data(), span, variant};
-  const cudaError_t e = as::sage_attention(pr, nullptr);
-  if (e == cudaErrorNotSupported) return false;
-  H3RT_CUDA_CHECK(e);
-  const float g = given_scale(o_ref, rows, span, seed);
-  Q ref(rows, span, Src::kGiven, g), fused(rows, span, Src::kGiven, g);
-  Q only(rows, span, Src::kGiven, g);
-  ref.quantize(o_ref, rows, span);
-  as::SageAttentionParams pf = pr;
-  pf.out = o_fused.data();
-  pf.nvfp4 = fused.out;
-  H3RT_CUDA_CHECK(as::sage_attention(pf, nullptr));
-  as::SageAttentionParams po = pr;
-  po.out = nullptr;
-  po.nvfp4 = only.out;
-  H3RT_CUDA_CHECK(as::sage_attention(po, nullptr));
-  H3RT_CUDA_CHECK(cudaDeviceSynchronize());
-  expect_identical(fused, ref, "Sage epilogue, bf16 written too");
-  expect_identical(only, ref, "Sage epilogue, NVFP4 only");
-  expect_same_bits(o_fused, o_ref, "bf16 Sage output written alongside");
-  return true;
+  H3RT_CUDA_CHECK(as::sage_prepass(pre, nullptr));  // once: the kernel only reads its buffers
+  return expect_epilogue_identical(rows, seed, [&](__nv_bfloat16* out, const Nvfp4Out* nvfp4) {
+    as::SageAttentionParams p{pre.buf, rows, kHeads, out, span, variant};
+    if (nvfp4) p.nvfp4 = *nvfp4;
+    return as::sage_attention(p, nullptr);
+  });
 }
 
 TEST(FusedNvfp4, SageEpilogueGivenScaleEveryVariant) {
