@@ -27,9 +27,10 @@ void add_common(CLI::App* cmd, Opts& o) {
       ->check(CLI::IsMember({"h3", "tiny"}))
       ->capture_default_str();
   cmd->add_option("--gemm", o.gemm,
-                  "Block GEMMs: bf16, or fp8 (e4m3, static per-tensor scales, as ComfyUI "
-                  "fp8_scaled with input_scale)")
-      ->check(CLI::IsMember({"bf16", "fp8"}))
+                  "Block GEMMs: bf16; fp8 (e4m3, static per-tensor scales, as ComfyUI "
+                  "fp8_scaled with input_scale); or nvfp4 (W4A4, weights packed on the GPU as "
+                  "quantize-checkpoint does, static input scales: the producers encode)")
+      ->check(CLI::IsMember({"bf16", "fp8", "nvfp4"}))
       ->capture_default_str();
   cmd->add_option("--attention", o.attention,
                   "Block attention: bf16 (flash) or sage (8-bit SageAttention2 numerics)")
@@ -60,6 +61,7 @@ bench::StepBenchOptions to_bench(const Opts& o) {
   b.steps = o.steps;
   b.cuda_graph = o.cuda_graph == "on";
   b.fp8 = o.gemm == "fp8";
+  b.nvfp4 = o.gemm == "nvfp4";
   b.sage_attention = o.attention == "sage";
   b.seed = o.seed;
   b.weights_seed = o.weights_seed;

@@ -62,21 +62,6 @@ void make_fp8(model::DeviceLinear& l, float wmax, bool dynamic, cudaStream_t s) 
   H3RT_CUDA_CHECK(ops::quantize_e4m3_cuda(q, s));
 }
 
-const char* nvfp4_algo_name(ops::Nvfp4GemmAlgo a) {
-  switch (a) {
-    case ops::Nvfp4GemmAlgo::kDequantCublas:
-      return "dequantize to bf16 scratch + cuBLASLt bf16";
-    case ops::Nvfp4GemmAlgo::kMainloopSm90:
-      return "sm_90a wgmma, dequantized in the mainloop";
-    case ops::Nvfp4GemmAlgo::kBlockScaledSm100:
-      return "cuBLASLt block-scaled NVFP4";
-    case ops::Nvfp4GemmAlgo::kMainloopSm90ExpandedW:
-      return "sm_90a wgmma, A dequantized in the mainloop, W expanded to f16 scratch";
-    default:
-      return "auto";
-  }
-}
-
 }  // namespace
 
 nlohmann::json run_block_bench(const BlockBenchOptions& o) {
@@ -234,7 +219,9 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
   m.nvfp4 = o.nvfp4;
   m.sage_attention = o.sage_attention;
   m.nvfp4_static_input_scale = o.nvfp4_static_input_scale;
-  if (o.nvfp4) m.nvfp4_algo = nvfp4_algo_name(ops::linear_nvfp4_resolve(ops::Nvfp4GemmAlgo::kAuto));
+  if (o.nvfp4)
+    m.nvfp4_algo =
+        ops::linear_nvfp4_algo_name(ops::linear_nvfp4_resolve(ops::Nvfp4GemmAlgo::kAuto));
   m.seed = o.seed;
   nlohmann::json report = block_report(c, layout, m);
   if (o.fp8_dynamic)

@@ -19,6 +19,7 @@
 #include "model/forward_session_cuda.h"
 #include "model/model_cuda.h"
 #include "ops/linear/linear.h"
+#include "ops/linear_nvfp4/linear_nvfp4.h"
 
 namespace h3rt::bench {
 namespace {
@@ -62,15 +63,23 @@ Setup setup(const StepBenchOptions& o, const char* verb) {
   std::fprintf(stderr,
                "bench %s: preset %s, %lld rows (text %lld, audio %lld, video %lld), %s GEMMs\n",
                verb, o.preset.c_str(), (long long)L.seq_len(), (long long)L.text_len,
-               (long long)L.audio_rows(), (long long)L.video_rows(), o.fp8 ? "fp8" : "bf16");
+               (long long)L.audio_rows(), (long long)L.video_rows(),
+               o.fp8     ? "fp8"
+               : o.nvfp4 ? "NVFP4"
+                         : "bf16");
   cuda::default_arena().reset_peak();
   const auto t0 = Clock::now();
   st.dev = model::make_synthetic_device_model(st.c, o.weights_seed);
-  if (o.fp8) {
+  H3RT_CHECK(!(o.fp8 && o.nvfp4), "bench ", verb, ": choose one of fp8 and nvfp4");
+  if (o.fp8 || o.nvfp4) {
     cuda::Stream s;
     for (model::DeviceBlock& b : st.dev.blocks)
-      for (model::DeviceLinear* l : {&b.qkv, &b.out, &b.fc1, &b.fc2})
-        make_fp8(*l, 1.0f / std::sqrt(static_cast<float>(l->in)), s);
+      for (model::DeviceLinear* l : {&b.qkv, &b.out, &b.fc1, &b.fc2}) {
+        if (o.fp8)
+          make_fp8(*l, 1.0f / std::sqrt(static_cast<float>(l->in)), s);
+        else  // a static activation scale for inputs up to 8, as bench block's
+          model::convert_linear_to_nvfp4(*l, 8.0f / 2688.0f, s);
+      }
   }
   H3RT_CUDA_CHECK(cudaDeviceSynchronize());
   st.model_s = seconds_since(t0);
@@ -116,6 +125,9 @@ nlohmann::json run_step_bench(const StepBenchOptions& o) {
   StepMeasurements m;
   m.preset = o.preset;
   m.fp8 = o.fp8;
+  if (o.nvfp4)
+    m.nvfp4_algo =
+        ops::linear_nvfp4_algo_name(ops::linear_nvfp4_resolve(ops::Nvfp4GemmAlgo::kAuto));
   m.seed = o.seed;
   m.weights_seed = o.weights_seed;
   m.model_setup_s = st.model_s;
@@ -245,7 +257,9 @@ nlohmann::json run_sample_bench(const StepBenchOptions& o) {
   const DeviceInfo device = current_device_info();
   rep.device = device.name;
   rep.model = o.preset + " (synthetic, weights seed " + std::to_string(o.weights_seed) + ")";
-  rep.precision = o.fp8 ? "bf16 + fp8 e4m3 block GEMMs" : "bf16";
+  rep.precision = o.fp8     ? "bf16 + fp8 e4m3 block GEMMs"
+                  : o.nvfp4 ? "bf16 + NVFP4 W4A4 block GEMMs"
+                            : "bf16";
   rep.set_layout(L);
   rep.frames = o.pixel_frames;
   rep.width = o.pixel_width;

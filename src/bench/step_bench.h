@@ -27,6 +27,7 @@ struct StepBenchOptions {
   int steps = 8;                // sample: model evaluations
   bool cuda_graph = true;       // sample
   bool fp8 = false;             // fp8 e4m3 block GEMMs (static per-tensor scales)
+  bool nvfp4 = false;           // NVFP4 W4A4 block GEMMs (static input scales: fused producers)
   bool sage_attention = false;  // the blocks' attention: Sage 8-bit instead of flash bf16
   uint64_t seed = 440420, weights_seed = 0;
 };

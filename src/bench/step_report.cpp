@@ -25,6 +25,13 @@ int64_t step_launcher_calls(const H3Config& c, const SequenceLayout& layout, int
 
 namespace {
 
+std::string step_gemm_description(const StepMeasurements& m) {
+  if (!m.nvfp4_algo.empty())
+    return "NVFP4 W4A4 (" + m.nvfp4_algo +
+           "); static input scales: the producers encode the NVFP4 inputs (fused)";
+  return m.fp8 ? "cuBLASLt fp8 e4m3, static per-tensor scales" : "cuBLASLt bf16";
+}
+
 nlohmann::json checksum_json(const Checksum& c) {
   return {{"sum", c.sum}, {"abs_sum", c.abs_sum}};
 }
@@ -107,7 +114,7 @@ nlohmann::json step_report(const H3Config& c, const SequenceLayout& layout,
         {"precision", "bf16"},
         {"attention",
          m.sage_attention ? "sage_8bit (h3rt, SageAttention2 numerics)" : "flash_bf16 (h3rt)"},
-        {"gemm", m.fp8 ? "cuBLASLt fp8 e4m3, static per-tensor scales" : "cuBLASLt bf16"},
+        {"gemm", step_gemm_description(m)},
         {"weights", "synthetic, generated on the GPU"},
         {"seed", m.seed},
         {"weights_seed", m.weights_seed}}},

@@ -33,9 +33,10 @@ struct StepRepetition {
 struct StepMeasurements {
   std::string preset;  // "h3" / "tiny"
   bool fp8 = false;
+  std::string nvfp4_algo;  // NVFP4 W4A4 block GEMMs with this algorithm; empty: none
   bool sage_attention = false;
   uint64_t seed = 0, weights_seed = 0;
-  double model_setup_s = 0;     // synthetic weights generated on the GPU (+ fp8 conversion)
+  double model_setup_s = 0;     // synthetic weights generated on the GPU (+ fp8/NVFP4 packing)
   double session_setup_ms = 0;  // buffers, RoPE tables, staging
   double text_refiner_ms = 0;   // condition_proj + refiner + final norm (GPU), once per text
   double first_step_ms = 0;     // the warm-up step (plans, workspaces, refiner included)

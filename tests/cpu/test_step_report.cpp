@@ -69,6 +69,24 @@ TEST(StepReport, DifferentGraphVelocitiesAreReported) {
   EXPECT_FALSE(r.at("cuda_graph").at("velocities_bit_identical_to_eager").get<bool>());
 }
 
+// The workload names the block GEMMs that ran.
+TEST(StepReport, NamesTheGemmPath) {
+  const SequenceLayout layout = make_t2va_layout(10, 37, 7, 8, 12);
+  auto gemm = [&](const bench::StepMeasurements& m) {
+    return bench::step_report(H3Config::tiny(), layout, m)
+        .at("workload")
+        .at("gemm")
+        .get<std::string>();
+  };
+  bench::StepMeasurements m = measurements();
+  EXPECT_EQ(gemm(m), "cuBLASLt bf16");
+  m.fp8 = true;
+  EXPECT_NE(gemm(m).find("fp8"), std::string::npos);
+  m.fp8 = false;
+  m.nvfp4_algo = "dequantize to bf16 scratch + cuBLASLt bf16";
+  EXPECT_EQ(gemm(m).rfind("NVFP4 W4A4 (dequantize to bf16 scratch", 0), 0u);
+}
+
 TEST(StepReport, RejectsUnknownStagesAndMissingRepetitions) {
   bench::StepMeasurements m = measurements();
   m.eager[0].stage_ms["made_up"] = 1.0;

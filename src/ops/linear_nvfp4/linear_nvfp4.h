@@ -78,6 +78,21 @@ struct LinearNvfp4CudaParams {
 size_t linear_nvfp4_workspace_bytes(const LinearNvfp4CudaParams& p);
 // The algorithm kAuto resolves to on the current device (never kAuto).
 Nvfp4GemmAlgo linear_nvfp4_resolve(Nvfp4GemmAlgo algo);
+// What the algorithm does, in words (reports).
+inline const char* linear_nvfp4_algo_name(Nvfp4GemmAlgo a) {
+  switch (a) {
+    case Nvfp4GemmAlgo::kDequantCublas:
+      return "dequantize to bf16 scratch + cuBLASLt bf16";
+    case Nvfp4GemmAlgo::kMainloopSm90:
+      return "sm_90a wgmma, dequantized in the mainloop";
+    case Nvfp4GemmAlgo::kBlockScaledSm100:
+      return "cuBLASLt block-scaled NVFP4";
+    case Nvfp4GemmAlgo::kMainloopSm90ExpandedW:
+      return "sm_90a wgmma, A dequantized in the mainloop, W expanded to f16 scratch";
+    default:
+      return "auto";
+  }
+}
 // cudaErrorNotSupported when the algorithm is not compiled in or not runnable on this device.
 cudaError_t linear_nvfp4_cuda(const LinearNvfp4CudaParams& p, cudaStream_t stream);
 
