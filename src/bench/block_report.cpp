@@ -46,15 +46,17 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+std::string nvfp4_gemm_description(const std::string& algo, bool static_input_scale) {
+  return "NVFP4 W4A4 (" + algo + "); " +
+         (static_input_scale ? "static input scales: the producers encode the NVFP4 inputs (fused)"
+                             : "computed input scales: each projection includes its two-pass "
+                               "activation quantization (amax, encode)");
+}
+
 namespace {
 
 std::string gemm_description(const BlockMeasurements& m) {
-  if (m.nvfp4)
-    return "NVFP4 W4A4 (" + m.nvfp4_algo + "); " +
-           (m.nvfp4_static_input_scale
-                ? "static input scales: the producers encode the NVFP4 inputs (fused)"
-                : "computed input scales: each projection includes its two-pass activation "
-                  "quantization (amax, encode)");
+  if (m.nvfp4) return nvfp4_gemm_description(m.nvfp4_algo, m.nvfp4_static_input_scale);
   if (m.fp8)
     return "cuBLASLt fp8 e4m3, static per-tensor scales (the activation quantize launch is "
            "inside each projection)";

@@ -40,6 +40,9 @@ struct BlockMeasurements {
 
 double median(std::vector<double> v);
 
+// NVFP4 W4A4 block projections run by GEMM algorithm `algo`, in words (block and step reports).
+std::string nvfp4_gemm_description(const std::string& algo, bool static_input_scale);
+
 nlohmann::json block_report(const H3Config& c, const SequenceLayout& layout,
                             const BlockMeasurements& m);
 

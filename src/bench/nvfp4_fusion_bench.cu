@@ -135,12 +135,11 @@ struct Producer {
   std::function<void(cudaStream_t)> reset;  // restores inputs a run modifies (may be empty)
 };
 
-// A producer whose launcher takes params P with a bf16 output member (`out_field`) and an
-// `nvfp4` block: bf16 into `out`, or NVFP4 only.
-template <class P>
+// A producer launched as launch(params, stream), params P with a bf16 output member
+// (`out_field`) and an `nvfp4` block: bf16 into `out`, or NVFP4 only.
+template <class P, class Launch>
 Producer producer_of(const char* name, int64_t rows, int64_t cols, bool computed_ok, bf16* out,
-                     const P& base, bf16* P::*out_field,
-                     cudaError_t (*launch)(const P&, cudaStream_t)) {
+                     const P& base, bf16* P::*out_field, Launch launch) {
   Producer pr{name, rows, cols, computed_ok, nullptr, nullptr, out, nullptr};
   pr.bf16_only = [=](const bf16*, cudaStream_t s) {
     P q = base;
@@ -288,23 +287,11 @@ nlohmann::json run_nvfp4_fusion_bench(const Nvfp4FusionBenchOptions& o) {
       base.workspace = ws;
       base.workspace_bytes = ws_bytes;
       const bool sage = kernel == ops::AttentionKernel::sage_8bit;
-      Producer at{sage ? "sage_attention->out_proj" : "attention->out_proj",
-                  S,
-                  I,
-                  false,
-                  nullptr,
-                  nullptr,
-                  ao,
-                  nullptr};
-      at.bf16_only = [base, kernel](const bf16*, cudaStream_t s) {
-        H3RT_CUDA_CHECK(ops::attention_cuda(base, kernel, s));
-      };
-      at.fused = [base, kernel](const Nvfp4Out& out, cudaStream_t s) {
-        ops::AttentionCudaParams q = base;
-        q.out = nullptr;
-        q.nvfp4 = out;
-        H3RT_CUDA_CHECK(ops::attention_cuda(q, kernel, s));
-      };
+      const Producer at = producer_of(sage ? "sage_attention->out_proj" : "attention->out_proj", S,
+                                      I, false, ao, base, &ops::AttentionCudaParams::out,
+                                      [kernel](const ops::AttentionCudaParams& q, cudaStream_t s) {
+                                        return ops::attention_cuda(q, kernel, s);
+                                      });
       results.push_back(bench_producer(d, t, at, 1, o.attention_iters));
     }
   }

@@ -26,9 +26,7 @@ int64_t step_launcher_calls(const H3Config& c, const SequenceLayout& layout, int
 namespace {
 
 std::string step_gemm_description(const StepMeasurements& m) {
-  if (!m.nvfp4_algo.empty())
-    return "NVFP4 W4A4 (" + m.nvfp4_algo +
-           "); static input scales: the producers encode the NVFP4 inputs (fused)";
+  if (!m.nvfp4_algo.empty()) return nvfp4_gemm_description(m.nvfp4_algo, true);
   return m.fp8 ? "cuBLASLt fp8 e4m3, static per-tensor scales" : "cuBLASLt bf16";
 }
 

@@ -209,6 +209,15 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// An enabled NVFP4 output of either kernel: valid for the [rows, heads * head_dim] output, with a
+// given g (the epilogue cannot be re-run for an amax pass). Throws naming `op`.
+void check_attention_nvfp4(const AttentionCudaParams& p, const char* op) {
+  if (!p.nvfp4.enabled()) return;
+  check_nvfp4_out(p.nvfp4, op, p.heads * p.head_dim, 8);
+  H3RT_CHECK(!p.nvfp4.computed(), op, ": the fused NVFP4 epilogue needs a given global scale; ",
+             "with a computed one write bf16 and run nvfp4_quantize");
+}
+
 bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
 }
@@ -268,13 +277,9 @@ cudaError_t attention_sage_cuda(const AttentionCudaParams& in, cudaStream_t stre
                  p.out_head_stride == kD,
              "attention_cuda (sage_8bit): q/k/v must be the column blocks of one QKV buffer "
              "[rows, 3, heads, 128] and the output token-major");
-  const bool nvfp4 = p.nvfp4.enabled();
-  H3RT_CHECK(p.out || nvfp4, "attention_cuda (sage_8bit): no output (out and nvfp4 both unset)");
-  if (nvfp4) {
-    check_nvfp4_out(p.nvfp4, "attention_cuda (sage_8bit)", span, 8);
-    H3RT_CHECK(!p.nvfp4.computed(), "attention_cuda (sage_8bit): the fused NVFP4 epilogue needs ",
-               "a given global scale; with a computed one write bf16 and run nvfp4_quantize");
-  }
+  H3RT_CHECK(p.out || p.nvfp4.enabled(),
+             "attention_cuda (sage_8bit): no output (out and nvfp4 both unset)");
+  check_attention_nvfp4(p, "attention_cuda (sage_8bit)");
   const size_t need = attention_workspace_bytes(p, AttentionKernel::sage_8bit);
   H3RT_CHECK(p.workspace && p.workspace_bytes >= need, "attention_cuda (sage_8bit): workspace of ",
              p.workspace_bytes, " bytes, needs ", need);
@@ -305,11 +310,7 @@ cudaError_t attention_flash_bf16_cuda(const AttentionCudaParams& in, cudaStream_
   const bool nvfp4 = p.nvfp4.enabled();
   H3RT_CHECK(p.q && p.k && p.v && (p.out || nvfp4) && p.rows >= 0 && p.heads > 0,
              "attention_flash_bf16_cuda: bad params");
-  if (nvfp4) {
-    check_nvfp4_out(p.nvfp4, "attention_flash_bf16_cuda", p.heads * p.head_dim, 8);
-    H3RT_CHECK(!p.nvfp4.computed(), "attention_flash_bf16_cuda: the fused NVFP4 epilogue needs a ",
-               "given global scale; with a computed one write bf16 and run nvfp4_quantize");
-  }
+  check_attention_nvfp4(p, "attention_flash_bf16_cuda");
   H3RT_CHECK(p.head_dim == kD, "attention_flash_bf16_cuda: head_dim ", p.head_dim,
              " (only 128 is implemented)");
   H3RT_CHECK(p.q_row_stride % 8 == 0 && p.k_row_stride % 8 == 0 && p.v_row_stride % 8 == 0 &&
