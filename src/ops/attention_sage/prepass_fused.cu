@@ -235,21 +235,21 @@ __device__ void kv_stats(const Dims& n, const Item& it, const uint8_t* tiles, fl
   }
 }
 
-__device__ __forceinline__ void bar_chain() {  // the 4 warps of the K-mean chain
-  asm volatile("bar.sync 1, 128;\n" ::: "memory");
-}
-
 // The last A item of head h: k_mean = (sum of the chunk partials in chunk order) / S and v_scale
 // from the atomic channel maxima (read and reset to 0), stored plain and tagged with the epoch.
 // Warps 0-3 run the sequential sums; the partials stream through the current K/V stage (64 KB) as a
-// ring of 4 slots of 32 chunks, filled by cp.async kSlots slots ahead of the chain.
+// ring of 4 slots of 32 chunks, filled by cp.async (all threads) kSlots slots ahead of the chain.
+// The ring's barriers are block-wide so that every thread runs the same barrier sequence in every
+// item. The chain was correct on a 128-thread named barrier (warps 4-15 waiting at the end of the
+// item), but racecheck then reported hazards between accesses that later block-wide barriers
+// order (s_flag, s_item, mean, red, vout: written by warps 0-3). The other warps wait here anyway.
 __device__ void reduce_head(const Dims& n, int64_t h, uint8_t* stage, unsigned epoch,
                             const SageBuffers& buf) {
-  if (threadIdx.x >= kD) return;
   constexpr int kSlots = 4, kSlotChunks = 2 * kTileBytes / kSlots / (kD * 4);  // 32
   const int64_t chunks = n.padded / kTokenPad;
   const int64_t slots = (chunks + kSlotChunks - 1) / kSlotChunks;
   const float* kp = buf.k_partial + h * chunks * kD;
+  static_assert(kSlotChunks * kD / 4 % kThreads == 0, "ring granules per thread");
   auto issue = [&](int64_t s) {
     if (s < slots) {
       uint8_t* dst = stage + s % kSlots * (kSlotChunks * kD * 4);
@@ -257,27 +257,31 @@ __device__ void reduce_head(const Dims& n, int64_t h, uint8_t* stage, unsigned e
           (chunks - s * kSlotChunks < kSlotChunks ? chunks - s * kSlotChunks : kSlotChunks) * kD /
           4;
 #pragma unroll
-      for (int u = 0; u < kSlotChunks * kD / 4 / kD; ++u) {
-        const int gi = threadIdx.x + u * kD;
+      for (int u = 0; u < kSlotChunks * kD / 4 / kThreads; ++u) {
+        const int gi = threadIdx.x + u * kThreads;
         if (gi < granules) cp_async16(smem_u32(dst + gi * 16), kp + s * kSlotChunks * kD + gi * 4);
       }
     }
     cp_async_commit();
   };
   for (int s = 0; s < kSlots; ++s) issue(s);
+  const bool chain = threadIdx.x < kD;
   float total = 0.0f;
   for (int64_t s = 0; s < slots; ++s) {
     cp_async_wait<kSlots - 1>();
-    bar_chain();
-    const float* st = reinterpret_cast<const float*>(stage + s % kSlots * (kSlotChunks * kD * 4));
-    const int64_t cnt =
-        chunks - s * kSlotChunks < kSlotChunks ? chunks - s * kSlotChunks : kSlotChunks;
+    __syncthreads();
+    if (chain) {
+      const float* st = reinterpret_cast<const float*>(stage + s % kSlots * (kSlotChunks * kD * 4));
+      const int64_t cnt =
+          chunks - s * kSlotChunks < kSlotChunks ? chunks - s * kSlotChunks : kSlotChunks;
 #pragma unroll 8
-    for (int cc = 0; cc < cnt; ++cc) total = __fadd_rn(total, st[cc * kD + threadIdx.x]);
-    bar_chain();
+      for (int cc = 0; cc < cnt; ++cc) total = __fadd_rn(total, st[cc * kD + threadIdx.x]);
+    }
+    __syncthreads();  // slot s is read before it is refilled
     issue(s + kSlots);
   }
   cp_async_wait<0>();
+  if (!chain) return;  // no barrier below
   const int d = threadIdx.x;
   const float vmx = __uint_as_float(atomicExch(vmax_acc(buf, n) + h * kD + d, 0u));
   const float mean = head_k_mean(total, n);
@@ -447,7 +451,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         __nanosleep(128);
         consts = ld_relaxed(buf.head_consts + it.h * 2 * kD + threadIdx.x);
       }
-      mean[threadIdx.x] = __uint_as_float(static_cast<unsigned>(consts));  // mean | vscale
+      // mean | vscale; the previous B item read them before the barrier that ended it.
+      mean[threadIdx.x] = __uint_as_float(static_cast<unsigned>(consts));
     }
     if (kStages == 2) load_consts(s_item[(j + 1) % 4]);
     unsigned claimed = 0;
@@ -462,7 +467,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // quantization overlaps it.
       kv_stats(n, it, tiles, scratch, buf);
       __syncthreads();
-      if (threadIdx.x == 0) {
+      if (threadIdx.x == 0) {  // the last reads of s_flag precede this item's first barrier
         fence_acq_rel_gpu();
         s_flag = atomicAdd(tickets + it.h, 1u) == sch.n_chunks - 1;
       }
@@ -476,13 +481,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       quantize_k(n, it, tiles, mean, red, buf);
       quantize_v(n, it, tiles + kTileBytes, vscale, vout, buf);
     }
+    // 4 slots: this iteration reads only slots j .. j + kStages - 1.
     if (threadIdx.x == 0) s_item[(j + kStages) % 4] = decode(claimed, sch);
+    // Every thread passes every barrier of an item (the conditions are block-uniform), so this
+    // one orders all of this item's shared accesses before the next item's.
     __syncthreads();
   }
   cp_async_wait<0>();
 
   // The last block out resets the tickets and counters for the next call.
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == 0) {  // s_flag was last read before the loop's last barrier
     __threadfence();
     s_flag = atomicAdd(exits, 1u) == gridDim.x - 1;
   }

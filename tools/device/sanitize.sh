@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# On the GPU machine, after tools/device/build.sh has built build-device/tests/h3rt_cuda_tests:
+# runs the GPU tests of a gtest filter under compute-sanitizer's memcheck, racecheck, synccheck
+# and initcheck, one log per tool under $OUT (sanitize_<tool>.log), and prints one summary line
+# per tool. Exits 1 if any tool reported an error or hazard, timed out, could not run, or a test
+# failed under it. Source lines in the reports come from -lineinfo, which cmake/cuda.cmake passes
+# to every CUDA target (the Release build keeps it).
+#   H3RT_TARGETS=h3rt_cuda_tests bash tools/device/build.sh && bash tools/device/sanitize.sh
+#   bash tools/device/sanitize.sh 'SageAttentionCuda.*'           # a filter of your own
+#   H3RT_SANITIZE_TOOLS=racecheck bash tools/device/sanitize.sh    # some tools only
+# Environment: H3RT_SANITIZE_FILTER (the filter when no argument is given), H3RT_SANITIZE_TOOLS
+# (default all four), H3RT_SANITIZE_TIMEOUT (seconds per tool, default 280: racecheck is the slow
+# one; split the tools over calls when a call has less time), COMPUTE_SANITIZER (the binary).
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 2
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+BIN=build-device/tests/h3rt_cuda_tests
+# Small shapes of the kernels that use shared memory, barriers and async copies: the Sage
+# pre-pass (both algorithms) and mma.sync kernels, the wgmma Sage kernels on tiny sequences, the
+# bf16 flash attention, the NVFP4 mainloop on small shapes, and a few quick ones.
+DEFAULT_FILTER='SageAttentionCuda.*:SageAttentionWgmma.TinySequences:CudaAttentionBf16.TinyRagged:CudaAttentionBf16.ExactTiles:LinearNvfp4Mainloop.W4A4SmallAndOddShapes:CudaFusedOps.PlainRmsNormSmallWidthBitExact:Fp8Quantize.AllZeroInputUsesScaleOne:CudaRuntime.*'
+FILTER=${1:-${H3RT_SANITIZE_FILTER:-$DEFAULT_FILTER}}
+TOOLS=${H3RT_SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}
+LIMIT=${H3RT_SANITIZE_TIMEOUT:-280}
+CS=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
+[ -x "$BIN" ] || { echo "sanitize: $BIN missing; build it first:" \
+  "H3RT_TARGETS=h3rt_cuda_tests bash tools/device/build.sh" >&2; exit 2; }
+[ -x "$CS" ] || { echo "sanitize: compute-sanitizer not found (set COMPUTE_SANITIZER)" >&2; exit 2; }
+echo "sanitize: $("$CS" --version | tail -1); filter $FILTER"
+
+# racecheck's report as "count  first access file:line / second access file:line [hazards]",
+# most frequent first (best effort: the analysis lines "... between <kind> access at ... in
+# <file>:<line>" and "and <kind> access at ...", paired in order).
+race_pairs() {
+  awk '/(Read|Write) access at/ {
+         match($0, /(Read|Write) access at/); kind = substr($0, RSTART, 5); sub(/ $/, "", kind)
+         loc = "?"; n = split($0, w, " ")
+         for (i = 1; i <= n; ++i) if (w[i] ~ /\.(cu|cuh|h|hpp):[0-9]+/) loc = w[i]
+         sub(/.*\//, "", loc); sub(/:[^0-9].*/, "", loc)
+         tail = ""; if (match($0, /\[[0-9]+ hazards?\]/)) tail = " " substr($0, RSTART, RLENGTH)
+         if (first == "") first = kind " " loc; else { print first " / " kind " " loc tail; first = "" }
+       }' "$1" | sort | uniq -c | sort -rn | head -12
+}
+
+status=0
+summary=()
+for tool in $TOOLS; do
+  log="$OUT/sanitize_$tool.log"
+  opts=(--tool "$tool" --error-exitcode 1 --print-limit 10000 --show-backtrace device)
+  [ "$tool" = racecheck ] && opts+=(--racecheck-report all)
+  t0=$(date +%s)
+  timeout -k 10 "$LIMIT" "$CS" "${opts[@]}" "$BIN" --gtest_color=no --gtest_filter="$FILTER" \
+    > "$log" 2>&1
+  rc=$?
+  secs=$(( $(date +%s) - t0 ))
+  # The tool's final summaries: racecheck counts hazards, the others errors.
+  errs=$(grep -oE "ERROR SUMMARY: [0-9]+" "$log" | tail -1 | grep -oE "[0-9]+$")
+  race=$(grep -oE "RACECHECK SUMMARY: [0-9]+ hazards? displayed \([0-9]+ errors?, [0-9]+ warnings?\)" \
+    "$log" | tail -1)
+  passed=$(grep -oE "^\[  PASSED  \] [0-9]+" "$log" | grep -oE "[0-9]+$")
+  failed=$(grep -oE "^\[  FAILED  \] [0-9]+ tests?" "$log" | grep -oE "^\[  FAILED  \] [0-9]+" \
+    | grep -oE "[0-9]+$")
+  if [ "$tool" = racecheck ] && [ -n "$race" ]; then
+    count=$(echo "$race" | grep -oE "SUMMARY: [0-9]+" | grep -oE "[0-9]+")
+    what="hazards=$count (${race#*(}"
+  elif [ -n "$errs" ]; then
+    count=$errs
+    what="errors=$count"
+  else
+    count=
+    what="no summary"
+  fi
+  verdict=clean
+  if (( rc == 124 || rc == 137 )); then verdict="TIMEOUT after ${LIMIT}s"
+  elif [ -z "$count" ]; then verdict="DID NOT RUN (see the log's end)"
+  elif (( count > 0 )); then verdict=REPORTED
+  elif [ -n "$failed" ] || [ -z "$passed" ]; then verdict="TESTS FAILED"
+  elif (( passed == 0 )); then verdict="NO TEST RAN (filter?)"
+  elif (( rc != 0 )); then verdict="rc=$rc"
+  fi
+  [ "$verdict" = clean ] || status=1
+  line=$(printf "%-9s %-40s tests passed=%s failed=%s  %4ds  rc=%d  %s" "$tool" "$what" \
+    "${passed:-?}" "${failed:-0}" "$secs" "$rc" "$verdict")
+  summary+=("$line")
+  echo "$line"
+  if [ "$verdict" != clean ]; then
+    if [ "$tool" = racecheck ]; then race_pairs "$log"; fi
+    grep -iE "^=+ +(error|warning|invalid|uninitiali|barrier|race|potential)" "$log" \
+      | grep -v SUMMARY | head -6 | cut -c1-240
+    [ -z "$count" ] && tail -5 "$log"
+  fi
+  # Files over 16 MiB do not come back from the device.
+  if [ "$(stat -c %s "$log")" -gt $((15 << 20)) ]; then gzip -f "$log"; fi
+done
+printf "%s\n" "${summary[@]}" > "$OUT/sanitize_summary.txt"
+exit $status
