@@ -50,7 +50,7 @@ void print_h3(const SafetensorsFile& f) {
         spec.key.compare(spec.key.size() - suffix.size(), suffix.size(), suffix) != 0)
       continue;
     std::string layer = spec.key.substr(0, spec.key.size() - suffix.size());
-    if (src.count(spec.key)) ++formats[weight_format_name(model::detect_linear_format(src, layer))];
+    if (src.count(spec.key)) ++formats[model::linear_format_label(src, layer)];
   }
   std::printf("linear layers by format:");
   for (const auto& [name, n] : formats) std::printf(" %s %d;", name.c_str(), n);

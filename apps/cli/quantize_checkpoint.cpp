@@ -1,4 +1,4 @@
-// `h3rt quantize-checkpoint`: write a ComfyUI-format quantized copy (nvfp4 or fp8_scaled) of a
+// `h3rt quantize-checkpoint`: write a ComfyUI-format quantized copy (nvfp4, fp8_scaled, int8) of a
 // bf16/f32 H3 checkpoint: the chosen linears of every block and refiner block are quantized and
 // marked with `<layer>.comfy_quant`; every other tensor and __metadata__ is copied unchanged.
 #include <cstdio>
@@ -15,21 +15,27 @@ namespace h3rt::cli {
 void add_quantize_checkpoint_command(CLI::App& app) {
   struct Opts {
     std::string in, out, format;
+    int64_t group = 256;
     std::vector<std::string> layers = {"qkv", "out", "fc1", "fc2"}, keep;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand(
       "quantize-checkpoint",
       "Quantize the big linears (attn.qkv_proj, attn.out_proj, mlp.fc1, mlp.fc2) of an H3 "
-      "checkpoint to NVFP4 (g_w = amax/2688, e4m3 block scales, 128x4 tiled) or fp8_scaled "
-      "(weight_scale = amax/448), in ComfyUI's format with comfy_quant markers");
+      "checkpoint to NVFP4 (g_w = amax/2688, e4m3 block scales, 128x4 tiled), fp8_scaled "
+      "(weight_scale = amax/448) or int8 W8A8 (int8_convrot: Hadamard-rotated per group, per-row "
+      "scales; int8: the same without rotation), in ComfyUI's format with comfy_quant markers");
   cmd->add_option("--in", o->in, "input .safetensors (bf16/f32 linears)")
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("--out", o->out, "output .safetensors")->required();
   cmd->add_option("--format", o->format, "target format")
       ->required()
-      ->check(CLI::IsMember({"nvfp4", "fp8"}));
+      ->check(CLI::IsMember({"nvfp4", "fp8", "int8_convrot", "int8"}));
+  cmd->add_option("--group-size", o->group,
+                  "int8_convrot: the rotation's group size (a power of 4 dividing every chosen "
+                  "layer's input features; the tiny preset needs 16 or 64)")
+      ->capture_default_str();
   cmd->add_option("--layers", o->layers, "which linears of each block (comma separated)")
       ->delimiter(',')
       ->check(CLI::IsMember({"qkv", "out", "fc1", "fc2"}))
@@ -41,7 +47,10 @@ void add_quantize_checkpoint_command(CLI::App& app) {
   cmd->callback([o] {
     check_output_path(o->out, "--out");
     QuantizeCheckpointOptions q;
-    q.format = o->format == "nvfp4" ? WeightFormat::nvfp4 : WeightFormat::fp8_scaled;
+    q.format = o->format == "nvfp4" ? WeightFormat::nvfp4
+               : o->format == "fp8" ? WeightFormat::fp8_scaled
+                                    : WeightFormat::int8;
+    q.int8_group = o->format == "int8" ? 0 : o->group;
     q.layers = o->layers;
     q.keep = o->keep;
     q.progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };

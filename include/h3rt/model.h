@@ -57,7 +57,11 @@ const char* precision_name(Precision p);
 //     weight_scale e4m3 [roundup(out,128), roundup(in/16,4)] (cuBLAS 128x4 tiled),
 //     weight_scale_2 f32 scalar g_w; W = e2m1(code) * e4m3(scale) * g_w (include/h3rt/nvfp4.h).
 // Both may carry input_scale, an f32 scalar static activation scale.
-enum class WeightFormat { f32, bf16, fp8_scaled, nvfp4 };
+//   int8: ComfyUI int8_tensorwise, W8A8 (include/h3rt/int8.h): weight i8 [out, in], weight_scale
+//     f32 [out, 1] (or [], [1], [out]); with "convrot" (int8_group > 0) the stored weight is
+//     already rotated per group of int8_group input columns, and each call rotates and
+//     quantizes the activation per row. W = H(q * s) in the original basis.
+enum class WeightFormat { f32, bf16, fp8_scaled, nvfp4, int8 };
 const char* weight_format_name(WeightFormat f);
 
 // A linear layer y = x W^T + b, W [out, in]. `data`/`scale`/`scale_2`/`input_scale`/`bias_data`
@@ -69,7 +73,8 @@ struct LinearWeight {
   WeightFormat format = WeightFormat::f32;
   int64_t out = 0, in = 0;
   Tensor data;         // as stored: [out, in], or u8 [out, in/2] for nvfp4
-  Tensor scale;        // weight_scale: f32 scalar (fp8_scaled), e4m3 block scales (nvfp4)
+  Tensor scale;        // weight_scale: f32 scalar (fp8_scaled), e4m3 block scales (nvfp4),
+                       // f32 per-row or scalar (int8)
   Tensor scale_2;      // weight_scale_2: f32 scalar global scale (nvfp4); else empty
   Tensor input_scale;  // f32 scalar static activation scale (quantized formats), or empty
   Tensor bias_data;    // [out] as stored, or empty
@@ -78,9 +83,11 @@ struct LinearWeight {
   // fp8_scaled without input_scale, opted in by set_fp8_activations(dynamic): the activation is
   // quantized to e4m3 with a scale computed per call (src/ops/fp8_quantize/fp8_quantize.h).
   bool fp8_dynamic_activations = false;
+  int64_t int8_group = 0;  // int8: the convrot group size G, 0 for plain tensorwise int8
   bool has_bias() const { return !b.empty(); }
   bool quantized() const {
-    return format == WeightFormat::fp8_scaled || format == WeightFormat::nvfp4;
+    return format == WeightFormat::fp8_scaled || format == WeightFormat::nvfp4 ||
+           format == WeightFormat::int8;
   }
 };
 

@@ -12,9 +12,11 @@
 
 namespace h3rt {
 
-// The "format" names ComfyUI's comfy_quant markers use for the two formats we load.
+// The "format" names ComfyUI's comfy_quant markers use for the formats we load. int8 markers
+// also carry "convrot" (bool) and "convrot_groupsize" (default 256), possibly under "params".
 inline constexpr const char* kComfyNvfp4 = "nvfp4";
 inline constexpr const char* kComfyFp8 = "float8_e4m3fn";
+inline constexpr const char* kComfyInt8 = "int8_tensorwise";
 
 // A u8 [n] tensor holding the JSON bytes {"format":"<format>"}.
 Tensor comfy_quant_marker(const std::string& format);
@@ -31,8 +33,15 @@ NamedTensors quantize_linear_nvfp4(const std::string& layer, const Tensor& w);
 // (f32 []) and "<layer>.comfy_quant". w: 2-D bf16 or f32 host tensor.
 NamedTensors quantize_linear_fp8(const std::string& layer, const Tensor& w);
 
+// int8_tensorwise, W8A8 (h3rt/int8.h): with group > 0 (convrot) the weight is rotated per group
+// of `group` input columns first; q and the per-row scale by int8_quantize_rows. Returns
+// "<layer>.weight" (i8 [N, K]), "<layer>.weight_scale" (f32 [N, 1]) and "<layer>.comfy_quant"
+// ({"format": "int8_tensorwise", "convrot": true, "convrot_groupsize": G} with convrot).
+NamedTensors quantize_linear_int8(const std::string& layer, const Tensor& w, int64_t group);
+
 struct QuantizeCheckpointOptions {
-  WeightFormat format = WeightFormat::nvfp4;  // nvfp4 or fp8_scaled
+  WeightFormat format = WeightFormat::nvfp4;  // nvfp4, fp8_scaled or int8
+  int64_t int8_group = 256;                   // int8: convrot group size, 0 = plain tensorwise
   // Which linears of every block and refiner block: "qkv" (attn.qkv_proj), "out"
   // (attn.out_proj), "fc1" (mlp.fc1), "fc2" (mlp.fc2).
   std::vector<std::string> layers = {"qkv", "out", "fc1", "fc2"};

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "h3rt/formats.h"
+#include "h3rt/int8.h"
 #include "h3rt/nvfp4.h"
 #include "model/forward_internal.h"
 #include "ops/fp8_quantize/fp8_quantize.h"
@@ -51,6 +52,18 @@ FloatVec fp8_activation(const LinearWeight& lw, const float* x, int64_t rows) {
   return out;
 }
 
+// int8 W8A8 exactly as ComfyUI computes it (h3rt/int8.h): the activation rows, as bf16, rotated
+// and quantized per row, the int8 GEMM, the two scales and the bias in the epilogue. The output
+// is bf16-valued in both precisions (the layer's own rounding).
+FloatVec int8_linear_rows(const LinearWeight& lw, const float* x, int64_t rows) {
+  const Tensor xt(const_cast<float*>(x), DType::f32, {rows, lw.in});
+  const Int8Rows xq = int8_quantize_rows(xt, lw.int8_group);
+  const Tensor y =
+      int8_linear(xq, lw.data, lw.scale, present(lw.bias_data) ? &lw.bias_data : nullptr);
+  const std::vector<float> v = y.to_f32();
+  return FloatVec(v.begin(), v.end());
+}
+
 bool is_fp8_projection_without_input_scale(const LinearWeight& lw) {
   return lw.format == WeightFormat::fp8_scaled && !present(lw.input_scale);
 }
@@ -58,6 +71,7 @@ bool is_fp8_projection_without_input_scale(const LinearWeight& lw) {
 }  // namespace
 
 FloatVec apply_linear(const LinearWeight& lw, const float* x, int64_t rows, bool round_bf16) {
+  if (lw.format == WeightFormat::int8) return int8_linear_rows(lw, x, rows);
   FloatVec xq;  // the quantized-dequantized input, when the format has one
   if (rows > 0 && lw.format == WeightFormat::nvfp4) xq = nvfp4_activation(lw, x, rows);
   if (rows > 0 && lw.format == WeightFormat::fp8_scaled &&

@@ -7,6 +7,7 @@
 
 #include "h3rt/check.h"
 #include "h3rt/formats.h"
+#include "h3rt/int8.h"
 #include "h3rt/nvfp4.h"
 #include "h3rt/quantize.h"
 #include "model/weights.h"
@@ -97,11 +98,31 @@ NamedTensors quantize_linear_fp8(const std::string& layer, const Tensor& w) {
           {layer + ".comfy_quant", comfy_quant_marker(kComfyFp8)}};
 }
 
+NamedTensors quantize_linear_int8(const std::string& layer, const Tensor& w, int64_t group) {
+  check_weight(layer, w);
+  H3RT_CHECK(group == 0 || (convrot_group_valid(group) && w.size(1) % group == 0), "layer '", layer,
+             "' ", shape_str(w.shape()), ": convrot group size ", group,
+             " must be a power of 4 dividing its ", w.size(1), " input features");
+  H3RT_CHECK(std::isfinite(abs_max(w)), "layer '", layer, "': the weight holds non-finite values");
+  const Int8Rows q = int8_quantize_rows(w, group);
+  nlohmann::json marker{{"format", kComfyInt8}};
+  if (group > 0) {
+    marker["convrot"] = true;
+    marker["convrot_groupsize"] = group;
+  }
+  const std::string text = marker.dump();
+  Tensor m = Tensor::zeros(DType::u8, {static_cast<int64_t>(text.size())});
+  std::memcpy(m.data(), text.data(), text.size());
+  return {
+      {layer + ".weight", q.q}, {layer + ".weight_scale", q.scale}, {layer + ".comfy_quant", m}};
+}
+
 QuantizeCheckpointReport quantize_checkpoint(const std::string& in_path,
                                              const std::string& out_path,
                                              const QuantizeCheckpointOptions& o) {
-  H3RT_CHECK(o.format == WeightFormat::nvfp4 || o.format == WeightFormat::fp8_scaled,
-             "quantize-checkpoint: the target format must be nvfp4 or fp8_scaled, got ",
+  H3RT_CHECK(o.format == WeightFormat::nvfp4 || o.format == WeightFormat::fp8_scaled ||
+                 o.format == WeightFormat::int8,
+             "quantize-checkpoint: the target format must be nvfp4, fp8_scaled or int8, got ",
              weight_format_name(o.format));
   const SafetensorsFile f = SafetensorsFile::open(in_path);
   const H3Config c = infer_config(f);
@@ -137,14 +158,16 @@ QuantizeCheckpointReport quantize_checkpoint(const std::string& in_path,
                  "' is already quantized ("
                  "it has '",
                  layer + s, "'); pass a checkpoint with bf16/f32 linears");
-    H3RT_CHECK(!(o.format == WeightFormat::nvfp4 && layer.ends_with(".qkv_proj") &&
+    H3RT_CHECK(!(o.format != WeightFormat::fp8_scaled && layer.ends_with(".qkv_proj") &&
                  w->second.qkv_layout == QkvLayout::per_head_interleaved),
                in_path,
-               ": qkv_proj rows are per-head interleaved; nvfp4 qkv_proj needs fused "
+               ": qkv_proj rows are per-head interleaved; a quantized qkv_proj needs fused "
                "[q; k; v] rows (reorder the checkpoint first)");
     if (o.progress) o.progress(head + " -> " + weight_format_name(o.format));
     replaced[layer + ".weight"] = o.format == WeightFormat::nvfp4 ? quantize_linear_nvfp4(layer, t)
-                                                                  : quantize_linear_fp8(layer, t);
+                                  : o.format == WeightFormat::int8
+                                      ? quantize_linear_int8(layer, t, o.int8_group)
+                                      : quantize_linear_fp8(layer, t);
     ++report.quantized;
   }
 

@@ -11,6 +11,7 @@
 #include "formats/nvfp4_layout.h"
 #include "h3rt/check.h"
 #include "h3rt/formats.h"
+#include "h3rt/int8.h"
 #include "h3rt/nvfp4.h"
 #include "h3rt/quantize.h"
 #include "h3rt/safetensors.h"
@@ -79,7 +80,34 @@ struct Marker {
   bool present = false;
   std::string format;
   std::string problem;
+  nlohmann::json json;  // the parsed object
 };
+
+// A field of a marker, at the top level or under "params" (both forms occur in ComfyUI files).
+const nlohmann::json* marker_field(const Marker& m, const char* name) {
+  if (m.json.contains(name)) return &m.json[name];
+  if (m.json.contains("params") && m.json["params"].is_object() && m.json["params"].contains(name))
+    return &m.json["params"][name];
+  return nullptr;
+}
+
+// The convrot group size an int8 marker asks for: 0 without "convrot", else
+// "convrot_groupsize" (default 256). Sets `problem` for malformed fields.
+int64_t int8_group(const Marker& m, std::string* problem) {
+  const nlohmann::json* on = marker_field(m, "convrot");
+  if (!on || (on->is_boolean() && !on->get<bool>())) return 0;
+  if (!on->is_boolean()) {
+    *problem = "has \"convrot\": " + on->dump() + ", expected true or false";
+    return 0;
+  }
+  const nlohmann::json* g = marker_field(m, "convrot_groupsize");
+  if (!g) return kConvrotDefaultGroup;
+  if (!g->is_number_integer() || !convrot_group_valid(g->get<int64_t>())) {
+    *problem = "has \"convrot_groupsize\": " + g->dump() + ", expected a power of 4 (e.g. 256)";
+    return 0;
+  }
+  return g->get<int64_t>();
+}
 
 Marker read_marker(const TensorSource& src, const std::string& layer) {
   auto q = src.find(layer + ".comfy_quant");
@@ -95,9 +123,10 @@ Marker read_marker(const TensorSource& src, const std::string& layer) {
   const Tensor bytes = t.contiguous_copy();
   const std::string text(bytes.ptr<char>(), static_cast<size_t>(bytes.numel()));
   const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_object() && j.contains("format") && j["format"].is_string())
+  if (j.is_object() && j.contains("format") && j["format"].is_string()) {
     m.format = j["format"].get<std::string>();
-  else
+    m.json = j;
+  } else
     m.problem = "holds '" + text + "', expected a JSON object with a string \"format\"";
   return m;
 }
@@ -108,10 +137,19 @@ WeightFormat detect_linear_format(const TensorSource& src, const std::string& la
   const Marker m = read_marker(src, layer);
   if (m.format == kComfyNvfp4) return WeightFormat::nvfp4;
   if (m.format == kComfyFp8) return WeightFormat::fp8_scaled;
+  if (m.format == kComfyInt8) return WeightFormat::int8;
   auto w = src.find(layer + ".weight");
   if (w != src.end() && w->second.tensor.dtype() == DType::e4m3) return WeightFormat::fp8_scaled;
   if (w != src.end() && w->second.tensor.dtype() == DType::bf16) return WeightFormat::bf16;
   return WeightFormat::f32;
+}
+
+std::string linear_format_label(const TensorSource& src, const std::string& layer) {
+  const WeightFormat f = detect_linear_format(src, layer);
+  if (f != WeightFormat::int8) return weight_format_name(f);
+  std::string problem;
+  const int64_t g = int8_group(read_marker(src, layer), &problem);
+  return g > 0 ? "int8_convrot G=" + std::to_string(g) : "int8";
 }
 
 namespace {
@@ -227,6 +265,14 @@ class Assembler {
         lw.scale = src_.at(name + ".weight_scale").tensor;
         lw.w = dequantize_fp8(lw.data, scalar(lw.scale));
         break;
+      case WeightFormat::int8: {
+        std::string unused;
+        lw.scale = src_.at(name + ".weight_scale").tensor;
+        lw.int8_group = int8_group(read_marker(src_, name), &unused);
+        const Tensor d = int8_dequantize_weight(lw.data, lw.scale, lw.int8_group);
+        lw.w = FloatVec(d.ptr<float>(), d.ptr<float>() + d.numel());
+        break;
+      }
       default:
         lw.w = to_float(lw.data);
     }
@@ -252,6 +298,7 @@ class Assembler {
       const WeightFormat f = detect_linear_format(src_, layer);
       if (f == WeightFormat::nvfp4) return true;
       if (f == WeightFormat::fp8_scaled) return s != ".weight_scale_2";
+      if (f == WeightFormat::int8) return s == ".weight_scale";
       return m.present;  // its marker's problem is reported instead
     }
     return false;
@@ -288,8 +335,11 @@ class Assembler {
     const std::string layer = layer_of(spec.key);
     Marker m = read_marker(src_, layer);
     const std::string& marker_file = m.present ? src_.at(layer + ".comfy_quant").file : w.file;
-    if (m.present && m.problem.empty() && m.format != kComfyNvfp4 && m.format != kComfyFp8)
-      m.problem = "names format '" + m.format + "'; supported: " + kComfyNvfp4 + ", " + kComfyFp8;
+    if (m.present && m.problem.empty() && m.format != kComfyNvfp4 && m.format != kComfyFp8 &&
+        m.format != kComfyInt8)
+      m.problem = "names format '" + m.format + "'; supported: " + kComfyNvfp4 + ", " + kComfyFp8 +
+                  ", " + kComfyInt8;
+    if (m.format == kComfyInt8) int8_group(m, &m.problem);
     if (!m.problem.empty()) {
       problems_.add("quantization marker of layer '", layer, "' in ", marker_file,
                     " (comfy_quant tensor or _quantization_metadata entry) ", m.problem);
@@ -300,6 +350,8 @@ class Assembler {
         return check_nvfp4(spec, w, layer);
       case WeightFormat::fp8_scaled:
         return check_fp8(spec, w, layer);
+      case WeightFormat::int8:
+        return check_int8(spec, w, layer, int8_group(m, &m.problem));
       default:
         return check_plain(spec, w);
     }
@@ -329,6 +381,39 @@ class Assembler {
     check_tensor(spec.key, w.file, spec.shape, {DType::e4m3}, "e4m3", what);
     check_scalar(layer + ".weight_scale", w.file, true, false, what);
     check_scalar(layer + ".input_scale", w.file, false, true, what);
+  }
+
+  // int8_tensorwise: i8 weight of the spec's shape, a positive finite f32 weight_scale per row
+  // ([n, 1] or [n]) or per tensor ([] or [1]); with convrot the group must divide the inputs.
+  void check_int8(const WeightSpec& spec, const SourceTensor& w, const std::string& layer,
+                  int64_t group) {
+    const int64_t n = spec.shape[0], k = spec.shape[1];
+    const std::string what = " (int8 layer '" + layer + "')";
+    if (group > 0 && k % group != 0)
+      problems_.add("layer '", layer, "' in ", w.file, " is int8_convrot with group size ", group,
+                    ", which does not divide its ", k, " input features");
+    check_tensor(spec.key, w.file, spec.shape, {DType::i8}, "i8", what);
+    auto s = src_.find(layer + ".weight_scale");
+    if (s == src_.end()) {
+      problems_.add("missing key '", layer, ".weight_scale' in ", w.file, " (expected [", n,
+                    ", 1] f32)", what);
+      return;
+    }
+    const Tensor& t = s->second.tensor;
+    const Shape& sh = t.shape();
+    const bool shape_ok = (t.numel() == 1 && t.dim() <= 1) || sh == Shape{n} || sh == Shape{n, 1};
+    if (t.dtype() != DType::f32 || !shape_ok) {
+      problems_.add("key '", layer, ".weight_scale' in ", s->second.file, " is ",
+                    dtype_name(t.dtype()), " ", shape_str(sh), ", expected f32 [", n, ", 1] (or [",
+                    n, "], [], [1])", what);
+      return;
+    }
+    for (float v : t.to_f32())
+      if (!std::isfinite(v) || v <= 0.0f) {
+        problems_.add("key '", layer, ".weight_scale' in ", s->second.file, " holds ", v,
+                      ", expected finite values > 0", what);
+        return;
+      }
   }
 
   // `key` (reported missing against `file`, the layer's weight file) must have `shape` and one
@@ -433,6 +518,8 @@ const char* weight_format_name(WeightFormat f) {
       return "fp8_scaled";
     case WeightFormat::nvfp4:
       return "nvfp4";
+    case WeightFormat::int8:
+      return "int8";
   }
   return "?";
 }

@@ -37,6 +37,10 @@ H3Weights assemble_weights(const H3Config& config, const TensorSource& source);
 // "<layer>.weight" is fp8_scaled and otherwise the weight's dtype (bf16, else f32) is used.
 WeightFormat detect_linear_format(const TensorSource& source, const std::string& layer);
 
+// The format as a user reads it: weight_format_name, with int8 layers named "int8_convrot G=<g>"
+// or "int8" (plain tensorwise).
+std::string linear_format_label(const TensorSource& source, const std::string& layer);
+
 // Suffixes of the auxiliary tensors a quantized linear layer may carry besides ".weight".
 const std::vector<std::string>& quantized_aux_suffixes();
 

@@ -107,7 +107,7 @@ TEST(ModelWeights, QuantizedLayerProblemsAreListedTogether) {
       t.emplace_back("blocks.1.attn.out_proj.comfy_quant", marker);
     }
     if (name == "blocks.1.mlp.fc1.weight")  // a marker naming a format we do not load
-      t.emplace_back("blocks.1.mlp.fc1.comfy_quant", comfy_quant_marker("int8_tensorwise"));
+      t.emplace_back("blocks.1.mlp.fc1.comfy_quant", comfy_quant_marker("int4_awq"));
     t.emplace_back(name, tensor);
   }
   TempDir dir;
@@ -124,7 +124,7 @@ TEST(ModelWeights, QuantizedLayerProblemsAreListedTogether) {
   EXPECT_NE(msg.find("holds '{}', expected a JSON object with a string \"format\""),
             std::string::npos)
       << msg;
-  EXPECT_NE(msg.find("names format 'int8_tensorwise'; supported: nvfp4, float8_e4m3fn"),
+  EXPECT_NE(msg.find("names format 'int4_awq'; supported: nvfp4, float8_e4m3fn, int8_tensorwise"),
             std::string::npos)
       << msg;
   EXPECT_NE(msg.find("3 problem(s)"), std::string::npos) << msg;
