@@ -18,6 +18,7 @@ struct ForwardOptions {
   ModelOptions model;
   std::string inputs, out;
   double sigma = -1;
+  int steps = 0;  // > 0: the sampler's schedule of that many steps (PDD head banks)
   std::string fp8_activations = "static";
 };
 
@@ -44,7 +45,14 @@ void run_forward(const ForwardOptions& o) {
   Request req = request_from_inputs(o.inputs, c);
   const float sigma_a = audio_sigma_from_video(sigma_v);
   TimestepPlan plan = make_timestep_plan(req.layout, 1.0f - sigma_v, 1.0f - sigma_a);
-  ForwardInputs in{req.layout, plan, req.video_rows.data(), req.audio_rows.data(), req.text.data()};
+  SigmaSchedule schedule{sigma_v, {}};
+  if (o.steps > 0) schedule.sample_sigmas = sigma_grid(o.steps + 1, kVideoShift);
+  ForwardInputs in{req.layout,
+                   plan,
+                   req.video_rows.data(),
+                   req.audio_rows.data(),
+                   req.text.data(),
+                   o.steps > 0 ? &schedule : nullptr};
   ForwardOutputs v = backend->forward(in);
   std::vector<float> vv(v.video_velocity.begin(), v.video_velocity.end());
   std::vector<float> av(v.audio_velocity.begin(), v.audio_velocity.end());
@@ -80,6 +88,10 @@ void add_forward_command(CLI::App& app) {
   cmd->add_option("--sigma", o->sigma,
                   "Video sigma in [0, 1] (default: fwd/sigma_video of the "
                   "inputs file); the audio sigma is derived from it");
+  cmd->add_option("--steps", o->steps,
+                  "The sampler's step count: its sigma grid (shift 12) is the schedule a "
+                  "checkpoint with a PDD head bank picks its heads from (required for those)")
+      ->check(CLI::Range(1, 1000));
   cmd->add_option("--out", o->out, "Output .safetensors file")->required();
   add_fp8_activations_option(cmd, &o->fp8_activations);
   cmd->callback([o] { run_forward(*o); });

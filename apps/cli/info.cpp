@@ -2,6 +2,7 @@
 // checkpoints the detected layout/format and inferred config.
 #include <cstdio>
 #include <map>
+#include <set>
 #include <string>
 
 #include "cli/commands.h"
@@ -24,6 +25,30 @@ void print_tensors(const SafetensorsFile& f) {
   std::printf("\n");
 }
 
+// The H3 variant: AdaLN form, output heads, VSA gate projections.
+void print_h3_variant(const SafetensorsFile& f, const H3Config& c) {
+  if (c.adaln_curve())
+    std::printf("AdaLN: pruned curve form (adaln_t_table grid %lld, rank %lld; no time embedder)\n",
+                (long long)c.adaln_curve_grid, (long long)c.adaln_curve_rank);
+  else
+    std::printf("AdaLN: full (time embedder %lld -> %lld -> %lld, silu, AdaLN linears [*, %lld])\n",
+                (long long)c.freq_dim, (long long)c.time_embed_hidden, (long long)c.time_embed_dim,
+                (long long)c.time_embed_dim);
+  if (c.pdd_heads > 1)
+    std::printf("output heads: PDD head bank, n = %lld (needs the sampler's sigma schedule)\n",
+                (long long)c.pdd_heads);
+  else
+    std::printf("output heads: plain\n");
+  std::set<std::string> blocks;
+  for (const auto& e : f.entries())
+    if (model::is_gate_compress_key(c, e.name))
+      blocks.insert(e.name.substr(0, e.name.find(".attn")));
+  if (!blocks.empty())
+    std::printf(
+        "attn.to_gate_compress: present in %zu blocks (VSA; ignored by the dense forward)\n",
+        blocks.size());
+}
+
 // For files with H3 keys: the inferred config, the qkv row order and each linear layer's format.
 void print_h3(const SafetensorsFile& f) {
   if (!f.contains("blocks.0.attn.qkv_proj.weight")) {
@@ -33,10 +58,10 @@ void print_h3(const SafetensorsFile& f) {
   H3Config c = infer_config(f);
   std::printf(
       "H3 checkpoint: hidden %lld, %lld blocks, %lld heads x %lld, ffn %lld, %lld refiner "
-      "blocks, text_dim %lld, time embed %lld/%lld\n",
+      "blocks, text_dim %lld\n",
       (long long)c.hidden, (long long)c.layers, (long long)c.heads, (long long)c.head_dim,
-      (long long)c.ffn, (long long)c.refiner_layers, (long long)c.text_dim,
-      (long long)c.time_embed_hidden, (long long)c.time_embed_dim);
+      (long long)c.ffn, (long long)c.refiner_layers, (long long)c.text_dim);
+  print_h3_variant(f, c);
   auto it = f.metadata().find("qkv_layout");
   std::printf("qkv_proj rows: %s\n", it == f.metadata().end()
                                          ? "fused [q; k; v] (no qkv_layout metadata)"

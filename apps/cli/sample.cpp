@@ -98,8 +98,10 @@ void run_sample(const SampleOptions& o) {
   for (int i = 0; i < evals; ++i) {
     StageSeconds st;
     auto t0 = Clock::now();
-    ForwardInputs in{L, plan.steps[i].plan, req.video_rows.data(), req.audio_rows.data(),
-                     req.text.data()};
+    const SigmaSchedule schedule = sigma_schedule(plan, i);  // for PDD head banks
+    ForwardInputs in{
+        L,        plan.steps[i].plan, req.video_rows.data(), req.audio_rows.data(), req.text.data(),
+        &schedule};
     st.packing = seconds_since(t0);
     t0 = Clock::now();
     ForwardOutputs v = backend->forward(in);

@@ -34,10 +34,21 @@ struct H3Config {
   float norm_eps = 1e-5f;  // norm1/norm2
   float qk_norm_eps = 1e-5f;
   float final_norm_eps = 1e-5f;  // token_refiner.final_norm and final_layer.norm
+  // Curve-form ("pruned") AdaLN, ComfyUI's adaln_t_table: 0 = the full form (time_embedder,
+  // silu, [18H, time_embed_dim] AdaLN linears). > 0: grid rows of the f32 table
+  // adaln_t_table [grid, rank] replace the time embedder; the AdaLN linears are [*, rank] and
+  // run in float32 on the interpolated table row, without silu.
+  int64_t adaln_curve_grid = 0;
+  int64_t adaln_curve_rank = 0;
+  // PDD head bank: final_layer.video_out/audio_out hold pdd_heads row blocks (head 0 full,
+  // heads 1.. offsets); 1 = plain heads. A bank needs the sampler's schedule (SigmaSchedule).
+  int64_t pdd_heads = 1;
 
   int64_t inner() const { return heads * head_dim; }          // I
   int64_t video_features() const { return in_channels * 4; }  // P = 96
   int64_t rope_dim() const { return 6 * rope_freqs; }         // R = 96
+  bool adaln_curve() const { return adaln_curve_grid > 0; }
+  int64_t adaln_in() const { return adaln_curve() ? adaln_curve_rank : time_embed_dim; }
 
   static H3Config tiny();  // the golden tiny set's dimensions
   static H3Config h3();    // the release: 5376 hidden, 50 blocks, 56 heads, ffn 14336
@@ -109,19 +120,20 @@ struct RefinerBlockWeights {
 };
 
 struct BlockWeights : RefinerBlockWeights {
-  LinearWeight adaln;  // [18H, Tm] with bias
+  LinearWeight adaln;  // [18H, Tm] with bias; curve form: [18H, rank], f32 values
 };
 
 struct H3Weights {
   LinearWeight video_in, audio_in, text_in;  // patch projections and condition_proj
-  LinearWeight time_in, time_out;            // time_embedder.proj_in / proj_out
+  LinearWeight time_in, time_out;            // time_embedder.proj_in / proj_out (full form)
+  FloatVec adaln_t_table;                    // curve form: [grid, rank] (values as stored)
   FloatVec rope_inv_freq;                    // [rope_freqs]
   std::vector<RefinerBlockWeights> refiner;
   FloatVec refiner_norm;  // token_refiner.final_norm [H]
   std::vector<BlockWeights> blocks;
   FloatVec final_norm;                // final_layer.norm [H]
-  LinearWeight final_adaln;           // [2H, Tm]: [shift; scale]
-  LinearWeight video_out, audio_out;  // [96, H], [32, H]
+  LinearWeight final_adaln;           // [2H, Tm]: [shift; scale] (curve form: [2H, rank])
+  LinearWeight video_out, audio_out;  // [n*96, H], [n*32, H], n = pdd_heads
 };
 
 struct H3Model {
@@ -179,12 +191,21 @@ struct WeightBytes {
 WeightBytes estimate_weight_bytes(const H3Config& config);
 
 // ---- forward ----------------------------------------------------------------------------
+// The sampler's schedule around one evaluation, as ComfyUI passes it (sigma, sample_sigmas):
+// a PDD head bank picks its heads from it (model/pdd_head.h). Other checkpoints ignore it.
+struct SigmaSchedule {
+  float sigma = 0;                   // this evaluation's video sigma
+  std::vector<float> sample_sigmas;  // the sampler's video sigma grid, terminal 0 included
+  float shift_video = 12.0f, shift_audio = 3.0f;
+};
+
 struct ForwardInputs {
   const SequenceLayout& layout;
   const TimestepPlan& plan;
-  const float* video_rows = nullptr;  // [Nv, 96]
-  const float* audio_rows = nullptr;  // [2N, 32]
-  const float* text = nullptr;        // [L, text_dim] (values of the bf16 encoder output)
+  const float* video_rows = nullptr;        // [Nv, 96]
+  const float* audio_rows = nullptr;        // [2N, 32]
+  const float* text = nullptr;              // [L, text_dim] (values of the bf16 encoder output)
+  const SigmaSchedule* schedule = nullptr;  // required when config.pdd_heads > 1
 };
 
 struct ForwardOutputs {

@@ -8,6 +8,7 @@
 
 #include "h3rt/layout.h"
 #include "h3rt/memory.h"
+#include "h3rt/model.h"
 
 namespace h3rt {
 
@@ -53,9 +54,14 @@ struct SamplerPlan {
   std::vector<float> video_sigmas, audio_sigmas;        // [steps + 1], ending in 0
   std::vector<float> video_timesteps, audio_timesteps;  // [steps]
   std::vector<SamplerStep> steps;
+  float video_shift = kVideoShift, audio_shift = kAudioShift;
 };
 SamplerPlan make_sampler_plan(const SequenceLayout& layout, int num_points,
                               float video_shift = kVideoShift, float audio_shift = kAudioShift);
+
+// The schedule around step i as ComfyUI hands it to the model (sigma = the step's video sigma,
+// sample_sigmas = the whole video grid): what a PDD head bank picks its heads from.
+SigmaSchedule sigma_schedule(const SamplerPlan& plan, int step);
 
 // Applies step i of `plan` to the video rows [Nv, 96] and audio rows [2N, 32] in place.
 void sampler_step(const SamplerPlan& plan, int step, float* video_rows, const float* video_v,

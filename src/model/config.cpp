@@ -33,6 +33,10 @@ void H3Config::validate() const {
   H3RT_CHECK(freq_dim > 0 && freq_dim % 2 == 0, "H3Config: freq_dim ", freq_dim, " must be even");
   H3RT_CHECK(rope_dim() <= head_dim && rope_dim() % 2 == 0, "H3Config: rope_dim ", rope_dim(),
              " exceeds head_dim ", head_dim);
+  H3RT_CHECK(adaln_curve_grid == 0 || (adaln_curve_grid >= 2 && adaln_curve_rank > 0),
+             "H3Config: the curve-form AdaLN needs a table of >= 2 grid rows and rank > 0, got ",
+             adaln_curve_grid, " x ", adaln_curve_rank);
+  H3RT_CHECK(pdd_heads >= 1, "H3Config: pdd_heads ", pdd_heads, " must be >= 1");
 }
 
 std::optional<H3Config> config_preset(const std::string& name) {
@@ -68,6 +72,43 @@ int64_t count_blocks(const SafetensorsFile& f, const std::string& prefix) {
   return static_cast<int64_t>(ids.size());
 }
 
+bool has_prefix(const SafetensorsFile& f, const std::string& prefix) {
+  for (const auto& e : f.entries())
+    if (e.name.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
+// The AdaLN form: the curve table adaln_t_table [grid, rank] (ComfyUI's pruned files), or the
+// time embedder. A file holding both is ambiguous and refused.
+void infer_adaln(const SafetensorsFile& f, H3Config& c) {
+  const SafetensorsEntry* table = f.find("adaln_t_table");
+  if (!table) {
+    const auto& tin = need(f, "time_embedder.proj_in.weight", 2);
+    c.time_embed_hidden = tin.shape[0];
+    c.freq_dim = tin.shape[1];
+    c.time_embed_dim = need(f, "time_embedder.proj_out.weight", 2).shape[0];
+    return;
+  }
+  H3RT_CHECK(!has_prefix(f, "time_embedder."), f.path(),
+             ": holds both 'adaln_t_table' (curve-form AdaLN) and 'time_embedder.*' (full "
+             "form); an H3 checkpoint has one of them");
+  H3RT_CHECK(table->shape.size() == 2, f.path(), ": 'adaln_t_table' has shape ",
+             shape_str(table->shape), ", expected [grid, rank]");
+  H3RT_CHECK(table->shape[0] >= 2 && table->shape[1] >= 1, f.path(), ": 'adaln_t_table' has shape ",
+             shape_str(table->shape), ", expected >= 2 grid rows and rank >= 1");
+  c.adaln_curve_grid = table->shape[0];
+  c.adaln_curve_rank = table->shape[1];
+}
+
+// n of a PDD head bank: final_layer.video_out rows / (4 x latent channels).
+int64_t infer_pdd_heads(const SafetensorsFile& f, const H3Config& c) {
+  const auto& vout = need(f, "final_layer.video_out.weight", 2);
+  H3RT_CHECK(vout.shape[0] >= c.video_features() && vout.shape[0] % c.video_features() == 0,
+             f.path(), ": final_layer.video_out.weight has ", vout.shape[0], " rows, expected ",
+             c.video_features(), " or a PDD head bank of n x ", c.video_features());
+  return vout.shape[0] / c.video_features();
+}
+
 }  // namespace
 
 H3Config infer_config(const SafetensorsFile& f) {
@@ -82,15 +123,13 @@ H3Config infer_config(const SafetensorsFile& f) {
   c.layers = count_blocks(f, "blocks.");
   c.refiner_layers = count_blocks(f, "token_refiner.blocks.");
   c.ffn = need(f, "blocks.0.mlp.fc1.weight", 2).shape[0] / 2;
-  const auto& tin = need(f, "time_embedder.proj_in.weight", 2);
-  c.time_embed_hidden = tin.shape[0];
-  c.freq_dim = tin.shape[1];
-  c.time_embed_dim = need(f, "time_embedder.proj_out.weight", 2).shape[0];
+  infer_adaln(f, c);
   const auto& vin = need(f, "video_patch_proj.weight", 2);
   H3RT_CHECK(vin.shape[1] % 4 == 0, f.path(), ": video_patch_proj has ", vin.shape[1],
              " input features, expected 4 x latent channels (patch 1x2x2)");
   c.in_channels = vin.shape[1] / 4;
   c.audio_channels = need(f, "audio_patch_proj.weight", 2).shape[1];
+  c.pdd_heads = infer_pdd_heads(f, c);
   if (const auto* inv = f.find("rope.inv_freq"); inv && inv->shape.size() == 1)
     c.rope_freqs = inv->shape[0];
   c.validate();

@@ -5,6 +5,8 @@
 
 #include "h3rt/formats.h"
 #include "model/forward_internal.h"
+#include "model/pdd_head.h"
+#include "ops/adaln_curve/adaln_curve.h"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
 #include "ops/rope_table/rope_table.h"
 #include "ops/swiglu/swiglu.h"
@@ -41,7 +43,7 @@ void check_inputs(const H3Config& c, const ForwardInputs& in) {
   H3RT_CHECK(in.text || l.text_indices.empty(), "forward: text is null");
   H3RT_CHECK(in.video_rows || l.video_indices.empty(), "forward: video_rows is null");
   H3RT_CHECK(in.audio_rows || l.audio_indices.empty(), "forward: audio_rows is null");
-  (void)c;
+  model::check_pdd_schedule(c, in.schedule);
 }
 
 model::RopeTables rope_tables(const Ctx& ctx, const H3Model& m, const SequenceLayout& l) {
@@ -58,9 +60,27 @@ model::RopeTables rope_tables(const Ctx& ctx, const H3Model& m, const SequenceLa
   return t;
 }
 
-// silu(temb) in float32, cast to bf16 in bf16 mode: the input of every AdaLN linear.
+// The curve form's AdaLN input: the table row interpolated at each timestep, float32 in both
+// precisions (ComfyUI runs the curve form's AdaLN in float32).
+FloatVec curve_input(const Ctx& ctx, const H3Model& m, const std::vector<float>& timesteps) {
+  const H3Config& c = ctx.config;
+  const int64_t M = static_cast<int64_t>(timesteps.size());
+  FloatVec emb(M * c.adaln_curve_rank);
+  ops::adaln_curve_embed_cpu({.table = m.weights.adaln_t_table.data(),
+                              .t = timesteps.data(),
+                              .out = emb.data(),
+                              .grid = c.adaln_curve_grid,
+                              .rank = c.adaln_curve_rank,
+                              .count = M});
+  ctx.emit("adaln_curve_emb", emb.data(), {M, c.adaln_curve_rank});
+  return emb;
+}
+
+// silu(temb) in float32, cast to bf16 in bf16 mode: the input of every AdaLN linear (the
+// interpolated table row for the curve form).
 FloatVec adaln_input(const Ctx& ctx, const H3Model& m, const std::vector<float>& timesteps) {
   const H3Config& c = ctx.config;
+  if (c.adaln_curve()) return curve_input(ctx, m, timesteps);
   const int64_t M = static_cast<int64_t>(timesteps.size());
   FloatVec sinusoid(M * c.freq_dim), temb(M * c.time_embed_dim);
   const H3Weights& w = m.weights;
@@ -120,26 +140,41 @@ void scatter(const Ctx& ctx, FloatVec& X, const FloatVec& src, const std::vector
     }
 }
 
-// Final RMSNorm modulated by the timestep's [shift | scale] row, then the float32 heads.
+// Final RMSNorm modulated by the timestep's [shift | scale] row, then the float32 heads (a PDD
+// bank's effective heads for the step). The curve form keeps [shift | scale] in float32: in
+// bf16 mode the norm is rounded to bf16 and the modulation runs in float32 (curve_modulate).
 ForwardOutputs final_layer(const Ctx& ctx, const H3Model& m, const ForwardInputs& in,
                            const FloatVec& x, const FloatVec& silu_temb) {
   const H3Config& c = ctx.config;
   const H3Weights& w = m.weights;
   const int64_t H = c.hidden, S = static_cast<int64_t>(x.size()) / H;
   const int64_t M = static_cast<int64_t>(in.plan.timestep.size());
-  const FloatVec mod = model::apply_linear(w.final_adaln, silu_temb.data(), M, ctx.bf16());
+  const bool f32_mod = c.adaln_curve() && ctx.bf16();
+  const FloatVec mod =
+      model::apply_linear(w.final_adaln, silu_temb.data(), M, ctx.bf16() && !c.adaln_curve());
   FloatVec y(S * H);
-  ops::rmsnorm_modulate_cpu({.x = x.data(),
-                             .y = y.data(),
-                             .weight = w.final_norm.data(),
+  ops::RmsNormModulateParams norm{.x = x.data(),
+                                  .y = y.data(),
+                                  .weight = w.final_norm.data(),
+                                  .shift = mod.data(),
+                                  .scale = mod.data() + H,
+                                  .row_table_index = in.plan.timestep_indices.data(),
+                                  .rows = S,
+                                  .dim = H,
+                                  .table_row_stride = 2 * H,
+                                  .eps = c.final_norm_eps,
+                                  .bf16 = ctx.bf16()};
+  if (f32_mod) norm.shift = norm.scale = nullptr;  // the plain bf16 norm first
+  ops::rmsnorm_modulate_cpu(norm);
+  if (f32_mod)
+    ops::curve_modulate_cpu({.n = y.data(),
                              .shift = mod.data(),
                              .scale = mod.data() + H,
                              .row_table_index = in.plan.timestep_indices.data(),
+                             .y = y.data(),
                              .rows = S,
                              .dim = H,
-                             .table_row_stride = 2 * H,
-                             .eps = c.final_norm_eps,
-                             .bf16 = ctx.bf16()});
+                             .table_row_stride = 2 * H});
   ctx.emit("final_norm_out", y.data(), {S, H});
   auto head = [&](const LinearWeight& lw, const std::vector<int64_t>& idx) {
     FloatVec rows(idx.size() * H);
@@ -147,6 +182,10 @@ ForwardOutputs final_layer(const Ctx& ctx, const H3Model& m, const ForwardInputs
       std::copy_n(y.data() + idx[i] * H, H, rows.data() + i * H);
     return model::apply_linear(lw, rows.data(), count(idx), /*round_bf16=*/false);
   };
+  if (c.pdd_heads > 1) {
+    const model::OutputHeads h = model::pdd_output_heads(c, w, in.schedule);
+    return {head(h.video, in.layout.video_indices), head(h.audio, in.layout.audio_indices)};
+  }
   return {head(w.video_out, in.layout.video_indices), head(w.audio_out, in.layout.audio_indices)};
 }
 

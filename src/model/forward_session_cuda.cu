@@ -14,6 +14,8 @@
 #include "h3rt/formats.h"
 #include "model/block_cuda.h"
 #include "model/forward_session_cuda.h"
+#include "model/pdd_head.h"
+#include "ops/adaln_curve/adaln_curve.h"
 #include "ops/linear/linear.h"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
 #include "ops/rope_table/rope_table.h"
@@ -101,10 +103,16 @@ void linear_bf16(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows, cu
   H3RT_CUDA_CHECK(ops::linear_bf16_cuda(p, s));
 }
 
-// silu(temb) rounded to bf16, the input of every AdaLN linear [M, Tm] (host float32 math).
-void adaln_input(const DeviceModel& m, const std::vector<float>& timesteps, uint16_t* out) {
+// The input of every AdaLN linear [M, Tm] (host float32 math): silu(temb) rounded to bf16, or
+// for the curve form the interpolated table rows in float32 [M, rank].
+void adaln_input(const DeviceModel& m, const std::vector<float>& timesteps, void* out) {
   const H3Config& c = m.config;
   const int64_t M = static_cast<int64_t>(timesteps.size());
+  if (c.adaln_curve()) {
+    ops::adaln_curve_embed_cpu({m.adaln_t_table.data(), timesteps.data(), static_cast<float*>(out),
+                                c.adaln_curve_grid, c.adaln_curve_rank, M});
+    return;
+  }
   FloatVec sinusoid(M * c.freq_dim), temb(M * c.time_embed_dim);
   ops::TimeEmbeddingParams p;
   p.t = timesteps.data();
@@ -119,7 +127,8 @@ void adaln_input(const DeviceModel& m, const std::vector<float>& timesteps, uint
   p.hidden = c.time_embed_hidden;
   p.embed = c.time_embed_dim;
   ops::time_embedding_cpu(p);
-  for (size_t i = 0; i < temb.size(); ++i) out[i] = f32_to_bf16(ops::silu(temb[i]));
+  uint16_t* bits = static_cast<uint16_t*>(out);
+  for (size_t i = 0; i < temb.size(); ++i) bits[i] = f32_to_bf16(ops::silu(temb[i]));
 }
 
 void check_packed_order(const SequenceLayout& L) {
@@ -211,8 +220,8 @@ struct ForwardSessionCuda::Impl {
 
   BlockCudaBuffers b;
   Tensor tidx;                           // [S] int64 timestep index per row (final layer)
-  Tensor final_table;                    // [Mcap, 2H] bf16
-  Tensor temb;                           // [Mcap, Tm] bf16 silu(temb)
+  Tensor final_table;                    // [Mcap, 2H] bf16 (curve form: f32)
+  Tensor temb;                           // [Mcap, Tm] bf16 silu(temb) (curve form: f32 [Mcap, k])
   Tensor video_in, audio_in;             // [Nv, 96], [Na, 32] f32
   Tensor video_v, audio_v;               // velocities, f32
   Tensor scratch_own;                    // float32 scratch when b.h is too small
@@ -221,6 +230,11 @@ struct ForwardSessionCuda::Impl {
   Tensor text_dev;                       // [L, text_dim] bf16 text embeddings
   std::unique_ptr<BlockCudaBuffers> rb;  // refiner activations (L rows)
   int64_t mcap = 0;
+  // The output heads: the model's, or for a PDD bank the session's effective-head buffers,
+  // refilled from h_heads (host-combined [video w | video b | audio w | audio b]) each step.
+  DeviceLinear video_head, audio_head;
+  Pinned h_heads;
+  std::vector<float> cached_head_key;  // span and weights of the heads in h_heads
 
   Pinned h_temb, h_video, h_audio, h_video_v, h_audio_v;
 
@@ -256,6 +270,7 @@ struct ForwardSessionCuda::Impl {
     audio_in = cuda::device_empty(DType::f32, {Na, m.audio_in.in});
     video_v = cuda::device_empty(DType::f32, {Nv, m.video_out.out});
     audio_v = cuda::device_empty(DType::f32, {Na, m.audio_out.out});
+    make_heads();
     const int64_t scratch_bytes = std::max(Nv, Na) * H * 4;
     if (b.h.nbytes() < scratch_bytes)
       scratch_own = cuda::device_empty(DType::f32, {std::max(Nv, Na), H});
@@ -286,6 +301,54 @@ struct ForwardSessionCuda::Impl {
     if (ev1) cudaEventDestroy(ev1);
   }
 
+  bool pdd() const { return m.config.pdd_heads > 1; }
+  bool curve() const { return m.config.adaln_curve(); }
+
+  void make_heads() {
+    video_head = m.video_out;
+    audio_head = m.audio_out;
+    if (!pdd()) return;
+    int64_t floats = 0;
+    for (DeviceLinear* h : {&video_head, &audio_head}) {
+      h->w = cuda::device_empty(DType::f32, {h->out, h->in});
+      h->b = cuda::device_empty(DType::f32, {h->out});
+      floats += h->out * (h->in + 1);
+    }
+    h_heads = Pinned(floats * sizeof(float));
+  }
+
+  // A PDD bank's effective heads for this step's schedule, into the pinned staging buffer
+  // (recombined only when the span or its weights change).
+  void prepare_heads(const SigmaSchedule* schedule) {
+    if (!pdd()) return;
+    const int64_t n = m.config.pdd_heads;
+    check_pdd_schedule(m.config, schedule);
+    const PddSpan span = pdd_span(n, *schedule);
+    const std::vector<float> wv = pdd_weights(n, span, schedule->shift_video);
+    const std::vector<float> wa = pdd_weights(n, span, schedule->shift_audio);
+    std::vector<float> key = {float(span.start), float(span.stop)};
+    key.insert(key.end(), wv.begin(), wv.end());
+    key.insert(key.end(), wa.begin(), wa.end());
+    if (key == cached_head_key) return;
+    float* dst = h_heads.as<float>();
+    for (const LinearWeight& h : {pdd_effective_head(m.video_bank, n, span, wv),
+                                  pdd_effective_head(m.audio_bank, n, span, wa)}) {
+      dst = std::copy(h.w.begin(), h.w.end(), dst);
+      dst = std::copy(h.b.begin(), h.b.end(), dst);
+    }
+    cached_head_key = std::move(key);
+  }
+
+  void upload_heads() {  // stream-ordered copies from the staging buffer (graph-capturable)
+    if (!pdd()) return;
+    const char* src = h_heads.as<char>();
+    for (const DeviceLinear* h : {&video_head, &audio_head})
+      for (const Tensor* t : {&h->w, &h->b}) {
+        H3RT_CUDA_CHECK(cudaMemcpyAsync(t->data(), src, t->nbytes(), cudaMemcpyHostToDevice, s));
+        src += t->nbytes();
+      }
+  }
+
   float* scratch() const {
     return scratch_own.data() ? scratch_own.ptr<float>() : b.h.ptr<float>();
   }
@@ -300,8 +363,9 @@ struct ForwardSessionCuda::Impl {
     mcap = M;
     const H3Config& c = m.config;
     b.table = cuda::device_empty(DType::bf16, {3 * M, 6 * H});
-    final_table = cuda::device_empty(DType::bf16, {M, 2 * H});
-    temb = cuda::device_empty(DType::bf16, {M, c.time_embed_dim});
+    const DType adaln = curve() ? DType::f32 : DType::bf16;
+    final_table = cuda::device_empty(adaln, {M, 2 * H});
+    temb = cuda::device_empty(adaln, {M, c.adaln_in()});
     h_temb = Pinned(temb.nbytes());
     tables_valid = false;
     cached_timesteps.clear();
@@ -369,7 +433,7 @@ struct ForwardSessionCuda::Impl {
       tables_valid = true;
     }
     if (plan.timestep != cached_timesteps) {
-      adaln_input(m, plan.timestep, h_temb.as<uint16_t>());
+      adaln_input(m, plan.timestep, h_temb.as<void>());
       cached_timesteps = plan.timestep;
     }
   }
@@ -384,13 +448,50 @@ struct ForwardSessionCuda::Impl {
     H3RT_CUDA_CHECK(cudaGetLastError());
   }
 
-  void head(const DeviceLinear& l, const bf16* y, int64_t rows, const Tensor& v, void* host) {
+  // Output head on the normed rows [row0, row0 + rows) of b.n: float32 rows (the bf16 values;
+  // the curve form modulates them here in float32), the f32 GEMM, then the copy out.
+  void head(const DeviceLinear& l, int64_t row0, int64_t rows, const Tensor& v, void* host) {
     if (rows == 0) return;
     float* yf = scratch();
-    bf16_to_f32_rows<<<grid_for(rows * H), 256, 0, s>>>(y, H, yf, rows, H);
-    H3RT_CUDA_CHECK(cudaGetLastError());
+    const bf16* y = b.n.ptr<bf16>() + row0 * H;
+    if (curve()) {
+      ops::CurveModulateCudaParams p;
+      p.n = y;
+      p.shift = final_table.ptr<float>();
+      p.scale = final_table.ptr<float>() + H;
+      p.row_table_index = tidx.ptr<int64_t>() + row0;
+      p.y = yf;
+      p.rows = rows;
+      p.dim = H;
+      p.table_row_stride = 2 * H;
+      H3RT_CUDA_CHECK(ops::curve_modulate_cuda(p, s));
+    } else {
+      bf16_to_f32_rows<<<grid_for(rows * H), 256, 0, s>>>(y, H, yf, rows, H);
+      H3RT_CUDA_CHECK(cudaGetLastError());
+    }
     linear_f32(l, yf, v.ptr<float>(), rows, cublas_ws.data(), s);
     H3RT_CUDA_CHECK(cudaMemcpyAsync(host, v.data(), v.nbytes(), cudaMemcpyDeviceToHost, s));
+  }
+
+  // One AdaLN projection of the M timestep rows: the bf16 GEMM, or the curve form's float32
+  // kernel writing bf16 (block tables) or float32 (the final table) rows.
+  void adaln_table(const DeviceLinear& l, void* out, int64_t M, bool f32_out) {
+    if (!curve()) {
+      linear_bf16(l, temb.ptr<bf16>(), static_cast<bf16*>(out), M, s);
+      return;
+    }
+    ops::AdalnCurveLinearCudaParams p;
+    p.x = temb.ptr<float>();
+    p.w = l.w.ptr<float>();
+    p.bias = l.b.data() ? l.b.ptr<float>() : nullptr;
+    if (f32_out)
+      p.y = static_cast<float*>(out);
+    else
+      p.y_bf16 = static_cast<bf16*>(out);
+    p.rows = M;
+    p.in = l.in;
+    p.out = l.out;
+    H3RT_CUDA_CHECK(ops::adaln_curve_linear_cuda(p, s));
   }
 
   void enqueue_step(int64_t M, bool timed) {
@@ -399,10 +500,11 @@ struct ForwardSessionCuda::Impl {
       if (timed) timer.mark(st);
     };
     bf16* x = b.x.ptr<bf16>();
-    const bf16* t = temb.ptr<bf16>();
     mark("inputs");
-    H3RT_CUDA_CHECK(cudaMemcpyAsync(temb.data(), h_temb.as<void>(), M * c.time_embed_dim * 2,
+    H3RT_CUDA_CHECK(cudaMemcpyAsync(temb.data(), h_temb.as<void>(),
+                                    M * c.adaln_in() * dtype_size(temb.dtype()),
                                     cudaMemcpyHostToDevice, s));
+    upload_heads();
     if (Nv)
       H3RT_CUDA_CHECK(cudaMemcpyAsync(video_in.data(), h_video.as<void>(), video_in.nbytes(),
                                       cudaMemcpyHostToDevice, s));
@@ -418,29 +520,31 @@ struct ForwardSessionCuda::Impl {
     for (const DeviceBlock& blk : m.blocks) {
       mark("adaln_tables");
       // [M, 18H] is the [3M, 6H] table: row m*3 + modality.
-      linear_bf16(blk.adaln, t, b.table.ptr<bf16>(), M, s);
+      adaln_table(blk.adaln, b.table.data(), M, false);
       mark("blocks");
       block_forward_cuda(c, blk, b, s);
     }
 
     // Final layer: [shift | scale] rows chosen by timestep index only.
     mark("adaln_tables");
-    linear_bf16(m.final_adaln, t, final_table.ptr<bf16>(), M, s);
+    adaln_table(m.final_adaln, final_table.data(), M, true);
     mark("final_heads");
     ops::RmsNormModulateCudaParams n;
     n.x = x;
     n.y = b.n.ptr<bf16>();
     n.weight = m.final_norm.ptr<bf16>();
-    n.shift = final_table.ptr<bf16>();
-    n.scale = final_table.ptr<bf16>() + H;
-    n.row_table_index = tidx.ptr<int64_t>();
+    if (!curve()) {  // the curve form modulates the head rows in float32 (head())
+      n.shift = final_table.ptr<bf16>();
+      n.scale = final_table.ptr<bf16>() + H;
+      n.row_table_index = tidx.ptr<int64_t>();
+    }
     n.rows = S;
     n.dim = H;
     n.table_row_stride = 2 * H;
     n.eps = c.final_norm_eps;
     H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(n, s));
-    head(m.video_out, b.n.ptr<bf16>() + video0 * H, Nv, video_v, h_video_v.as<void>());
-    head(m.audio_out, b.n.ptr<bf16>() + audio0 * H, Na, audio_v, h_audio_v.as<void>());
+    head(video_head, video0, Nv, video_v, h_video_v.as<void>());
+    head(audio_head, audio0, Na, audio_v, h_audio_v.as<void>());
     mark(nullptr);
   }
 
@@ -490,6 +594,7 @@ struct ForwardSessionCuda::Impl {
     prepare_text(in.text);
     const double text_wall_ms = times.text_refined ? ms_since(t_text) : 0.0;
     prepare_plan(in.plan);
+    prepare_heads(in.schedule);
     if (Nv) std::memcpy(h_video.as<void>(), in.video_rows, h_video.bytes());
     if (Na) std::memcpy(h_audio.as<void>(), in.audio_rows, h_audio.bytes());
     times.host_prepare_ms = ms_since(t_start) - text_wall_ms;

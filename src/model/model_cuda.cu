@@ -207,20 +207,51 @@ bool DeviceModel::has_nvfp4() const {
   return false;
 }
 
+namespace {
+
+// A bank's float values only (the session combines its heads on the host each step).
+LinearWeight host_bank(const LinearWeight& l) {
+  LinearWeight h;
+  h.name = l.name;
+  h.format = WeightFormat::f32;
+  h.out = l.out;
+  h.in = l.in;
+  h.w = l.w;
+  h.b = l.b;
+  return h;
+}
+
+DeviceLinear upload_head(const LinearWeight& l, int64_t pdd_heads) {
+  if (pdd_heads == 1) return upload_linear(l, LinearPath::f32_island);
+  DeviceLinear d;  // shapes of one head; the session owns the effective head's buffers
+  d.out = l.out / pdd_heads;
+  d.in = l.in;
+  return d;
+}
+
+}  // namespace
+
 DeviceModel upload_model(const H3Model& m) {
   const H3Weights& w = m.weights;
+  const H3Config& c = m.config;
+  // The curve form's AdaLN layers compute in float32 (adaln_curve_linear_cuda).
+  const LinearPath adaln = c.adaln_curve() ? LinearPath::f32_island : LinearPath::bf16;
   DeviceModel d;
-  d.config = m.config;
+  d.config = c;
   d.video_in = upload_linear(w.video_in, LinearPath::f32_island);
   d.audio_in = upload_linear(w.audio_in, LinearPath::f32_island);
   d.text_in = upload_linear(w.text_in, LinearPath::bf16);
-  d.final_adaln = upload_linear(w.final_adaln, LinearPath::bf16);
-  d.video_out = upload_linear(w.video_out, LinearPath::f32_island);
-  d.audio_out = upload_linear(w.audio_out, LinearPath::f32_island);
+  d.final_adaln = upload_linear(w.final_adaln, adaln);
+  d.video_out = upload_head(w.video_out, c.pdd_heads);
+  d.audio_out = upload_head(w.audio_out, c.pdd_heads);
+  if (c.pdd_heads > 1) {
+    d.video_bank = host_bank(w.video_out);
+    d.audio_bank = host_bank(w.audio_out);
+  }
   for (const auto& b : w.refiner) d.refiner.push_back(upload_block(b));
   for (const auto& b : w.blocks) {
     d.blocks.push_back(upload_block(b));
-    d.blocks.back().adaln = upload_linear(b.adaln, LinearPath::bf16);
+    d.blocks.back().adaln = upload_linear(b.adaln, adaln);
   }
   d.refiner_norm = upload_norm(w.refiner_norm);
   d.final_norm = upload_norm(w.final_norm);
@@ -228,6 +259,7 @@ DeviceModel upload_model(const H3Model& m) {
   d.time_in_b = w.time_in.b;
   d.time_out_w = w.time_out.w;
   d.time_out_b = w.time_out.b;
+  d.adaln_t_table = w.adaln_t_table;
   d.rope_inv_freq.assign(w.rope_inv_freq.begin(), w.rope_inv_freq.end());
   return d;
 }
@@ -259,6 +291,8 @@ void convert_linear_to_nvfp4(DeviceLinear& l, float input_scale, cudaStream_t s)
 
 DeviceModel make_synthetic_device_model(const H3Config& c, uint64_t seed) {
   c.validate();
+  H3RT_CHECK(!c.adaln_curve() && c.pdd_heads == 1,
+             "synthetic device models have the full AdaLN and plain output heads");
   Synth s(c, seed);
   DeviceModel d;
   d.config = c;

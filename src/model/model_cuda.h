@@ -6,6 +6,12 @@
 // the host in float32 (a few rows); AdaLN tables, condition_proj, the token refiner, the blocks
 // and the final norm run in bf16 on the GPU through src/ops launchers; the patch projections and
 // output heads are float32 GEMMs (cuBLAS, TF32 off).
+//
+// Curve-form AdaLN (config.adaln_curve()): the table row is interpolated on the host (float32,
+// adaln_curve_embed_cpu) and the [M, k] x [k, 18H] projections run in float32 on the device
+// (adaln_curve_linear_cuda, bit-exact with the CPU reference); the final layer's modulation
+// stays float32 (curve_modulate_cuda). PDD head banks: each step's effective heads are computed
+// on the host from the banks (model/pdd_head.h) and uploaded by the session.
 #pragma once
 
 #ifdef H3RT_HAVE_CUDA
@@ -26,6 +32,10 @@ struct DeviceModel {
   // Host float32 copies of the small time MLP and the RoPE frequencies (host-side work).
   FloatVec time_in_w, time_in_b, time_out_w, time_out_b;
   std::vector<float> rope_inv_freq;
+  FloatVec adaln_t_table;  // curve form: [grid, rank] (host); its AdaLN layers are float32
+  // PDD head bank (config.pdd_heads > 1): the banks' float32 values on the host (w and b only);
+  // video_out / audio_out then carry the per-head shapes and no weights.
+  LinearWeight video_bank, audio_bank;
 
   bool has_fp8() const;    // any block projection on the fp8 GEMM path
   bool has_nvfp4() const;  // any block projection on the NVFP4 GEMM path

@@ -48,8 +48,13 @@ std::vector<WeightSpec> weight_specs(const H3Config& c) {
   add_linear(s, "video_patch_proj", c.hidden, c.video_features(), true, f);
   add_linear(s, "audio_patch_proj", c.hidden, c.audio_channels, true, f);
   add_linear(s, "condition_proj", c.hidden, c.text_dim, true, b);
-  add_linear(s, "time_embedder.proj_in", c.time_embed_hidden, c.freq_dim, true, f);
-  add_linear(s, "time_embedder.proj_out", c.time_embed_dim, c.time_embed_hidden, true, f);
+  if (c.adaln_curve()) {
+    s.push_back({"adaln_t_table", {c.adaln_curve_grid, c.adaln_curve_rank}, f});
+  } else {
+    add_linear(s, "time_embedder.proj_in", c.time_embed_hidden, c.freq_dim, true, f);
+    add_linear(s, "time_embedder.proj_out", c.time_embed_dim, c.time_embed_hidden, true, f);
+  }
+  const DType adaln = c.adaln_curve() ? f : b;  // the curve form computes in float32
   s.push_back({"rope.inv_freq", {c.rope_freqs}, f});
   for (int64_t i = 0; i < c.refiner_layers; ++i)
     add_block_core(s, "token_refiner.blocks." + std::to_string(i) + ".", c);
@@ -57,13 +62,28 @@ std::vector<WeightSpec> weight_specs(const H3Config& c) {
   for (int64_t i = 0; i < c.layers; ++i) {
     const std::string p = "blocks." + std::to_string(i) + ".";
     add_block_core(s, p, c);
-    add_linear(s, p + "adaln_proj.linear", 18 * c.hidden, c.time_embed_dim, true, b);
+    add_linear(s, p + "adaln_proj.linear", 18 * c.hidden, c.adaln_in(), true, adaln);
   }
   s.push_back({"final_layer.norm.weight", {c.hidden}, b});
-  add_linear(s, "final_layer.adaln_proj.linear", 2 * c.hidden, c.time_embed_dim, true, b);
-  add_linear(s, "final_layer.video_out", c.video_features(), c.hidden, true, f);
-  add_linear(s, "final_layer.audio_out", c.audio_channels, c.hidden, true, f);
+  add_linear(s, "final_layer.adaln_proj.linear", 2 * c.hidden, c.adaln_in(), true, adaln);
+  add_linear(s, "final_layer.video_out", c.pdd_heads * c.video_features(), c.hidden, true, f);
+  add_linear(s, "final_layer.audio_out", c.pdd_heads * c.audio_channels, c.hidden, true, f);
   return s;
+}
+
+bool is_adaln_curve_key(const H3Config& c, const std::string& key) {
+  return c.adaln_curve() &&
+         (key == "adaln_t_table" || key.find("adaln_proj.linear.") != std::string::npos);
+}
+
+bool is_gate_compress_key(const H3Config& c, const std::string& key) {
+  const std::string head = "blocks.", mid = ".attn.to_gate_compress.";
+  if (key.rfind(head, 0) != 0) return false;
+  const size_t dot = key.find('.', head.size());
+  if (dot == std::string::npos || key.compare(dot, mid.size(), mid) != 0) return false;
+  const std::string num = key.substr(head.size(), dot - head.size());
+  return !num.empty() && num.size() < 10 &&
+         num.find_first_not_of("0123456789") == std::string::npos && std::stoll(num) < c.layers;
 }
 
 const std::vector<std::string>& quantized_aux_suffixes() {
@@ -232,12 +252,19 @@ class Assembler {
     std::set<std::string> expected;
     for (const auto& spec : weight_specs(c_)) {
       expected.insert(spec.key);
-      if (ends_with(spec.key, ".weight") && spec.shape.size() == 2)
+      if (ends_with(spec.key, ".weight") && spec.shape.size() == 2 &&
+          !is_adaln_curve_key(c_, spec.key))
         linear_layers_.insert(layer_of(spec.key));
     }
-    for (const auto& spec : weight_specs(c_)) check_spec(spec);
+    for (const auto& spec : weight_specs(c_)) {
+      if (is_adaln_curve_key(c_, spec.key))
+        validate_curve_tensor(spec);
+      else
+        check_spec(spec);
+    }
     for (const auto& [key, st] : src_) {
-      if (expected.count(key) || is_quantized_aux(key)) continue;
+      // VSA builds' gate projections: accepted, unused by the dense forward.
+      if (expected.count(key) || is_quantized_aux(key) || is_gate_compress_key(c_, key)) continue;
       problems_.add("unexpected key '", key, "' ", shape_str(st.tensor.shape()), " in ", st.file);
     }
     problems_.throw_if_any(src_);
@@ -285,7 +312,42 @@ class Assembler {
 
   FloatVec vec(const std::string& key) const { return to_float(src_.at(key).tensor); }
 
+  // A curve-form AdaLN layer: float values as stored (f32, bf16 or f16), computed in float32.
+  LinearWeight curve_linear(const std::string& name) const {
+    LinearWeight lw;
+    lw.name = name;
+    lw.format = WeightFormat::f32;
+    lw.data = src_.at(name + ".weight").tensor;
+    lw.out = lw.data.size(0);
+    lw.in = lw.data.size(1);
+    lw.w = to_float(lw.data);
+    lw.bias_data = src_.at(name + ".bias").tensor;
+    lw.b = to_float(lw.bias_data);
+    return lw;
+  }
+
  private:
+  // The curve table and curve-form AdaLN layers: never quantized; f32, bf16 or f16 (the
+  // published pruned files store the small AdaLN projections as f16).
+  void validate_curve_tensor(const WeightSpec& spec) {
+    auto it = src_.find(spec.key);
+    if (it == src_.end()) {
+      problems_.add("missing key '", spec.key, "' (expected ", shape_str(spec.shape),
+                    " f32, bf16 or f16: curve-form AdaLN, adaln_t_table [", c_.adaln_curve_grid,
+                    ", ", c_.adaln_curve_rank, "])");
+      return;
+    }
+    const Tensor& t = it->second.tensor;
+    if (t.dtype() != DType::f32 && t.dtype() != DType::bf16 && t.dtype() != DType::f16)
+      problems_.add("key '", spec.key, "' in ", it->second.file, " has dtype ",
+                    dtype_name(t.dtype()), ", expected f32, bf16 or f16 (curve-form AdaLN)");
+    if (t.shape() != spec.shape)
+      problems_.add("key '", spec.key, "' in ", it->second.file, " has shape ",
+                    shape_str(t.shape()), ", expected ", shape_str(spec.shape),
+                    " (curve-form AdaLN, adaln_t_table [", c_.adaln_curve_grid, ", ",
+                    c_.adaln_curve_rank, "])");
+  }
+
   // Aux tensors belong to a linear layer that is quantized (or marked, whatever the marker's
   // problem), and only the ones its format uses; anything else is unexpected.
   bool is_quantized_aux(const std::string& key) const {
@@ -484,8 +546,12 @@ H3Weights assemble_weights(const H3Config& c, const TensorSource& src) {
   w.video_in = a.linear("video_patch_proj");
   w.audio_in = a.linear("audio_patch_proj");
   w.text_in = a.linear("condition_proj");
-  w.time_in = a.linear("time_embedder.proj_in");
-  w.time_out = a.linear("time_embedder.proj_out");
+  if (c.adaln_curve()) {
+    w.adaln_t_table = a.vec("adaln_t_table");
+  } else {
+    w.time_in = a.linear("time_embedder.proj_in");
+    w.time_out = a.linear("time_embedder.proj_out");
+  }
   w.rope_inv_freq = a.vec("rope.inv_freq");
   w.refiner.resize(c.refiner_layers);
   for (int64_t i = 0; i < c.refiner_layers; ++i)
@@ -495,10 +561,12 @@ H3Weights assemble_weights(const H3Config& c, const TensorSource& src) {
   for (int64_t i = 0; i < c.layers; ++i) {
     const std::string p = "blocks." + std::to_string(i) + ".";
     fill_core(a, p, w.blocks[i]);
-    w.blocks[i].adaln = a.linear(p + "adaln_proj.linear");
+    w.blocks[i].adaln = c.adaln_curve() ? a.curve_linear(p + "adaln_proj.linear")
+                                        : a.linear(p + "adaln_proj.linear");
   }
   w.final_norm = a.vec("final_layer.norm.weight");
-  w.final_adaln = a.linear("final_layer.adaln_proj.linear");
+  w.final_adaln = c.adaln_curve() ? a.curve_linear("final_layer.adaln_proj.linear")
+                                  : a.linear("final_layer.adaln_proj.linear");
   w.video_out = a.linear("final_layer.video_out");
   w.audio_out = a.linear("final_layer.audio_out");
   return w;

@@ -18,6 +18,14 @@ struct WeightSpec {
 };
 std::vector<WeightSpec> weight_specs(const H3Config& config);
 
+// A key of the curve-form AdaLN (adaln_t_table and the adaln_proj.linear tensors) when the
+// config has that form: float tensors (f32, bf16 or f16), never quantized.
+bool is_adaln_curve_key(const H3Config& config, const std::string& key);
+
+// "blocks.<i>.attn.to_gate_compress.*" (VSA builds, i < layers): accepted by the loader and
+// ignored by the dense forward.
+bool is_gate_compress_key(const H3Config& config, const std::string& key);
+
 // A tensor offered to the assembly, and where it came from (named in error messages).
 struct SourceTensor {
   Tensor tensor;

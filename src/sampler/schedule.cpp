@@ -54,6 +54,8 @@ float audio_sigma_from_video(float sigma_video, float video_shift, float audio_s
 SamplerPlan make_sampler_plan(const SequenceLayout& layout, int num_points, float video_shift,
                               float audio_shift) {
   SamplerPlan p;
+  p.video_shift = video_shift;
+  p.audio_shift = audio_shift;
   p.video_sigmas = sigma_grid(num_points, video_shift);
   p.audio_sigmas = sigma_grid(num_points, audio_shift);
   H3RT_CHECK(p.video_sigmas.size() == p.audio_sigmas.size(),
@@ -74,6 +76,12 @@ SamplerPlan make_sampler_plan(const SequenceLayout& layout, int num_points, floa
     p.steps.push_back(std::move(s));
   }
   return p;
+}
+
+SigmaSchedule sigma_schedule(const SamplerPlan& plan, int step) {
+  H3RT_CHECK(step >= 0 && step < static_cast<int>(plan.steps.size()), "sigma_schedule: step ", step,
+             " outside [0, ", plan.steps.size(), ")");
+  return {plan.steps[step].sigma_video, plan.video_sigmas, plan.video_shift, plan.audio_shift};
 }
 
 }  // namespace h3rt
