@@ -9,6 +9,7 @@
 #include "ops/attention/attention.h"
 #include "ops/fp8_quantize/fp8_quantize.h"
 #include "ops/gated_residual/gated_residual.h"
+#include "ops/int8_linear/int8_linear.h"
 #include "ops/linear/linear.h"
 #include "ops/linear_nvfp4/linear_nvfp4.h"
 #include "ops/qk_norm_rope/qk_norm_rope.h"
@@ -82,10 +83,40 @@ void project_nvfp4(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows, 
   gemm_nvfp4(l, q.global_scale, y, rows, b, s);
 }
 
-// y = x W^T through the layer's path: bf16 GEMM, e4m3 quantize + fp8 GEMM, or NVFP4.
+// int8 W8A8: rotate + quantize the activation rows, then the int8 GEMM with both scales.
+void project_int8(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows,
+                  BlockCudaBuffers& b, cudaStream_t s) {
+  H3RT_CHECK(b.xi8.data() != nullptr, "int8 layer without int8 activation buffers");
+  ops::Int8QuantizeCudaParams q;
+  q.x = x;
+  q.q = b.xi8.ptr<int8_t>();
+  q.scale = b.xi8_scale.ptr<float>();
+  q.rows = rows;
+  q.k = l.in;
+  q.group = l.int8_group;
+  H3RT_CUDA_CHECK(ops::int8_quantize_rows_cuda(q, s));
+  ops::Int8LinearCudaParams g;
+  g.x = q.q;
+  g.x_scale = q.scale;
+  g.w = l.wi8.ptr<int8_t>();
+  g.w_scale = l.wi8_scale.ptr<float>();
+  g.bias = l.b.data() ? bp(l.b) : nullptr;
+  g.y = y;
+  g.rows = rows;
+  g.in = l.in;
+  g.out = l.out;
+  g.workspace = b.int8_workspace.data();
+  g.workspace_bytes = b.int8_workspace.nbytes();
+  H3RT_CHECK(ops::int8_linear_workspace_bytes(rows, l.out) <= g.workspace_bytes,
+             "int8 GEMM scratch too small for ", rows, " x ", l.in, " -> ", l.out);
+  H3RT_CUDA_CHECK(ops::int8_linear_cuda(g, s));
+}
+
+// y = x W^T through the layer's path: bf16 GEMM, e4m3 quantize + fp8 GEMM, int8, or NVFP4.
 void project(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows, BlockCudaBuffers& b,
              cudaStream_t s) {
   if (l.nvfp4()) return project_nvfp4(l, x, y, rows, b, s);
+  if (l.int8()) return project_int8(l, x, y, rows, b, s);
   if (!l.fp8()) {
     H3RT_CUDA_CHECK(ops::linear_bf16_cuda({x, bp(l.w), nullptr, y, rows, l.in, l.out}, s));
     return;
@@ -152,7 +183,7 @@ void stage(const StageHook* hook, const char* name) {
 }  // namespace
 
 BlockCudaBuffers make_block_buffers(const H3Config& c, int64_t rows, int64_t table_rows, bool fp8,
-                                    bool nvfp4, ops::AttentionKernel attention) {
+                                    bool nvfp4, ops::AttentionKernel attention, bool int8) {
   BlockCudaBuffers b;
   b.rows = rows;
   b.hidden = c.hidden;
@@ -177,6 +208,13 @@ BlockCudaBuffers make_block_buffers(const H3Config& c, int64_t rows, int64_t tab
     b.x8 = cuda::device_empty(DType::e4m3, {rows, widest});
     b.x8_scale = cuda::device_empty(DType::f32, {1});
     b.x8_workspace = cuda::device_empty(DType::u8, {int64_t(ops::fp8_quantize_workspace_bytes())});
+  }
+  if (int8) {
+    const int64_t widest_out = std::max({3 * I, c.hidden, 2 * c.ffn});
+    b.xi8 = cuda::device_empty(DType::i8, {rows, widest});
+    b.xi8_scale = cuda::device_empty(DType::f32, {rows});
+    b.int8_workspace = cuda::device_empty(
+        DType::u8, {std::max<int64_t>(1, ops::int8_linear_workspace_bytes(rows, widest_out))});
   }
   if (nvfp4) {
     b.x4 = cuda::device_empty(DType::u8, {rows, widest / 2});

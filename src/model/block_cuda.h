@@ -37,6 +37,9 @@ namespace h3rt::model {
 //    quantized to e4m3 with `x_scale`, and the product scaled by x_scale * w_scale. Without
 //    `x_scale` (opt-in dynamic activations), the scale s = amax|x| / 448 of each call's
 //    activation is computed on the device (fp8_quantize_dynamic_cuda) and used in its place.
+//  * int8 (`wi8` set): ComfyUI int8_tensorwise W8A8, with convrot when int8_group > 0: each
+//    call rotates (group-wise Hadamard) and quantizes the bf16 activation per row, then the int8
+//    GEMM applies both scales and the bias (src/ops/int8_linear), bit-exact with the CPU.
 //  * nvfp4 (`w4` set): W4A4. The bf16 activation is quantized to NVFP4 with `x4_global` (the
 //    checkpoint's input_scale) or, without one, with the global scale computed from its amax
 //    (ComfyUI's bf16 activation rule); then the NVFP4 GEMM (src/ops/linear_nvfp4).
@@ -50,6 +53,10 @@ struct DeviceLinear {
   Tensor w4_scales;         // u8 block scales, 128x4 tiled
   Tensor w4_global;         // device float32 scalar (weight_scale_2)
   Tensor x4_global;         // device float32 scalar (input_scale), or empty: computed per call
+  Tensor wi8;        // [out, in] int8 (stored rotated when int8_group > 0), or empty
+  Tensor wi8_scale;  // device float32 [out]: the per-row weight scale
+  int int8_group = 0;
+  bool int8() const { return wi8.data() != nullptr; }
   bool fp8() const { return w8.data() != nullptr; }
   bool fp8_dynamic() const { return fp8() && x_scale.data() == nullptr; }
   bool nvfp4() const { return w4.data() != nullptr; }
@@ -85,13 +92,16 @@ struct BlockCudaBuffers {
   // NVFP4 layers (empty without them): the packed activation, its block scales and global
   // scale, the quantizer's workspace (zeroed once) and the GEMM's scratch.
   Tensor x4, x4_scales, x4_global, x4_workspace, gemm_workspace;
+  // int8 layers (empty without them): the rotated, quantized activation, its per-row scales and
+  // the int8 GEMM's scratch.
+  Tensor xi8, xi8_scale, int8_workspace;
   // The attention kernel and its workspace (zeroed once; Sage only).
   ops::AttentionKernel attention = ops::AttentionKernel::flash_bf16;
   Tensor attention_workspace;
 };
 BlockCudaBuffers make_block_buffers(
     const H3Config& c, int64_t rows, int64_t table_rows, bool fp8 = false, bool nvfp4 = false,
-    ops::AttentionKernel attention = ops::AttentionKernel::flash_bf16);
+    ops::AttentionKernel attention = ops::AttentionKernel::flash_bf16, bool int8 = false);
 
 // Called after each stage with its name (the seeds' component names) when timing per component.
 using StageHook = std::function<void(const char* component)>;

@@ -263,7 +263,7 @@ struct ForwardSessionCuda::Impl {
     H = c.hidden;
     audio0 = L;
     video0 = L + Na;
-    b = make_block_buffers(c, S, 3 * 2, m.has_fp8(), m.has_nvfp4(), opt.attention);
+    b = make_block_buffers(c, S, 3 * 2, m.has_fp8(), m.has_nvfp4(), opt.attention, m.has_int8());
     grow_tables(2);
     tidx = cuda::device_empty(DType::i64, {S});
     video_in = cuda::device_empty(DType::f32, {Nv, m.video_in.in});
@@ -387,7 +387,8 @@ struct ForwardSessionCuda::Impl {
     text_valid = false;
     if (!rb) {
       rb = std::make_unique<BlockCudaBuffers>(
-          make_block_buffers(c, L, 3, m.has_fp8(), m.has_nvfp4()));
+          make_block_buffers(c, L, 3, m.has_fp8(), m.has_nvfp4(),
+                             ops::AttentionKernel::flash_bf16, m.has_int8()));
       text_dev = cuda::device_empty(DType::bf16, {L, c.text_dim});
     }
     std::vector<uint16_t> bits(n);

@@ -7,6 +7,7 @@
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
 #include "formats/nvfp4_quantize.h"
+#include "h3rt/int8.h"
 #include "h3rt/nvfp4.h"
 #include "model/model_cuda.h"
 #include "model/weights.h"
@@ -49,6 +50,15 @@ void upload_nvfp4(const LinearWeight& l, DeviceLinear& d) {
   if (l.input_scale.data()) d.x4_global = device_scalar(l.input_scale, l.name + ".input_scale");
 }
 
+// int8 block projections keep their stored int8 weight (rotated when convrot) and per-row scales.
+void upload_int8(const LinearWeight& l, DeviceLinear& d) {
+  H3RT_CHECK(l.data.dtype() == DType::i8 && l.data.is_contiguous(), "layer '", l.name,
+             "': int8 weight is not a contiguous i8 tensor");
+  d.wi8 = cuda::to_device(l.data);
+  d.wi8_scale = cuda::to_device(tensor_from_f32(int8_row_scales(l.scale, l.out), {l.out}));
+  d.int8_group = static_cast<int>(l.int8_group);
+}
+
 DeviceLinear upload_linear(const LinearWeight& l, LinearPath path) {
   H3RT_CHECK(l.format != WeightFormat::nvfp4 || path == LinearPath::projection, "layer '", l.name,
              "' is nvfp4; the CUDA backend runs nvfp4 in the block projections (qkv, out, fc1, "
@@ -60,6 +70,10 @@ DeviceLinear upload_linear(const LinearWeight& l, LinearPath path) {
   if (l.has_bias()) d.b = upload_values(l.b, {l.out}, t);
   if (l.format == WeightFormat::nvfp4) {
     upload_nvfp4(l, d);
+    return d;
+  }
+  if (l.format == WeightFormat::int8 && path == LinearPath::projection) {
+    upload_int8(l, d);
     return d;
   }
   const bool static_scale = l.input_scale.data() != nullptr;
@@ -197,6 +211,13 @@ bool DeviceModel::has_fp8() const {
   for (const auto* list : {&refiner, &blocks})
     for (const DeviceBlock& b : *list)
       if (b.qkv.fp8() || b.out.fp8() || b.fc1.fp8() || b.fc2.fp8()) return true;
+  return false;
+}
+
+bool DeviceModel::has_int8() const {
+  for (const auto* list : {&refiner, &blocks})
+    for (const DeviceBlock& b : *list)
+      if (b.qkv.int8() || b.out.int8() || b.fc1.int8() || b.fc2.int8()) return true;
   return false;
 }
 

@@ -39,12 +39,14 @@ struct DeviceModel {
 
   bool has_fp8() const;    // any block projection on the fp8 GEMM path
   bool has_nvfp4() const;  // any block projection on the NVFP4 GEMM path
+  bool has_int8() const;   // any block projection on the int8 W8A8 path
 };
 
 // Uploads a loaded (or synthetic) model: bf16/f32 layers as stored; fp8_scaled block projections
 // with an input_scale, or marked by set_fp8_activations(dynamic), as e4m3 (fp8 GEMMs; the latter
 // with per-call activation scales), other fp8_scaled layers dequantized to bf16; NVFP4 block
-// projections packed (W4A4 GEMMs); NVFP4 elsewhere is refused by name.
+// projections packed (W4A4 GEMMs); NVFP4 elsewhere is refused by name; int8 block projections
+// as stored (W8A8 GEMMs), int8 elsewhere (an unpruned file's AdaLN layers) dequantized to bf16.
 DeviceModel upload_model(const H3Model& model);
 
 // The same synthetic weights as make_synthetic_model (bit-identical values), generated directly
