@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/output_path.h"
+#include "cli/request.h"
 #include "h3rt/check.h"
 #include "h3rt/report.h"
 #ifdef H3RT_HAVE_CUDA
@@ -17,6 +18,8 @@ void add_bench_block_command(CLI::App& bench) {
     std::string preset = "h3", out = "-";
     int reps = 10;
     std::string gemm = "bf16", attention = "bf16";
+    int64_t width = 0, height = 0, frames = 0;
+    int group = 256;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = bench.add_subcommand("block",
@@ -31,15 +34,25 @@ void add_bench_block_command(CLI::App& bench) {
                   "scales, as ComfyUI fp8_scaled with input_scale); fp8-dynamic (e4m3, the "
                   "activation scale amax/448 computed on the device per call: amax + quantize "
                   "launches per projection); nvfp4 (W4A4 with "
-                  "static input scales: producers encode the GEMM inputs); or "
-                  "nvfp4-dynamic (W4A4, input scales computed per call)")
-      ->check(CLI::IsMember({"bf16", "fp8", "fp8-dynamic", "nvfp4", "nvfp4-dynamic"}))
+                  "static input scales: producers encode the GEMM inputs); "
+                  "nvfp4-dynamic (W4A4, input scales computed per call); or int8 (W8A8 as "
+                  "ComfyUI's int8_convrot: weights rotated and quantized on the device, each "
+                  "activation rotated and quantized per row per call)")
+      ->check(CLI::IsMember({"bf16", "fp8", "fp8-dynamic", "nvfp4", "nvfp4-dynamic", "int8"}))
       ->capture_default_str();
   cmd->add_option("--attention", o->attention,
                   "Attention: bf16 (flash) or sage (8-bit SageAttention2 numerics, pre-pass "
                   "included)")
       ->check(CLI::IsMember({"bf16", "sage"}))
       ->capture_default_str();
+  cmd->add_option("--group-size", o->group,
+                  "--gemm int8: the convrot group size (0: plain int8, no rotation)")
+      ->check(CLI::IsMember({0, 16, 64, 256}))
+      ->capture_default_str();
+  cmd->add_option("--width", o->width, "video width in pixels (default: the seed's 1344)");
+  cmd->add_option("--height", o->height, "video height in pixels (default: the seed's 768)");
+  cmd->add_option("--frames", o->frames,
+                  "video frames (default: the seed's 124; 864x480x124 is ComfyUI's default)");
   cmd->add_option("--reps", o->reps, "Timed repetitions (medians)")->capture_default_str();
   cmd->add_option("--out", o->out, "JSON report path, - for stdout")->capture_default_str();
   cmd->callback([o] {
@@ -54,6 +67,10 @@ void add_bench_block_command(CLI::App& bench) {
     b.nvfp4 = o->gemm.rfind("nvfp4", 0) == 0;
     b.nvfp4_static_input_scale = o->gemm == "nvfp4";
     b.sage_attention = o->attention == "sage";
+    if (o->gemm == "int8") b.int8_group = o->group;
+    const LatentShape sh = latent_shape_for(o->width, o->height, o->frames,
+                                            {b.frames, b.height, b.width, b.audio_len});
+    b.frames = sh.frames, b.height = sh.height, b.width = sh.width, b.audio_len = sh.audio;
     write_json(o->out, bench::run_block_bench(b));
 #else
     H3RT_FAIL("this h3rt was built without CUDA (cmake -DH3RT_CUDA=ON needs nvcc)");

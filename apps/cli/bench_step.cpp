@@ -16,7 +16,8 @@ namespace {
 
 struct Opts {
   std::string preset = "h3", gemm = "bf16", cuda_graph = "on", out = "-", attention = "bf16";
-  int reps = 3, warmup = 1, steps = 8;
+  int reps = 3, warmup = 1, steps = 8, group = 256;
+  int64_t width = 0, height = 0, frames = 0;
   uint64_t seed = 440420, weights_seed = 0;
 };
 
@@ -29,9 +30,17 @@ void add_common(CLI::App* cmd, Opts& o) {
   cmd->add_option("--gemm", o.gemm,
                   "Block GEMMs: bf16; fp8 (e4m3, static per-tensor scales, as ComfyUI "
                   "fp8_scaled with input_scale); or nvfp4 (W4A4, weights packed on the GPU as "
-                  "quantize-checkpoint does, static input scales: the producers encode)")
-      ->check(CLI::IsMember({"bf16", "fp8", "nvfp4"}))
+                  "quantize-checkpoint does, static input scales: the producers encode); or int8 "
+                  "(W8A8 as ComfyUI's int8_convrot, weights quantized on the GPU)")
+      ->check(CLI::IsMember({"bf16", "fp8", "nvfp4", "int8"}))
       ->capture_default_str();
+  cmd->add_option("--group-size", o.group, "--gemm int8: the convrot group size (0: no rotation)")
+      ->check(CLI::IsMember({0, 16, 64, 256}))
+      ->capture_default_str();
+  cmd->add_option("--width", o.width, "video width in pixels (default: the preset's)");
+  cmd->add_option("--height", o.height, "video height in pixels (default: the preset's)");
+  cmd->add_option("--frames", o.frames,
+                  "video frames (default: the preset's; ComfyUI's default is 864x480x124)");
   cmd->add_option("--attention", o.attention,
                   "Block attention: bf16 (flash) or sage (8-bit SageAttention2 numerics)")
       ->check(CLI::IsMember({"bf16", "sage"}))
@@ -56,6 +65,13 @@ bench::StepBenchOptions to_bench(const Opts& o) {
   b.frames = latent_frames_for(b.pixel_frames);
   b.height = b.pixel_height / 16;
   b.width = b.pixel_width / 16;
+  const LatentShape sh = latent_shape_for(o.width, o.height, o.frames,
+                                          {b.frames, b.height, b.width, b.audio_len});
+  b.frames = sh.frames, b.height = sh.height, b.width = sh.width, b.audio_len = sh.audio;
+  if (o.width) b.pixel_width = o.width;
+  if (o.height) b.pixel_height = o.height;
+  if (o.frames) b.pixel_frames = o.frames;
+  if (o.gemm == "int8") b.int8_group = o.group;
   b.reps = o.reps;
   b.warmup = o.warmup;
   b.steps = o.steps;

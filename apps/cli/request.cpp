@@ -101,6 +101,19 @@ int64_t video_frames_for(int64_t latent_frames) {
   return frames;
 }
 
+LatentShape latent_shape_for(int64_t width, int64_t height, int64_t frames, LatentShape cur) {
+  H3RT_CHECK(width % 32 == 0 && height % 32 == 0 && width >= 0 && height >= 0,
+             "--width and --height must be multiples of 32 (16x VAE compression and 2x2 patches), "
+             "got ", width, "x", height);
+  if (width) cur.width = width / 16;
+  if (height) cur.height = height / 16;
+  if (frames) {
+    cur.frames = latent_frames_for(frames);
+    cur.audio = audio_latents_for(frames / 24.0);
+  }
+  return cur;
+}
+
 int64_t latent_frames_for(int64_t video_frames) {
   H3RT_CHECK(video_frames >= 1, "--frames must be at least 1, got ", video_frames);
   int64_t t = 0, frames = 0;

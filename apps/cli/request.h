@@ -36,6 +36,13 @@ int64_t video_frames_for(int64_t latent_frames);
 // Audio latents per channel at 40 per second, rounded up.
 int64_t audio_latents_for(double seconds);
 
+// The latents of a video of `width` x `height` pixels and `frames` frames (0: keep the value
+// already held), its audio at frames / 24 s: the bench verbs' --width/--height/--frames.
+struct LatentShape {
+  int64_t frames, height, width, audio;  // latent frames, latent rows/columns, audio latents
+};
+LatentShape latent_shape_for(int64_t width, int64_t height, int64_t frames, LatentShape current);
+
 // A request: its layout plus the starting rows and text embeddings.
 struct Request {
   SequenceLayout layout;

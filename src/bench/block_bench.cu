@@ -103,7 +103,11 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
     make_fp8(w.fc1, 1.0f / std::sqrt(float(H)), o.fp8_dynamic, s);
     make_fp8(w.fc2, 1.0f / std::sqrt(float(F)), o.fp8_dynamic, s);
   }
-  H3RT_CHECK(!(o.fp8 && o.nvfp4), "bench block: choose one of fp8 and nvfp4");
+  H3RT_CHECK(int(o.fp8) + int(o.nvfp4) + int(o.int8_group >= 0) <= 1,
+             "bench block: choose one of fp8, nvfp4 and int8");
+  if (o.int8_group >= 0)
+    for (model::DeviceLinear* l : {&w.qkv, &w.out, &w.fc1, &w.fc2})
+      model::convert_linear_to_int8(*l, o.int8_group, s);
   if (o.nvfp4)
     for (model::DeviceLinear* l : {&w.qkv, &w.out, &w.fc1, &w.fc2}) {
       // A static input scale for activations up to 8 in magnitude, as a calibrated checkpoint.
@@ -111,7 +115,8 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
     }
   model::BlockCudaBuffers b = model::make_block_buffers(
       c, S, table_rows, o.fp8, o.nvfp4,
-      o.sage_attention ? ops::AttentionKernel::sage_8bit : ops::AttentionKernel::flash_bf16);
+      o.sage_attention ? ops::AttentionKernel::sage_8bit : ops::AttentionKernel::flash_bf16,
+      o.int8_group >= 0);
   fill(b.x, ++k, 0.0f, 1.0f, s);
   fill(b.table, ++k, 0.0f, 0.1f, s);
   std::vector<int64_t> idx = adaln_indices(layout, plan);
@@ -207,7 +212,9 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
   // static input scales (the producers encode), one (two-pass quantizer) per projection
   // otherwise.
   m.launcher_calls = model::kBlockLaunches +
-                     (o.fp8 || (o.nvfp4 && !o.nvfp4_static_input_scale) ? 4 : 0) +
+                     (o.fp8 || o.int8_group >= 0 || (o.nvfp4 && !o.nvfp4_static_input_scale)
+                          ? 4
+                          : 0) +
                      (o.sage_attention ? 1 : 0);  // Sage: pre-pass and kernel
   m.graph_nodes = static_cast<int64_t>(graph_nodes);
   m.cupti_kernels = cupti_kernels;
@@ -217,6 +224,7 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
   m.device = current_device_info();
   m.fp8 = o.fp8;
   m.nvfp4 = o.nvfp4;
+  m.int8_group = o.int8_group;
   m.sage_attention = o.sage_attention;
   m.nvfp4_static_input_scale = o.nvfp4_static_input_scale;
   if (o.nvfp4)

@@ -18,6 +18,8 @@ struct BlockBenchOptions {
   bool fp8_dynamic = false;  // fp8: activation scales computed per call (amax) instead of static
   bool nvfp4 = false;        // NVFP4 W4A4 GEMMs
   bool nvfp4_static_input_scale = true;  // producers encode the input; else computed per call
+  int int8_group = -1;  // >= 0: int8 W8A8 GEMMs (weights quantized on the device), this convrot
+                        // group (0: no rotation)
   bool sage_attention = false;  // Sage 8-bit attention (with its pre-pass) instead of flash bf16
   uint64_t seed = 440420;
 };

@@ -56,11 +56,26 @@ std::string nvfp4_gemm_description(const std::string& algo, bool static_input_sc
 namespace {
 
 std::string gemm_description(const BlockMeasurements& m) {
+  if (m.int8_group >= 0)
+    return (m.int8_group > 0 ? "int8 W8A8, convrot group " + std::to_string(m.int8_group)
+                             : std::string("int8 W8A8, no rotation")) +
+           " (a rotate+quantize launch per projection, then the int8 GEMM with both scales in "
+           "its epilogue)";
   if (m.nvfp4) return nvfp4_gemm_description(m.nvfp4_algo, m.nvfp4_static_input_scale);
   if (m.fp8)
     return "cuBLASLt fp8 e4m3, static per-tensor scales (the activation quantize launch is "
            "inside each projection)";
   return "cuBLASLt bf16";
+}
+
+// The format each block projection ran in (the bench runs all four in one format).
+nlohmann::json projection_formats(const BlockMeasurements& m) {
+  const std::string f = m.int8_group > 0 ? "int8_convrot G=" + std::to_string(m.int8_group)
+                        : m.int8_group == 0 ? "int8"
+                        : m.nvfp4           ? "nvfp4"
+                        : m.fp8             ? "fp8_scaled"
+                                            : "bf16";
+  return {{"qkv", f}, {"out", f}, {"fc1", f}, {"fc2", f}};
 }
 
 // NVFP4 runs: which producers encoded the projection inputs and the DRAM bytes that saves against
@@ -127,6 +142,7 @@ nlohmann::json block_report(const H3Config& c, const SequenceLayout& layout,
                                          "included)"
                                        : "flash_bf16 (h3rt)"},
         {"gemm", gemm_description(m)},
+        {"projection_formats", projection_formats(m)},
         {"seed", m.seed}}},
       {"representative_block_p50_milliseconds", p50},
       {"component_fusion",

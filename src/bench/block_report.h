@@ -33,6 +33,7 @@ struct BlockMeasurements {
   DeviceInfo device;
   bool fp8 = false;
   bool nvfp4 = false, nvfp4_static_input_scale = false;
+  int int8_group = -1;  // int8 W8A8 projections: the convrot group (0: plain int8); -1: none
   bool sage_attention = false;
   std::string nvfp4_algo;  // the NVFP4 GEMM algorithm that ran
   uint64_t seed = 0;

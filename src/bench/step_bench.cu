@@ -64,19 +64,23 @@ Setup setup(const StepBenchOptions& o, const char* verb) {
                "bench %s: preset %s, %lld rows (text %lld, audio %lld, video %lld), %s GEMMs\n",
                verb, o.preset.c_str(), (long long)L.seq_len(), (long long)L.text_len,
                (long long)L.audio_rows(), (long long)L.video_rows(),
-               o.fp8     ? "fp8"
-               : o.nvfp4 ? "NVFP4"
-                         : "bf16");
+               o.fp8                 ? "fp8"
+               : o.nvfp4             ? "NVFP4"
+               : o.int8_group >= 0   ? "int8 W8A8"
+                                     : "bf16");
   cuda::default_arena().reset_peak();
   const auto t0 = Clock::now();
   st.dev = model::make_synthetic_device_model(st.c, o.weights_seed);
-  H3RT_CHECK(!(o.fp8 && o.nvfp4), "bench ", verb, ": choose one of fp8 and nvfp4");
-  if (o.fp8 || o.nvfp4) {
+  H3RT_CHECK(int(o.fp8) + int(o.nvfp4) + int(o.int8_group >= 0) <= 1, "bench ", verb,
+             ": choose one of fp8, nvfp4 and int8");
+  if (o.fp8 || o.nvfp4 || o.int8_group >= 0) {
     cuda::Stream s;
     for (model::DeviceBlock& b : st.dev.blocks)
       for (model::DeviceLinear* l : {&b.qkv, &b.out, &b.fc1, &b.fc2}) {
         if (o.fp8)
           make_fp8(*l, 1.0f / std::sqrt(static_cast<float>(l->in)), s);
+        else if (o.int8_group >= 0)
+          model::convert_linear_to_int8(*l, o.int8_group, s);
         else  // a static activation scale for inputs up to 8, as bench block's
           model::convert_linear_to_nvfp4(*l, 8.0f / 2688.0f, s);
       }
@@ -125,6 +129,7 @@ nlohmann::json run_step_bench(const StepBenchOptions& o) {
   StepMeasurements m;
   m.preset = o.preset;
   m.fp8 = o.fp8;
+  m.int8_group = o.int8_group;
   if (o.nvfp4)
     m.nvfp4_algo =
         ops::linear_nvfp4_algo_name(ops::linear_nvfp4_resolve(ops::Nvfp4GemmAlgo::kAuto));

@@ -28,6 +28,7 @@ struct StepBenchOptions {
   bool cuda_graph = true;       // sample
   bool fp8 = false;             // fp8 e4m3 block GEMMs (static per-tensor scales)
   bool nvfp4 = false;           // NVFP4 W4A4 block GEMMs (static input scales: fused producers)
+  int int8_group = -1;          // >= 0: int8 W8A8 block GEMMs with this convrot group (0: none)
   bool sage_attention = false;  // the blocks' attention: Sage 8-bit instead of flash bf16
   uint64_t seed = 440420, weights_seed = 0;
 };

@@ -33,6 +33,7 @@ struct StepRepetition {
 struct StepMeasurements {
   std::string preset;  // "h3" / "tiny"
   bool fp8 = false;
+  int int8_group = -1;  // int8 W8A8 block GEMMs with this convrot group (0: none); -1: not int8
   std::string nvfp4_algo;  // NVFP4 W4A4 block GEMMs with this algorithm; empty: none
   bool sage_attention = false;
   uint64_t seed = 0, weights_seed = 0;

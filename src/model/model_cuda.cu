@@ -10,6 +10,7 @@
 #include "h3rt/int8.h"
 #include "h3rt/nvfp4.h"
 #include "model/model_cuda.h"
+#include "ops/int8_linear/int8_linear.h"
 #include "model/weights.h"
 #include "ops/rope_table/rope_table.h"
 
@@ -283,6 +284,25 @@ DeviceModel upload_model(const H3Model& m) {
   d.adaln_t_table = w.adaln_t_table;
   d.rope_inv_freq.assign(w.rope_inv_freq.begin(), w.rope_inv_freq.end());
   return d;
+}
+
+void convert_linear_to_int8(DeviceLinear& l, int group, cudaStream_t s) {
+  H3RT_CHECK(l.w.dtype() == DType::bf16 && (group == 0 || l.in % group == 0),
+             "convert_linear_to_int8: layer [", l.out, ", ", l.in,
+             "] must be bf16 with its inputs a multiple of the group ", group);
+  l.wi8 = cuda::device_empty(DType::i8, {l.out, l.in});
+  l.wi8_scale = cuda::device_empty(DType::f32, {l.out});
+  l.int8_group = group;
+  ops::Int8QuantizeCudaParams q;
+  q.x = l.w.ptr<__nv_bfloat16>();
+  q.q = l.wi8.ptr<int8_t>();
+  q.scale = l.wi8_scale.ptr<float>();
+  q.rows = l.out;
+  q.k = l.in;
+  q.group = group;
+  H3RT_CUDA_CHECK(ops::int8_quantize_rows_cuda(q, s));
+  H3RT_CUDA_CHECK(cudaStreamSynchronize(s));  // the bf16 weight returns to the arena
+  l.w = Tensor();
 }
 
 void convert_linear_to_nvfp4(DeviceLinear& l, float input_scale, cudaStream_t s) {

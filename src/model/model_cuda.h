@@ -57,6 +57,10 @@ DeviceModel make_synthetic_device_model(const H3Config& config, uint64_t seed);
 // (global scale amax / 2688 in fp32), with a static activation scale `input_scale`, or none
 // (0: computed per call); the bf16 copy is dropped. For synthetic models in benchmarks and tests.
 void convert_linear_to_nvfp4(DeviceLinear& l, float input_scale, cudaStream_t stream);
+// Turns a bf16 block projection into an int8 W8A8 one on the device, as quantize-checkpoint
+// --format int8_convrot does on the host (the same row rule: int8_quantize_rows_cuda applied to
+// the weight), with convrot group `group` (0: plain int8). The bf16 weight is released.
+void convert_linear_to_int8(DeviceLinear& l, int group, cudaStream_t stream);
 
 // One forward in bf16 (the only GPU precision); host inputs and outputs as forward_cpu.
 ForwardOutputs forward_cuda(const DeviceModel& model, const ForwardInputs& inputs);
