@@ -137,7 +137,8 @@ nlohmann::json run_step_bench(const StepBenchOptions& o) {
   m.weights_seed = o.weights_seed;
   m.model_setup_s = st.model_s;
   m.weight_bytes = st.weight_bytes;
-  m.block_launches = model::kBlockLaunches + (o.fp8 ? 4 : 0) + (o.sage_attention ? 1 : 0);
+  m.block_launches =
+      model::kBlockLaunches + (o.fp8 || o.int8_group >= 0 ? 4 : 0) + (o.sage_attention ? 1 : 0);
   m.sage_attention = o.sage_attention;
 
   auto t0 = Clock::now();
