@@ -9,6 +9,9 @@
 #include "h3rt/model.h"
 #include "h3rt/safetensors.h"
 #include "model/weights.h"
+#ifdef H3RT_HAVE_CUDA
+#include "cuda/runtime.h"
+#endif
 
 namespace h3rt::cli {
 namespace {
@@ -49,6 +52,53 @@ void print_h3_variant(const SafetensorsFile& f, const H3Config& c) {
         blocks.size());
 }
 
+// The group a linear layer belongs to, for the per-group lines (the formats of ComfyUI's repacks
+// differ by group: e.g. int8_convrot block projections beside f16 curve-form AdaLN layers).
+std::string layer_group(const std::string& layer) {
+  auto has = [&](const char* s) { return layer.find(s) != std::string::npos; };
+  const bool refiner = layer.rfind("token_refiner.", 0) == 0;
+  if (has(".attn.") || has(".mlp."))
+    return refiner ? "refiner projections" : "block projections (qkv, out, fc1, fc2)";
+  if (has("adaln_proj")) return layer.rfind("blocks.", 0) == 0 ? "block AdaLN" : "final AdaLN";
+  return "input, time and output layers";
+}
+
+// How a layer of `label`'s format runs, on the CUDA backend and on the CPU reference.
+std::string runs_with(const std::string& label, bool projection, bool input_scale) {
+  if (label.rfind("int8", 0) == 0)
+    return projection ? "CUDA: int8 W8A8 GEMM (activation rotated and quantized per call); CPU: "
+                        "exact W8A8 reference"
+                      : "CUDA: dequantized to bf16; CPU: exact W8A8 reference";
+  if (label == "nvfp4")
+    return projection ? "CUDA: NVFP4 W4A4 (Hopper: exact dequantize + cuBLASLt bf16; Blackwell: "
+                        "block-scaled cuBLASLt, never run here); CPU: W4A4 reference"
+                      : "CUDA: refused (nvfp4 runs in the block projections only)";
+  if (label == "fp8_scaled")
+    return projection && input_scale ? "CUDA: fp8 e4m3 GEMM with the static input_scale"
+                                     : "CUDA: dequantized to bf16 (as ComfyUI computes it)";
+  return label == "f32" ? "float32" : "bf16 GEMM (cuBLASLt on CUDA)";
+}
+
+void print_layer_groups(const H3Config& c, const model::TensorSource& src) {
+  std::map<std::string, std::map<std::string, int>> groups;  // group -> format label -> count
+  std::map<std::string, std::string> how;                    // "group|label" -> runs_with
+  for (const auto& spec : model::weight_specs(c)) {
+    if (spec.shape.size() != 2 || !spec.key.ends_with(".weight") || !src.count(spec.key)) continue;
+    const std::string layer = spec.key.substr(0, spec.key.size() - 7), group = layer_group(layer);
+    const std::string label = model::linear_format_label(src, layer);
+    ++groups[group][label];
+    how[group + "|" + label] = runs_with(
+        label,
+        spec.key.find(".attn.") != std::string::npos || spec.key.find(".mlp.") != std::string::npos,
+        src.count(layer + ".input_scale") > 0);
+  }
+  std::printf("layer groups:\n");
+  for (const auto& [group, labels] : groups)
+    for (const auto& [label, n] : labels)
+      std::printf("  %s: %s x%d -> %s\n", group.c_str(), label.c_str(), n,
+                  how[group + "|" + label].c_str());
+}
+
 // For files with H3 keys: the inferred config, the qkv row order and each linear layer's format.
 void print_h3(const SafetensorsFile& f) {
   if (!f.contains("blocks.0.attn.qkv_proj.weight")) {
@@ -79,8 +129,18 @@ void print_h3(const SafetensorsFile& f) {
   }
   std::printf("linear layers by format:");
   for (const auto& [name, n] : formats) std::printf(" %s %d;", name.c_str(), n);
+  std::printf("\n");
+  print_layer_groups(c, src);
   WeightBytes b = estimate_weight_bytes(c);
-  std::printf("\n%.3fB parameters\n", b.params / 1e9);
+  std::printf("%.3fB parameters\n", b.params / 1e9);
+#ifdef H3RT_HAVE_CUDA
+  std::printf("this machine: %s\n", cuda::cuda_device_available()
+                                        ? "a CUDA device is present (--device cuda runs the CUDA "
+                                          "paths above; --device cpu the CPU reference)"
+                                        : "no CUDA device found: the CPU reference runs it");
+#else
+  std::printf("this machine: h3rt built without CUDA: the CPU reference runs it\n");
+#endif
 }
 
 }  // namespace

@@ -287,6 +287,12 @@ TEST(Int8Model, CliQuantizeCheckpointInfoAndForward) {
   r = run_cli("info " + out);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("int8_convrot G=64 12;"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("block projections (qkv, out, fc1, fc2): int8_convrot G=64 x8 -> CUDA: "
+                          "int8 W8A8 GEMM"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("refiner projections: int8_convrot G=64 x4"), std::string::npos)
+      << r.output;
   r = run_cli("forward --checkpoint " + out + " --inputs " + kGolden + " --out " +
               dir.file("fwd.safetensors"));
   ASSERT_EQ(r.status, 0) << r.output;
