@@ -79,6 +79,58 @@ cudaError_t launch_epilogue(const Int8LinearCudaParams& p, const int32_t* acc, i
   return H3RT_LAUNCH_CHECK("int8 linear epilogue");
 }
 
+// The int32 accumulators where cuBLASLt has no algorithm: a plain dp4a tiled kernel (integer
+// sums are exact in any order, so the bits are those cuBLASLt would give). 64 x 64 outputs per
+// CTA, thread (ty, tx) owns rows ty + 16 i and columns tx + 16 j; any alignment (byte loads).
+constexpr int kDpTile = 64, kDpWords = 16;  // K chunk: 16 words of 4 int8
+
+__global__ void __launch_bounds__(256)
+    dp4a_gemm_kernel(const int8_t* __restrict__ x, int64_t ldx, const int8_t* __restrict__ w,
+                     int64_t m, int64_t n, int64_t k, int32_t* __restrict__ acc) {
+  __shared__ int32_t xs[kDpTile][kDpWords + 1], ws[kDpTile][kDpWords + 1];
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int64_t m0 = int64_t(blockIdx.y) * kDpTile, n0 = int64_t(blockIdx.x) * kDpTile;
+  int32_t c[4][4] = {};
+  for (int64_t k0 = 0; k0 < k; k0 += 4 * kDpWords) {
+    for (int i = threadIdx.x; i < kDpTile * kDpWords; i += 256) {
+      const int row = i / kDpWords, word = i % kDpWords;
+      uint32_t vx = 0, vw = 0;
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const int64_t kk = k0 + 4 * word + b;
+        if (kk < k && m0 + row < m) vx |= uint32_t(uint8_t(x[(m0 + row) * ldx + kk])) << (8 * b);
+        if (kk < k && n0 + row < n) vw |= uint32_t(uint8_t(w[(n0 + row) * k + kk])) << (8 * b);
+      }
+      xs[row][word] = static_cast<int32_t>(vx);
+      ws[row][word] = static_cast<int32_t>(vw);
+    }
+    __syncthreads();
+#pragma unroll 4
+    for (int word = 0; word < kDpWords; ++word)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          c[i][j] = __dp4a(xs[ty + 16 * i][word], ws[tx + 16 * j][word], c[i][j]);
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t r = m0 + ty + 16 * i, col = n0 + tx + 16 * j;
+      if (r < m && col < n) acc[r * n + col] = c[i][j];
+    }
+}
+
+cudaError_t launch_dp4a(const Int8LinearCudaParams& p, const int8_t* x, int64_t rows, int32_t* acc,
+                        cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((p.out + kDpTile - 1) / kDpTile),
+                  static_cast<unsigned>((rows + kDpTile - 1) / kDpTile));
+  dp4a_gemm_kernel<<<grid, 256, 0, stream>>>(x, p.x_row_stride, p.w, rows, p.out, p.in, acc);
+  return H3RT_LAUNCH_CHECK("int8 linear dp4a fallback");
+}
+
 cudaError_t run_cublaslt(const Int8LinearCudaParams& p, cudaStream_t stream) {
   const int64_t chunk = chunk_rows(p.out);
   const size_t need = int8_linear_workspace_bytes(p.rows, p.out);
@@ -98,6 +150,7 @@ cudaError_t run_cublaslt(const Int8LinearCudaParams& p, cudaStream_t stream) {
     g.in = p.in;
     g.out = p.out;
     cudaError_t e = lt::gemm(g, stream);
+    if (e == cudaErrorNotSupported) e = launch_dp4a(p, p.x + r0 * p.x_row_stride, n, acc, stream);
     if (e != cudaSuccess) return e;
     e = launch_epilogue(p, acc, r0, n, stream);
     if (e != cudaSuccess) return e;

@@ -57,9 +57,9 @@
 //  - kCublasLt (any GPU): cuBLASLt int8 IMMA, CUBLAS_COMPUTE_32I with int32 output (cuBLASLt's
 //    int8 -> int8/f32-scaled variants round differently from the two-scale rule, so they are not
 //    used) into the workspace, `rows` in chunks of at most kInt8ChunkBytes of int32, each chunk
-//    followed by an exact epilogue kernel (int32 -> bf16, scales, bias). Needs in % 4 == 0 and
-//    x_row_stride % 4 == 0 (cuBLASLt's int8 alignment); returns cudaErrorNotSupported when
-//    cuBLASLt offers no algorithm.
+//    followed by an exact epilogue kernel (int32 -> bf16, scales, bias). Where cuBLASLt offers no
+//    algorithm (its IMMA kernels want 4-aligned dimensions and strides), a plain dp4a kernel
+//    computes the same int32 accumulators: integer sums are exact in any order.
 // kAuto: CUTLASS on compute capability 9.0 when compiled in and the shape qualifies, otherwise
 // cuBLASLt. Blackwell (sm_100a/120a/121a) takes the cuBLASLt path; that is compiled in CI but has
 // never run (no Blackwell GPU is available to the project).

@@ -83,7 +83,7 @@ __device__ __forceinline__ double scaled_double(uint32_t w, bool high) {
 template <class Src>
 __device__ __forceinline__ void transpose(double (&a)[16], uint32_t* tile, int lane, Src src) {
   double b[16];
-  uint32_t lo[16];
+  uint32_t hi[16];  // the high words, kept until the low ones arrive
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
 #pragma unroll
@@ -94,9 +94,9 @@ __device__ __forceinline__ void transpose(double (&a)[16], uint32_t* tile, int l
     for (int c = 0; c < 16; ++c) {
       const uint32_t v = tile[src(c)];
       if (half)
-        b[c] = __hiloint2double(static_cast<int>(lo[c]), static_cast<int>(v));
+        b[c] = __hiloint2double(static_cast<int>(hi[c]), static_cast<int>(v));
       else
-        lo[c] = v;  // the high words, kept until the low ones arrive
+        hi[c] = v;
     }
     __syncwarp();
   }
