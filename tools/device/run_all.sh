@@ -84,4 +84,5 @@ if [ -z "${H3RT_QUICK:-}" ]; then
   TAIL=8 bench step 110 $B/h3rt bench step --preset h3 --attention sage --reps 1 \
     --out "$R/bench_step.json"
 fi
+TAIL=14 bench int8_gemm 60 $B/h3rt bench int8-gemm --iters 5 --out "$R/bench_int8_gemm.json"
 log done

@@ -90,6 +90,9 @@ bool operand_type(Operands kind, cudaDataType_t* t) {
     case Operands::kFp8:
       *t = CUDA_R_8F_E4M3;
       return true;
+    case Operands::kInt8:
+      *t = CUDA_R_8I;
+      return true;
     case Operands::kFp4BlockScaled:
 #if CUDART_VERSION >= 12080
       *t = CUDA_R_4F_E2M1;
@@ -106,7 +109,9 @@ bool build(Plan& p, const Key& k, cublasLtHandle_t h, int32_t pointer_mode) {
   p.reset();
   cudaDataType_t ab;
   if (!operand_type(k.kind, &ab)) return false;
-  H3RT_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const bool i8 = k.kind == Operands::kInt8;
+  H3RT_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&p.op, i8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F,
+                                               i8 ? CUDA_R_32I : CUDA_R_32F));
   set_attr(p.op, CUBLASLT_MATMUL_DESC_TRANSA, int32_t(CUBLAS_OP_T));
   set_attr(p.op, CUBLASLT_MATMUL_DESC_TRANSB, int32_t(CUBLAS_OP_N));
   set_attr(p.op, CUBLASLT_MATMUL_DESC_POINTER_MODE, pointer_mode);
@@ -124,7 +129,8 @@ bool build(Plan& p, const Key& k, cublasLtHandle_t h, int32_t pointer_mode) {
   }
   H3RT_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab, k.in, k.out, k.in));
   H3RT_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab, k.in, k.rows, k.x_ld));
-  H3RT_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_16BF, k.out, k.rows, k.y_ld));
+  H3RT_CUBLASLT_CHECK(
+      cublasLtMatrixLayoutCreate(&p.c, i8 ? CUDA_R_32I : CUDA_R_16BF, k.out, k.rows, k.y_ld));
 
   cublasLtMatmulPreference_t pref = nullptr;
   H3RT_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -182,10 +188,13 @@ Plan& get_plan(const Key& k, cudaStream_t stream, PerDevice* dev, void** ws) {
 }  // namespace
 
 cudaError_t gemm(const Gemm& g, cudaStream_t stream) {
-  H3RT_CHECK(g.w && g.x && g.y && g.rows >= 0 && g.in > 0 && g.out > 0,
+  const bool i8 = g.kind == Operands::kInt8;
+  void* const out = i8 ? static_cast<void*>(g.y_i32) : static_cast<void*>(g.y);
+  H3RT_CHECK(g.w && g.x && out && g.rows >= 0 && g.in > 0 && g.out > 0,
              "cuBLASLt GEMM: bad params");
-  H3RT_CHECK(g.kind == Operands::kBf16 || (g.w_scale && g.x_scale),
+  H3RT_CHECK(g.kind == Operands::kBf16 || i8 || (g.w_scale && g.x_scale),
              "cuBLASLt GEMM: scaled operands need both scales");
+  H3RT_CHECK(!i8 || (!g.bias && !g.alpha), "cuBLASLt GEMM: int8 takes no bias or alpha");
   if (g.rows == 0) return cudaSuccess;
   int device = 0;
   H3RT_CUDA_CHECK(cudaGetDevice(&device));
@@ -196,7 +205,7 @@ cudaError_t gemm(const Gemm& g, cudaStream_t stream) {
               g.out,
               g.x_ld,
               g.y_ld,
-              alignment_of({g.w, g.x, g.y, g.bias}),
+              alignment_of({g.w, g.x, out, g.bias}),
               g.bias != nullptr,
               g.alpha != nullptr,
               g.kind == Operands::kFp8 && g.fast_accum};
@@ -207,16 +216,21 @@ cudaError_t gemm(const Gemm& g, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(plan.mu);
   if (g.bias)
     set_attr(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(g.bias));
-  if (g.kind != Operands::kBf16) {
+  if (g.kind != Operands::kBf16 && !i8) {
     // cuBLAS's A is W, so its A scale is the weight's and its B scale the activation's.
     set_attr(plan.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.w_scale);
     set_attr(plan.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.x_scale);
   }
   const float one = 1.0f, zero = 0.0f;
-  const void* alpha = g.alpha ? static_cast<const void*>(g.alpha) : &one;
-  const void* beta = g.alpha ? static_cast<const void*>(dev.zero) : &zero;
+  const int32_t one_i = 1, zero_i = 0;  // kInt8: scale type int32
+  const void* alpha = i8        ? static_cast<const void*>(&one_i)
+                      : g.alpha ? static_cast<const void*>(g.alpha)
+                                : &one;
+  const void* beta = i8        ? static_cast<const void*>(&zero_i)
+                     : g.alpha ? static_cast<const void*>(dev.zero)
+                               : &zero;
   H3RT_CUBLASLT_CHECK(cublasLtMatmul(dev.handle, plan.op, alpha, g.w, plan.a, g.x, plan.b, beta,
-                                     g.y, plan.c, g.y, plan.c, &plan.algo, ws, kWorkspaceBytes,
+                                     out, plan.c, out, plan.c, &plan.algo, ws, kWorkspaceBytes,
                                      stream));
   return cudaGetLastError();
 }

@@ -15,6 +15,8 @@
 // capturable): the plan uses pointer mode DEVICE (alpha[0], beta a device zero, so y must not
 // contribute) and falls back to ALPHA_DEVICE_VECTOR_BETA_ZERO where the heuristic offers no
 // algorithm for DEVICE.
+// kInt8: int8 operands, CUBLAS_COMPUTE_32I, int32 output to y_i32 (no scales, alpha, bias or bf16
+// y): the raw accumulator for an exact epilogue of the caller's (ops/int8_linear).
 // Plans (descriptors, layouts, the heuristic's algorithm) are cached per problem, alignment and
 // device; without a caller workspace, one per (device, stream) is used, so concurrent streams
 // never share one.
@@ -31,11 +33,11 @@ namespace h3rt::ops::lt {
 
 inline constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 
-enum class Operands : uint8_t { kBf16, kFp8, kFp4BlockScaled };
+enum class Operands : uint8_t { kBf16, kFp8, kFp4BlockScaled, kInt8 };
 
 struct Gemm {
   Operands kind = Operands::kBf16;
-  const void* w = nullptr;        // [out, in] (bf16, e4m3, or packed e2m1 bytes)
+  const void* w = nullptr;        // [out, in] (bf16, e4m3, int8, or packed e2m1 bytes)
   const void* x = nullptr;        // [rows, x_ld]
   int64_t x_ld = 0;               // elements
   const void* w_scale = nullptr;  // kFp8: float scalar; kFp4BlockScaled: tiled e4m3
@@ -43,6 +45,7 @@ struct Gemm {
   const float* alpha = nullptr;         // device float[out], all equal; null: 1
   const __nv_bfloat16* bias = nullptr;  // [out] or null
   __nv_bfloat16* y = nullptr;           // [rows, y_ld]
+  int32_t* y_i32 = nullptr;             // kInt8 instead of y: [rows, y_ld] int32
   int64_t y_ld = 0;
   int64_t rows = 0, in = 0, out = 0;
   bool fast_accum = false;    // kFp8: Hopper fast accumulation (less exact)

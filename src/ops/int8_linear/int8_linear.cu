@@ -1,0 +1,236 @@
+// int8_linear_cuda: the path dispatcher and the cuBLASLt path (int8 IMMA to int32 in chunks of
+// rows, then an exact epilogue kernel); see int8_linear.h.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "cuda/runtime.h"
+#include "ops/int8_linear/int8_linear.h"
+#include "ops/int8_linear/int8_linear_paths.h"
+#include "ops/int8_linear/int8_math.cuh"
+#include "ops/linear/cublaslt_gemm.h"
+
+namespace h3rt::ops {
+namespace {
+
+using int8_detail::bf16_value;
+using int8_detail::int8_epilogue;
+
+constexpr int kEpiThreads = 256;
+
+int64_t chunk_rows(int64_t out) {
+  const int64_t fit = static_cast<int64_t>(kInt8ChunkBytes / (size_t(out) * 4));
+  return std::max<int64_t>(128, fit / 128 * 128);
+}
+
+// y rows [0, rows) from the int32 accumulators acc [rows, out] (contiguous); V columns per thread.
+template <int V>
+__global__ void __launch_bounds__(kEpiThreads)
+    epilogue_kernel(const int32_t* __restrict__ acc, int64_t rows, int64_t out,
+                    const float* __restrict__ xs, const float* __restrict__ ws,
+                    const __nv_bfloat16* __restrict__ bias, __nv_bfloat16* __restrict__ y,
+                    int64_t ldy) {
+  const int64_t c = (int64_t(blockIdx.x) * kEpiThreads + threadIdx.x) * V;
+  if (c >= out) return;
+  float sw[V];
+  uint32_t bb[V] = {};
+  const auto* bias_bits = reinterpret_cast<const uint16_t*>(bias);
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    sw[i] = ws[c + i];
+    if (bias) bb[i] = bias_bits[c + i];
+  }
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const float sx = xs[r];
+    int32_t a[V];
+    if constexpr (V == 4) {
+      const int4 v = __ldcs(reinterpret_cast<const int4*>(acc + r * out + c));
+      a[0] = v.x, a[1] = v.y, a[2] = v.z, a[3] = v.w;
+    } else {
+      a[0] = acc[r * out + c];
+    }
+    uint32_t o[V];
+#pragma unroll
+    for (int i = 0; i < V; ++i) o[i] = int8_epilogue(a[i], sx, sw[i], bias != nullptr, bb[i]);
+    if constexpr (V == 4) {
+      *reinterpret_cast<uint2*>(y + r * ldy + c) =
+          make_uint2(o[0] | (o[1] << 16), o[2] | (o[3] << 16));
+    } else {
+      reinterpret_cast<uint16_t*>(y)[r * ldy + c] = static_cast<uint16_t>(o[0]);
+    }
+  }
+}
+
+cudaError_t launch_epilogue(const Int8LinearCudaParams& p, const int32_t* acc, int64_t r0,
+                            int64_t n, cudaStream_t stream) {
+  const bool vec =
+      p.out % 4 == 0 && p.y_row_stride % 4 == 0 && reinterpret_cast<uintptr_t>(p.y) % 8 == 0;
+  const int v = vec ? 4 : 1;
+  const dim3 grid(static_cast<unsigned>((p.out / v + kEpiThreads - 1) / kEpiThreads),
+                  static_cast<unsigned>(std::min<int64_t>(n, 8192)));
+  const float* xs = p.x_scale + r0;
+  __nv_bfloat16* y = p.y + r0 * p.y_row_stride;
+  if (vec)
+    epilogue_kernel<4>
+        <<<grid, kEpiThreads, 0, stream>>>(acc, n, p.out, xs, p.w_scale, p.bias, y, p.y_row_stride);
+  else
+    epilogue_kernel<1>
+        <<<grid, kEpiThreads, 0, stream>>>(acc, n, p.out, xs, p.w_scale, p.bias, y, p.y_row_stride);
+  return H3RT_LAUNCH_CHECK("int8 linear epilogue");
+}
+
+// The int32 accumulators where cuBLASLt has no algorithm: a plain dp4a tiled kernel (integer
+// sums are exact in any order, so the bits are those cuBLASLt would give). 64 x 64 outputs per
+// CTA, thread (ty, tx) owns rows ty + 16 i and columns tx + 16 j; any alignment (byte loads).
+constexpr int kDpTile = 64, kDpWords = 16;  // K chunk: 16 words of 4 int8
+
+__global__ void __launch_bounds__(256)
+    dp4a_gemm_kernel(const int8_t* __restrict__ x, int64_t ldx, const int8_t* __restrict__ w,
+                     int64_t m, int64_t n, int64_t k, int32_t* __restrict__ acc) {
+  __shared__ int32_t xs[kDpTile][kDpWords + 1], ws[kDpTile][kDpWords + 1];
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int64_t m0 = int64_t(blockIdx.y) * kDpTile, n0 = int64_t(blockIdx.x) * kDpTile;
+  int32_t c[4][4] = {};
+  for (int64_t k0 = 0; k0 < k; k0 += 4 * kDpWords) {
+    for (int i = threadIdx.x; i < kDpTile * kDpWords; i += 256) {
+      const int row = i / kDpWords, word = i % kDpWords;
+      uint32_t vx = 0, vw = 0;
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const int64_t kk = k0 + 4 * word + b;
+        if (kk < k && m0 + row < m) vx |= uint32_t(uint8_t(x[(m0 + row) * ldx + kk])) << (8 * b);
+        if (kk < k && n0 + row < n) vw |= uint32_t(uint8_t(w[(n0 + row) * k + kk])) << (8 * b);
+      }
+      xs[row][word] = static_cast<int32_t>(vx);
+      ws[row][word] = static_cast<int32_t>(vw);
+    }
+    __syncthreads();
+#pragma unroll 4
+    for (int word = 0; word < kDpWords; ++word)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          c[i][j] = __dp4a(xs[ty + 16 * i][word], ws[tx + 16 * j][word], c[i][j]);
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t r = m0 + ty + 16 * i, col = n0 + tx + 16 * j;
+      if (r < m && col < n) acc[r * n + col] = c[i][j];
+    }
+}
+
+cudaError_t launch_dp4a(const Int8LinearCudaParams& p, const int8_t* x, int64_t rows, int32_t* acc,
+                        cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((p.out + kDpTile - 1) / kDpTile),
+                  static_cast<unsigned>((rows + kDpTile - 1) / kDpTile));
+  dp4a_gemm_kernel<<<grid, 256, 0, stream>>>(x, p.x_row_stride, p.w, rows, p.out, p.in, acc);
+  return H3RT_LAUNCH_CHECK("int8 linear dp4a fallback");
+}
+
+cudaError_t run_cublaslt(const Int8LinearCudaParams& p, cudaStream_t stream) {
+  const int64_t chunk = chunk_rows(p.out);
+  const size_t need = int8_linear_workspace_bytes(p.rows, p.out);
+  H3RT_CHECK(p.workspace && p.workspace_bytes >= need, "int8_linear_cuda (cuBLASLt): workspace of ",
+             p.workspace_bytes, " bytes, needs ", need);
+  auto* acc = static_cast<int32_t*>(p.workspace);
+  for (int64_t r0 = 0; r0 < p.rows; r0 += chunk) {
+    const int64_t n = std::min(chunk, p.rows - r0);
+    lt::Gemm g;
+    g.kind = lt::Operands::kInt8;
+    g.w = p.w;
+    g.x = p.x + r0 * p.x_row_stride;
+    g.x_ld = p.x_row_stride;
+    g.y_i32 = acc;
+    g.y_ld = p.out;
+    g.rows = n;
+    g.in = p.in;
+    g.out = p.out;
+    cudaError_t e = lt::gemm(g, stream);
+    if (e == cudaErrorNotSupported) e = launch_dp4a(p, p.x + r0 * p.x_row_stride, n, acc, stream);
+    if (e != cudaSuccess) return e;
+    e = launch_epilogue(p, acc, r0, n, stream);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+// H3RT_INT8_GEMM=cutlass|cublaslt, else kAuto.
+Int8GemmPath env_path() {
+  const char* s = std::getenv("H3RT_INT8_GEMM");
+  if (!s || !*s) return Int8GemmPath::kAuto;
+  if (!std::strcmp(s, "cutlass")) return Int8GemmPath::kCutlassSm90;
+  if (!std::strcmp(s, "cublaslt")) return Int8GemmPath::kCublasLt;
+  H3RT_FAIL("H3RT_INT8_GEMM=", s, ": expected cutlass or cublaslt");
+}
+
+Int8LinearCudaParams normalized(const Int8LinearCudaParams& in) {
+  Int8LinearCudaParams p = in;
+  if (!p.x_row_stride) p.x_row_stride = p.in;
+  if (!p.y_row_stride) p.y_row_stride = p.out;
+  return p;
+}
+
+}  // namespace
+
+size_t int8_linear_workspace_bytes(int64_t rows, int64_t out) {
+  if (rows <= 0 || out <= 0) return 0;
+  return size_t(std::min(rows, chunk_rows(out))) * size_t(out) * sizeof(int32_t);
+}
+
+const char* int8_gemm_path_name(Int8GemmPath path) {
+  switch (path) {
+    case Int8GemmPath::kAuto:
+      return "auto";
+    case Int8GemmPath::kCutlassSm90:
+      return "cutlass_sm90";
+    case Int8GemmPath::kCublasLt:
+      return "cublaslt";
+  }
+  return "?";
+}
+
+bool int8_linear_path_available(Int8GemmPath path) {
+  switch (path) {
+    case Int8GemmPath::kAuto:
+    case Int8GemmPath::kCublasLt:
+      return true;
+    case Int8GemmPath::kCutlassSm90:
+      return int8_detail::cutlass_sm90_compiled() && cuda::current_device_cc() == 90;
+  }
+  return false;
+}
+
+Int8GemmPath int8_linear_resolve_path(const Int8LinearCudaParams& in) {
+  Int8GemmPath path = in.path == Int8GemmPath::kAuto ? env_path() : in.path;
+  if (path != Int8GemmPath::kAuto) return path;
+  const Int8LinearCudaParams p = normalized(in);
+  return int8_linear_path_available(Int8GemmPath::kCutlassSm90) &&
+                 int8_detail::cutlass_sm90_supports(p)
+             ? Int8GemmPath::kCutlassSm90
+             : Int8GemmPath::kCublasLt;
+}
+
+cudaError_t int8_linear_cuda(const Int8LinearCudaParams& in, cudaStream_t stream) {
+  const Int8LinearCudaParams p = normalized(in);
+  H3RT_CHECK(p.rows >= 0 && p.in > 0 && p.out > 0 && p.x_row_stride >= p.in &&
+                 p.y_row_stride >= p.out && p.in < (int64_t(1) << 17),
+             "int8_linear_cuda: bad shape rows ", p.rows, ", in ", p.in, ", out ", p.out,
+             ", row strides ", p.x_row_stride, " / ", p.y_row_stride);
+  H3RT_CHECK(p.x && p.x_scale && p.w && p.w_scale && p.y, "int8_linear_cuda: null pointer");
+  if (p.rows == 0) return cudaSuccess;
+  switch (int8_linear_resolve_path(p)) {
+    case Int8GemmPath::kCutlassSm90:
+      if (!int8_linear_path_available(Int8GemmPath::kCutlassSm90) ||
+          !int8_detail::cutlass_sm90_supports(p))
+        return cudaErrorNotSupported;
+      return int8_detail::int8_linear_cutlass_sm90(p, stream);
+    default:
+      return run_cublaslt(p, stream);
+  }
+}
+
+}  // namespace h3rt::ops

@@ -1,0 +1,128 @@
+// int8_linear: the GPU side of int8 W8A8 linears (ComfyUI int8_tensorwise / int8_convrot),
+// bit-exact with the host reference of include/h3rt/int8.h: a rotate+quantize kernel for the
+// activation rows and an int8 x int8 -> int32 GEMM with the two-scale epilogue.
+//
+// ---- int8_quantize_rows_cuda ----------------------------------------------------------------
+// Per row r of x [rows, k] bf16 (row stride x_row_stride): when group G > 0, each group of G
+// columns is rotated by H = (Kronecker power of H4) / sqrt(G); then
+//   s = max(amax / 127, 1e-30) (f32), q = clamp(rne(bf16(v / bf16(s))), -128, 127) (int8).
+// Exactness. The host rotates with radix-4 butterflies in double (one rounding per add, in a fixed
+// order), multiplies by 2^-log2(sqrt G), rounds to f32 and then to bf16. Double butterflies are not
+// exact for every bf16 input (exponents spanning > ~37 binades in one group lose bits), so instead
+// of an exact-sum scheme that could disagree with the host there, the kernel performs THE SAME
+// IEEE double operations in the same order (each output of a butterfly is
+// ((a0 + a1) + a2) - a3 and so on, as the host writes it; a1 - a0 is computed as -(a0 - a1),
+// which can differ only in the sign of a zero, and the sign of a zero rotated value never reaches
+// q or s: amax takes |v| and q(+-0) = 0). Identical operations on identical doubles give identical
+// bits for every finite input, so the rotation matches the host unconditionally.
+//   bf16 -> double costs no conversion instruction: the 15 magnitude bits are placed at the
+//   bottom of the double's exponent field, which is the value times 2^-896 exactly (bf16
+//   subnormals become double subnormals). In that scaled domain every operation rounds as the
+//   host's does: all values are multiples of 2^-1029, so a result that is subnormal there
+//   (|unscaled| < 2^-126) needs at most 7 bits and is exact in both domains, and normal results
+//   round identically. The final multiply by 2^(896 - log2 sqrt G) is exact.
+//   double -> f32 is cvt.rn (as static_cast), f32 -> bf16 the host's bit rule.
+// The quotient: v / bf16(s) is computed as v * rcp_rn(bf16(s)) (relative error < 2^-22). Both
+// operands have 8-bit significands, so the exact quotient a/b * 2^e is either an at-most-8-bit
+// number or at least 2^-17 (relative) away from every bf16 rounding midpoint (9-bit numbers):
+// any approximation within 2^-18 rounds to the same bf16 as the host's f32 quotient does, and
+// quotients below 0.25 give q = 0 either way. amax is order independent.
+// Non-finite inputs (and rotations that overflow f32) are undefined, as in the host reference.
+// Paths: rows with k % 16 == 0, k <= 16384, 16-byte aligned x and q rows (x_row_stride % 8,
+// q_row_stride % 16) and G in {0, 4, 16, 64, 256} run the register kernel: persistent CTAs of
+// ceil(k / 16 / 32) warps, one row at a time (the next row's loads in flight), each thread owning
+// 16 consecutive columns; the butterfly stages of stride 1 and 4 run in registers, those of
+// stride 16 and 64 after a transpose of the doubles through a per-warp shared tile (two 32-bit
+// passes, conflict-free padding for G = 256), then the bf16 results go back to column order
+// through the same tile, the CTA reduces amax, and each thread stores 16 int8 bytes. Anything
+// else (any k multiple of a valid G up to 28,000 columns, any stride or alignment) runs a simple
+// shared-memory kernel that performs the host's loop literally in double.
+//
+// ---- int8_linear_cuda -----------------------------------------------------------------------
+// y[rows, out] = bf16(float(x_q . w_q^T) * (x_scale[row] * w_scale[col])), then bf16(y + bias):
+// the scale product first (one f32 multiply), then the converted accumulator (int32 -> f32 rne)
+// times it, rounded to bf16; with a bias one f32 add of the bf16 bias and a second rounding.
+// Every step is a single f32 operation with nothing to contract into an FMA (the rounding to bf16
+// separates the multiply from the add). The int32 accumulator is exact: |acc| <= 128^2 * in < 2^31
+// for in < 131072.
+// Layout: x [rows, in] int8 row-major (row stride x_row_stride, 0: in), w [out, in] contiguous
+// (the "TN" GEMM, both K-major), y [rows, out] bf16 (row stride y_row_stride, 0: out).
+// Paths (Int8GemmPath; kAuto, or the environment variable H3RT_INT8_GEMM=cutlass|cublaslt, picks):
+//  - kCutlassSm90 (compute capability 9.0, built with H3RT_HAVE_CUTLASS and sm_90a): CUTLASS 4.2
+//    warp-specialized TMA/wgmma int8 GEMM (cooperative, 256x128x128 tiles, cluster 2x1) whose EVT
+//    epilogue computes exactly the rule above (scales broadcast per row and column, bias per
+//    column; without bias the bias node adds -0.0, which leaves every value's bits unchanged).
+//    Needs in % 16 == 0, x_row_stride % 16 == 0, y_row_stride % 8 == 0, 16-byte aligned x, w, y.
+//    No workspace.
+//  - kCublasLt (any GPU): cuBLASLt int8 IMMA, CUBLAS_COMPUTE_32I with int32 output (cuBLASLt's
+//    int8 -> int8/f32-scaled variants round differently from the two-scale rule, so they are not
+//    used) into the workspace, `rows` in chunks of at most kInt8ChunkBytes of int32, each chunk
+//    followed by an exact epilogue kernel (int32 -> bf16, scales, bias). Where cuBLASLt offers no
+//    algorithm (its IMMA kernels want 4-aligned dimensions and strides), a plain dp4a kernel
+//    computes the same int32 accumulators: integer sums are exact in any order.
+// kAuto: CUTLASS on compute capability 9.0 when compiled in and the shape qualifies, otherwise
+// cuBLASLt. Blackwell (sm_100a/120a/121a) takes the cuBLASLt path; that is compiled in CI but has
+// never run (no Blackwell GPU is available to the project).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#ifdef H3RT_HAVE_CUDA
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+namespace h3rt::ops {
+
+// Rotate (group > 0: 4, 16, 64 or 256; 0 = plain per-row int8) and quantize each bf16 row:
+// q int8 [rows, k] (row stride q_row_stride, 0 = k), scale f32 [rows]. Bit-exact with
+// h3rt::int8_quantize_rows (include/h3rt/int8.h).
+struct Int8QuantizeCudaParams {
+  const __nv_bfloat16* x = nullptr;
+  int64_t x_row_stride = 0;  // 0: k
+  int8_t* q = nullptr;
+  int64_t q_row_stride = 0;
+  float* scale = nullptr;
+  int64_t rows = 0, k = 0;
+  int group = 0;
+  bool force_generic = false;  // tests: run the shared-memory kernel even where the fast one fits
+};
+cudaError_t int8_quantize_rows_cuda(const Int8QuantizeCudaParams& p, cudaStream_t stream);
+
+enum class Int8GemmPath : uint8_t { kAuto, kCutlassSm90, kCublasLt };
+
+// The int32 staging of the cuBLASLt path is at most this many bytes per chunk of rows.
+inline constexpr size_t kInt8ChunkBytes = size_t(256) << 20;
+
+// y[rows, out] = bf16(float(x_q . w_q^T) * (x_scale[row] * w_scale[col])) then bf16(+ bias):
+// bit-exact with h3rt::int8_linear. w_scale has `out` entries (a scalar weight scale is
+// expanded by the caller). workspace: int8_linear_workspace_bytes(rows, out) device bytes (may
+// be 0 for paths that need none).
+struct Int8LinearCudaParams {
+  const int8_t* x = nullptr;
+  int64_t x_row_stride = 0;             // [rows, in], 0: in
+  const float* x_scale = nullptr;       // [rows]
+  const int8_t* w = nullptr;            // [out, in] contiguous
+  const float* w_scale = nullptr;       // [out]
+  const __nv_bfloat16* bias = nullptr;  // [out] or null
+  __nv_bfloat16* y = nullptr;
+  int64_t y_row_stride = 0;  // [rows, out], 0: out
+  int64_t rows = 0, in = 0, out = 0;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  Int8GemmPath path = Int8GemmPath::kAuto;  // kAuto honours H3RT_INT8_GEMM
+};
+// The cuBLASLt path's int32 staging: min(rows, chunk) x out x 4 bytes (chunk rows: a multiple of
+// 128 with chunk x out x 4 <= kInt8ChunkBytes). Enough for every path.
+size_t int8_linear_workspace_bytes(int64_t rows, int64_t out);
+cudaError_t int8_linear_cuda(const Int8LinearCudaParams& p, cudaStream_t stream);
+
+// The path kAuto (with the environment) resolves to for `p` on the current device.
+Int8GemmPath int8_linear_resolve_path(const Int8LinearCudaParams& p);
+// Whether `path` can run on the current device in this build (kCutlassSm90: compiled with CUTLASS
+// for sm_90a and a compute capability 9.0 device).
+bool int8_linear_path_available(Int8GemmPath path);
+const char* int8_gemm_path_name(Int8GemmPath path);
+
+}  // namespace h3rt::ops
+#endif  // H3RT_HAVE_CUDA

@@ -1,0 +1,353 @@
+// int8 W8A8 on the GPU (ops/int8_linear): the rotate+quantize kernels bit-identical to
+// h3rt::int8_quantize_rows (fresh random rows with outliers spanning 2^-20..2^12 inside a group,
+// all-zero rows, tiny and subnormal values, strided and misaligned rows), the int8 GEMM on every
+// path this build and device offer bit-identical to h3rt::int8_linear (ragged M and N, with and
+// without bias, strided x and y), and the golden int8_convrot vectors byte for byte.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../cpu/test_util.h"
+#include "cuda_test_util.h"
+#include "h3rt/formats.h"
+#include "h3rt/int8.h"
+#include "h3rt/safetensors.h"
+#include "ops/int8_linear/int8_linear.h"
+
+namespace h3rt {
+namespace {
+
+using ops::Int8GemmPath;
+
+// Index of the first differing byte of two equal-sized buffers, -1 when identical; *count gets
+// the number of differing bytes.
+int64_t first_diff(const void* a, const void* b, size_t n, int64_t* count) {
+  const auto* pa = static_cast<const uint8_t*>(a);
+  const auto* pb = static_cast<const uint8_t*>(b);
+  int64_t first = -1;
+  *count = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (pa[i] != pb[i] && (*count)++ == 0) first = static_cast<int64_t>(i);
+  return first;
+}
+
+// ---- the quantizer --------------------------------------------------------------------------
+
+struct QCase {
+  int64_t rows, k;
+  int group;
+  int64_t x_ld, q_ld;
+  bool force_generic;
+};
+
+// Row kinds, cycling: ordinary, outliers over 2^-20..2^12, all zero, tiny (down to subnormal).
+std::vector<uint16_t> quantizer_input(const QCase& c, std::mt19937_64& g) {
+  test::Bf16Data base = test::random_rows_bf16(c.rows, c.x_ld, g);
+  std::uniform_real_distribution<float> e(-20.0f, 12.0f), tiny(-133.0f, -100.0f);
+  std::bernoulli_distribution sign(0.5);
+  for (int64_t r = 0; r < c.rows; ++r) {
+    uint16_t* row = base.bits.data() + r * c.x_ld;
+    const int kind = static_cast<int>((r + c.rows) % 4);
+    for (int64_t j = 0; j < c.x_ld; ++j) {
+      if (j >= c.k) {
+        row[j] = f32_to_bf16(1e30f);  // padding: must not count
+        continue;
+      }
+      const float s = sign(g) ? -1.0f : 1.0f;
+      if (kind == 1) row[j] = f32_to_bf16(s * std::exp2(e(g)));
+      if (kind == 2) row[j] = 0;
+      if (kind == 3) row[j] = f32_to_bf16(s * std::exp2(tiny(g)));
+    }
+  }
+  return base.bits;
+}
+
+void run_quantizer_case(const QCase& c, std::mt19937_64& g) {
+  SCOPED_TRACE("rows " + std::to_string(c.rows) + " k " + std::to_string(c.k) + " group " +
+               std::to_string(c.group) + " x_ld " + std::to_string(c.x_ld) + " q_ld " +
+               std::to_string(c.q_ld) + (c.force_generic ? " generic kernel" : ""));
+  const std::vector<uint16_t> bits = quantizer_input(c, g);
+  Tensor host = Tensor::zeros(DType::bf16, {c.rows, c.k});
+  for (int64_t r = 0; r < c.rows; ++r)
+    std::memcpy(host.ptr<uint16_t>() + r * c.k, bits.data() + r * c.x_ld, c.k * 2);
+  const Int8Rows want = int8_quantize_rows(host, c.group);
+
+  Tensor dx = test::upload(bits, DType::bf16, {c.rows * c.x_ld});
+  Tensor dq = test::device_buffer(DType::i8, {c.rows * c.q_ld});
+  Tensor ds = test::device_buffer(DType::f32, {c.rows});
+  ops::Int8QuantizeCudaParams p;
+  p.x = test::dptr<__nv_bfloat16>(dx);
+  p.x_row_stride = c.x_ld;
+  p.q = test::dptr<int8_t>(dq);
+  p.q_row_stride = c.q_ld;
+  p.scale = test::dptr<float>(ds);
+  p.rows = c.rows;
+  p.k = c.k;
+  p.group = c.group;
+  p.force_generic = c.force_generic;
+  ASSERT_EQ(ops::int8_quantize_rows_cuda(p, nullptr), cudaSuccess);
+  const std::vector<int8_t> q = test::download<int8_t>(dq);
+  const std::vector<float> s = test::download<float>(ds);
+  int64_t n = 0;
+  const int64_t fs = first_diff(s.data(), want.scale.ptr<float>(), s.size() * 4, &n);
+  EXPECT_EQ(n, 0) << "scale bytes differ, first at row " << fs / 4;
+  int64_t bad = 0, first = -1;
+  for (int64_t r = 0; r < c.rows; ++r) {
+    int64_t cnt = 0;
+    const int64_t f = first_diff(q.data() + r * c.q_ld, want.q.ptr<int8_t>() + r * c.k, c.k, &cnt);
+    if (cnt && first < 0) first = r * c.k + f;
+    bad += cnt;
+  }
+  EXPECT_EQ(bad, 0) << "q bytes differ, first at row " << first / c.k << " col " << first % c.k;
+}
+
+TEST(Int8LinearCuda, QuantizerBitExactWithHostReference) {
+  H3RT_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 g(seed);
+  for (int group : {0, 16, 64, 256})
+    for (int64_t k : {5376, 14336, 7168})
+      for (int64_t rows : {1, 37, 130}) {
+        // Alternate contiguous rows with a 16-byte aligned padded stride (both fast kernel).
+        const int64_t pad = rows == 37 ? 64 : 0;
+        run_quantizer_case({rows, k, group, k + pad, k + (rows == 130 ? 16 : 0), false}, g);
+      }
+}
+
+TEST(Int8LinearCuda, QuantizerGenericKernelBitExact) {
+  H3RT_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 g(seed);
+  for (int group : {0, 4, 16, 64, 256, 1024}) {
+    run_quantizer_case({37, 5120, group, 5120 + 3, 5120 + 1, false}, g);  // misaligned: generic
+    run_quantizer_case({13, 14336, group, 14336, 14336, true}, g);        // forced generic
+  }
+  run_quantizer_case({5, 40, 4, 41, 40, false}, g);  // k not a multiple of 16
+  run_quantizer_case({3, 7, 0, 7, 7, false}, g);
+  run_quantizer_case({130, 256, 4, 256, 256, false}, g);  // fast kernel, G = 4, one warp
+}
+
+// ---- the GEMM -------------------------------------------------------------------------------
+
+std::vector<Int8GemmPath> available_paths() {
+  std::vector<Int8GemmPath> paths;
+  for (Int8GemmPath p : {Int8GemmPath::kCublasLt, Int8GemmPath::kCutlassSm90})
+    if (ops::int8_linear_path_available(p))
+      paths.push_back(p);
+    else
+      std::printf("int8 GEMM path %s not available here: not tested\n",
+                  ops::int8_gemm_path_name(p));
+  return paths;
+}
+
+struct GemmOperands {
+  Int8Rows x;  // host
+  Tensor w, ws, bias;
+  Tensor dx, dxs, dw, dws, dbias;
+  int64_t x_ld = 0;
+};
+
+GemmOperands gemm_operands(int64_t m, int64_t n, int64_t k, int64_t x_ld, std::mt19937_64& g) {
+  std::uniform_int_distribution<int> q(-128, 127);
+  std::uniform_real_distribution<float> e(-12.0f, 2.0f);
+  GemmOperands o;
+  o.x_ld = x_ld;
+  o.x = {Tensor::zeros(DType::i8, {m, k}), Tensor::zeros(DType::f32, {m, 1})};
+  o.w = Tensor::zeros(DType::i8, {n, k});
+  o.ws = Tensor::zeros(DType::f32, {n});
+  o.bias = Tensor::zeros(DType::bf16, {n});
+  std::vector<int8_t> xpad(m * x_ld, 0x55);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < k; ++j)
+      xpad[i * x_ld + j] = o.x.q.ptr<int8_t>()[i * k + j] = static_cast<int8_t>(q(g));
+  for (int64_t i = 0; i < n * k; ++i) o.w.ptr<int8_t>()[i] = static_cast<int8_t>(q(g));
+  for (int64_t i = 0; i < m; ++i) o.x.scale.ptr<float>()[i] = std::exp2(e(g)) / 127.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    o.ws.ptr<float>()[i] = std::exp2(e(g)) / 127.0f;
+    o.bias.ptr<uint16_t>()[i] = f32_to_bf16(std::ldexp(e(g) + 5.0f, -q(g) / 16));
+  }
+  auto up = [](const Tensor& t) {
+    Tensor d = cuda::device_empty(t.dtype(), t.shape());
+    H3RT_CUDA_CHECK(cudaMemcpy(d.data(), t.data(), t.nbytes(), cudaMemcpyHostToDevice));
+    return d;
+  };
+  o.dx = test::upload(xpad, DType::i8, {m * x_ld});
+  o.dxs = up(o.x.scale);
+  o.dw = up(o.w);
+  o.dws = up(o.ws);
+  o.dbias = up(o.bias);
+  return o;
+}
+
+// Runs `path` and compares y with the host's bytes `want` [m, n].
+void expect_gemm_matches(const GemmOperands& o, const Tensor& want, bool bias, int64_t y_ld,
+                         Int8GemmPath path) {
+  const int64_t m = want.size(0), n = want.size(1), k = o.w.size(1);
+  SCOPED_TRACE(std::string("path ") + ops::int8_gemm_path_name(path));
+  Tensor dy = test::device_buffer(DType::bf16, {m * y_ld});
+  const size_t wsb = ops::int8_linear_workspace_bytes(m, n);
+  Tensor dws = test::device_buffer(DType::u8, {std::max<int64_t>(int64_t(wsb), 1)});
+  ops::Int8LinearCudaParams p;
+  p.x = test::dptr<int8_t>(o.dx);
+  p.x_row_stride = o.x_ld;
+  p.x_scale = test::dptr<float>(o.dxs);
+  p.w = test::dptr<int8_t>(o.dw);
+  p.w_scale = test::dptr<float>(o.dws);
+  p.bias = bias ? test::dptr<__nv_bfloat16>(o.dbias) : nullptr;
+  p.y = test::dptr<__nv_bfloat16>(dy);
+  p.y_row_stride = y_ld;
+  p.rows = m;
+  p.in = k;
+  p.out = n;
+  p.workspace = dws.data();
+  p.workspace_bytes = wsb;
+  p.path = path;
+  ASSERT_EQ(ops::int8_linear_cuda(p, nullptr), cudaSuccess);
+  const std::vector<uint16_t> y = test::download<uint16_t>(dy);
+  int64_t bad = 0, first = -1;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      if (y[i * y_ld + j] != want.ptr<uint16_t>()[i * n + j] && bad++ == 0) first = i * n + j;
+  EXPECT_EQ(bad, 0) << "of " << m * n << " outputs differ; first at row " << first / n << " col "
+                    << first % n << ": got 0x" << std::hex
+                    << (first >= 0 ? y[(first / n) * y_ld + first % n] : 0) << " want 0x"
+                    << (first >= 0 ? want.ptr<uint16_t>()[first] : 0);
+}
+
+struct GCase {
+  int64_t m, n, k, x_pad, y_pad;
+};
+
+TEST(Int8LinearCuda, GemmBitExactWithHostReferenceOnEveryPath) {
+  H3RT_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 g(seed);
+  const std::vector<Int8GemmPath> paths = available_paths();
+  // M x N x K summed: about 9e9 multiply-adds on the host.
+  std::vector<GCase> cases;
+  for (int64_t m : {1, 37, 130, 1000})
+    for (int64_t k : {5376, 14336}) cases.push_back({m, 48, k, 0, 0});
+  for (int64_t m : {1, 37, 130}) cases.push_back({m, 5376, 5376, 0, 0});
+  cases.push_back({37, 5376, 14336, 32, 8});  // strided x and y
+  cases.push_back({130, 48, 5376, 16, 40});
+  int idx = 0;
+  for (const GCase& c : cases) {
+    const bool bias = (idx++ % 2) == 1;
+    SCOPED_TRACE("M " + std::to_string(c.m) + " N " + std::to_string(c.n) + " K " +
+                 std::to_string(c.k) + (bias ? " bias" : " no bias") + " x_pad " +
+                 std::to_string(c.x_pad) + " y_pad " + std::to_string(c.y_pad));
+    const GemmOperands o = gemm_operands(c.m, c.n, c.k, c.k + c.x_pad, g);
+    const Tensor want = int8_linear(o.x, o.w, o.ws, bias ? &o.bias : nullptr);
+    for (Int8GemmPath path : paths) expect_gemm_matches(o, want, bias, c.n + c.y_pad, path);
+    // Both settings of the bias on the same operands once.
+    if (idx == 1) {
+      const Tensor want_b = int8_linear(o.x, o.w, o.ws, &o.bias);
+      for (Int8GemmPath path : paths) expect_gemm_matches(o, want_b, true, c.n + c.y_pad, path);
+    }
+  }
+}
+
+TEST(Int8LinearCuda, AutoPathPrefersCutlassOnHopper) {
+  H3RT_REQUIRE_GPU();
+  if (std::getenv("H3RT_INT8_GEMM")) GTEST_SKIP() << "H3RT_INT8_GEMM overrides kAuto";
+  alignas(16) static int8_t dummy[16];
+  ops::Int8LinearCudaParams p;
+  p.x = dummy;
+  p.w = dummy;
+  p.y = reinterpret_cast<__nv_bfloat16*>(dummy);
+  p.rows = 128;
+  p.in = p.x_row_stride = 5376;
+  p.out = p.y_row_stride = 5376;
+  const bool cutlass = ops::int8_linear_path_available(Int8GemmPath::kCutlassSm90);
+  EXPECT_EQ(ops::int8_linear_resolve_path(p),
+            cutlass ? Int8GemmPath::kCutlassSm90 : Int8GemmPath::kCublasLt);
+  p.in = p.x_row_stride = 5380;  // not a multiple of 16: cuBLASLt
+  EXPECT_EQ(ops::int8_linear_resolve_path(p), Int8GemmPath::kCublasLt);
+}
+
+// ---- golden vectors -------------------------------------------------------------------------
+
+TEST(Int8LinearCuda, GoldenConvrotVectorsByteExact) {
+  H3RT_REQUIRE_GPU();
+  const std::string dir = test::shared_dir() + "/golden/int8_convrot";
+  std::ifstream f(dir + "/manifest.json");
+  ASSERT_TRUE(f.good()) << "missing " << dir << "/manifest.json";
+  const nlohmann::json manifest = nlohmann::json::parse(f);
+  const std::vector<Int8GemmPath> paths = available_paths();
+  int cases = 0;
+  for (const auto& e : manifest["entries"]) {
+    const std::string tag = e["tag"];
+    SCOPED_TRACE(tag);
+    const SafetensorsFile gf = SafetensorsFile::open(dir + "/" + tag + ".safetensors");
+    const Tensor x = gf.get("x").contiguous_copy(), xq = gf.get("xq"), xs = gf.get("xs");
+    const Tensor wq = gf.get("wq").contiguous_copy(), ws = gf.get("ws").contiguous_copy();
+    const Tensor y = gf.get("y");
+    const int64_t m = x.size(0), k = x.size(1), n = wq.size(0);
+    ASSERT_EQ(x.dtype(), DType::bf16);
+
+    auto up = [](const Tensor& t) {
+      Tensor d = cuda::device_empty(t.dtype(), t.shape());
+      H3RT_CUDA_CHECK(cudaMemcpy(d.data(), t.data(), t.nbytes(), cudaMemcpyHostToDevice));
+      return d;
+    };
+    Tensor dx = up(x), dws = up(ws), dwq = up(wq);
+    Tensor dq = test::device_buffer(DType::i8, {m, k}), ds = test::device_buffer(DType::f32, {m});
+    ops::Int8QuantizeCudaParams qp;
+    qp.x = test::dptr<__nv_bfloat16>(dx);
+    qp.q = test::dptr<int8_t>(dq);
+    qp.scale = test::dptr<float>(ds);
+    qp.rows = m;
+    qp.k = k;
+    qp.group = e["group_size"].get<int>();
+    ASSERT_EQ(ops::int8_quantize_rows_cuda(qp, nullptr), cudaSuccess);
+    const auto got_q = test::download<int8_t>(dq);
+    const auto got_s = test::download<float>(ds);
+    int64_t cnt = 0;
+    const Tensor cxq = xq.contiguous_copy(), cxs = xs.contiguous_copy();
+    int64_t at = first_diff(got_q.data(), cxq.data(), got_q.size(), &cnt);
+    EXPECT_EQ(cnt, 0) << "xq, first byte " << at;
+    at = first_diff(got_s.data(), cxs.data(), got_s.size() * 4, &cnt);
+    EXPECT_EQ(cnt, 0) << "xs, first byte " << at;
+
+    Tensor dbias;
+    if (gf.contains("bias")) dbias = up(gf.get("bias").contiguous_copy());
+    const Tensor cy = y.contiguous_copy();
+    for (Int8GemmPath path : paths) {
+      SCOPED_TRACE(std::string("path ") + ops::int8_gemm_path_name(path));
+      Tensor dy = test::device_buffer(DType::bf16, {m, n});
+      const size_t wsb = ops::int8_linear_workspace_bytes(m, n);
+      Tensor dwork = test::device_buffer(DType::u8, {int64_t(wsb) + 1});
+      ops::Int8LinearCudaParams p;
+      p.x = test::dptr<int8_t>(dq);  // our own quantization, equal to xq above
+      p.x_scale = test::dptr<float>(ds);
+      p.w = test::dptr<int8_t>(dwq);
+      p.w_scale = test::dptr<float>(dws);
+      p.bias = gf.contains("bias") ? test::dptr<__nv_bfloat16>(dbias) : nullptr;
+      p.y = test::dptr<__nv_bfloat16>(dy);
+      p.rows = m;
+      p.in = k;
+      p.out = n;
+      p.workspace = dwork.data();
+      p.workspace_bytes = wsb;
+      p.path = path;
+      ASSERT_EQ(ops::int8_linear_cuda(p, nullptr), cudaSuccess);
+      const auto got_y = test::download<uint16_t>(dy);
+      at = first_diff(got_y.data(), cy.data(), got_y.size() * 2, &cnt);
+      EXPECT_EQ(cnt, 0) << "y, first byte " << at;
+    }
+    ++cases;
+  }
+  EXPECT_EQ(cases, 5);
+}
+
+}  // namespace
+}  // namespace h3rt
