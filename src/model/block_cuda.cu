@@ -210,11 +210,14 @@ BlockCudaBuffers make_block_buffers(const H3Config& c, int64_t rows, int64_t tab
     b.x8_workspace = cuda::device_empty(DType::u8, {int64_t(ops::fp8_quantize_workspace_bytes())});
   }
   if (int8) {
-    const int64_t widest_out = std::max({3 * I, c.hidden, 2 * c.ffn});
+    // The scratch depends on the output width through its row chunking: the most any of the
+    // four projections needs.
+    size_t scratch = 1;
+    for (int64_t out : {3 * I, c.hidden, 2 * c.ffn})
+      scratch = std::max(scratch, ops::int8_linear_workspace_bytes(rows, out));
     b.xi8 = cuda::device_empty(DType::i8, {rows, widest});
     b.xi8_scale = cuda::device_empty(DType::f32, {rows});
-    b.int8_workspace = cuda::device_empty(
-        DType::u8, {std::max<int64_t>(1, ops::int8_linear_workspace_bytes(rows, widest_out))});
+    b.int8_workspace = cuda::device_empty(DType::u8, {int64_t(scratch)});
   }
   if (nvfp4) {
     b.x4 = cuda::device_empty(DType::u8, {rows, widest / 2});
