@@ -4,7 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/output_path.h"
-#include "cli/request.h"
+#include "h3rt/pipeline.h"
 #include "h3rt/check.h"
 #include "h3rt/report.h"
 #ifdef H3RT_HAVE_CUDA

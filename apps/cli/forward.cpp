@@ -1,15 +1,13 @@
 // `h3rt forward`: one transformer forward at a given video sigma (audio sigma derived as the
-// reference does), writing the data-ward velocities.
+// reference does, h3rt::forward_at_sigma), writing the data-ward velocities.
 #include <cmath>
 #include <cstdio>
 #include <memory>
 
-#include "cli/backend.h"
 #include "cli/commands.h"
+#include "cli/model_options.h"
 #include "cli/output_path.h"
-#include "cli/request.h"
 #include "h3rt/safetensors.h"
-#include "h3rt/sampler.h"
 
 namespace h3rt::cli {
 namespace {
@@ -19,7 +17,6 @@ struct ForwardOptions {
   std::string inputs, out;
   double sigma = -1;
   int steps = 0;  // > 0: the sampler's schedule of that many steps (PDD head banks)
-  std::string fp8_activations = "static";
 };
 
 float sigma_from(const ForwardOptions& o) {
@@ -38,36 +35,28 @@ void run_forward(const ForwardOptions& o) {
   const float sigma_v = sigma_from(o);
   H3RT_CHECK(std::isfinite(sigma_v) && sigma_v >= 0.0f && sigma_v <= 1.0f,
              "--sigma must lie in [0, 1], got ", sigma_v);
-  BackendOptions bo;
-  bo.fp8_activations = parse_fp8_activations(o.fp8_activations);
-  std::unique_ptr<Backend> backend = Backend::create(o.model, o.model.device, bo);
-  const H3Config& c = backend->config();
-  Request req = request_from_inputs(o.inputs, c);
-  const float sigma_a = audio_sigma_from_video(sigma_v);
-  TimestepPlan plan = make_timestep_plan(req.layout, 1.0f - sigma_v, 1.0f - sigma_a);
-  SigmaSchedule schedule{sigma_v, {}};
-  if (o.steps > 0) schedule.sample_sigmas = sigma_grid(o.steps + 1, kVideoShift);
-  ForwardInputs in{req.layout,
-                   plan,
-                   req.video_rows.data(),
-                   req.audio_rows.data(),
-                   req.text.data(),
-                   o.steps > 0 ? &schedule : nullptr};
-  ForwardOutputs v = backend->forward(in);
-  std::vector<float> vv(v.video_velocity.begin(), v.video_velocity.end());
-  std::vector<float> av(v.audio_velocity.begin(), v.audio_velocity.end());
+  std::unique_ptr<Denoiser> denoiser = o.model.create();
+  const H3Config& c = denoiser->config();
+  const Request req = request_from_inputs(o.inputs, c);
+  const std::vector<float> grid =
+      o.steps > 0 ? sigma_grid(o.steps + 1, kVideoShift) : std::vector<float>{};
+  const ForwardOutputs v = forward_at_sigma(*denoiser, req.layout, req.video_rows.data(),
+                                            req.audio_rows.data(), req.text.data(), sigma_v, grid);
+  const int64_t nv = req.layout.video_rows(), na = req.layout.audio_rows();
   write_safetensors(
       o.out,
-      {{"video_velocity", tensor_from_f32(vv, {1, req.layout.video_rows(), c.video_features()})},
-       {"audio_velocity", tensor_from_f32(av, {1, req.layout.audio_rows(), c.audio_channels})}},
+      {{"video_velocity", tensor_from_f32({v.video_velocity.begin(), v.video_velocity.end()},
+                                          {1, nv, c.video_features()})},
+       {"audio_velocity", tensor_from_f32({v.audio_velocity.begin(), v.audio_velocity.end()},
+                                          {1, na, c.audio_channels})}},
       {{"producer", "h3rt forward"},
        {"sigma_video", std::to_string(sigma_v)},
-       {"sigma_audio", std::to_string(sigma_a)},
+       {"sigma_audio", std::to_string(audio_sigma_from_video(sigma_v))},
        {"precision", o.model.precision_name()},
-       {"fp8_activations", o.fp8_activations},
-       {"device", backend->device_name()}});
+       {"fp8_activations", o.model.fp8_activations},
+       {"device", denoiser->device_name()}});
   std::fprintf(stderr, "h3rt forward: sigma video %.7g audio %.7g, %lld rows -> %s\n", sigma_v,
-               sigma_a, (long long)req.layout.seq_len(), o.out.c_str());
+               audio_sigma_from_video(sigma_v), (long long)req.layout.seq_len(), o.out.c_str());
 }
 
 }  // namespace
@@ -75,25 +64,22 @@ void run_forward(const ForwardOptions& o) {
 void add_forward_command(CLI::App& app) {
   auto o = std::make_shared<ForwardOptions>();
   auto* cmd = app.add_subcommand("forward",
-                                 "One transformer forward; writes video_velocity "
-                                 "[1,Nv,96] and audio_velocity [1,2N,32] (f32, "
-                                 "data-ward: x0 = x + sigma v)");
+                                 "One transformer forward; writes video_velocity [1,Nv,96] and "
+                                 "audio_velocity [1,2N,32] (f32, data-ward: x0 = x + sigma v)");
   o->model.add_to(cmd, false);
   cmd->add_option("--inputs", o->inputs,
-                  "Inputs: input/text_embeds [1,L,text_dim], "
-                  "input/video_latents [1,24,T,H,W], input/audio_latents "
-                  "[2,32,N]")
+                  "Inputs: input/text_embeds [1,L,text_dim], input/video_latents [1,24,T,H,W], "
+                  "input/audio_latents [2,32,N]")
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("--sigma", o->sigma,
-                  "Video sigma in [0, 1] (default: fwd/sigma_video of the "
-                  "inputs file); the audio sigma is derived from it");
+                  "Video sigma in [0, 1] (default: fwd/sigma_video of the inputs file); the "
+                  "audio sigma is derived from it");
   cmd->add_option("--steps", o->steps,
                   "The sampler's step count: its sigma grid (shift 12) is the schedule a "
                   "checkpoint with a PDD head bank picks its heads from (required for those)")
       ->check(CLI::Range(1, 1000));
   cmd->add_option("--out", o->out, "Output .safetensors file")->required();
-  add_fp8_activations_option(cmd, &o->fp8_activations);
   cmd->callback([o] { run_forward(*o); });
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -171,6 +172,8 @@ struct LoadOptions {
 // layers = number of blocks.i, ...). Throws naming the file if a needed key is absent.
 class SafetensorsFile;
 H3Config infer_config(const SafetensorsFile& file);
+// Same, from caller-owned tensors by name; `origin` names them in error messages.
+H3Config infer_config(const std::map<std::string, Tensor>& tensors, const std::string& origin);
 
 // Loads a checkpoint under the original / ComfyUI key names, validating every key: all missing,
 // unexpected and mis-shaped keys are reported together in one h3rt::Error.
@@ -178,6 +181,11 @@ H3Model load_model(const std::string& path, const LoadOptions& options = {});
 // Same, with the configuration given instead of inferred.
 H3Model load_model(const std::string& path, const H3Config& config,
                    const LoadOptions& options = {});
+// Same, from caller-owned host tensors by name (views: the caller keeps their memory alive for
+// the model's lifetime); the config is inferred. `origin` names them in error messages;
+// options.overrides must be empty, and autodetect reads as fused_thirds (there is no metadata).
+H3Model load_model(const std::map<std::string, Tensor>& tensors, const LoadOptions& options = {},
+                   const std::string& origin = "<tensors>");
 
 // Deterministic synthetic weights (see synthetic.cpp for the hash), stored in the release's
 // dtypes: a runnable model with no files.

@@ -1,4 +1,5 @@
 // H3Config presets, validation, and inference of the configuration from a checkpoint.
+#include <map>
 #include <set>
 #include <string>
 
@@ -51,7 +52,8 @@ const char* precision_name(Precision p) {
 
 namespace {
 
-const SafetensorsEntry& need(const SafetensorsFile& f, const std::string& key, size_t rank) {
+template <class F>
+const SafetensorsEntry& need(const F& f, const std::string& key, size_t rank) {
   const SafetensorsEntry* e = f.find(key);
   H3RT_CHECK(e != nullptr, f.path(), ": cannot infer the H3 config: key '", key, "' is missing");
   H3RT_CHECK(e->shape.size() == rank, f.path(), ": cannot infer the H3 config: '", key,
@@ -60,7 +62,8 @@ const SafetensorsEntry& need(const SafetensorsFile& f, const std::string& key, s
 }
 
 // Number of distinct i in keys "<prefix><i>." (block indices need not be listed in order).
-int64_t count_blocks(const SafetensorsFile& f, const std::string& prefix) {
+template <class F>
+int64_t count_blocks(const F& f, const std::string& prefix) {
   std::set<int64_t> ids;
   for (const auto& e : f.entries()) {
     if (e.name.rfind(prefix, 0) != 0) continue;
@@ -72,7 +75,8 @@ int64_t count_blocks(const SafetensorsFile& f, const std::string& prefix) {
   return static_cast<int64_t>(ids.size());
 }
 
-bool has_prefix(const SafetensorsFile& f, const std::string& prefix) {
+template <class F>
+bool has_prefix(const F& f, const std::string& prefix) {
   for (const auto& e : f.entries())
     if (e.name.rfind(prefix, 0) == 0) return true;
   return false;
@@ -80,7 +84,8 @@ bool has_prefix(const SafetensorsFile& f, const std::string& prefix) {
 
 // The AdaLN form: the curve table adaln_t_table [grid, rank] (ComfyUI's pruned files), or the
 // time embedder. A file holding both is ambiguous and refused.
-void infer_adaln(const SafetensorsFile& f, H3Config& c) {
+template <class F>
+void infer_adaln(const F& f, H3Config& c) {
   const SafetensorsEntry* table = f.find("adaln_t_table");
   if (!table) {
     const auto& tin = need(f, "time_embedder.proj_in.weight", 2);
@@ -101,7 +106,8 @@ void infer_adaln(const SafetensorsFile& f, H3Config& c) {
 }
 
 // n of a PDD head bank: final_layer.video_out rows / (4 x latent channels).
-int64_t infer_pdd_heads(const SafetensorsFile& f, const H3Config& c) {
+template <class F>
+int64_t infer_pdd_heads(const F& f, const H3Config& c) {
   const auto& vout = need(f, "final_layer.video_out.weight", 2);
   H3RT_CHECK(vout.shape[0] >= c.video_features() && vout.shape[0] % c.video_features() == 0,
              f.path(), ": final_layer.video_out.weight has ", vout.shape[0], " rows, expected ",
@@ -109,9 +115,28 @@ int64_t infer_pdd_heads(const SafetensorsFile& f, const H3Config& c) {
   return vout.shape[0] / c.video_features();
 }
 
-}  // namespace
+// Tensor names and shapes of caller-owned tensors, read like a file's header.
+class EntryList {
+ public:
+  EntryList(const std::map<std::string, Tensor>& tensors, std::string origin)
+      : origin_(std::move(origin)) {
+    for (const auto& [name, t] : tensors) entries_.push_back({name, t.dtype(), t.shape()});
+  }
+  const std::string& path() const { return origin_; }
+  const std::vector<SafetensorsEntry>& entries() const { return entries_; }
+  const SafetensorsEntry* find(const std::string& name) const {
+    for (const auto& e : entries_)
+      if (e.name == name) return &e;
+    return nullptr;
+  }
 
-H3Config infer_config(const SafetensorsFile& f) {
+ private:
+  std::string origin_;
+  std::vector<SafetensorsEntry> entries_;
+};
+
+template <class F>
+H3Config infer_from(const F& f) {
   H3Config c;
   const auto& cond = need(f, "condition_proj.weight", 2);
   c.hidden = cond.shape[0];
@@ -134,6 +159,16 @@ H3Config infer_config(const SafetensorsFile& f) {
     c.rope_freqs = inv->shape[0];
   c.validate();
   return c;
+}
+
+}  // namespace
+
+H3Config infer_config(const SafetensorsFile& f) {
+  return infer_from(f);
+}
+
+H3Config infer_config(const std::map<std::string, Tensor>& tensors, const std::string& origin) {
+  return infer_from(EntryList(tensors, origin));
 }
 
 }  // namespace h3rt

@@ -670,4 +670,21 @@ H3Model load_model(const std::string& path, const H3Config& config, const LoadOp
   return load_with(path, config, options);
 }
 
+H3Model load_model(const std::map<std::string, Tensor>& tensors, const LoadOptions& options,
+                   const std::string& origin) {
+  H3RT_CHECK(options.overrides.empty(), origin, ": override files apply to a checkpoint file only");
+  const QkvLayout layout =
+      options.qkv_layout == QkvLayout::autodetect ? QkvLayout::fused_thirds : options.qkv_layout;
+  model::TensorSource src;
+  for (const auto& [name, t] : tensors) {
+    H3RT_CHECK(t.device() == Device::cpu, origin, ": tensor '", name,
+               "' is in device memory; weights are read from host memory");
+    src[name] = {t.is_contiguous() ? t : t.contiguous_copy(), origin, layout};
+  }
+  H3Model m;
+  m.config = infer_config(tensors, origin);
+  m.weights = model::assemble_weights(m.config, src);
+  return m;
+}
+
 }  // namespace h3rt

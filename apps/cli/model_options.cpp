@@ -1,0 +1,98 @@
+#include "cli/model_options.h"
+
+#include <cstdio>
+
+namespace h3rt::cli {
+namespace {
+
+QkvLayout parse_qkv_layout(const std::string& s) {
+  if (s == "fused") return QkvLayout::fused_thirds;
+  if (s == "per-head") return QkvLayout::per_head_interleaved;
+  return QkvLayout::autodetect;
+}
+
+ModelSource source_of(const ModelOptions& o) {
+  ModelSource s;
+  s.checkpoint = o.checkpoint;
+  if (!o.preset.empty()) s.preset = o.preset;
+  s.weights_seed = o.weights_seed;
+  s.qkv_layout = parse_qkv_layout(o.qkv_layout);
+  s.qkv_override = o.qkv_override;
+  return s;
+}
+
+}  // namespace
+
+void ModelOptions::add_to(CLI::App* cmd, bool with_preset) {
+  if (with_preset)
+    cmd->add_option("--preset", preset,
+                    "Built-in model with synthetic weights: tiny (the default; runs in seconds) "
+                    "or h3 (release dimensions, 33B parameters)")
+        ->check(CLI::IsMember({"tiny", "h3"}));
+  auto* ck = cmd->add_option("--checkpoint", checkpoint,
+                             "H3 checkpoint (.safetensors, original/ComfyUI key names); the "
+                             "config is inferred from its shapes")
+                 ->check(CLI::ExistingFile);
+  if (!with_preset) ck->required();
+  cmd->add_option("--qkv-layout", qkv_layout,
+                  "Row order of qkv_proj weights: auto (file metadata 'qkv_layout', else fused), "
+                  "fused ([q;k;v], ComfyUI) or per-head (raw shards [q0 k0 v0 q1 ...])")
+      ->check(CLI::IsMember({"auto", "fused", "per-head"}))
+      ->capture_default_str();
+  cmd->add_option("--qkv-override", qkv_override,
+                  "A file of qkv_proj tensors loaded over the checkpoint's, in --qkv-layout order")
+      ->check(CLI::ExistingFile);
+  if (with_preset)
+    cmd->add_option("--weights-seed", weights_seed, "Seed of a preset's synthetic weights")
+        ->capture_default_str();
+  cmd->add_option("--precision", precision,
+                  "fp32 (bf16 weights upcast, fp32 math; CPU only) or bf16 (the reference's "
+                  "bf16 storage and rounding points). Default: fp32 on cpu, bf16 on cuda")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  cmd->add_option("--device", device,
+                  "cpu (the exact reference) or cuda (bf16 kernels; needs a CUDA build and GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--fp8-activations", fp8_activations,
+                  "fp8_scaled block projections (qkv, out, fc1, fc2) without an input_scale: "
+                  "static (the default, as ComfyUI: dequantized weights, unquantized "
+                  "activations) or dynamic (activations quantized to e4m3 with the per-call "
+                  "scale amax|x|/448, fp8 GEMMs on the GPU, the same rule on the CPU "
+                  "reference). Layers with an input_scale always use it; other layers are "
+                  "unaffected")
+      ->check(CLI::IsMember({"static", "dynamic"}))
+      ->capture_default_str();
+}
+
+std::string ModelOptions::precision_name() const {
+  if (!precision.empty()) return precision;
+  return device == "cuda" ? "bf16" : "fp32";
+}
+
+std::string ModelOptions::describe() const {
+  return source_of(*this).describe();
+}
+
+std::unique_ptr<Denoiser> ModelOptions::create() const {
+  H3RT_CHECK(attention != "sage" || device == "cuda",
+             "--attention sage runs on the GPU only (--device cuda); the CPU runs the reference "
+             "attention");
+  H3RT_CHECK(preset.empty() || checkpoint.empty(),
+             "give --preset or --checkpoint, not both (a checkpoint defines its own config)");
+  H3RT_CHECK(!checkpoint.empty() || qkv_override.empty(), "--qkv-override needs --checkpoint");
+  DenoiserOptions d;
+  d.device = parse_device(device, "--device");
+  d.precision = parse_precision(precision_name(), "--precision");
+  d.attention = parse_attention(attention, "--attention");
+  d.cuda_graphs = cuda_graph == "on";
+  d.fp8_activations = parse_fp8_activations(fp8_activations, "--fp8-activations");
+  std::unique_ptr<Denoiser> m = Denoiser::create(source_of(*this), d);
+  if (d.fp8_activations == Fp8Activations::dynamic && m->fp8_dynamic_layers() == 0)
+    std::fprintf(stderr, "h3rt: --fp8-activations dynamic: %s; nothing changes\n",
+                 checkpoint.empty() ? "synthetic weights are bf16"
+                                    : "the model has no fp8_scaled block projection without "
+                                      "input_scale");
+  return m;
+}
+
+}  // namespace h3rt::cli

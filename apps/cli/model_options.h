@@ -1,0 +1,34 @@
+// What `sample` and `forward` share: the model and device options, turned into the library's
+// ModelSource and DenoiserOptions (h3rt/pipeline.h).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "h3rt/pipeline.h"
+
+namespace h3rt::cli {
+
+struct ModelOptions {
+  std::string preset;      // "tiny" / "h3"; empty: tiny unless a checkpoint is given
+  std::string checkpoint;  // a .safetensors file
+  std::string qkv_layout = "auto";
+  std::string qkv_override;  // a file holding only the qkv tensors, loaded over the checkpoint
+  uint64_t weights_seed = 0;
+  std::string precision;       // empty: fp32 on the CPU, bf16 on CUDA
+  std::string device = "cpu";  // cpu or cuda
+  std::string fp8_activations = "static";
+  std::string attention = "bf16";  // sample only
+  std::string cuda_graph = "on";   // sample only
+
+  // --preset (with_preset), --checkpoint, --qkv-*, --precision, --device, --fp8-activations.
+  void add_to(CLI::App* cmd, bool with_preset);
+  std::string precision_name() const;  // as given, else the device's default
+  std::string describe() const;
+  // The model on its device; says on stderr when --fp8-activations dynamic changes nothing.
+  std::unique_ptr<Denoiser> create() const;
+};
+
+}  // namespace h3rt::cli

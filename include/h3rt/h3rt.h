@@ -1,0 +1,122 @@
+/* h3rt's C API: a MiniMax H3 model on a device, one forward on host float32 buffers, and the
+ * sampling loop. A thin layer over the C++ API (h3rt/pipeline.h): the same bits for the same
+ * inputs. Every call returns an h3rt_status; on failure h3rt_last_error() holds the message
+ * (per thread, valid until the thread's next failing call). No C++ exception crosses it.
+ * Link: the static library is C++, so a consumer links with a C++ linker (CMake:
+ * find_package(h3rt) and `project(x C CXX)`, target h3rt::h3rt). */
+#ifndef H3RT_H3RT_H
+#define H3RT_H3RT_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define H3RT_API_VERSION 1 /* bumped on any incompatible change of this header */
+
+typedef enum h3rt_status {
+  H3RT_OK = 0,
+  H3RT_ERROR_INVALID_ARGUMENT = 1, /* a null pointer, a bad option word or size */
+  H3RT_ERROR_RUNTIME = 2,          /* h3rt::Error: bad file, shape, unsupported case, ... */
+  H3RT_ERROR_CANCELLED = 3,        /* the progress callback returned 0 */
+  H3RT_ERROR_OUT_OF_MEMORY = 4
+} h3rt_status;
+
+const char* h3rt_version(void); /* the library's version, "0.1.0" */
+int h3rt_api_version(void);     /* H3RT_API_VERSION of the library linked */
+const char* h3rt_last_error(void);
+
+typedef struct h3rt_model h3rt_model;
+
+/* NULL strings take the default. */
+typedef struct h3rt_model_options {
+  const char* device;          /* "cpu" (default) or "cuda" */
+  const char* precision;       /* "fp32" or "bf16"; default fp32 on cpu, bf16 on cuda */
+  const char* attention;       /* "bf16" (default) or "sage" (cuda only) */
+  int cuda_graphs;             /* nonzero (default): replay warm steps from CUDA graphs */
+  const char* fp8_activations; /* "static" (default) or "dynamic" */
+} h3rt_model_options;
+void h3rt_model_options_init(h3rt_model_options* options);
+
+/* A checkpoint (.safetensors, original/ComfyUI keys, memory-mapped); options may be NULL. */
+h3rt_status h3rt_model_create(const char* checkpoint_path, const h3rt_model_options* options,
+                              h3rt_model** out);
+/* A preset's synthetic weights: "tiny" or "h3". */
+h3rt_status h3rt_model_create_preset(const char* preset, uint64_t weights_seed,
+                                     const h3rt_model_options* options, h3rt_model** out);
+void h3rt_model_free(h3rt_model* model); /* NULL is fine */
+
+typedef struct h3rt_config {
+  int64_t hidden, heads, head_dim, layers, refiner_layers, ffn, text_dim;
+  int64_t in_channels, audio_channels, video_features, freq_dim, time_embed_dim;
+  int64_t pdd_heads;                          /* > 1: a PDD head bank (needs sample_sigmas) */
+  int64_t adaln_curve_grid, adaln_curve_rank; /* > 0: curve-form (pruned) AdaLN */
+} h3rt_config;
+h3rt_status h3rt_model_config(const h3rt_model* model, h3rt_config* out);
+
+/* The packed [text | audio | video] layout of one request (batch 1). Sizes are latent sizes:
+ * 2 * audio_len audio rows, frames * (height/2) * (width/2) video rows, S = text_len + both.
+ * Each NULL array takes its t2va value (make_t2va_layout). */
+typedef struct h3rt_layout {
+  int64_t text_len, audio_len, frames, height, width;
+  const int64_t* text_indices;  /* [text_len] */
+  const int64_t* audio_indices; /* [2 * audio_len] */
+  const int64_t* video_indices; /* [video rows] */
+  const int32_t* token_tags;    /* [S]: video 0, text 1, audio 2 */
+  const double* position_ids;   /* [S, 3] (t, h, w) */
+} h3rt_layout;
+
+/* Per-row timesteps: the distinct values ascending, and each row's index into them. */
+typedef struct h3rt_timesteps {
+  const float* timestep;           /* [num_timesteps] */
+  int64_t num_timesteps;           /* M */
+  const int64_t* timestep_indices; /* [S] */
+  /* The sampler's schedule (PDD head banks only; num_sample_sigmas 0: none). */
+  float sigma;
+  const float* sample_sigmas;
+  int64_t num_sample_sigmas;
+} h3rt_timesteps;
+
+/* One forward on host float32 rows: video [Nv, 96], audio [2N, 32], text [L, text_dim]; writes
+ * the data-ward velocities (x0 = x + sigma v) into video_velocity [Nv, 96] and
+ * audio_velocity [2N, 32]. */
+h3rt_status h3rt_forward(h3rt_model* model, const h3rt_layout* layout,
+                         const h3rt_timesteps* timesteps, const float* video_rows,
+                         const float* audio_rows, const float* text, float* video_velocity,
+                         float* audio_velocity);
+/* The same on the t2va layout at video sigma, as `h3rt forward`: t_video = 1 - sigma, the audio
+ * timestep from the audio shift (12 -> 3). */
+h3rt_status h3rt_forward_t2va(h3rt_model* model, int64_t text_len, int64_t audio_len,
+                              int64_t frames, int64_t height, int64_t width, float sigma,
+                              const float* video_rows, const float* audio_rows, const float* text,
+                              float* video_velocity, float* audio_velocity);
+
+/* Returns 0 to cancel. Called before the first step (step 0) and after each step. */
+typedef int (*h3rt_progress_fn)(int step, int steps, double seconds, void* user);
+
+typedef struct h3rt_sample_request {
+  int64_t width, height, frames; /* pixels and video frames; 0: 192 x 128, 22 frames */
+  double audio_seconds;          /* 0: frames / 24 */
+  int64_t text_tokens;           /* stand-in text length; 0: 10 */
+  uint64_t seed;                 /* 440420, as `h3rt sample` */
+  int steps;                     /* model evaluations, default 8 */
+  const float* text;             /* [text_len, text_dim] embeddings, or NULL: seeded stand-in */
+  int64_t text_len;
+  h3rt_progress_fn progress; /* may be NULL */
+  void* progress_user;
+} h3rt_sample_request;
+void h3rt_sample_request_init(h3rt_sample_request* request);
+
+/* The output shapes of a request: video [1, C, T, Hl, Wl], audio [2, Ca, N]. */
+h3rt_status h3rt_sample_shapes(const h3rt_model* model, const h3rt_sample_request* request,
+                               int64_t video_shape[5], int64_t audio_shape[3]);
+/* The whole sampling loop, the same bits as `h3rt sample`; the capacities are in floats. */
+h3rt_status h3rt_sample(h3rt_model* model, const h3rt_sample_request* request, float* video_latents,
+                        int64_t video_capacity, float* audio_latents, int64_t audio_capacity);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* H3RT_H3RT_H */

@@ -1,0 +1,163 @@
+// The runtime as a library: a loaded model on a device (Denoiser), the requests it runs (shapes,
+// seeded noise, text) and the sampling loop. The CLI, the C API (h3rt/h3rt.h) and the Python
+// package are thin layers over this header; they give the same bits for the same request.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "h3rt/layout.h"
+#include "h3rt/model.h"
+#include "h3rt/report.h"
+#include "h3rt/sampler.h"
+#include "h3rt/tensor.h"
+
+namespace h3rt {
+
+// ---- a model on a device ------------------------------------------------------------------
+enum class Attention { bf16, sage };  // sage: 8-bit SageAttention2 numerics, CUDA only
+
+struct DenoiserOptions {
+  Device device = Device::cpu;
+  std::optional<Precision> precision;     // default: fp32 on the CPU, bf16 on CUDA (its only one)
+  Attention attention = Attention::bf16;  // the blocks' attention kernel
+  bool cuda_graphs = true;                // CUDA: replay warm steps from CUDA graphs (same bits)
+  // fp8_scaled block projections without an input_scale (set_fp8_activations).
+  Fp8Activations fp8_activations = Fp8Activations::static_scale;
+};
+
+// Where the weights come from: a checkpoint file (memory-mapped) or a preset's synthetic weights.
+struct ModelSource {
+  std::string checkpoint;       // .safetensors, original/ComfyUI keys; empty: the preset
+  std::string preset = "tiny";  // tiny | h3 (release dimensions), when checkpoint is empty
+  uint64_t weights_seed = 0;    // of the preset's synthetic weights
+  QkvLayout qkv_layout = QkvLayout::autodetect;
+  std::string qkv_override;      // a file of qkv_proj tensors loaded over the checkpoint's
+  std::string describe() const;  // the path, or "tiny (synthetic, seed 0)"
+};
+
+// A model loaded where it runs. forward() computes the data-ward velocities of one evaluation
+// from host rows; the CUDA denoiser keeps a forward session per request shape (per-request work
+// done once, warm steps replayed as CUDA graphs), rebuilt when the shape changes. Not
+// thread-safe: one caller at a time.
+class Denoiser {
+ public:
+  static std::unique_ptr<Denoiser> create(const ModelSource& source,
+                                          const DenoiserOptions& options = {});
+  // From caller-owned host tensors by name (a state dict; views, not copies where the dtype is
+  // used as stored: the caller keeps their memory alive for the Denoiser's lifetime). The CUDA
+  // denoiser uploads them. Device-memory views are not supported yet (a follow-up).
+  static std::unique_ptr<Denoiser> create(const std::map<std::string, Tensor>& tensors,
+                                          const DenoiserOptions& options = {},
+                                          QkvLayout qkv_layout = QkvLayout::fused_thirds);
+  virtual ~Denoiser() = default;
+
+  virtual const H3Config& config() const = 0;
+  virtual ForwardOutputs forward(const ForwardInputs& inputs) = 0;
+  virtual std::string device_name() const = 0;  // "cpu", or the GPU's name and sm
+  virtual Precision precision() const = 0;
+  // Peak device bytes (allocated, reserved) of the caching arena; zeros on the CPU.
+  virtual std::pair<int64_t, int64_t> device_peak_bytes() const { return {0, 0}; }
+  // Layers that fp8_activations dynamic switched to per-call scales (0: the option changed
+  // nothing, e.g. a bf16 checkpoint).
+  int fp8_dynamic_layers() const { return fp8_dynamic_layers_; }
+
+ protected:
+  int fp8_dynamic_layers_ = 0;
+};
+
+// One forward of a t2va layout at video sigma, as `h3rt forward` computes it: t_video = 1 - sigma,
+// t_audio = 1 - audio_sigma_from_video(sigma) (shifts 12 -> 3). sample_sigmas: the sampler's
+// video grid, what a PDD head bank picks its heads from (empty: no schedule; a bank refuses).
+ForwardOutputs forward_at_sigma(Denoiser& denoiser, const SequenceLayout& layout,
+                                const float* video_rows, const float* audio_rows, const float* text,
+                                float sigma, const std::vector<float>& sample_sigmas = {});
+
+// Option words as the CLI, the C API and Python spell them; throw naming `what` otherwise.
+Device parse_device(const std::string& s, const char* what = "device");
+Precision parse_precision(const std::string& s, const char* what = "precision");
+Attention parse_attention(const std::string& s, const char* what = "attention");
+Fp8Activations parse_fp8_activations(const std::string& s, const char* what = "fp8_activations");
+
+// ---- requests -----------------------------------------------------------------------------
+// One t2va request: its layout plus the starting rows and text embeddings.
+struct Request {
+  SequenceLayout layout;
+  FloatVec video_rows;  // [Nv, 96]: noise (sample) or latents (forward)
+  FloatVec audio_rows;  // [2N, 32]
+  FloatVec text;        // [L, text_dim]
+};
+
+// A request from sizes as a user gives them (pixels, video frames, seconds; 0 = the default) and
+// a seed: the starting noise (initial_noise), and seeded stand-in text embeddings (stream 2,
+// rounded to bf16) unless `text` is given.
+struct RequestOptions {
+  int64_t width = 0, height = 0, frames = 0;  // default 192 x 128, 22 frames
+  double audio_seconds = 0;                   // default frames / 24
+  int64_t text_tokens = 0;                    // stand-in text length, default 10
+  bool release_defaults = false;              // defaults 1344 x 768, 124 frames, 100 tokens
+  uint64_t seed = 440420;
+  FloatVec text;  // [L, text_dim] text encoder output; empty: the stand-in
+};
+Request make_request(const H3Config& config, const RequestOptions& options);
+
+// Reads `input/text_embeds`, `input/video_latents` [1,24,T,Hl,Wl] and `input/audio_latents`
+// [2,32,N] from an inputs file, checking shapes against the config.
+Request request_from_inputs(const std::string& path, const H3Config& config);
+// Text embeddings [1, L, text_dim] or [L, text_dim] (tensor `text_embeds` or
+// `input/text_embeds`, bf16 or f32) from a file; *length = L.
+FloatVec text_embeddings_from_file(const std::string& path, const H3Config& config,
+                                   int64_t* length);
+
+// Video pixel frames -> latent frames: latent frame f covers P[f mod 5] pixel frames with
+// P = (1, 4, 4, 4, 4), so valid counts are 1, 5, 9, 13, 17, 18, 22, ... Throws otherwise,
+// naming the nearest valid counts.
+int64_t latent_frames_for(int64_t video_frames);
+int64_t video_frames_for(int64_t latent_frames);
+// Audio latents per channel at 40 per second, rounded up.
+int64_t audio_latents_for(double seconds);
+
+// The latents of a video of `width` x `height` pixels and `frames` frames (0: keep the value
+// already held), its audio at frames / 24 s: the bench verbs' --width/--height/--frames.
+struct LatentShape {
+  int64_t frames, height, width, audio;  // latent frames, latent rows/columns, audio latents
+};
+LatentShape latent_shape_for(int64_t width, int64_t height, int64_t frames, LatentShape current);
+
+// ---- the sampling loop --------------------------------------------------------------------
+// Called once before the first step (step 0, seconds 0) and after every step with the steps
+// done, the total and the seconds since the loop began. Returning false cancels the run.
+using ProgressFn = std::function<bool(int step, int steps, double seconds)>;
+
+struct SampleOptions {
+  int steps = 8;  // model evaluations (the sigma grid has steps + 1 points), in [1, 1000]
+  float video_shift = kVideoShift, audio_shift = kAudioShift;
+  ProgressFn progress;                        // optional
+  const std::atomic<bool>* cancel = nullptr;  // optional; set to cancel, checked per step
+};
+
+struct SampleResult {
+  FloatVec video_latents;  // [1, C, T, Hl, Wl]
+  FloatVec audio_latents;  // [2, Ca, N]
+  Shape video_shape, audio_shape;
+  std::vector<StageSeconds> stages;  // one per step (output_transform on the last)
+};
+
+// Thrown by sample() when the progress callback or the cancel flag stops it.
+class Cancelled : public Error {
+ public:
+  using Error::Error;
+};
+
+// Rectified-flow Euler over make_sampler_plan's schedule (passing each step's SigmaSchedule, for
+// PDD head banks), from the request's rows; same bits as `h3rt sample` for the same request.
+SampleResult sample(Denoiser& denoiser, Request request, const SampleOptions& options = {});
+
+}  // namespace h3rt

@@ -1,0 +1,54 @@
+"""h3rt: the C++/CUDA runtime for MiniMax H3, from Python.
+
+    import h3rt
+    m = h3rt.load("h3.safetensors", device="cpu")        # or a state dict, or h3rt.preset("tiny")
+    vel_video, vel_audio = m.forward_latents(video, audio, sigma, text)
+    out = h3rt.sample(m, width=192, height=128, frames=22, steps=8, seed=440420)
+
+Arrays go in through DLPack or the buffer protocol (numpy; torch and cupy when present) and come
+back as numpy arrays (torch.from_numpy shares them). Velocities are h3rt's: data-ward,
+x0 = x + sigma * v. ComfyUI's MiniMaxH3Model._forward returns -v (its denoised = x - sigma * out).
+See __init__.pyi for every signature.
+"""
+
+import os
+from collections.abc import Mapping
+
+from ._h3rt import (Cancelled, Model, __version__, audio_sigma_from_video, sigma_grid,
+                    t2va_layout, timestep_plan)
+from . import _h3rt
+
+__all__ = ["Cancelled", "Model", "load", "preset", "sample", "t2va_layout", "timestep_plan",
+           "sigma_grid", "audio_sigma_from_video", "__version__"]
+
+
+def load(path_or_state_dict, device="cpu", precision=None, attention="bf16", cuda_graphs=True,
+         fp8_activations="static", qkv_layout="auto"):
+    """Loads an H3 checkpoint: a .safetensors path (memory-mapped) or a state dict of host
+    arrays under the original/ComfyUI key names (viewed, not copied, where the dtype is used as
+    stored; the model keeps them alive). The config is inferred from the shapes."""
+    if isinstance(path_or_state_dict, (str, os.PathLike)):
+        return _h3rt._load_path(os.fspath(path_or_state_dict), device, precision, attention,
+                                cuda_graphs, fp8_activations, qkv_layout)
+    if isinstance(path_or_state_dict, Mapping):
+        return _h3rt._load_state_dict(dict(path_or_state_dict), device, precision, attention,
+                                      cuda_graphs, fp8_activations, qkv_layout)
+    raise TypeError("path_or_state_dict: expected a path or a mapping of name -> array, got "
+                    + type(path_or_state_dict).__name__)
+
+
+def preset(name="tiny", weights_seed=0, device="cpu", precision=None, attention="bf16",
+           cuda_graphs=True):
+    """A built-in model with deterministic synthetic weights: "tiny" (the golden set's
+    dimensions) or "h3" (the release's; GPU only in practice)."""
+    return _h3rt._load_preset(name, weights_seed, device, precision, attention, cuda_graphs)
+
+
+def sample(model, width=0, height=0, frames=0, steps=8, seed=440420, text=None, progress=None,
+           audio_seconds=0.0, text_tokens=0):
+    """The whole denoising loop, the same noise and bits as `h3rt sample` with the same
+    options. Returns {"video_latents": [1,24,T,H/16,W/16], "audio_latents": [2,32,N],
+    "stages": [per-step seconds]}. progress(step, steps, seconds) is called before the first
+    step and after each; returning False raises h3rt.Cancelled."""
+    return _h3rt._sample(model, width, height, frames, steps, seed, text, progress,
+                         audio_seconds, text_tokens)

@@ -1,0 +1,63 @@
+"""Type stubs of h3rt (see __init__.py)."""
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+ArrayLike = Any  # numpy arrays; torch / cupy tensors (DLPack); host memory on CPU models
+
+class Cancelled(RuntimeError):
+    """The progress callback returned False."""
+
+Layout = dict[str, Any]     # h3rt.t2va_layout(): sizes and numpy index arrays
+Timesteps = dict[str, Any]  # h3rt.timestep_plan(): {"timestep": [M], "timestep_indices": [S]}
+
+class Model:
+    @property
+    def config(self) -> dict[str, Any]:
+        """hidden, layers, heads, head_dim, ffn, text_dim, in_channels, audio_channels,
+        refiner_layers, video_features, freq_dim, time_embed_dim, time_embed_hidden, rope_freqs,
+        pdd_heads (> 1: PDD head bank), adaln ("full" | "curve"), adaln_curve_grid/rank,
+        device, precision."""
+    @property
+    def device(self) -> str: ...
+    @property
+    def precision(self) -> str: ...
+    def forward(self, video_rows: ArrayLike, audio_rows: ArrayLike, text: ArrayLike, *,
+                layout: Layout, timesteps: Timesteps, sigma: Optional[float] = None,
+                sample_sigmas: Optional[Sequence[float]] = None
+                ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+        """One forward on rows as h3rt packs them: video_rows [Nv, 96] (patchified, feature
+        c*4 + iy*2 + ix), audio_rows [2N, 32] (row ch*N + j), text [L, text_dim] or
+        [1, L, text_dim], float32. Returns the data-ward velocities [Nv, 96], [2N, 32].
+        sigma and sample_sigmas: the sampler's schedule, needed by PDD head banks only."""
+    def forward_latents(self, video: ArrayLike, audio: ArrayLike, sigma: float,
+                        text: ArrayLike, sample_sigmas: Optional[Sequence[float]] = None
+                        ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+        """Velocities of ComfyUI-layout latents on the t2va layout: video [1, 24, T, H, W],
+        audio [1, 32, 2, N], text [1, L, text_dim] or [L, text_dim], float32, at video sigma.
+        t_video = 1 - sigma, t_audio = 1 - audio_sigma_from_video(sigma) (shifts 12 -> 3).
+        Returns (video [1, 24, T, H, W], audio [1, 32, 2, N]) velocities, data-ward:
+        x0 = x + sigma * v. ComfyUI's MiniMaxH3Model._forward returns -v for the same inputs."""
+
+def load(path_or_state_dict: Union[str, os.PathLike, Mapping[str, ArrayLike]],
+         device: str = "cpu", precision: Optional[str] = None, attention: str = "bf16",
+         cuda_graphs: bool = True, fp8_activations: str = "static",
+         qkv_layout: str = "auto") -> Model: ...
+def preset(name: str = "tiny", weights_seed: int = 0, device: str = "cpu",
+           precision: Optional[str] = None, attention: str = "bf16",
+           cuda_graphs: bool = True) -> Model: ...
+def sample(model: Model, width: int = 0, height: int = 0, frames: int = 0, steps: int = 8,
+           seed: int = 440420, text: Optional[ArrayLike] = None,
+           progress: Optional[Callable[[int, int, float], Optional[bool]]] = None,
+           audio_seconds: float = 0.0, text_tokens: int = 0) -> dict[str, Any]:
+    """{"video_latents": [1, 24, T, H/16, W/16], "audio_latents": [2, 32, N], "stages": [...]};
+    the same bits as `h3rt sample` with the same options."""
+def t2va_layout(text_len: int, audio_len: int, frames: int, height: int, width: int) -> Layout: ...
+def timestep_plan(layout: Layout, t_video: float, t_audio: float) -> Timesteps: ...
+def sigma_grid(points: int, shift: float = 12.0) -> list[float]: ...
+def audio_sigma_from_video(sigma: float, video_shift: float = 12.0,
+                           audio_shift: float = 3.0) -> float: ...

@@ -1,0 +1,194 @@
+#include "arrays.h"
+
+#include <Python.h>
+
+#include <cstring>
+#include <sstream>
+
+namespace h3rt::py {
+namespace {
+
+std::string dims_str(const AnyArray& a) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < a.ndim(); ++i) os << (i ? ", " : "") << a.shape(i);
+  os << "]";
+  return os.str();
+}
+
+std::string dtype_str(const AnyArray& a) {
+  const auto d = a.dtype();
+  const char* kind = d.code == uint8_t(nb::dlpack::dtype_code::Float)    ? "float"
+                     : d.code == uint8_t(nb::dlpack::dtype_code::Int)    ? "int"
+                     : d.code == uint8_t(nb::dlpack::dtype_code::UInt)   ? "uint"
+                     : d.code == uint8_t(nb::dlpack::dtype_code::Bfloat) ? "bfloat"
+                                                                         : "other";
+  return std::string(kind) + std::to_string(d.bits);
+}
+
+bool on_host(const AnyArray& a) {
+  return a.device_type() == nb::device::cpu::value;
+}
+
+[[noreturn]] void not_implemented(const std::string& msg) {
+  PyErr_SetString(PyExc_NotImplementedError, msg.c_str());
+  throw nb::python_error();
+}
+
+void check_host(const AnyArray& a, const char* name, bool cuda_model) {
+  if (on_host(a)) return;
+  if (cuda_model)
+    not_implemented(std::string(name) +
+                    ": device arrays are not supported yet (zero-copy GPU input is a "
+                    "follow-up); pass a host array, e.g. tensor.cpu()");
+  throw nb::value_error(
+      (std::string(name) + ": a device array, but the model runs on the CPU; pass a host array")
+          .c_str());
+}
+
+// Calls f(flat_offset_in_elements) for every element in C order.
+template <class F>
+void for_each_offset(const AnyArray& a, F&& f) {
+  const size_t nd = a.ndim();
+  if (a.size() == 0) return;
+  std::vector<int64_t> idx(nd, 0);
+  for (size_t n = 0; n < a.size(); ++n) {
+    int64_t off = 0;
+    for (size_t d = 0; d < nd; ++d) off += idx[d] * a.stride(d);
+    f(off);
+    for (size_t d = nd; d-- > 0;) {
+      if (++idx[d] < static_cast<int64_t>(a.shape(d))) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+template <class T, class Out>
+void copy_as(const AnyArray& a, Out& out) {
+  const T* p = static_cast<const T*>(a.data());
+  size_t k = 0;
+  for_each_offset(a,
+                  [&](int64_t off) { out[k++] = static_cast<typename Out::value_type>(p[off]); });
+}
+
+}  // namespace
+
+std::vector<int64_t> check_shape(const AnyArray& a, const char* name,
+                                 const std::vector<int64_t>& want, const std::string& expected) {
+  bool ok = a.ndim() == want.size();
+  for (size_t i = 0; ok && i < want.size(); ++i)
+    ok = want[i] < 0 || static_cast<int64_t>(a.shape(i)) == want[i];
+  if (!ok)
+    throw nb::value_error(
+        (std::string(name) + ": expected shape " + expected + ", got " + dims_str(a)).c_str());
+  std::vector<int64_t> s(a.ndim());
+  for (size_t i = 0; i < a.ndim(); ++i) s[i] = static_cast<int64_t>(a.shape(i));
+  return s;
+}
+
+FloatVec host_f32(const AnyArray& a, const char* name, bool cuda_model) {
+  if (a.dtype() != nb::dtype<float>())
+    throw nb::type_error(
+        (std::string(name) + ": expected float32 values, got " + dtype_str(a)).c_str());
+  check_host(a, name, cuda_model);
+  FloatVec out(a.size());
+  copy_as<float>(a, out);
+  return out;
+}
+
+std::vector<float> host_f32_vector(const AnyArray& a, const char* name) {
+  FloatVec v = host_f32(a, name, false);
+  return std::vector<float>(v.begin(), v.end());
+}
+
+std::vector<int64_t> host_ints(const AnyArray& a, const char* name, int64_t count) {
+  check_host(a, name, false);
+  if (static_cast<int64_t>(a.size()) != count)
+    throw nb::value_error((std::string(name) + ": expected " + std::to_string(count) +
+                           " values, got shape " + dims_str(a))
+                              .c_str());
+  std::vector<int64_t> out(a.size());
+  if (a.dtype() == nb::dtype<int64_t>())
+    copy_as<int64_t>(a, out);
+  else if (a.dtype() == nb::dtype<int32_t>())
+    copy_as<int32_t>(a, out);
+  else
+    throw nb::type_error(
+        (std::string(name) + ": expected int64 or int32 values, got " + dtype_str(a)).c_str());
+  return out;
+}
+
+std::vector<double> host_f64(const AnyArray& a, const char* name, int64_t count) {
+  check_host(a, name, false);
+  if (a.dtype() != nb::dtype<double>())
+    throw nb::type_error(
+        (std::string(name) + ": expected float64 values, got " + dtype_str(a)).c_str());
+  if (static_cast<int64_t>(a.size()) != count)
+    throw nb::value_error((std::string(name) + ": expected " + std::to_string(count) +
+                           " values, got shape " + dims_str(a))
+                              .c_str());
+  std::vector<double> out(a.size());
+  copy_as<double>(a, out);
+  return out;
+}
+
+Tensor tensor_view(const AnyArray& a, const std::string& key) {
+  if (!on_host(a))
+    throw nb::value_error(("state dict '" + key +
+                           "': a device tensor; weights are read from host memory (device "
+                           "views are a follow-up): pass tensor.cpu()")
+                              .c_str());
+  const auto d = a.dtype();
+  DType t;
+  if (d == nb::dtype<float>())
+    t = DType::f32;
+  else if (d == nb::dtype<double>())
+    t = DType::f64;
+  else if (d.code == uint8_t(nb::dlpack::dtype_code::Bfloat) && d.bits == 16)
+    t = DType::bf16;
+  else if (d.code == uint8_t(nb::dlpack::dtype_code::Float) && d.bits == 16)
+    t = DType::f16;
+  else if (d == nb::dtype<uint8_t>())
+    t = DType::u8;
+  else if (d == nb::dtype<int8_t>())
+    t = DType::i8;
+  else if (d == nb::dtype<int32_t>())
+    t = DType::i32;
+  else if (d == nb::dtype<int64_t>())
+    t = DType::i64;
+  else
+    throw nb::type_error(("state dict '" + key + "': unsupported dtype " + dtype_str(a) +
+                          " (float32/64, bfloat16, float16, (u)int8, int32, int64; load fp8 "
+                          "checkpoints by path)")
+                             .c_str());
+  Shape shape(a.ndim()), strides(a.ndim());
+  for (size_t i = 0; i < a.ndim(); ++i) {
+    shape[i] = static_cast<int64_t>(a.shape(i));
+    strides[i] = a.stride(i);
+  }
+  return Tensor(const_cast<void*>(a.data()), t, shape, strides, nullptr, Device::cpu);
+}
+
+NumpyF32 to_numpy(FloatVec values, std::vector<size_t> shape) {
+  auto* v = new FloatVec(std::move(values));
+  nb::capsule owner(v, [](void* p) noexcept { delete static_cast<FloatVec*>(p); });
+  return NumpyF32(v->data(), shape.size(), shape.data(), owner);
+}
+
+namespace {
+template <class T>
+nb::object owned_numpy(const std::vector<T>& values, std::vector<size_t> shape) {
+  auto* v = new std::vector<T>(values);
+  nb::capsule owner(v, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  return nb::cast(nb::ndarray<nb::numpy, T>(v->data(), shape.size(), shape.data(), owner));
+}
+}  // namespace
+
+nb::object to_numpy_i64(const std::vector<int64_t>& values, std::vector<size_t> shape) {
+  return owned_numpy(values, std::move(shape));
+}
+nb::object to_numpy_f64(const std::vector<double>& values, std::vector<size_t> shape) {
+  return owned_numpy(values, std::move(shape));
+}
+
+}  // namespace h3rt::py

@@ -1,0 +1,41 @@
+// Arrays in and out of the extension: any DLPack / buffer-protocol array (numpy; torch and
+// cupy when present) checked for dtype, device and shape with errors naming the argument, and
+// numpy results owning h3rt's buffers.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "h3rt/memory.h"
+#include "h3rt/tensor.h"
+
+namespace h3rt::py {
+
+namespace nb = nanobind;
+using AnyArray = nb::ndarray<nb::ro>;
+using NumpyF32 = nb::ndarray<nb::numpy, float>;
+
+// The array's shape, or a ValueError naming `name` unless it matches `want` (-1: any size).
+// `expected` spells the shape for the message, e.g. "[1, 24, T, H, W]".
+std::vector<int64_t> check_shape(const AnyArray& a, const char* name,
+                                 const std::vector<int64_t>& want, const std::string& expected);
+// Host float32 values (any strides) of `a`: TypeError unless float32, ValueError for a device
+// array on a CPU model, NotImplementedError for one on a CUDA model (zero-copy is a follow-up).
+FloatVec host_f32(const AnyArray& a, const char* name, bool cuda_model);
+// Host integer (int32/int64) or float64 values, for layouts and timestep plans.
+std::vector<int64_t> host_ints(const AnyArray& a, const char* name, int64_t count);
+std::vector<double> host_f64(const AnyArray& a, const char* name, int64_t count);
+std::vector<float> host_f32_vector(const AnyArray& a, const char* name);
+
+// A host view of a state-dict entry (no copy); TypeError for unsupported dtypes or devices.
+Tensor tensor_view(const AnyArray& a, const std::string& key);
+
+NumpyF32 to_numpy(FloatVec values, std::vector<size_t> shape);
+nb::object to_numpy_i64(const std::vector<int64_t>& values, std::vector<size_t> shape);
+nb::object to_numpy_f64(const std::vector<double>& values, std::vector<size_t> shape);
+
+}  // namespace h3rt::py

@@ -1,0 +1,368 @@
+// h3rt._h3rt: the Python binding of h3rt/pipeline.h. Thin: argument checks with errors naming
+// the argument, latent <-> row conversions, and the GIL released around model work.
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "arrays.h"
+#include "h3rt/pipeline.h"
+
+namespace h3rt::py {
+namespace {
+
+struct Model {
+  std::unique_ptr<Denoiser> denoiser;
+  std::vector<nb::object> keep_alive;  // the state dict's arrays the weights view
+  bool cuda() const { return denoiser->device_name() != "cpu"; }
+  const H3Config& config() const { return denoiser->config(); }
+};
+
+DenoiserOptions options(const std::string& device, const std::optional<std::string>& precision,
+                        const std::string& attention, bool cuda_graphs,
+                        const std::string& fp8_activations) {
+  DenoiserOptions o;
+  try {
+    o.device = parse_device(device);
+    if (precision) o.precision = parse_precision(*precision);
+    o.attention = parse_attention(attention);
+    o.fp8_activations = parse_fp8_activations(fp8_activations);
+  } catch (const Error& e) {
+    throw nb::value_error(e.what());
+  }
+  o.cuda_graphs = cuda_graphs;
+  return o;
+}
+
+QkvLayout qkv_layout_of(const std::string& s) {
+  if (s == "auto") return QkvLayout::autodetect;
+  if (s == "fused") return QkvLayout::fused_thirds;
+  if (s == "per-head") return QkvLayout::per_head_interleaved;
+  throw nb::value_error(("qkv_layout must be auto, fused or per-head, got '" + s + "'").c_str());
+}
+
+nb::dict config_dict(const Model& m) {
+  const H3Config& c = m.config();
+  nb::dict d;
+  d["hidden"] = c.hidden, d["layers"] = c.layers, d["heads"] = c.heads;
+  d["head_dim"] = c.head_dim, d["ffn"] = c.ffn, d["text_dim"] = c.text_dim;
+  d["in_channels"] = c.in_channels, d["audio_channels"] = c.audio_channels;
+  d["refiner_layers"] = c.refiner_layers, d["video_features"] = c.video_features();
+  d["freq_dim"] = c.freq_dim, d["time_embed_dim"] = c.time_embed_dim;
+  d["time_embed_hidden"] = c.time_embed_hidden, d["rope_freqs"] = c.rope_freqs;
+  d["pdd_heads"] = c.pdd_heads, d["adaln_curve_grid"] = c.adaln_curve_grid;
+  d["adaln_curve_rank"] = c.adaln_curve_rank;
+  d["adaln"] = c.adaln_curve() ? "curve" : "full";
+  d["device"] = m.denoiser->device_name();
+  d["precision"] = precision_name(m.denoiser->precision());
+  return d;
+}
+
+// ---- layouts and timestep plans as dicts of numpy arrays ----
+nb::dict layout_dict(const SequenceLayout& l) {
+  nb::dict d;
+  d["text_len"] = l.text_len, d["audio_len"] = l.audio_len, d["frames"] = l.frames;
+  d["height"] = l.height, d["width"] = l.width;
+  auto sz = [](const auto& v) { return std::vector<size_t>{v.size()}; };
+  d["text_indices"] = to_numpy_i64(l.text_indices, sz(l.text_indices));
+  d["audio_indices"] = to_numpy_i64(l.audio_indices, sz(l.audio_indices));
+  d["video_indices"] = to_numpy_i64(l.video_indices, sz(l.video_indices));
+  d["token_tags"] = to_numpy_i64({l.token_tags.begin(), l.token_tags.end()}, sz(l.token_tags));
+  d["position_ids"] = to_numpy_f64(l.position_ids, {static_cast<size_t>(l.seq_len()), 3});
+  return d;
+}
+
+int64_t int_item(const nb::dict& d, const char* key) {
+  if (!d.contains(key))
+    throw nb::value_error((std::string("layout: missing '") + key + "'").c_str());
+  return nb::cast<int64_t>(d[key]);
+}
+
+SequenceLayout layout_of(const nb::dict& d) {
+  const int64_t L = int_item(d, "text_len"), N = int_item(d, "audio_len"),
+                T = int_item(d, "frames"), H = int_item(d, "height"), W = int_item(d, "width");
+  if (L < 1 || N < 0 || T < 1 || H < 2 || W < 2 || H % 2 || W % 2)
+    throw nb::value_error(
+        "layout: need text_len >= 1, audio_len >= 0, frames >= 1, even height and width >= 2");
+  SequenceLayout l = make_t2va_layout(L, N, T, H, W);
+  auto ints = [&](const char* key, auto& dst) {
+    if (!d.contains(key)) return;
+    const std::string name = std::string("layout['") + key + "']";
+    std::vector<int64_t> v = host_ints(nb::cast<AnyArray>(d[key]), name.c_str(), dst.size());
+    for (size_t i = 0; i < v.size(); ++i)
+      dst[i] = static_cast<typename std::decay_t<decltype(dst)>::value_type>(v[i]);
+  };
+  ints("text_indices", l.text_indices);
+  ints("audio_indices", l.audio_indices);
+  ints("video_indices", l.video_indices);
+  ints("token_tags", l.token_tags);
+  if (d.contains("position_ids"))
+    l.position_ids =
+        host_f64(nb::cast<AnyArray>(d["position_ids"]), "layout['position_ids']", 3 * l.seq_len());
+  for (const auto* idx : {&l.text_indices, &l.audio_indices, &l.video_indices})
+    for (int64_t r : *idx)
+      if (r < 0 || r >= l.seq_len())
+        throw nb::value_error("layout: a row index lies outside [0, S)");
+  return l;
+}
+
+nb::dict plan_dict(const TimestepPlan& p) {
+  nb::dict d;
+  d["timestep"] = to_numpy(FloatVec(p.timestep.begin(), p.timestep.end()), {p.timestep.size()});
+  d["timestep_indices"] = to_numpy_i64(p.timestep_indices, {p.timestep_indices.size()});
+  return d;
+}
+
+TimestepPlan plan_of(const nb::dict& d, int64_t S) {
+  if (!d.contains("timestep") || !d.contains("timestep_indices"))
+    throw nb::value_error(
+        "timesteps: expected a dict with 'timestep' [M] and "
+        "'timestep_indices' [S] (h3rt.timestep_plan makes one)");
+  TimestepPlan p;
+  p.timestep = host_f32_vector(nb::cast<AnyArray>(d["timestep"]), "timesteps['timestep']");
+  p.timestep_indices =
+      host_ints(nb::cast<AnyArray>(d["timestep_indices"]), "timesteps['timestep_indices']", S);
+  for (int64_t i : p.timestep_indices)
+    if (i < 0 || i >= static_cast<int64_t>(p.timestep.size()))
+      throw nb::value_error("timesteps['timestep_indices']: an index lies outside [0, M)");
+  return p;
+}
+
+// ---- forwards ----
+FloatVec text_rows(const Model& m, const AnyArray& text, int64_t* length) {
+  const int64_t td = m.config().text_dim;
+  const std::string want = "[1, L, " + std::to_string(td) + "] or [L, " + std::to_string(td) + "]";
+  if (text.ndim() == 3)
+    *length = check_shape(text, "text", {1, -1, td}, want)[1];
+  else
+    *length = check_shape(text, "text", {-1, td}, want)[0];
+  if (*length < 1) throw nb::value_error("text: needs at least one token");
+  return host_f32(text, "text", m.cuda());
+}
+
+ForwardOutputs run(Model& m, const ForwardInputs& in) {
+  nb::gil_scoped_release release;
+  return m.denoiser->forward(in);
+}
+
+std::pair<NumpyF32, NumpyF32> forward(Model& m, const AnyArray& video_rows,
+                                      const AnyArray& audio_rows, const AnyArray& text,
+                                      const nb::dict& layout, const nb::dict& timesteps,
+                                      std::optional<float> sigma,
+                                      std::optional<std::vector<float>> sample_sigmas) {
+  const H3Config& c = m.config();
+  const SequenceLayout l = layout_of(layout);
+  const TimestepPlan plan = plan_of(timesteps, l.seq_len());
+  const int64_t nv = l.video_rows(), na = l.audio_rows();
+  check_shape(video_rows, "video_rows", {nv, c.video_features()},
+              "[" + std::to_string(nv) + ", " + std::to_string(c.video_features()) + "]");
+  check_shape(audio_rows, "audio_rows", {na, c.audio_channels},
+              "[" + std::to_string(na) + ", " + std::to_string(c.audio_channels) + "]");
+  int64_t L = 0;
+  const FloatVec t = text_rows(m, text, &L);
+  if (L != l.text_len)
+    throw nb::value_error(("text: " + std::to_string(L) + " tokens, the layout has text_len " +
+                           std::to_string(l.text_len))
+                              .c_str());
+  const FloatVec v = host_f32(video_rows, "video_rows", m.cuda());
+  const FloatVec a = host_f32(audio_rows, "audio_rows", m.cuda());
+  SigmaSchedule schedule{sigma.value_or(0.0f), sample_sigmas.value_or(std::vector<float>{})};
+  if (sample_sigmas && !sigma) throw nb::value_error("sample_sigmas needs sigma (this step's)");
+  const ForwardInputs in{l,        plan,     v.data(),
+                         a.data(), t.data(), sample_sigmas ? &schedule : nullptr};
+  ForwardOutputs out = run(m, in);
+  return {to_numpy(std::move(out.video_velocity), {size_t(nv), size_t(c.video_features())}),
+          to_numpy(std::move(out.audio_velocity), {size_t(na), size_t(c.audio_channels)})};
+}
+
+// ComfyUI's audio latent [1, C, 2, N] <-> h3rt's rows [2N, C] (row ch*N + j).
+FloatVec comfy_audio_to_rows(const FloatVec& a, int64_t C, int64_t N) {
+  FloatVec rows(a.size());
+  for (int64_t k = 0; k < C; ++k)
+    for (int64_t ch = 0; ch < 2; ++ch)
+      for (int64_t j = 0; j < N; ++j) rows[(ch * N + j) * C + k] = a[(k * 2 + ch) * N + j];
+  return rows;
+}
+FloatVec rows_to_comfy_audio(const FloatVec& rows, int64_t C, int64_t N) {
+  FloatVec a(rows.size());
+  for (int64_t k = 0; k < C; ++k)
+    for (int64_t ch = 0; ch < 2; ++ch)
+      for (int64_t j = 0; j < N; ++j) a[(k * 2 + ch) * N + j] = rows[(ch * N + j) * C + k];
+  return a;
+}
+
+std::pair<NumpyF32, NumpyF32> forward_latents(Model& m, const AnyArray& video,
+                                              const AnyArray& audio, float sigma,
+                                              const AnyArray& text,
+                                              std::optional<std::vector<float>> sample_sigmas) {
+  const H3Config& c = m.config();
+  const std::string C = std::to_string(c.in_channels), Ca = std::to_string(c.audio_channels);
+  const auto vs = check_shape(video, "video", {1, c.in_channels, -1, -1, -1},
+                              "[1, " + C + ", T, H, W] (H and W even)");
+  const int64_t T = vs[2], H = vs[3], W = vs[4];
+  if (T < 1 || H < 2 || W < 2 || H % 2 || W % 2)
+    throw nb::value_error(
+        ("video: expected shape [1, " + C + ", T, H, W] with T >= 1 and even H, W >= 2").c_str());
+  const int64_t N = check_shape(audio, "audio", {1, c.audio_channels, 2, -1},
+                                "[1, " + Ca + ", 2, N] (ComfyUI's audio latent)")[3];
+  int64_t L = 0;
+  const FloatVec t = text_rows(m, text, &L);
+  const FloatVec v = host_f32(video, "video", m.cuda()), a = host_f32(audio, "audio", m.cuda());
+  const SequenceLayout l = make_t2va_layout(L, N, T, H, W);
+  const FloatVec vrows = patchify_video(v.data(), c.in_channels, T, H, W);
+  const FloatVec arows = comfy_audio_to_rows(a, c.audio_channels, N);
+  ForwardOutputs out;
+  {
+    nb::gil_scoped_release release;
+    out = forward_at_sigma(*m.denoiser, l, vrows.data(), arows.data(), t.data(), sigma,
+                           sample_sigmas.value_or(std::vector<float>{}));
+  }
+  return {to_numpy(unpatchify_video(out.video_velocity.data(), c.in_channels, T, H, W),
+                   {1, size_t(c.in_channels), size_t(T), size_t(H), size_t(W)}),
+          to_numpy(rows_to_comfy_audio(out.audio_velocity, c.audio_channels, N),
+                   {1, size_t(c.audio_channels), 2, size_t(N)})};
+}
+
+// ---- sampling ----
+nb::dict sample(Model& m, int64_t width, int64_t height, int64_t frames, int steps, uint64_t seed,
+                std::optional<AnyArray> text, nb::object progress, double audio_seconds,
+                int64_t text_tokens) {
+  RequestOptions r;
+  r.width = width, r.height = height, r.frames = frames, r.seed = seed;
+  r.audio_seconds = audio_seconds, r.text_tokens = text_tokens;
+  if (text) {
+    int64_t L = 0;
+    r.text = text_rows(m, *text, &L);
+  }
+  if (steps < 1 || steps > 1000)
+    throw nb::value_error(("steps must be in [1, 1000], got " + std::to_string(steps)).c_str());
+  Request req = make_request(m.config(), r);
+  SampleOptions so;
+  so.steps = steps;
+  so.progress = [&progress](int step, int total, double seconds) {
+    nb::gil_scoped_acquire acquire;
+    if (PyErr_CheckSignals() != 0) throw nb::python_error();  // Ctrl-C stops the loop
+    if (progress.is_none()) return true;
+    nb::object go_on = progress(step, total, seconds);
+    return go_on.is_none() || nb::cast<bool>(go_on);
+  };
+  SampleResult res;
+  {
+    nb::gil_scoped_release release;
+    res = h3rt::sample(*m.denoiser, std::move(req), so);
+  }
+  auto dims = [](const Shape& s) { return std::vector<size_t>(s.begin(), s.end()); };
+  nb::list stages;
+  for (const StageSeconds& st : res.stages) {
+    nb::dict d;
+    d["packing"] = st.packing, d["denoiser"] = st.denoiser;
+    d["sampler_update"] = st.sampler_update, d["output_transform"] = st.output_transform;
+    stages.append(d);
+  }
+  nb::dict out;
+  out["video_latents"] = to_numpy(std::move(res.video_latents), dims(res.video_shape));
+  out["audio_latents"] = to_numpy(std::move(res.audio_latents), dims(res.audio_shape));
+  out["stages"] = stages;
+  return out;
+}
+
+Model* load_path(const std::string& path, const std::string& device,
+                 std::optional<std::string> precision, const std::string& attention,
+                 bool cuda_graphs, const std::string& fp8, const std::string& qkv) {
+  ModelSource s;
+  s.checkpoint = path;
+  s.qkv_layout = qkv_layout_of(qkv);
+  auto o = options(device, precision, attention, cuda_graphs, fp8);
+  nb::gil_scoped_release release;
+  return new Model{Denoiser::create(s, o), {}};
+}
+
+Model* load_preset(const std::string& name, uint64_t weights_seed, const std::string& device,
+                   std::optional<std::string> precision, const std::string& attention,
+                   bool cuda_graphs) {
+  ModelSource s;
+  s.preset = name;
+  s.weights_seed = weights_seed;
+  auto o = options(device, precision, attention, cuda_graphs, "static");
+  nb::gil_scoped_release release;
+  return new Model{Denoiser::create(s, o), {}};
+}
+
+Model* load_state_dict(const nb::dict& state, const std::string& device,
+                       std::optional<std::string> precision, const std::string& attention,
+                       bool cuda_graphs, const std::string& fp8, const std::string& qkv) {
+  std::map<std::string, Tensor> tensors;
+  std::vector<nb::object> keep;
+  for (auto [k, v] : state) {
+    const std::string key = nb::cast<std::string>(k);
+    AnyArray a;
+    if (!nb::try_cast(v, a))
+      throw nb::type_error(("state dict '" + key + "': not an array (numpy, torch, ...)").c_str());
+    tensors[key] = tensor_view(a, key);
+    keep.push_back(nb::borrow(v));
+  }
+  const QkvLayout layout = qkv == "auto" ? QkvLayout::fused_thirds : qkv_layout_of(qkv);
+  auto o = options(device, precision, attention, cuda_graphs, fp8);
+  std::unique_ptr<Denoiser> d;
+  {
+    nb::gil_scoped_release release;
+    d = Denoiser::create(tensors, o, layout);
+  }
+  return new Model{std::move(d), std::move(keep)};
+}
+
+}  // namespace
+}  // namespace h3rt::py
+
+NB_MODULE(_h3rt, m) {
+  using namespace h3rt::py;
+  using nb::arg;
+  m.doc() = "h3rt: the C++/CUDA runtime for MiniMax H3 (see h3rt/__init__.py)";
+  nb::exception<h3rt::Cancelled>(m, "Cancelled", PyExc_RuntimeError);
+
+  nb::class_<Model>(m, "Model", "A MiniMax H3 model loaded on a device (h3rt.load).")
+      .def_prop_ro("config", &config_dict, "The model's dimensions and variant, as a dict.")
+      .def_prop_ro("device", [](const Model& x) { return x.denoiser->device_name(); })
+      .def_prop_ro(
+          "precision",
+          [](const Model& x) { return std::string(h3rt::precision_name(x.denoiser->precision())); })
+      .def("forward", &forward, arg("video_rows"), arg("audio_rows"), arg("text"), nb::kw_only(),
+           arg("layout"), arg("timesteps"), arg("sigma") = nb::none(),
+           arg("sample_sigmas") = nb::none(), "Low-level forward on packed rows (see the .pyi).")
+      .def("forward_latents", &forward_latents, arg("video"), arg("audio"), arg("sigma"),
+           arg("text"), arg("sample_sigmas") = nb::none(),
+           "Velocities of ComfyUI-layout latents at video sigma (see the .pyi).");
+
+  m.def("_load_path", &load_path, arg("path"), arg("device"), arg("precision").none(),
+        arg("attention"), arg("cuda_graphs"), arg("fp8_activations"), arg("qkv_layout"),
+        nb::rv_policy::take_ownership);
+  m.def("_load_preset", &load_preset, arg("name"), arg("weights_seed"), arg("device"),
+        arg("precision").none(), arg("attention"), arg("cuda_graphs"),
+        nb::rv_policy::take_ownership);
+  m.def("_load_state_dict", &load_state_dict, arg("state_dict"), arg("device"),
+        arg("precision").none(), arg("attention"), arg("cuda_graphs"), arg("fp8_activations"),
+        arg("qkv_layout"), nb::rv_policy::take_ownership);
+  m.def("_sample", &sample, arg("model"), arg("width"), arg("height"), arg("frames"), arg("steps"),
+        arg("seed"), arg("text").none(), arg("progress").none(), arg("audio_seconds"),
+        arg("text_tokens"));
+  m.def(
+      "t2va_layout",
+      [](int64_t text_len, int64_t audio_len, int64_t frames, int64_t height, int64_t width) {
+        return layout_dict(h3rt::make_t2va_layout(text_len, audio_len, frames, height, width));
+      },
+      arg("text_len"), arg("audio_len"), arg("frames"), arg("height"), arg("width"),
+      "The packed t2va layout [text | audio | video] as a dict of sizes and numpy arrays.");
+  m.def(
+      "timestep_plan",
+      [](const nb::dict& layout, float t_video, float t_audio) {
+        return plan_dict(h3rt::make_timestep_plan(layout_of(layout), t_video, t_audio));
+      },
+      arg("layout"), arg("t_video"), arg("t_audio"),
+      "Per-row timesteps: {'timestep': [M] ascending, 'timestep_indices': [S]}.");
+  m.def("sigma_grid", &h3rt::sigma_grid, arg("points"), arg("shift") = h3rt::kVideoShift,
+        "The sampler's shifted sigma grid of `points` points, terminal 0 included.");
+  m.def("audio_sigma_from_video", &h3rt::audio_sigma_from_video, arg("sigma"),
+        arg("video_shift") = h3rt::kVideoShift, arg("audio_shift") = h3rt::kAudioShift);
+  m.attr("__version__") = H3RT_VERSION_STRING;
+}

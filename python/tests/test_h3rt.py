@@ -1,0 +1,187 @@
+"""h3rt's Python package against the golden sets and the CLI (numpy only; torch tests skip
+without torch). Run from a build with H3RT_PYTHON=ON: PYTHONPATH=build/python pytest python/tests."""
+import json
+import os
+import pathlib
+import subprocess
+
+import numpy as np
+import pytest
+
+import h3rt
+
+SHARED = pathlib.Path(os.environ.get("H3RT_SHARED_DIR",
+                                     pathlib.Path(__file__).resolve().parents[3] / "shared"))
+GOLDEN = SHARED / "golden" / "h3_tiny"
+COMFY = SHARED / "golden" / "h3_tiny_comfy"
+WEIGHTS = GOLDEN / "weights.safetensors"
+
+_DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32,
+           "U8": np.uint8, "I8": np.int8, "BF16": np.uint16, "F16": np.float16}
+
+
+def read_safetensors(path):
+    """name -> numpy array (bf16 upcast to float32, exactly)."""
+    raw = pathlib.Path(path).read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        a = np.frombuffer(raw[8 + n + b:8 + n + end], dtype=_DTYPES[e["dtype"]])
+        if e["dtype"] == "BF16":
+            a = (a.astype(np.uint32) << 16).view(np.float32)
+        out[name] = a.reshape(e["shape"])
+    return out
+
+
+@pytest.fixture(scope="module")
+def golden():
+    return read_safetensors(GOLDEN / "golden.safetensors")
+
+
+@pytest.fixture(scope="module")
+def model():
+    return h3rt.load(WEIGHTS)
+
+
+def rel_max_err(got, ref):
+    got, ref = np.asarray(got, np.float64).ravel(), np.asarray(ref, np.float64).ravel()
+    assert got.shape == ref.shape
+    return np.abs(got - ref).max() / np.abs(ref).max()
+
+
+def patchify(video):
+    """[1, C, T, H, W] -> rows [T*(H/2)*(W/2), 4C], feature c*4 + iy*2 + ix (golden README 3)."""
+    _, c, t, h, w = video.shape
+    v = video[0].reshape(c, t, h // 2, 2, w // 2, 2).transpose(1, 2, 4, 0, 3, 5)
+    return v.reshape(t * (h // 2) * (w // 2), 4 * c)
+
+
+def test_config_of_checkpoint_and_preset(model):
+    c = model.config
+    assert (c["hidden"], c["layers"], c["heads"], c["head_dim"]) == (192, 2, 2, 128)
+    assert (c["text_dim"], c["in_channels"], c["audio_channels"], c["ffn"]) == (64, 24, 32, 384)
+    assert c["pdd_heads"] == 1 and c["adaln"] == "full" and c["precision"] == "fp32"
+    assert h3rt.preset("tiny").config["hidden"] == 192
+
+
+def test_layout_and_forward_match_golden(model, golden):
+    layout = h3rt.t2va_layout(10, 9, 7, 8, 12)
+    for key in ("position_ids", "token_tags", "video_indices", "audio_indices", "text_indices"):
+        np.testing.assert_array_equal(layout[key], golden["layout/" + key], err_msg=key)
+    ts = {"timestep": golden["fwd/timestep"].astype(np.float32),
+          "timestep_indices": golden["fwd/timestep_indices"]}
+    vv, va = model.forward(golden["input/video_rows"], golden["input/audio_rows"],
+                           golden["input/text_embeds"], layout=layout, timesteps=ts)
+    # The C++ golden tests' fp32 tolerance (tests/cpu/test_model_golden.cpp).
+    assert rel_max_err(vv, golden["fwd_f64/video_velocity"]) <= 1e-5
+    assert rel_max_err(va, golden["fwd_f64/audio_velocity"]) <= 1e-5
+    # The same timesteps from the plan builder.
+    plan = h3rt.timestep_plan(layout, 1 - 0.7, 1 - h3rt.audio_sigma_from_video(0.7))
+    np.testing.assert_array_equal(plan["timestep_indices"], golden["fwd/timestep_indices"])
+
+
+def test_state_dict_load_equals_path(model, golden):
+    state = read_safetensors(WEIGHTS)  # bf16 values upcast: exact, so fp32 runs agree
+    from_dict = h3rt.load(state)
+    video = golden["input/video_latents"]
+    audio = golden["input/audio_latents"].transpose(1, 0, 2)[None]
+    args = (video, audio, 0.7, golden["input/text_embeds"])
+    for a, b in zip(from_dict.forward_latents(*args), model.forward_latents(*args)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_forward_latents_reproduces_comfyui_t2va(model):
+    case = read_safetensors(COMFY / "t2va.safetensors")
+    video = case["input/video_latents"]                           # [1, 24, T, H, W]
+    audio = case["input/audio_latents"].transpose(1, 0, 2)[None]  # ComfyUI's [1, 32, 2, N]
+    sigma = float(case["input/sigma_video"][0])
+    vel_v, vel_a = model.forward_latents(video, audio, sigma, case["input/text_embeds"])
+    assert vel_v.shape == video.shape and vel_a.shape == audio.shape
+    ref_v, ref_a = case["video_velocity"][0], case["audio_velocity"][0]  # rows, data-ward
+    rows_a = vel_a[0].transpose(1, 2, 0).reshape(-1, audio.shape[1])      # row ch*N + j
+    # README there: within 1e-5 of max|ref| in fp32. h3rt's sign: data-ward, x0 = x + sigma v,
+    # which these files store; ComfyUI's _forward itself returns the negation.
+    assert rel_max_err(patchify(vel_v), ref_v) <= 1e-5
+    assert rel_max_err(rows_a, ref_a) <= 1e-5
+    assert rel_max_err(-patchify(vel_v), ref_v) > 1.0
+
+
+def test_bad_inputs_name_the_argument(model, golden):
+    video = golden["input/video_latents"]
+    audio = golden["input/audio_latents"].transpose(1, 0, 2)[None]
+    text = golden["input/text_embeds"]
+    with pytest.raises(ValueError, match=r"video: expected shape \[1, 24, T, H, W\]"):
+        model.forward_latents(video[:, :20], audio, 0.7, text)
+    with pytest.raises(ValueError, match=r"audio: expected shape \[1, 32, 2, N\]"):
+        model.forward_latents(video, golden["input/audio_latents"], 0.7, text)
+    with pytest.raises(ValueError, match=r"text: expected shape \[1, L, 64\] or \[L, 64\]"):
+        model.forward_latents(video, audio, 0.7, text[..., :32])
+    with pytest.raises(TypeError, match="video: expected float32"):
+        model.forward_latents(video.astype(np.float64), audio, 0.7, text)
+    with pytest.raises(RuntimeError, match="sigma must lie in"):
+        model.forward_latents(video, audio, 1.5, text)
+    with pytest.raises(ValueError, match="device must be cpu or cuda"):
+        h3rt.load(WEIGHTS, device="gpu")
+    with pytest.raises(RuntimeError, match="no_such.safetensors"):
+        h3rt.load("/no_such.safetensors")
+    with pytest.raises(TypeError, match="path_or_state_dict"):
+        h3rt.load(42)
+    with pytest.raises(ValueError, match="video_rows: expected shape"):
+        model.forward(golden["input/audio_rows"], golden["input/audio_rows"], text,
+                      layout=h3rt.t2va_layout(10, 9, 7, 8, 12),
+                      timesteps={"timestep": np.zeros(1, np.float32),
+                                 "timestep_indices": np.zeros(196, np.int64)})
+
+
+def find_cli():
+    if os.environ.get("H3RT_CLI"):
+        return os.environ["H3RT_CLI"]
+    # In-build package: <build>/python/h3rt/ next to <build>/h3rt.
+    cli = pathlib.Path(h3rt.__file__).resolve().parents[2] / "h3rt"
+    return str(cli) if cli.is_file() else None
+
+
+def test_sample_equals_cli_bit_for_bit(tmp_path):
+    cli = find_cli()
+    if cli is None:
+        pytest.skip("no h3rt CLI next to this package (set H3RT_CLI)")
+    out = tmp_path / "latents.safetensors"
+    subprocess.run([cli, "sample", "--steps", "2", "--seed", "7", "--out", str(out)], check=True,
+                   capture_output=True)
+    ref = read_safetensors(out)
+    calls = []
+    res = h3rt.sample(h3rt.preset("tiny"), steps=2, seed=7,
+                      progress=lambda step, steps, s: calls.append((step, steps)))
+    assert calls == [(0, 2), (1, 2), (2, 2)]
+    for key in ("video_latents", "audio_latents"):
+        assert res[key].shape == ref[key].shape
+        np.testing.assert_array_equal(res[key].view(np.uint32), ref[key].view(np.uint32))
+
+
+def test_sample_cancels_from_progress():
+    with pytest.raises(h3rt.Cancelled, match="after step 1 of 2"):
+        h3rt.sample(h3rt.preset("tiny"), steps=2, progress=lambda step, steps, s: step < 1)
+    with pytest.raises(ValueError, match="steps must be in"):
+        h3rt.sample(h3rt.preset("tiny"), steps=0)
+
+
+def test_torch_tensors_equal_numpy(model, golden):
+    torch = pytest.importorskip("torch")
+    video = golden["input/video_latents"]
+    audio = golden["input/audio_latents"].transpose(1, 0, 2)[None].copy()
+    text = golden["input/text_embeds"]
+    want = model.forward_latents(video, audio, 0.7, text)
+    got = model.forward_latents(torch.from_numpy(video), torch.from_numpy(audio), 0.7,
+                                torch.from_numpy(text))
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    state = {k: torch.from_numpy(v.copy()).to(torch.bfloat16) if v.dtype == np.float32 and
+             not k.startswith(("video_patch", "audio_patch", "time_embedder", "final_layer.video",
+                               "final_layer.audio", "rope")) else torch.from_numpy(v.copy())
+             for k, v in read_safetensors(WEIGHTS).items()}
+    for a, b in zip(h3rt.load(state).forward_latents(video, audio, 0.7, text), want):
+        np.testing.assert_array_equal(a, b)

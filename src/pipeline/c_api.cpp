@@ -1,0 +1,249 @@
+// The C API (h3rt/h3rt.h) over the C++ pipeline: every entry point catches everything and
+// turns it into a status plus the thread's last-error message.
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "h3rt/h3rt.h"
+#include "h3rt/pipeline.h"
+
+struct h3rt_model {
+  std::unique_ptr<h3rt::Denoiser> denoiser;
+};
+
+namespace {
+
+thread_local std::string g_last_error;
+
+struct InvalidArgument : h3rt::Error {
+  using h3rt::Error::Error;
+};
+
+#define C_CHECK(cond, msg) \
+  if (!(cond)) throw InvalidArgument(msg)
+
+template <class F>
+h3rt_status guarded(F&& f) {
+  try {
+    f();
+    return H3RT_OK;
+  } catch (const InvalidArgument& e) {
+    g_last_error = e.what();
+    return H3RT_ERROR_INVALID_ARGUMENT;
+  } catch (const h3rt::Cancelled& e) {
+    g_last_error = e.what();
+    return H3RT_ERROR_CANCELLED;
+  } catch (const std::bad_alloc&) {
+    g_last_error = "out of host memory";
+    return H3RT_ERROR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    g_last_error = e.what();
+    return H3RT_ERROR_RUNTIME;
+  } catch (...) {
+    g_last_error = "unknown error";
+    return H3RT_ERROR_RUNTIME;
+  }
+}
+
+h3rt::DenoiserOptions options_of(const h3rt_model_options* o) {
+  h3rt::DenoiserOptions d;
+  if (!o) return d;
+  try {
+    if (o->device) d.device = h3rt::parse_device(o->device, "options.device");
+    if (o->precision) d.precision = h3rt::parse_precision(o->precision, "options.precision");
+    if (o->attention) d.attention = h3rt::parse_attention(o->attention, "options.attention");
+    if (o->fp8_activations)
+      d.fp8_activations =
+          h3rt::parse_fp8_activations(o->fp8_activations, "options.fp8_activations");
+  } catch (const h3rt::Error& e) {
+    throw InvalidArgument(e.what());
+  }
+  d.cuda_graphs = o->cuda_graphs != 0;
+  return d;
+}
+
+h3rt::SequenceLayout layout_of(const h3rt_layout& l) {
+  C_CHECK(l.text_len >= 1 && l.audio_len >= 0 && l.frames >= 1 && l.height >= 2 && l.width >= 2 &&
+              l.height % 2 == 0 && l.width % 2 == 0,
+          "layout: need text_len >= 1, audio_len >= 0, frames >= 1 and even height, width >= 2");
+  h3rt::SequenceLayout s =
+      h3rt::make_t2va_layout(l.text_len, l.audio_len, l.frames, l.height, l.width);
+  const int64_t S = s.seq_len();
+  auto copy = [](auto* src, auto& dst) {
+    if (src) std::memcpy(dst.data(), src, dst.size() * sizeof(dst[0]));
+  };
+  copy(l.text_indices, s.text_indices);
+  copy(l.audio_indices, s.audio_indices);
+  copy(l.video_indices, s.video_indices);
+  copy(l.token_tags, s.token_tags);
+  copy(l.position_ids, s.position_ids);
+  for (const auto* idx : {&s.text_indices, &s.audio_indices, &s.video_indices})
+    for (int64_t r : *idx) C_CHECK(r >= 0 && r < S, "layout: a row index lies outside [0, S)");
+  return s;
+}
+
+h3rt::TimestepPlan plan_of(const h3rt_timesteps& t, int64_t S) {
+  C_CHECK(t.timestep && t.timestep_indices && t.num_timesteps >= 1,
+          "timesteps: need timestep [M >= 1] and timestep_indices [S]");
+  h3rt::TimestepPlan p;
+  p.timestep.assign(t.timestep, t.timestep + t.num_timesteps);
+  p.timestep_indices.assign(t.timestep_indices, t.timestep_indices + S);
+  for (int64_t i : p.timestep_indices)
+    C_CHECK(i >= 0 && i < t.num_timesteps, "timesteps: an index lies outside [0, M)");
+  return p;
+}
+
+void copy_out(const h3rt::FloatVec& v, float* out) {
+  std::memcpy(out, v.data(), v.size() * sizeof(float));
+}
+
+h3rt::RequestOptions request_of(const h3rt_sample_request& r, const h3rt::H3Config& c) {
+  h3rt::RequestOptions o;
+  o.width = r.width;
+  o.height = r.height;
+  o.frames = r.frames;
+  o.audio_seconds = r.audio_seconds;
+  o.text_tokens = r.text_tokens;
+  o.seed = r.seed;
+  if (r.text) {
+    C_CHECK(r.text_len >= 1, "request: text given with text_len < 1");
+    o.text.assign(r.text, r.text + r.text_len * c.text_dim);
+  }
+  return o;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* h3rt_version(void) {
+  return H3RT_VERSION_STRING;
+}
+int h3rt_api_version(void) {
+  return H3RT_API_VERSION;
+}
+const char* h3rt_last_error(void) {
+  return g_last_error.c_str();
+}
+
+void h3rt_model_options_init(h3rt_model_options* o) {
+  if (o) *o = h3rt_model_options{nullptr, nullptr, nullptr, 1, nullptr};
+}
+
+h3rt_status h3rt_model_create(const char* path, const h3rt_model_options* options,
+                              h3rt_model** out) {
+  return guarded([&] {
+    C_CHECK(path && *path && out, "h3rt_model_create: need a checkpoint path and an out pointer");
+    *out = nullptr;
+    h3rt::ModelSource s;
+    s.checkpoint = path;
+    *out = new h3rt_model{h3rt::Denoiser::create(s, options_of(options))};
+  });
+}
+
+h3rt_status h3rt_model_create_preset(const char* preset, uint64_t weights_seed,
+                                     const h3rt_model_options* options, h3rt_model** out) {
+  return guarded([&] {
+    C_CHECK(preset && out, "h3rt_model_create_preset: need a preset name and an out pointer");
+    *out = nullptr;
+    h3rt::ModelSource s;
+    s.preset = preset;
+    s.weights_seed = weights_seed;
+    *out = new h3rt_model{h3rt::Denoiser::create(s, options_of(options))};
+  });
+}
+
+void h3rt_model_free(h3rt_model* model) {
+  delete model;
+}
+
+h3rt_status h3rt_model_config(const h3rt_model* m, h3rt_config* out) {
+  return guarded([&] {
+    C_CHECK(m && out, "h3rt_model_config: null model or out");
+    const h3rt::H3Config& c = m->denoiser->config();
+    *out = h3rt_config{
+        c.hidden,   c.heads,          c.head_dim,    c.layers,           c.refiner_layers,
+        c.ffn,      c.text_dim,       c.in_channels, c.audio_channels,   c.video_features(),
+        c.freq_dim, c.time_embed_dim, c.pdd_heads,   c.adaln_curve_grid, c.adaln_curve_rank};
+  });
+}
+
+h3rt_status h3rt_forward(h3rt_model* m, const h3rt_layout* layout, const h3rt_timesteps* ts,
+                         const float* video_rows, const float* audio_rows, const float* text,
+                         float* video_velocity, float* audio_velocity) {
+  return guarded([&] {
+    C_CHECK(
+        m && layout && ts && video_rows && audio_rows && text && video_velocity && audio_velocity,
+        "h3rt_forward: null argument");
+    const h3rt::SequenceLayout l = layout_of(*layout);
+    const h3rt::TimestepPlan plan = plan_of(*ts, l.seq_len());
+    h3rt::SigmaSchedule schedule{ts->sigma, {}};
+    if (ts->num_sample_sigmas > 0) {
+      C_CHECK(ts->sample_sigmas, "h3rt_forward: num_sample_sigmas > 0 with no sample_sigmas");
+      schedule.sample_sigmas.assign(ts->sample_sigmas, ts->sample_sigmas + ts->num_sample_sigmas);
+    }
+    const h3rt::ForwardInputs in{l,          plan, video_rows,
+                                 audio_rows, text, ts->num_sample_sigmas > 0 ? &schedule : nullptr};
+    const h3rt::ForwardOutputs v = m->denoiser->forward(in);
+    copy_out(v.video_velocity, video_velocity);
+    copy_out(v.audio_velocity, audio_velocity);
+  });
+}
+
+h3rt_status h3rt_forward_t2va(h3rt_model* m, int64_t text_len, int64_t audio_len, int64_t frames,
+                              int64_t height, int64_t width, float sigma, const float* video_rows,
+                              const float* audio_rows, const float* text, float* video_velocity,
+                              float* audio_velocity) {
+  return guarded([&] {
+    C_CHECK(m && video_rows && audio_rows && text && video_velocity && audio_velocity,
+            "h3rt_forward_t2va: null argument");
+    const h3rt_layout l{text_len, audio_len, frames,  height,  width,
+                        nullptr,  nullptr,   nullptr, nullptr, nullptr};
+    const h3rt::ForwardOutputs v =
+        h3rt::forward_at_sigma(*m->denoiser, layout_of(l), video_rows, audio_rows, text, sigma);
+    copy_out(v.video_velocity, video_velocity);
+    copy_out(v.audio_velocity, audio_velocity);
+  });
+}
+
+void h3rt_sample_request_init(h3rt_sample_request* r) {
+  if (r) *r = h3rt_sample_request{0, 0, 0, 0.0, 0, 440420, 8, nullptr, 0, nullptr, nullptr};
+}
+
+h3rt_status h3rt_sample_shapes(const h3rt_model* m, const h3rt_sample_request* r,
+                               int64_t video_shape[5], int64_t audio_shape[3]) {
+  return guarded([&] {
+    C_CHECK(m && r && video_shape && audio_shape, "h3rt_sample_shapes: null argument");
+    const h3rt::H3Config& c = m->denoiser->config();
+    const h3rt::SequenceLayout l = h3rt::make_request(c, request_of(*r, c)).layout;
+    const int64_t v[5] = {1, c.in_channels, l.frames, l.height, l.width};
+    const int64_t a[3] = {2, c.audio_channels, l.audio_len};
+    std::memcpy(video_shape, v, sizeof v);
+    std::memcpy(audio_shape, a, sizeof a);
+  });
+}
+
+h3rt_status h3rt_sample(h3rt_model* m, const h3rt_sample_request* r, float* video_latents,
+                        int64_t video_capacity, float* audio_latents, int64_t audio_capacity) {
+  return guarded([&] {
+    C_CHECK(m && r && video_latents && audio_latents, "h3rt_sample: null argument");
+    const h3rt::H3Config& c = m->denoiser->config();
+    h3rt::Request req = h3rt::make_request(c, request_of(*r, c));
+    const int64_t nv = req.layout.video_rows() * c.video_features();
+    const int64_t na = req.layout.audio_rows() * c.audio_channels;
+    C_CHECK(video_capacity >= nv && audio_capacity >= na,
+            "h3rt_sample: output capacities too small (need " + std::to_string(nv) + " video and " +
+                std::to_string(na) + " audio floats; see h3rt_sample_shapes)");
+    h3rt::SampleOptions so;
+    so.steps = r->steps;
+    if (r->progress)
+      so.progress = [r](int step, int steps, double s) {
+        return r->progress(step, steps, s, r->progress_user) != 0;
+      };
+    const h3rt::SampleResult res = h3rt::sample(*m->denoiser, std::move(req), so);
+    copy_out(res.video_latents, video_latents);
+    copy_out(res.audio_latents, audio_latents);
+  });
+}
+
+}  // extern "C"

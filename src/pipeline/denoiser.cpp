@@ -1,0 +1,161 @@
+// The Denoiser's two backends: the CPU reference (fp32 or bf16 semantics) and the CUDA forward
+// sessions (bf16). Both take the same host inputs and return the same host outputs.
+#include <unistd.h>
+
+#include "h3rt/pipeline.h"
+
+#ifdef H3RT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "cuda/arena.h"
+#include "cuda/runtime.h"
+#include "model/forward_session_cuda.h"
+#include "model/model_cuda.h"
+#endif
+
+namespace h3rt {
+namespace {
+
+class CpuDenoiser : public Denoiser {
+ public:
+  CpuDenoiser(H3Model m, Precision p, int fp8_dynamic) : model_(std::move(m)), precision_(p) {
+    fp8_dynamic_layers_ = fp8_dynamic;
+  }
+  const H3Config& config() const override { return model_.config; }
+  ForwardOutputs forward(const ForwardInputs& in) override {
+    return forward_cpu(model_, in, precision_);
+  }
+  std::string device_name() const override { return "cpu"; }
+  Precision precision() const override { return precision_; }
+
+ private:
+  H3Model model_;
+  Precision precision_;
+};
+
+#ifdef H3RT_HAVE_CUDA
+class CudaDenoiser : public Denoiser {
+ public:
+  CudaDenoiser(model::DeviceModel m, const DenoiserOptions& o, int fp8_dynamic)
+      : model_(std::move(m)) {
+    options_.cuda_graph = o.cuda_graphs;
+    if (o.attention == Attention::sage) options_.attention = ops::AttentionKernel::sage_8bit;
+    fp8_dynamic_layers_ = fp8_dynamic;
+  }
+  const H3Config& config() const override { return model_.config; }
+  // One session per request shape: a sampling loop pays the per-request work once.
+  ForwardOutputs forward(const ForwardInputs& in) override {
+    if (!session_ || !session_->matches(in.layout)) {
+      session_.reset();  // its buffers return to the arena first
+      session_ = std::make_unique<model::ForwardSessionCuda>(model_, in.layout, options_);
+    }
+    return session_->forward(in);
+  }
+  std::string device_name() const override {
+    cudaDeviceProp p{};
+    int d = 0;
+    cudaGetDevice(&d);
+    cudaGetDeviceProperties(&p, d);
+    return std::string(p.name) + " (sm_" + std::to_string(p.major) + std::to_string(p.minor) + ")";
+  }
+  Precision precision() const override { return Precision::bf16; }
+  std::pair<int64_t, int64_t> device_peak_bytes() const override {
+    const auto st = cuda::default_arena().stats();
+    return {st.peak_allocated, st.peak_reserved};
+  }
+
+ private:
+  model::DeviceModel model_;  // outlives session_ (declared first)
+  model::ForwardSessionOptions options_;
+  std::unique_ptr<model::ForwardSessionCuda> session_;
+};
+#endif
+
+Precision precision_for(const DenoiserOptions& o) {
+  return o.precision.value_or(o.device == Device::cuda ? Precision::bf16 : Precision::fp32);
+}
+
+void check_options(const DenoiserOptions& o) {
+  H3RT_CHECK(o.attention == Attention::bf16 || o.device == Device::cuda,
+             "attention sage runs on the GPU only (device cuda); the CPU runs the reference "
+             "attention");
+#ifdef H3RT_HAVE_CUDA
+  if (o.device != Device::cuda) return;
+  H3RT_CHECK(cuda::cuda_device_available(), "device cuda: no CUDA device is available");
+  H3RT_CHECK(precision_for(o) == Precision::bf16,
+             "device cuda runs bf16 only; use precision bf16 (or the CPU for fp32)");
+#else
+  H3RT_CHECK(o.device != Device::cuda,
+             "device cuda: this h3rt was built without CUDA (configure with nvcc available)");
+#endif
+}
+
+double host_memory_bytes() {
+  return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+}
+
+// A preset's synthetic host model, refusing up front what the CPU reference cannot hold.
+H3Model synthetic_host_model(const ModelSource& s) {
+  const std::optional<H3Config> config = config_preset(s.preset);
+  H3RT_CHECK(config, "unknown preset '", s.preset, "' (tiny or h3)");
+  const WeightBytes need = estimate_weight_bytes(*config);
+  const double have = host_memory_bytes();
+  H3RT_CHECK(
+      need.cpu_bytes < 0.8 * have, "the ", s.preset, " preset has ", need.params / 1e9,
+      "B parameters and needs ", need.cpu_bytes / 1e9,
+      " GB of host memory on the CPU reference backend; this machine has ", have / 1e9,
+      " GB. The CPU backend is the exact oracle for small configs; run large ones on a GPU.");
+  return make_synthetic_model(*config, s.weights_seed);
+}
+
+H3Model load_host_model(const ModelSource& s) {
+  H3RT_CHECK(!s.checkpoint.empty() || s.qkv_override.empty(), "qkv_override needs a checkpoint");
+  if (s.checkpoint.empty()) return synthetic_host_model(s);
+  LoadOptions opts;
+  opts.qkv_layout = s.qkv_layout;
+  if (!s.qkv_override.empty()) opts.overrides.push_back({s.qkv_override, s.qkv_layout});
+  return load_model(s.checkpoint, opts);
+}
+
+std::unique_ptr<Denoiser> place(H3Model m, const DenoiserOptions& o) {
+  const int fp8_dynamic = set_fp8_activations(m, o.fp8_activations);
+  if (o.device == Device::cpu)
+    return std::make_unique<CpuDenoiser>(std::move(m), precision_for(o), fp8_dynamic);
+#ifdef H3RT_HAVE_CUDA
+  return std::make_unique<CudaDenoiser>(model::upload_model(m), o, fp8_dynamic);
+#else
+  H3RT_FAIL("unreachable: device cuda without CUDA");
+#endif
+}
+
+}  // namespace
+
+std::string ModelSource::describe() const {
+  if (!checkpoint.empty()) return checkpoint;
+  return preset + " (synthetic, seed " + std::to_string(weights_seed) + ")";
+}
+
+std::unique_ptr<Denoiser> Denoiser::create(const ModelSource& s, const DenoiserOptions& o) {
+  check_options(o);
+#ifdef H3RT_HAVE_CUDA
+  // Synthetic release-size weights are generated on the device, never held on the host.
+  if (o.device == Device::cuda && s.checkpoint.empty()) {
+    H3RT_CHECK(s.qkv_override.empty(), "qkv_override needs a checkpoint");
+    const std::optional<H3Config> config = config_preset(s.preset);
+    H3RT_CHECK(config, "unknown preset '", s.preset, "' (tiny or h3)");
+    return std::make_unique<CudaDenoiser>(
+        model::make_synthetic_device_model(*config, s.weights_seed), o, 0);
+  }
+#endif
+  return place(load_host_model(s), o);
+}
+
+std::unique_ptr<Denoiser> Denoiser::create(const std::map<std::string, Tensor>& tensors,
+                                           const DenoiserOptions& o, QkvLayout qkv_layout) {
+  check_options(o);
+  LoadOptions opts;
+  opts.qkv_layout = qkv_layout;
+  return place(load_model(tensors, opts), o);
+}
+
+}  // namespace h3rt

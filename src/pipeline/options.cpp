@@ -1,0 +1,30 @@
+// Option words shared by the CLI, the C API and Python.
+#include "h3rt/pipeline.h"
+
+namespace h3rt {
+
+Device parse_device(const std::string& s, const char* what) {
+  if (s == "cpu") return Device::cpu;
+  H3RT_CHECK(s == "cuda", what, " must be cpu or cuda, got '", s, "'");
+  return Device::cuda;
+}
+
+Precision parse_precision(const std::string& s, const char* what) {
+  if (s == "fp32") return Precision::fp32;
+  H3RT_CHECK(s == "bf16", what, " must be fp32 or bf16, got '", s, "'");
+  return Precision::bf16;
+}
+
+Attention parse_attention(const std::string& s, const char* what) {
+  if (s == "bf16") return Attention::bf16;
+  H3RT_CHECK(s == "sage", what, " must be bf16 or sage, got '", s, "'");
+  return Attention::sage;
+}
+
+Fp8Activations parse_fp8_activations(const std::string& s, const char* what) {
+  if (s.empty() || s == "static") return Fp8Activations::static_scale;
+  H3RT_CHECK(s == "dynamic", what, " must be static or dynamic, got '", s, "'");
+  return Fp8Activations::dynamic;
+}
+
+}  // namespace h3rt

@@ -1,0 +1,145 @@
+// The C API (h3rt/h3rt.h): the C++ pipeline's bits, with statuses and thread-local messages
+// instead of exceptions.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "h3rt/h3rt.h"
+#include "h3rt/pipeline.h"
+#include "h3rt/safetensors.h"
+#include "test_util.h"
+
+namespace h3rt {
+namespace {
+
+const std::string kWeights = test::golden_dir() + "/weights.safetensors";
+const std::string kGolden = test::golden_dir() + "/golden.safetensors";
+
+std::unique_ptr<Denoiser> from_file() {
+  ModelSource s;
+  s.checkpoint = kWeights;
+  return Denoiser::create(s);
+}
+
+float golden_sigma() {
+  return SafetensorsFile::open(kGolden).get("fwd/sigma_video").to_f32()[0];
+}
+
+ForwardOutputs golden_forward(Denoiser& d) {
+  const Request r = request_from_inputs(kGolden, d.config());
+  return forward_at_sigma(d, r.layout, r.video_rows.data(), r.audio_rows.data(), r.text.data(),
+                          golden_sigma());
+}
+
+TEST(CApi, VersionAndErrors) {
+  EXPECT_EQ(h3rt_api_version(), H3RT_API_VERSION);
+  EXPECT_STREQ(h3rt_version(), "0.1.0");
+  h3rt_model* m = reinterpret_cast<h3rt_model*>(1);
+  EXPECT_EQ(h3rt_model_create("/no/such/file.safetensors", nullptr, &m), H3RT_ERROR_RUNTIME);
+  EXPECT_EQ(m, nullptr);
+  EXPECT_NE(std::string(h3rt_last_error()).find("/no/such/file.safetensors"), std::string::npos)
+      << h3rt_last_error();
+  h3rt_model_options o;
+  h3rt_model_options_init(&o);
+  o.device = "gpu";
+  EXPECT_EQ(h3rt_model_create(kWeights.c_str(), &o, &m), H3RT_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(h3rt_last_error()).find("options.device"), std::string::npos)
+      << h3rt_last_error();
+  EXPECT_EQ(h3rt_model_create(nullptr, nullptr, &m), H3RT_ERROR_INVALID_ARGUMENT);
+  h3rt_model_free(nullptr);
+}
+
+TEST(CApi, ForwardsGiveTheCppBits) {
+  h3rt_model* m = nullptr;
+  ASSERT_EQ(h3rt_model_create(kWeights.c_str(), nullptr, &m), H3RT_OK) << h3rt_last_error();
+  h3rt_config c{};
+  ASSERT_EQ(h3rt_model_config(m, &c), H3RT_OK);
+  EXPECT_EQ(c.hidden, 192);
+  EXPECT_EQ(c.video_features, 96);
+  auto d = from_file();
+  const Request r = request_from_inputs(kGolden, d->config());
+  const ForwardOutputs want = golden_forward(*d);
+  const SequenceLayout& L = r.layout;
+  FloatVec vv(want.video_velocity.size()), av(want.audio_velocity.size());
+  ASSERT_EQ(h3rt_forward_t2va(m, L.text_len, L.audio_len, L.frames, L.height, L.width,
+                              golden_sigma(), r.video_rows.data(), r.audio_rows.data(),
+                              r.text.data(), vv.data(), av.data()),
+            H3RT_OK)
+      << h3rt_last_error();
+  test::expect_same_bits(vv, want.video_velocity, "t2va video");
+  test::expect_same_bits(av, want.audio_velocity, "t2va audio");
+  // The plain-array form, with the layout's own arrays and the same timestep plan.
+  const float s = golden_sigma();
+  const TimestepPlan plan = make_timestep_plan(L, 1.0f - s, 1.0f - audio_sigma_from_video(s));
+  const h3rt_layout cl{L.text_len,
+                       L.audio_len,
+                       L.frames,
+                       L.height,
+                       L.width,
+                       L.text_indices.data(),
+                       L.audio_indices.data(),
+                       L.video_indices.data(),
+                       L.token_tags.data(),
+                       L.position_ids.data()};
+  const h3rt_timesteps ct{plan.timestep.data(),
+                          static_cast<int64_t>(plan.timestep.size()),
+                          plan.timestep_indices.data(),
+                          0,
+                          nullptr,
+                          0};
+  std::fill(vv.begin(), vv.end(), 0.0f);
+  ASSERT_EQ(h3rt_forward(m, &cl, &ct, r.video_rows.data(), r.audio_rows.data(), r.text.data(),
+                         vv.data(), av.data()),
+            H3RT_OK)
+      << h3rt_last_error();
+  test::expect_same_bits(vv, want.video_velocity, "forward video");
+  std::vector<int64_t> bad = plan.timestep_indices;
+  bad[0] = 7;
+  const h3rt_timesteps cb{plan.timestep.data(), 2, bad.data(), 0, nullptr, 0};
+  EXPECT_EQ(h3rt_forward(m, &cl, &cb, r.video_rows.data(), r.audio_rows.data(), r.text.data(),
+                         vv.data(), av.data()),
+            H3RT_ERROR_INVALID_ARGUMENT);
+  h3rt_model_free(m);
+}
+
+int stop_after_first(int step, int, double, void* calls) {
+  ++*static_cast<int*>(calls);
+  return step < 1;
+}
+
+TEST(CApi, SampleGivesTheCppBitsAndCancels) {
+  h3rt_model* m = nullptr;
+  ASSERT_EQ(h3rt_model_create_preset("tiny", 0, nullptr, &m), H3RT_OK) << h3rt_last_error();
+  h3rt_sample_request req;
+  h3rt_sample_request_init(&req);
+  req.steps = 2;
+  int64_t vs[5], as[3];
+  ASSERT_EQ(h3rt_sample_shapes(m, &req, vs, as), H3RT_OK);
+  EXPECT_EQ(std::vector<int64_t>(vs, vs + 5), (std::vector<int64_t>{1, 24, 7, 8, 12}));
+  EXPECT_EQ(std::vector<int64_t>(as, as + 3), (std::vector<int64_t>{2, 32, 37}));
+  FloatVec v(shape_numel({vs, vs + 5})), a(shape_numel({as, as + 3}));
+  ASSERT_EQ(h3rt_sample(m, &req, v.data(), static_cast<int64_t>(v.size()), a.data(),
+                        static_cast<int64_t>(a.size())),
+            H3RT_OK)
+      << h3rt_last_error();
+  auto d = Denoiser::create(ModelSource{});
+  SampleOptions o;
+  o.steps = 2;
+  const SampleResult want = sample(*d, make_request(d->config(), {}), o);
+  test::expect_same_bits(v, want.video_latents, "video_latents");
+  test::expect_same_bits(a, want.audio_latents, "audio_latents");
+  EXPECT_EQ(h3rt_sample(m, &req, v.data(), 10, a.data(), 10), H3RT_ERROR_INVALID_ARGUMENT);
+  int calls = 0;
+  req.progress = stop_after_first;
+  req.progress_user = &calls;
+  EXPECT_EQ(h3rt_sample(m, &req, v.data(), static_cast<int64_t>(v.size()), a.data(),
+                        static_cast<int64_t>(a.size())),
+            H3RT_ERROR_CANCELLED);
+  EXPECT_EQ(calls, 2);
+  h3rt_model_free(m);
+}
+
+}  // namespace
+}  // namespace h3rt

@@ -1,0 +1,111 @@
+// The library API (h3rt/pipeline.h): models from files and from caller-owned tensors, the
+// single forward at a sigma, and the sampling loop's progress and cancellation.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "h3rt/pipeline.h"
+#include "h3rt/safetensors.h"
+#include "test_util.h"
+
+namespace h3rt {
+namespace {
+
+const std::string kWeights = test::golden_dir() + "/weights.safetensors";
+const std::string kGolden = test::golden_dir() + "/golden.safetensors";
+
+std::unique_ptr<Denoiser> from_file() {
+  ModelSource s;
+  s.checkpoint = kWeights;
+  return Denoiser::create(s);
+}
+
+double rel_max_err(const FloatVec& a, const std::vector<double>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    num = std::max(num, std::fabs(a[i] - b[i]));
+    den = std::max(den, std::fabs(b[i]));
+  }
+  return a.size() == b.size() ? num / den : 1e30;
+}
+
+float golden_sigma() {
+  return SafetensorsFile::open(kGolden).get("fwd/sigma_video").to_f32()[0];
+}
+
+ForwardOutputs golden_forward(Denoiser& d) {
+  const Request r = request_from_inputs(kGolden, d.config());
+  return forward_at_sigma(d, r.layout, r.video_rows.data(), r.audio_rows.data(), r.text.data(),
+                          golden_sigma());
+}
+
+TEST(Pipeline, ForwardAtSigmaMatchesFloat64Reference) {
+  auto d = from_file();
+  const ForwardOutputs v = golden_forward(*d);
+  const SafetensorsFile g = SafetensorsFile::open(kGolden);
+  EXPECT_LE(rel_max_err(v.video_velocity, g.get("fwd_f64/video_velocity").to_f64()), 1e-5);
+  EXPECT_LE(rel_max_err(v.audio_velocity, g.get("fwd_f64/audio_velocity").to_f64()), 1e-5);
+}
+
+TEST(Pipeline, DenoiserFromCallerTensorsEqualsFromFile) {
+  const SafetensorsFile f = SafetensorsFile::open(kWeights);
+  std::map<std::string, Tensor> tensors;
+  for (const auto& e : f.entries()) tensors[e.name] = f.get(e.name);
+  auto a = Denoiser::create(tensors);
+  auto b = from_file();
+  EXPECT_EQ(a->config().hidden, b->config().hidden);
+  const ForwardOutputs va = golden_forward(*a), vb = golden_forward(*b);
+  test::expect_same_bits(va.video_velocity, vb.video_velocity, "video_velocity");
+  test::expect_same_bits(va.audio_velocity, vb.audio_velocity, "audio_velocity");
+  tensors.erase("final_layer.norm.weight");
+  try {
+    Denoiser::create(tensors);
+    ADD_FAILURE() << "a missing tensor loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("final_layer.norm.weight"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Pipeline, SampleReportsProgressAndCancels) {
+  auto d = Denoiser::create(ModelSource{});
+  const Request r = make_request(d->config(), {});
+  std::vector<std::pair<int, int>> calls;
+  SampleOptions o;
+  o.steps = 2;
+  o.progress = [&](int step, int steps, double) {
+    calls.emplace_back(step, steps);
+    return true;
+  };
+  const SampleResult res = sample(*d, r, o);
+  EXPECT_EQ(calls, (std::vector<std::pair<int, int>>{{0, 2}, {1, 2}, {2, 2}}));
+  EXPECT_EQ(res.stages.size(), 2u);
+  EXPECT_EQ(res.video_shape, (Shape{1, 24, 7, 8, 12}));
+  EXPECT_EQ(static_cast<int64_t>(res.video_latents.size()), shape_numel(res.video_shape));
+  // The callback stops after step 1; the flag stops before the first step.
+  o.progress = [](int step, int, double) { return step < 1; };
+  EXPECT_THROW(sample(*d, r, o), Cancelled);
+  std::atomic<bool> stop{true};
+  o.progress = nullptr;
+  o.cancel = &stop;
+  EXPECT_THROW(sample(*d, r, o), Cancelled);
+  o.cancel = nullptr;
+  o.steps = 0;
+  EXPECT_THROW(sample(*d, r, o), Error);
+}
+
+TEST(Pipeline, RejectsSageOnCpuAndBadWords) {
+  DenoiserOptions o;
+  o.attention = Attention::sage;
+  EXPECT_THROW(Denoiser::create(ModelSource{}, o), Error);
+  EXPECT_THROW(parse_device("gpu"), Error);
+  EXPECT_THROW(parse_attention("fp8"), Error);
+  EXPECT_EQ(parse_precision("bf16"), Precision::bf16);
+}
+
+}  // namespace
+}  // namespace h3rt

@@ -1,0 +1,20 @@
+# ctest h3rt_install_consumer: installs the build into a temporary prefix, configures and builds
+# tests/install against it with find_package(h3rt), and runs one forward of the tiny weights.
+foreach(v BUILD_DIR SOURCE_DIR WORK_DIR WEIGHTS GENERATOR)
+  if(NOT DEFINED ${v})
+    message(FATAL_ERROR "run_consumer.cmake: -D${v}=... is required")
+  endif()
+endforeach()
+file(REMOVE_RECURSE "${WORK_DIR}")
+function(run)
+  execute_process(COMMAND ${ARGV} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGV}\n${out}")
+  endif()
+  message("${out}")
+endfunction()
+run("${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${WORK_DIR}/prefix")
+run("${CMAKE_COMMAND}" -S "${SOURCE_DIR}" -B "${WORK_DIR}/build" -G "${GENERATOR}"
+    "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" -DCMAKE_BUILD_TYPE=Release)
+run("${CMAKE_COMMAND}" --build "${WORK_DIR}/build")
+run("${WORK_DIR}/build/consumer" "${WEIGHTS}")
