@@ -22,6 +22,9 @@
 namespace h3rt {
 namespace {
 
+using test::CliRun;
+using test::run_cli;
+
 namespace fs = std::filesystem;
 
 std::string tmp(const std::string& name) {
@@ -252,25 +255,6 @@ TEST(AdalnCurve, MalformedTablesAreErrorsNamingFileAndKey) {
   }
 }
 
-struct CliRun {
-  int status;
-  std::string out;
-};
-
-// stdout only (the printed fit errors), or with stderr (the error line).
-CliRun run_cli(const std::string& args, bool with_stderr = false) {
-  const std::string cmd =
-      std::string(H3RT_CLI_PATH) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
-  FILE* p = popen(cmd.c_str(), "r");
-  CliRun r{-1, ""};
-  if (!p) return r;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
-
 // "adaln fit error at <what> (<n> timesteps): max abs <a>, rel L2 <b>"
 CurveFitError parse_error(const std::string& out, const std::string& what) {
   const std::regex re("adaln fit error at " + what +
@@ -334,10 +318,12 @@ TEST(AdalnCurve, PruneAdalnCliWritesALoadableFileWithTheErrorItPrints) {
     SCOPED_TRACE("rank " + std::to_string(rank));
     const std::string out = tmp("pruned_" + std::to_string(rank) + ".safetensors");
     const CliRun r = run_cli("prune-adaln --in " + test::golden_weights() + " --out " + out +
-                             " --grid 129 --rank " + std::to_string(rank));
-    ASSERT_EQ(r.status, 0) << r.out;
-    std::printf("%s", r.out.c_str());
-    const CurveFitError pn = parse_error(r.out, "grid nodes"), pm = parse_error(r.out, "midpoints");
+                                 " --grid 129 --rank " + std::to_string(rank),
+                             false);
+    ASSERT_EQ(r.status, 0) << r.output;
+    std::printf("%s", r.output.c_str());
+    const CurveFitError pn = parse_error(r.output, "grid nodes"),
+                        pm = parse_error(r.output, "midpoints");
     const H3Model curve = load_model(out);
     EXPECT_EQ(curve.config.adaln_curve_grid, 129);
     EXPECT_EQ(curve.config.adaln_curve_rank, rank);
@@ -370,24 +356,26 @@ TEST(AdalnCurve, CliInfoNamesTheVariantAndPddNeedsTheSchedule) {
   exact_pair();
   CliRun r = run_cli("info " + tmp("exact_curve.safetensors"));
   ASSERT_EQ(r.status, 0);
-  EXPECT_NE(r.out.find("AdaLN: pruned curve form (adaln_t_table grid 65, rank 97"),
+  EXPECT_NE(r.output.find("AdaLN: pruned curve form (adaln_t_table grid 65, rank 97"),
             std::string::npos)
-      << r.out;
-  EXPECT_NE(r.out.find("output heads: plain"), std::string::npos) << r.out;
+      << r.output;
+  EXPECT_NE(r.output.find("output heads: plain"), std::string::npos) << r.output;
   r = run_cli("info " + test::golden_weights());
-  EXPECT_NE(r.out.find("AdaLN: full (time embedder 256 -> 192 -> 96"), std::string::npos) << r.out;
-  EXPECT_EQ(r.out.find("to_gate_compress"), std::string::npos) << r.out;
+  EXPECT_NE(r.output.find("AdaLN: full (time embedder 256 -> 192 -> 96"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("to_gate_compress"), std::string::npos) << r.output;
 
   const std::string pdd = tmp("pdd_cli.safetensors");
   test::write_pdd_file(pdd, 4);
   r = run_cli("info " + pdd);
-  EXPECT_NE(r.out.find("output heads: PDD head bank, n = 4"), std::string::npos) << r.out;
+  EXPECT_NE(r.output.find("output heads: PDD head bank, n = 4"), std::string::npos) << r.output;
   const std::string golden = test::golden_dir() + "/golden.safetensors";
   const std::string out = tmp("pdd_forward.safetensors");
   r = run_cli("forward --checkpoint " + pdd + " --inputs " + golden + " --out " + out, true);
   EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.out.find("PDD head bank (n=4) needs the sampler's sigma schedule"), std::string::npos)
-      << r.out;
+  EXPECT_NE(r.output.find("PDD head bank (n=4) needs the sampler's sigma schedule"),
+            std::string::npos)
+      << r.output;
   EXPECT_EQ(
       run_cli("forward --steps 8 --checkpoint " + pdd + " --inputs " + golden + " --out " + out)
           .status,
@@ -402,7 +390,8 @@ TEST(AdalnCurve, CliInfoNamesTheVariantAndPddNeedsTheSchedule) {
     t.emplace_back(k, Tensor::zeros(DType::bf16, {256, 192}));
   write_safetensors(tmp("vsa_cli.safetensors"), t);
   r = run_cli("info " + tmp("vsa_cli.safetensors"));
-  EXPECT_NE(r.out.find("attn.to_gate_compress: present in 2 blocks"), std::string::npos) << r.out;
+  EXPECT_NE(r.output.find("attn.to_gate_compress: present in 2 blocks"), std::string::npos)
+      << r.output;
 }
 
 TEST(AdalnCurve, PruneAdalnRefusesACurveFile) {

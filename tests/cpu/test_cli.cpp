@@ -14,24 +14,10 @@
 namespace h3rt {
 namespace {
 
+using test::CliRun;
+using test::run_cli;
+
 namespace fs = std::filesystem;
-
-struct CliRun {
-  int status;
-  std::string output;  // stdout + stderr
-};
-
-CliRun run_cli(const std::string& args) {
-  std::string cmd = std::string(H3RT_CLI_PATH) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  CliRun r{-1, ""};
-  if (!p) return r;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) r.output.append(buf, n);
-  int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
 
 std::string tmp(const std::string& name) {
   fs::path d = fs::temp_directory_path() / "h3rt_cli_tests";

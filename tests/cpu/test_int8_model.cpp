@@ -22,25 +22,17 @@
 namespace h3rt {
 namespace {
 
+using test::CliRun;
+using test::run_cli;
+
+struct TempDir : test::TempDir {
+  TempDir() : test::TempDir("h3rt_int8_test") {}
+};
+
 namespace fs = std::filesystem;
 
 const std::string kWeights = test::golden_dir() + "/weights.safetensors";
 const std::string kGolden = test::golden_dir() + "/golden.safetensors";
-
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("h3rt_int8_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
 
 bool same_bytes(const Tensor& a, const Tensor& b) {
   if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
@@ -232,23 +224,6 @@ TEST(Int8Model, MalformedLayersAreNamed) {
     EXPECT_NE(e.find(bad), std::string::npos) << "the file is named: " << e;
     EXPECT_NE(e.find(L), std::string::npos) << "the layer is named: " << e;
   }
-}
-
-struct CliRun {
-  int status;
-  std::string output;
-};
-
-CliRun run_cli(const std::string& args) {
-  const std::string cmd = std::string(H3RT_CLI_PATH) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  CliRun r{-1, ""};
-  if (!p) return r;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) r.output.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
 }
 
 // `h3rt int8-convrot` on a golden case's w, x, bias reproduces its wq, ws, xq, xs and y, with the

@@ -15,6 +15,10 @@
 namespace h3rt {
 namespace {
 
+struct TempDir : test::TempDir {
+  TempDir() : test::TempDir("h3rt_weights_test") {}
+};
+
 std::string weights_path() {
   return test::golden_dir() + "/weights.safetensors";
 }
@@ -24,21 +28,6 @@ NamedTensors all_tensors(const SafetensorsFile& f) {
   for (const auto& e : f.entries()) t.emplace_back(e.name, f.get(e.name));
   return t;
 }
-
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = std::filesystem::temp_directory_path() /
-            ("h3rt_weights_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
 
 std::string load_error(const std::string& path, const LoadOptions& opt = {}) {
   try {

@@ -25,25 +25,17 @@
 namespace h3rt {
 namespace {
 
+using test::CliRun;
+using test::run_cli;
+
+struct TempDir : test::TempDir {
+  TempDir() : test::TempDir("h3rt_quant_test") {}
+};
+
 namespace fs = std::filesystem;
 
 const std::string kWeights = test::golden_dir() + "/weights.safetensors";
 const std::string kGolden = test::golden_dir() + "/golden.safetensors";
-
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("h3rt_quant_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
 
 // The 12 quantizable layers of the tiny model (1 refiner block + 2 blocks, 4 linears each).
 std::vector<std::string> big_linears() {
@@ -401,24 +393,6 @@ TEST(QuantizedModel, ApplyLinearFp8UsesInputScaleOnlyWhenPresent) {
   for (size_t i = 0; i < x.size(); ++i) xq[i] = e4m3_to_f32(f32_to_e4m3_satfinite(x[i] / s)) * s;
   EXPECT_NE(xq, x);
   EXPECT_EQ(model::apply_linear(lw, x.data(), rows, false), plain_linear(lw, xq, rows));
-}
-
-// ---- CLI ---------------------------------------------------------------------------------
-struct CliRun {
-  int status;
-  std::string output;  // stdout + stderr
-};
-
-CliRun run_cli(const std::string& args) {
-  const std::string cmd = std::string(H3RT_CLI_PATH) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  CliRun r{-1, ""};
-  if (!p) return r;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) r.output.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
 }
 
 size_t count_of(const std::string& text, const std::string& what) {

@@ -2,10 +2,14 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 
 namespace h3rt::test {
@@ -23,6 +27,45 @@ inline std::string golden_dir() {
 inline std::string nvfp4_golden_dir() {
   return shared_dir() + "/golden/nvfp4";
 }
+
+// A fresh folder under the system temp dir, removed with everything in it at scope exit.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix = "h3rt_test") {
+    static int counter = 0;
+    path_ = std::filesystem::temp_directory_path() /
+            (prefix + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+#ifdef H3RT_CLI_PATH
+struct CliRun {
+  int status;
+  std::string output;  // stdout, and stderr unless dropped
+};
+
+// Runs the h3rt binary with `args`; with_stderr = false drops stderr (to parse stdout alone).
+inline CliRun run_cli(const std::string& args, bool with_stderr = true) {
+  const std::string cmd =
+      std::string(H3RT_CLI_PATH) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
+  FILE* p = popen(cmd.c_str(), "r");
+  CliRun r{-1, ""};
+  if (!p) return r;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) r.output.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+#endif
 
 inline uint32_t bits(float x) {
   uint32_t u;
