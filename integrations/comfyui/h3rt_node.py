@@ -120,8 +120,9 @@ class H3rtWrapper:
         self.calls["comfyui"] += 1
         return executor(x, timestep, context, transformer_options, *args, **kwargs)
 
-    # ---- the decision ----
-    def _check(self, executor, x, context, options, kwargs, config):
+    # ---- the decision: call checks first (no weights loaded for calls that fall back), then
+    # the ones that need the checkpoint's config ----
+    def _check_call(self, executor, x, context, options, kwargs):
         video, audio = x[0], x[1]
         if len(video.shape) != 5 or len(audio.shape) != 4:
             raise Fallback("latents are not [B,24,T,H,W] video and [B,32,2,N] audio")
@@ -129,16 +130,9 @@ class H3rtWrapper:
             raise Fallback("batch size > 1")
         if video.shape[3] % 2 or video.shape[4] % 2:
             raise Fallback("odd latent height or width (ComfyUI pads; h3rt's API takes even sizes)")
-        if video.shape[1] != config["in_channels"] or audio.shape[1] != config["audio_channels"]:
-            raise Fallback("latent channels differ from the checkpoint's")
-        width = context.shape[-1]
-        if width == config["hidden"]:
-            # extra_conds already ran condition_proj + the token refiner; h3rt refines itself.
-            raise Fallback(f"context is refined text states (width {width} = hidden); set "
-                           "refine_text to 'in h3rt' on the node")
-        if width != config["text_dim"]:
-            raise Fallback(f"context width {width} is neither text_dim {config['text_dim']} "
-                           f"nor hidden {config['hidden']}")
+        hidden = getattr(getattr(executor, "class_obj", None), "hidden_size", None)
+        if hidden is not None and context.shape[-1] == hidden:
+            self._refined(hidden)
         payload = kwargs.get("minimax_payload") or {}
         for key in ("keyframes", "refs", "cond_video_latents", "cond_audio_latents"):
             if payload.get(key):
@@ -167,15 +161,33 @@ class H3rtWrapper:
             # Outer wrappers already ran around this call; inner ones would never run.
             raise Fallback("another DIFFUSION_MODEL wrapper runs inside this one (h3rt would "
                            "skip it)")
+
+    @staticmethod
+    def _refined(hidden):
+        # extra_conds already ran condition_proj + the token refiner; h3rt refines itself.
+        raise Fallback(f"context is refined text states (width {hidden} = hidden); set "
+                       "refine_text to 'in h3rt' on the node")
+
+    def _check_config(self, x, context, options, config):
+        video, audio = x[0], x[1]
+        if video.shape[1] != config["in_channels"] or audio.shape[1] != config["audio_channels"]:
+            raise Fallback("latent channels differ from the checkpoint's")
+        width = context.shape[-1]
+        if width == config["hidden"]:
+            self._refined(width)
+        if width != config["text_dim"]:
+            raise Fallback(f"context width {width} is neither text_dim {config['text_dim']} "
+                           f"nor hidden {config['hidden']}")
         if config["pdd_heads"] > 1 and options.get("sample_sigmas") is None:
             raise Fallback("a PDD head bank needs transformer_options['sample_sigmas']")
 
     def _run(self, executor, x, timestep, context, options, kwargs):
         if not isinstance(x, (list, tuple)) or len(x) != 2:
             raise Fallback("x is not [video, audio]")
+        self._check_call(executor, x, context, options, kwargs)
         engine = self._engine(executor)
         config = engine.config
-        self._check(executor, x, context, options, kwargs, config)
+        self._check_config(x, context, options, config)
         video, audio = x[0], x[1]
         if _on_device(video):
             self._once(logging.INFO, "latents and text are copied device -> host -> device each "

@@ -78,6 +78,8 @@ COMFY_MARK = 7.0  # what FakeH3._forward returns everywhere
 
 
 class FakeH3:
+    hidden_size = 192  # MiniMaxH3Model's attribute of that name
+
     def __init__(self, state):
         self.state = state
         self.forward_calls = []
@@ -315,6 +317,8 @@ def test_fallback_runs_comfyui_and_logs_once(name, make, reason, caplog):
     assert len(calls) == 2 and calls[0][0] is not None
     assert calls[0][4]["minimax_payload"] is payload  # the arguments passed through unchanged
     assert loader.engine.calls == []
+    if name not in ("other width",):  # decided from the call alone: no weights were loaded
+        assert loader.calls == []
     lines = [r.getMessage() for r in caplog.records if reason in r.getMessage()]
     assert len(lines) == 1, [r.getMessage() for r in caplog.records]
     assert wrapper.calls == {"h3rt": 0, "comfyui": 2}
