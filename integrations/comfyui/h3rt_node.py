@@ -1,0 +1,309 @@
+"""ComfyUI node "h3rt: run H3 in h3rt": a DIFFUSION_MODEL wrapper that runs MiniMax H3's forward in
+h3rt when h3rt computes exactly what ComfyUI's MiniMaxH3Model._forward would, and ComfyUI's own
+forward otherwise.
+
+The wrapper sits inside MiniMaxH3Model.forward, so ComfyUI keeps the sampler, sigmas, CFG, text
+encoding and the audio carry (payload audio_scale); it receives _forward's arguments
+(x = [video, audio], timestep = sigma * 1000, context, transformer_options, minimax_payload=...,
+denoise_mask=..., audio_denoise_mask=...) and returns _forward's contract: [video, audio] in the
+input layouts and dtypes, with _forward's sign (the negation of h3rt's data-ward velocities).
+
+Imports neither torch nor comfy at module level: the tests run it against stand-ins with numpy.
+"""
+import logging
+import os
+
+import numpy as np
+
+log = logging.getLogger("h3rt")
+
+WRAPPER_KEY = "h3rt"
+DIFFUSION_MODEL = "diffusion_model"  # comfy.patcher_extension.WrappersMP.DIFFUSION_MODEL
+# h3rt's t2va forward derives the audio timestep with these shifts (h3rt.audio_sigma_from_video).
+VIDEO_SHIFT, AUDIO_SHIFT = 12.0, 3.0
+# ComfyUI treats mask values at or above this as "generate everything" (model.py's 1 - 1e-3).
+MASK_FULL = 1.0 - 1e-3
+
+
+class Fallback(Exception):
+    """This call is not one h3rt computes identically: run ComfyUI's forward (the reason is logged
+    once per distinct reason)."""
+
+
+def _import_h3rt():
+    try:
+        import h3rt  # noqa: F401
+        return h3rt
+    except ImportError as e:
+        raise Fallback(f"the h3rt package is not importable ({e})") from None
+
+
+# ---- arrays: torch tensors in ComfyUI, numpy arrays in the tests ----
+def _is_torch(t):
+    return hasattr(t, "detach") and hasattr(t, "device")
+
+
+def _host_f32(t):
+    """A float32 host numpy array of t (h3rt takes host arrays only today)."""
+    if _is_torch(t):
+        return t.detach().float().cpu().contiguous().numpy()
+    return np.ascontiguousarray(t, dtype=np.float32)
+
+
+def _like(a, ref):
+    """numpy float32 a as ref's type, dtype and device."""
+    if _is_torch(ref):
+        import torch
+        return torch.from_numpy(a).to(device=ref.device, dtype=ref.dtype)
+    return a.astype(np.asarray(ref).dtype, copy=False)
+
+
+def _on_device(t):
+    return _is_torch(t) and t.device.type != "cpu"
+
+
+def _weight_for_h3rt(t):
+    """A host array h3rt.load can view: torch tensors go in through DLPack as stored (bf16, int8,
+    u8, ...), CPU ones without a copy; device tensors are copied to the host."""
+    if _is_torch(t):
+        t = t.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        return t.contiguous()
+    return np.ascontiguousarray(t)
+
+
+def _min_value(m):
+    if _is_torch(m):
+        return float(m.detach().float().min().item())
+    return float(np.min(m))
+
+
+class H3rtWrapper:
+    """The DIFFUSION_MODEL wrapper, one per patched model; ComfyUI's clones of that model share it
+    (and its engine). Called as wrapper(executor, x, timestep, context, transformer_options, **kw)
+    by ComfyUI's WrapperExecutor."""
+
+    def __init__(self, base_model=None, attention="bf16", cuda_graphs=True, device="cuda",
+                 weights="from the loaded model", checkpoint_path="", load=None):
+        self.base_model = base_model  # comfy's BaseModel: current_weight_patches_uuid, lowvram
+        self.attention, self.cuda_graphs, self.device = attention, bool(cuda_graphs), device
+        self.weights, self.checkpoint_path = weights, checkpoint_path
+        self.load = load  # h3rt.load unless given (the tests pass stand-in engines)
+        self.weight_patches = 0  # LoRA-style patches on the patched model (file path mode)
+        self.engine = None
+        self.engine_key = None
+        self.logged = set()
+        self.calls = {"h3rt": 0, "comfyui": 0}
+
+    # ComfyUI versions that keep wrappers in model_options deep-copy them on clone: share instead
+    # (the engine holds the weights; a copy would load them again).
+    def __deepcopy__(self, memo):
+        return self
+
+    def _once(self, level, msg):
+        if msg not in self.logged:
+            self.logged.add(msg)
+            log.log(level, "h3rt: %s", msg)
+
+    def __call__(self, executor, x, timestep, context, transformer_options=None, *args, **kwargs):
+        transformer_options = transformer_options if transformer_options is not None else {}
+        try:
+            out = self._run(executor, x, timestep, context, transformer_options, kwargs)
+            self.calls["h3rt"] += 1
+            return out
+        except Fallback as e:
+            self._once(logging.INFO, f"running ComfyUI's forward: {e}")
+        except Exception as e:  # h3rt failed at call time: never leave the user without a result
+            self._once(logging.WARNING,
+                       f"h3rt raised {type(e).__name__}: {e}; running ComfyUI's forward")
+        self.calls["comfyui"] += 1
+        return executor(x, timestep, context, transformer_options, *args, **kwargs)
+
+    # ---- the decision: call checks first (no weights loaded for calls that fall back), then
+    # the ones that need the checkpoint's config ----
+    def _check_call(self, executor, x, context, options, kwargs):
+        video, audio = x[0], x[1]
+        if len(video.shape) != 5 or len(audio.shape) != 4:
+            raise Fallback("latents are not [B,24,T,H,W] video and [B,32,2,N] audio")
+        if video.shape[0] != 1 or audio.shape[0] != 1 or context.shape[0] != 1:
+            raise Fallback("batch size > 1")
+        if video.shape[3] % 2 or video.shape[4] % 2:
+            raise Fallback("odd latent height or width (ComfyUI pads; h3rt's API takes even sizes)")
+        hidden = getattr(getattr(executor, "class_obj", None), "hidden_size", None)
+        if hidden is not None and context.shape[-1] == hidden:
+            self._refined(hidden)
+        payload = kwargs.get("minimax_payload") or {}
+        for key in ("keyframes", "refs", "cond_video_latents", "cond_audio_latents"):
+            if payload.get(key):
+                raise Fallback(f"payload '{key}' (h3rt runs the t2va layout only)")
+        tags = payload.get("text_token_tags")
+        if tags is not None and _min_value(tags) != 1:
+            raise Fallback("payload text_token_tags mark vision-block tokens")
+        layout = payload.get("layout")
+        kinds = {s[2] for s in getattr(layout, "segments", ())}
+        if kinds - {"text", "audio", "video"}:
+            raise Fallback(f"payload layout has {sorted(kinds - {'text', 'audio', 'video'})} rows")
+        for key in ("denoise_mask", "audio_denoise_mask"):
+            m = kwargs.get(key)
+            if m is not None and _min_value(m) < MASK_FULL:
+                raise Fallback(f"{key} present (per-row timesteps are not in h3rt's API yet)")
+        for key, want in (("minimax_h3_sigma_shift_video", VIDEO_SHIFT),
+                          ("minimax_h3_sigma_shift_audio", AUDIO_SHIFT)):
+            if key in options and float(options[key]) != want:
+                raise Fallback(f"{key} = {options[key]} (h3rt uses {want})")
+        if (options.get("patches_replace") or {}).get("dit"):
+            raise Fallback("a patches_replace['dit'] block patch is set (h3rt would skip it)")
+        if options.get("optimized_attention_override") is not None:
+            raise Fallback("an attention override is set (h3rt would skip it)")
+        wrappers = getattr(executor, "wrappers", [])
+        if getattr(executor, "idx", 0) + 1 < len(wrappers):
+            # Outer wrappers already ran around this call; inner ones would never run.
+            raise Fallback("another DIFFUSION_MODEL wrapper runs inside this one (h3rt would "
+                           "skip it)")
+
+    @staticmethod
+    def _refined(hidden):
+        # extra_conds already ran condition_proj + the token refiner; h3rt refines itself.
+        raise Fallback(f"context is refined text states (width {hidden} = hidden); set "
+                       "refine_text to 'in h3rt' on the node")
+
+    def _check_config(self, x, context, options, config):
+        video, audio = x[0], x[1]
+        if video.shape[1] != config["in_channels"] or audio.shape[1] != config["audio_channels"]:
+            raise Fallback("latent channels differ from the checkpoint's")
+        width = context.shape[-1]
+        if width == config["hidden"]:
+            self._refined(width)
+        if width != config["text_dim"]:
+            raise Fallback(f"context width {width} is neither text_dim {config['text_dim']} "
+                           f"nor hidden {config['hidden']}")
+        if config["pdd_heads"] > 1 and options.get("sample_sigmas") is None:
+            raise Fallback("a PDD head bank needs transformer_options['sample_sigmas']")
+
+    def _run(self, executor, x, timestep, context, options, kwargs):
+        if not isinstance(x, (list, tuple)) or len(x) != 2:
+            raise Fallback("x is not [video, audio]")
+        self._check_call(executor, x, context, options, kwargs)
+        engine = self._engine(executor)
+        config = engine.config
+        self._check_config(x, context, options, config)
+        video, audio = x[0], x[1]
+        if _on_device(video):
+            self._once(logging.INFO, "latents and text are copied device -> host -> device each "
+                       "call (h3rt takes host arrays today)")
+        # _forward: sigma_v = float32(timestep / 1000) clamped at 1e-6.
+        ts = _host_f32(timestep).reshape(-1)[0]
+        sigma = float(max(np.float32(ts) / np.float32(1000.0), np.float32(1e-6)))
+        sample_sigmas = None
+        if config["pdd_heads"] > 1:
+            sample_sigmas = [float(s) for s in _host_f32(options["sample_sigmas"]).reshape(-1)]
+        vel_v, vel_a = engine.forward_latents(_host_f32(video), _host_f32(audio), sigma,
+                                              _host_f32(context), sample_sigmas)
+        # h3rt: data-ward (x0 = x + sigma v); _forward returns -v.
+        return [_like(np.negative(vel_v), video), _like(np.negative(vel_a), audio)]
+
+    # ---- the engine ----
+    def _weights_key(self, diffusion_model):
+        base = self.base_model
+        if base is not None and getattr(base, "lowvram_patch_counter", 0):
+            # LoRA applied per layer at call time: the stored weights lack it.
+            raise Fallback("weights are patched on the fly (low-VRAM LoRA): the state dict "
+                           "lacks the patches")
+        return (id(diffusion_model), getattr(base, "current_weight_patches_uuid", None))
+
+    def _engine(self, executor):
+        if self.weights == "from file path":
+            if self.weight_patches:
+                raise Fallback("weights from file path, but the model has weight patches "
+                               "(LoRA) that the file lacks")
+            key = ("path", self.checkpoint_path)
+        else:
+            dm = getattr(executor, "class_obj", None)
+            if dm is None or not hasattr(dm, "state_dict"):
+                raise Fallback("the executor carries no diffusion model")
+            key = self._weights_key(dm)
+        if self.engine is not None and key == self.engine_key:
+            return self.engine
+        if self.engine_key == ("failed",) + key:
+            raise Fallback("h3rt could not load these weights (logged above)")
+        self.engine = None  # drop the old weights before loading new ones
+        load = self.load or _import_h3rt().load
+        try:
+            self.engine = self._load(load, executor, key)
+        except Fallback:
+            raise
+        except Exception as e:
+            self.engine_key = ("failed",) + key
+            self._once(logging.WARNING, f"h3rt.load failed: {type(e).__name__}: {e}")
+            raise Fallback("h3rt could not load these weights (logged above)") from None
+        self.engine_key = key
+        return self.engine
+
+    def _load(self, load, executor, key):
+        opts = dict(device=self.device, attention=self.attention, cuda_graphs=self.cuda_graphs)
+        if key[0] == "path":
+            path = self.checkpoint_path
+            if not path or not os.path.isfile(path):
+                raise Fallback(f"checkpoint_path '{path}' is not a file")
+            log.warning("h3rt: loading %s: a second copy of the weights, beside ComfyUI's", path)
+            return load(path, **opts)
+        state = executor.class_obj.state_dict()
+        if any(_on_device(t) for t in state.values()):
+            log.warning("h3rt: copying the model's weights from the device to host memory for "
+                        "h3rt (h3rt then holds its own copy on %s)", self.device)
+        state = {k: _weight_for_h3rt(t) for k, t in state.items()}
+        model = load(state, **opts)
+        log.info("h3rt: engine built (%s, hidden %d, %d layers, %s)", model.device,
+                 model.config["hidden"], model.config["layers"], model.precision)
+        return model
+
+
+def _keep_text_raw(text_states, *args, **kwargs):
+    """Stands in for MiniMaxH3Model.preprocess_text_embeds: leaves the text encoder's states as
+    they are, so the context reaches _forward unrefined. h3rt refines it per call; ComfyUI's
+    _forward refines it itself when the width is not hidden (the same numbers, per step)."""
+    return text_states
+
+
+class H3rtPatchModel:
+    """h3rt: run H3 in h3rt. MODEL in, the same MODEL (a clone) with h3rt's wrapper out."""
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {
+            "required": {
+                "model": ("MODEL",),
+                "attention": (["sage", "bf16"], {"default": "bf16"}),
+                "cuda_graphs": ("BOOLEAN", {"default": True}),
+                "device": (["cuda", "cpu"], {"default": "cuda"}),
+                "weights": (["from the loaded model", "from file path"],),
+                "refine_text": (["in h3rt", "in ComfyUI"], {"default": "in h3rt"}),
+            },
+            "optional": {
+                "checkpoint_path": ("STRING", {"default": ""}),
+            },
+        }
+
+    RETURN_TYPES = ("MODEL",)
+    FUNCTION = "patch"
+    CATEGORY = "advanced/model"
+    DESCRIPTION = ("Runs MiniMax H3's t2va forward in h3rt; other calls run ComfyUI's forward "
+                   "(one log line per reason).")
+
+    def patch(self, model, attention="bf16", cuda_graphs=True, device="cuda",
+              weights="from the loaded model", refine_text="in h3rt", checkpoint_path=""):
+        patched = model.clone()
+        wrapper = H3rtWrapper(getattr(model, "model", None), attention, cuda_graphs, device,
+                              weights, checkpoint_path)
+        # Patches added by nodes after this one are not visible here (README: limits).
+        wrapper.weight_patches = len(getattr(model, "patches", None) or {})
+        patched.add_wrapper_with_key(DIFFUSION_MODEL, WRAPPER_KEY, wrapper)
+        if refine_text == "in h3rt":
+            # extra_conds refines the text once per run; h3rt's API takes the encoder's states.
+            patched.add_object_patch("diffusion_model.preprocess_text_embeds", _keep_text_raw)
+        return (patched,)
+
+
+NODE_CLASS_MAPPINGS = {"H3rtPatchModel": H3rtPatchModel}
+NODE_DISPLAY_NAME_MAPPINGS = {"H3rtPatchModel": "h3rt: run H3 in h3rt"}

@@ -1,0 +1,428 @@
+"""The ComfyUI node (integrations/comfyui/h3rt_node.py) against a stand-in of ComfyUI, numpy only.
+
+The stand-in, written here from ComfyUI's public behaviour (no ComfyUI code):
+- FakeExecutor: comfy.patcher_extension.WrapperExecutor. Built from (original, class_obj,
+  wrappers, idx); calling it runs wrappers[idx + 1](next_executor, *args, **kwargs), or the
+  original once no wrapper is left; the first wrapper is the outermost.
+- FakeH3.forward: comfy.ldm.minimax.model.MiniMaxH3Model.forward with audio_scale 1 (no carry):
+  it collects transformer_options["wrappers"]["diffusion_model"] (every key, in insertion order)
+  and runs _forward inside them with _forward's arguments (x, timestep, context,
+  transformer_options, minimax_payload=, denoise_mask=, audio_denoise_mask=). FakeH3._forward
+  records the call and returns a marker result; state_dict() returns numpy arrays.
+- FakePatcher: comfy.model_patcher.ModelPatcher: .model (a BaseModel with .diffusion_model,
+  current_weight_patches_uuid, lowvram_patch_counter), clone() (copies wrappers' lists and
+  object_patches, shares the model), add_wrapper_with_key, add_object_patch, model_options.
+- sample_call: what the sampler does per step: transformer_options = the patcher's
+  model_options["transformer_options"] with the patcher's wrappers merged in, then
+  diffusion_model.forward(...).
+
+The numeric test loads the tiny golden weights into h3rt through the node (a numpy state dict)
+and compares with ComfyUI's captured t2va forward; it skips when h3rt is not importable.
+"""
+import json
+import logging
+import os
+import pathlib
+import sys
+import types
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import h3rt_node  # noqa: E402
+
+SHARED = pathlib.Path(os.environ.get("H3RT_SHARED_DIR",
+                                     pathlib.Path(__file__).resolve().parents[4] / "shared"))
+WEIGHTS = SHARED / "golden" / "h3_tiny" / "weights.safetensors"
+COMFY = SHARED / "golden" / "h3_tiny_comfy"
+
+_DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32,
+           "U8": np.uint8, "I8": np.int8, "BF16": np.uint16, "F16": np.float16}
+
+
+def read_safetensors(path):
+    """name -> numpy array; bf16 upcast to float32 (exact). The loader pattern of
+    python/tests/test_h3rt.py."""
+    raw = pathlib.Path(path).read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        a = np.frombuffer(raw[8 + n + b:8 + n + end], dtype=_DTYPES[e["dtype"]])
+        if e["dtype"] == "BF16":
+            a = (a.astype(np.uint32) << 16).view(np.float32)
+        out[name] = a.reshape(e["shape"])
+    return out
+
+
+# ---- the ComfyUI stand-in ----
+class FakeExecutor:
+    def __init__(self, original, class_obj, wrappers, idx):
+        self.original, self.class_obj, self.wrappers, self.idx = original, class_obj, wrappers, idx
+
+    def execute(self, *args, **kwargs):
+        if self.idx == len(self.wrappers):
+            return self.original(*args, **kwargs)
+        return self.wrappers[self.idx](self, *args, **kwargs)
+
+    def __call__(self, *args, **kwargs):
+        return FakeExecutor(self.original, self.class_obj, self.wrappers, self.idx + 1).execute(
+            *args, **kwargs)
+
+
+COMFY_MARK = 7.0  # what FakeH3._forward returns everywhere
+
+
+class FakeH3:
+    hidden_size = 192  # MiniMaxH3Model's attribute of that name
+
+    def __init__(self, state):
+        self.state = state
+        self.forward_calls = []
+
+    def state_dict(self):
+        return dict(self.state)
+
+    def forward(self, x, timestep, context, transformer_options={}, minimax_payload=None,
+                denoise_mask=None, audio_denoise_mask=None, **kwargs):
+        wrappers = [w for ws in transformer_options.get("wrappers", {})
+                    .get("diffusion_model", {}).values() for w in ws]
+        return FakeExecutor(self._forward, self, wrappers, 0).execute(
+            x, timestep, context, transformer_options, minimax_payload=minimax_payload,
+            denoise_mask=denoise_mask, audio_denoise_mask=audio_denoise_mask, **kwargs)
+
+    def _forward(self, x, timestep, context, transformer_options={}, **kwargs):
+        self.forward_calls.append((x, timestep, context, transformer_options, kwargs))
+        return [np.full_like(x[0], COMFY_MARK), np.full_like(x[1], COMFY_MARK)]
+
+
+class FakePatcher:
+    def __init__(self, diffusion_model):
+        self.model = types.SimpleNamespace(diffusion_model=diffusion_model,
+                                           current_weight_patches_uuid=None,
+                                           lowvram_patch_counter=0)
+        self.wrappers, self.object_patches = {}, {}
+        self.model_options = {"transformer_options": {}}
+
+    def clone(self):
+        n = FakePatcher.__new__(FakePatcher)
+        n.model = self.model
+        n.wrappers = {k: {k1: list(w) for k1, w in v.items()} for k, v in self.wrappers.items()}
+        n.object_patches = dict(self.object_patches)
+        n.model_options = {"transformer_options": dict(self.model_options["transformer_options"])}
+        return n
+
+    def add_wrapper_with_key(self, wrapper_type, key, fn):
+        self.wrappers.setdefault(wrapper_type, {}).setdefault(key, []).append(fn)
+
+    def add_object_patch(self, name, obj):
+        self.object_patches[name] = obj
+
+
+def sample_call(patcher, x, timestep, context, **kwargs):
+    to = dict(patcher.model_options["transformer_options"])
+    to["wrappers"] = patcher.wrappers
+    to.update(kwargs.pop("extra_options", {}))
+    return patcher.model.diffusion_model.forward(x, timestep, context, to, **kwargs)
+
+
+# ---- a stand-in engine (the tiny config) for everything but the numbers ----
+TINY = {"hidden": 192, "text_dim": 64, "in_channels": 24, "audio_channels": 32, "pdd_heads": 1,
+        "layers": 2}
+
+
+class FakeEngine:
+    device, precision = "cpu", "fp32"
+
+    def __init__(self, config=TINY, fail=False):
+        self.config, self.fail, self.calls = dict(config), fail, []
+
+    def forward_latents(self, video, audio, sigma, text, sample_sigmas=None):
+        self.calls.append((video, audio, sigma, text, sample_sigmas))
+        if self.fail:
+            raise RuntimeError("h3rt: simulated failure")
+        return 2.0 * video, 3.0 * audio  # distinct per stream, so swaps and signs show
+
+
+class Loader:
+    def __init__(self, engine=None, error=None):
+        self.engine, self.error, self.calls = engine or FakeEngine(), error, []
+
+    def __call__(self, src, **opts):
+        self.calls.append((src, opts))
+        if self.error:
+            raise self.error
+        return self.engine
+
+
+def t2va_payload(L=12):
+    layout = types.SimpleNamespace(segments=[(0, L, "text"), (L, L + 22, "audio"),
+                                             (L + 22, L + 102, "video")])
+    return {"text_token_tags": np.ones(L, np.int64), "seed": 1000, "audio_scale": 1.0,
+            "layout": layout}
+
+
+def inputs(seed=0, batch=1, h=8, w=8, width=64, dtype=np.float32):
+    rng = np.random.default_rng(seed)
+    video = rng.standard_normal((batch, 24, 5, h, w)).astype(dtype)
+    audio = rng.standard_normal((batch, 32, 2, 11)).astype(dtype)
+    context = rng.standard_normal((batch, 12, width)).astype(dtype)
+    return [video, audio], np.array([700.0], np.float32), context
+
+
+def patched(loader, **node_opts):
+    base = FakePatcher(FakeH3({"w": np.zeros(3, np.float32)}))
+    node_opts.setdefault("device", "cpu")
+    (out,) = h3rt_node.H3rtPatchModel().patch(base, **node_opts)
+    wrapper = out.wrappers["diffusion_model"]["h3rt"][0]
+    wrapper.load = loader
+    return base, out, wrapper
+
+
+# ---- the node ----
+def test_node_registration_and_patch_returns_a_clone():
+    assert h3rt_node.NODE_CLASS_MAPPINGS == {"H3rtPatchModel": h3rt_node.H3rtPatchModel}
+    assert h3rt_node.NODE_DISPLAY_NAME_MAPPINGS["H3rtPatchModel"] == "h3rt: run H3 in h3rt"
+    req = h3rt_node.H3rtPatchModel.INPUT_TYPES()["required"]
+    assert req["model"] == ("MODEL",) and req["attention"][0] == ["sage", "bf16"]
+    assert req["device"][0] == ["cuda", "cpu"] and req["cuda_graphs"][0] == "BOOLEAN"
+    assert h3rt_node.H3rtPatchModel.RETURN_TYPES == ("MODEL",)
+    assert getattr(h3rt_node.H3rtPatchModel, h3rt_node.H3rtPatchModel.FUNCTION)
+    base, out, wrapper = patched(Loader(), attention="sage", cuda_graphs=False)
+    assert out is not base and out.model is base.model
+    assert base.wrappers == {} and base.object_patches == {}
+    assert list(out.wrappers["diffusion_model"]) == ["h3rt"]
+    assert isinstance(wrapper, h3rt_node.H3rtWrapper)
+    assert (wrapper.attention, wrapper.cuda_graphs, wrapper.device) == ("sage", False, "cpu")
+    keep = out.object_patches["diffusion_model.preprocess_text_embeds"]
+    t = np.ones((1, 3, 64), np.float32)
+    assert keep(t) is t
+    (plain,) = h3rt_node.H3rtPatchModel().patch(base, refine_text="in ComfyUI")
+    assert plain.object_patches == {}
+
+
+def test_h3rt_path_call_order_and_contract():
+    loader = Loader()
+    base, out, wrapper = patched(loader)
+    x, ts, ctx = inputs()
+    res = sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+    assert base.model.diffusion_model.forward_calls == []  # ComfyUI's _forward did not run
+    assert len(loader.calls) == 1 and isinstance(loader.calls[0][0], dict)
+    assert loader.calls[0][1] == {"device": "cpu", "attention": "bf16", "cuda_graphs": True}
+    (video, audio, sigma, text, sample_sigmas), = loader.engine.calls
+    np.testing.assert_array_equal(video, x[0])
+    np.testing.assert_array_equal(audio, x[1])
+    np.testing.assert_array_equal(text, ctx)
+    assert sigma == float(np.float32(700.0) / np.float32(1000.0)) and sample_sigmas is None
+    # _forward's contract: [video, audio], input layouts and dtypes, sign = -(h3rt's velocity).
+    assert isinstance(res, list) and len(res) == 2
+    assert res[0].shape == x[0].shape and res[1].shape == x[1].shape
+    assert res[0].dtype == x[0].dtype and res[1].dtype == x[1].dtype
+    np.testing.assert_array_equal(res[0], -2.0 * x[0])
+    np.testing.assert_array_equal(res[1], -3.0 * x[1])
+    # The engine is built once per patched model, shared by its clones.
+    sample_call(out.clone(), x, ts, ctx, minimax_payload=t2va_payload())
+    assert len(loader.calls) == 1 and len(loader.engine.calls) == 2
+    assert wrapper.calls == {"h3rt": 2, "comfyui": 0}
+
+
+def test_output_dtype_follows_the_inputs():
+    _, out, _ = patched(Loader())
+    x, ts, ctx = inputs(dtype=np.float16)
+    res = sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+    assert res[0].dtype == np.float16 and res[1].dtype == np.float16
+    np.testing.assert_array_equal(res[1], (-3.0 * x[1].astype(np.float32)).astype(np.float16))
+
+
+def test_full_masks_and_outer_wrappers_still_run_in_h3rt():
+    loader = Loader()
+    _, out, wrapper = patched(loader)
+    seen = []
+
+    def outer(executor, *args, **kwargs):
+        seen.append("outer")
+        return executor(*args, **kwargs)
+
+    # An outer wrapper (registered first) runs around h3rt; masks of all ones mean "no mask".
+    out.wrappers["diffusion_model"] = {"outer": [outer], **out.wrappers["diffusion_model"]}
+    x, ts, ctx = inputs()
+    sample_call(out, x, ts, ctx, minimax_payload=t2va_payload(),
+                denoise_mask=np.ones((1, 1, 5, 8, 8), np.float32),
+                audio_denoise_mask=np.ones((1, 1, 2, 11), np.float32))
+    assert seen == ["outer"] and wrapper.calls == {"h3rt": 1, "comfyui": 0}
+
+
+def test_pdd_bank_gets_the_sample_sigmas():
+    engine = FakeEngine(dict(TINY, pdd_heads=4))
+    _, out, _ = patched(Loader(engine))
+    x, ts, ctx = inputs()
+    sigmas = np.array([1.0, 0.7, 0.3, 0.0], np.float32)
+    sample_call(out, x, ts, ctx, minimax_payload=t2va_payload(),
+                extra_options={"sample_sigmas": sigmas})
+    assert engine.calls[0][4] == pytest.approx([1.0, 0.7, 0.3, 0.0])
+
+
+def _inner_wrapper(out):
+    out.add_wrapper_with_key("diffusion_model", "other", lambda ex, *a, **k: ex(*a, **k))
+
+
+# (name, how to make the call ComfyUI-only, a piece of the log line)
+FALLBACKS = [
+    ("batch", lambda o: {"x": inputs(batch=2)}, "batch size > 1"),
+    ("keyframes", lambda o: {"payload": {"keyframes": [{"resolved_frame_index": 0}]}},
+     "'keyframes'"),
+    ("refs", lambda o: {"payload": {"refs": [{"kind": "image"}]}}, "'refs'"),
+    ("cond latents", lambda o: {"payload": {"cond_video_latents": [np.zeros(1)]}},
+     "'cond_video_latents'"),
+    ("text tags", lambda o: {"payload": {"text_token_tags": np.array([1, 0, 1])}},
+     "text_token_tags"),
+    ("layout", lambda o: {"payload": {"layout": types.SimpleNamespace(
+        segments=[(0, 12, "text"), (12, 28, "cond"), (28, 50, "audio"), (50, 130, "video")])}},
+     "['cond']"),
+    ("video mask", lambda o: {"kw": {"denoise_mask": np.full((1, 1, 5, 8, 8), 0.5, np.float32)}},
+     "denoise_mask present"),
+    ("audio mask", lambda o: {"kw": {"audio_denoise_mask": np.zeros((1, 1, 2, 11), np.float32)}},
+     "audio_denoise_mask present"),
+    ("refined text", lambda o: {"x": inputs(width=192)}, "refined text states"),
+    ("other width", lambda o: {"x": inputs(width=32)}, "neither text_dim"),
+    ("odd size", lambda o: {"x": inputs(h=7)}, "odd latent"),
+    ("dit patch", lambda o: {"opts": {"patches_replace": {"dit": {("double_block", 0): 1}}}},
+     "patches_replace"),
+    ("attention override", lambda o: {"opts": {"optimized_attention_override": print}},
+     "attention override"),
+    ("shift", lambda o: {"opts": {"minimax_h3_sigma_shift_video": 5.0}}, "shift_video"),
+    ("inner wrapper", lambda o: _inner_wrapper(o) or {}, "another DIFFUSION_MODEL wrapper"),
+    ("lowvram lora", lambda o: setattr(o.model, "lowvram_patch_counter", 3) or {},
+     "patched on the fly"),
+]
+
+
+@pytest.mark.parametrize("name,make,reason", FALLBACKS, ids=[f[0] for f in FALLBACKS])
+def test_fallback_runs_comfyui_and_logs_once(name, make, reason, caplog):
+    loader = Loader()
+    base, out, wrapper = patched(loader)
+    case = make(out)
+    x, ts, ctx = case.get("x", inputs())
+    payload = dict(t2va_payload(), **case.get("payload", {}))
+    caplog.set_level(logging.INFO, logger="h3rt")
+    for _ in range(2):
+        res = sample_call(out, x, ts, ctx, minimax_payload=payload,
+                          extra_options=case.get("opts", {}), **case.get("kw", {}))
+        assert all(np.all(r == COMFY_MARK) for r in res)  # ComfyUI's own result
+    calls = base.model.diffusion_model.forward_calls
+    assert len(calls) == 2 and calls[0][0] is not None
+    assert calls[0][4]["minimax_payload"] is payload  # the arguments passed through unchanged
+    assert loader.engine.calls == []
+    if name not in ("other width",):  # decided from the call alone: no weights were loaded
+        assert loader.calls == []
+    lines = [r.getMessage() for r in caplog.records if reason in r.getMessage()]
+    assert len(lines) == 1, [r.getMessage() for r in caplog.records]
+    assert wrapper.calls == {"h3rt": 0, "comfyui": 2}
+
+
+def test_h3rt_errors_fall_back_and_log_once(caplog):
+    caplog.set_level(logging.INFO, logger="h3rt")
+    engine = FakeEngine(fail=True)
+    base, out, wrapper = patched(Loader(engine))
+    x, ts, ctx = inputs()
+    for _ in range(2):
+        res = sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+        assert np.all(res[0] == COMFY_MARK)
+    assert len(engine.calls) == 2 and len(base.model.diffusion_model.forward_calls) == 2
+    assert len([r for r in caplog.records if "simulated failure" in r.getMessage()]) == 1
+
+
+def test_load_failure_is_not_retried(caplog):
+    caplog.set_level(logging.INFO, logger="h3rt")
+    loader = Loader(error=TypeError("state dict 'w': unsupported dtype float8"))
+    base, out, _ = patched(loader)
+    x, ts, ctx = inputs()
+    for _ in range(3):
+        sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+    assert len(loader.calls) == 1 and len(base.model.diffusion_model.forward_calls) == 3
+    assert len([r for r in caplog.records if "float8" in r.getMessage()]) == 1
+
+
+def test_new_weight_patches_rebuild_the_engine():
+    loader = Loader()
+    _, out, _ = patched(loader)
+    x, ts, ctx = inputs()
+    sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+    out.model.current_weight_patches_uuid = "lora-1"  # ComfyUI patched other weights in
+    sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+    sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+    assert len(loader.calls) == 2
+
+
+def test_h3rt_not_importable_falls_back(monkeypatch, caplog):
+    caplog.set_level(logging.INFO, logger="h3rt")
+    monkeypatch.setitem(sys.modules, "h3rt", None)  # import h3rt raises ImportError
+    base, out, wrapper = patched(None)
+    x, ts, ctx = inputs()
+    sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+    assert len(base.model.diffusion_model.forward_calls) == 1
+    assert any("not importable" in r.getMessage() for r in caplog.records)
+
+
+def test_file_path_weights_load_by_path(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="h3rt")
+    ckpt = tmp_path / "h3.safetensors"
+    ckpt.write_bytes(b"")
+    loader = Loader()
+    _, out, _ = patched(loader, weights="from file path", checkpoint_path=str(ckpt))
+    x, ts, ctx = inputs()
+    sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+    assert loader.calls[0][0] == str(ckpt)
+    assert any("second copy" in r.getMessage() for r in caplog.records)
+
+
+# ---- the numbers: h3rt through the node against ComfyUI's captured _forward ----
+def rel_max_err(got, ref):
+    got, ref = np.asarray(got, np.float64).ravel(), np.asarray(ref, np.float64).ravel()
+    assert got.shape == ref.shape
+    return np.abs(got - ref).max() / np.abs(ref).max()
+
+
+def test_node_reproduces_comfyui_t2va_forward():
+    pytest.importorskip("h3rt")
+    case = read_safetensors(COMFY / "t2va.safetensors")
+    base = FakePatcher(FakeH3(read_safetensors(WEIGHTS)))  # the model's own state dict
+    (out,) = h3rt_node.H3rtPatchModel().patch(base, device="cpu")
+    wrapper = out.wrappers["diffusion_model"]["h3rt"][0]
+    video = case["input/video_latents"]                           # [1, 24, T, H, W]
+    audio = case["input/audio_latents"].transpose(1, 0, 2)[None]  # ComfyUI's [1, 32, 2, N]
+    payload = t2va_payload()
+    payload["text_token_tags"] = case["input/text_token_tags"]
+    res = sample_call(out, [video, audio], case["input/timestep"], case["input/text_embeds"],
+                      minimax_payload=payload)
+    assert wrapper.calls == {"h3rt": 1, "comfyui": 0}
+    assert base.model.diffusion_model.forward_calls == []
+    # The file stores data-ward velocities (rows); _forward returned their negation.
+    _, c, t, h, w = video.shape
+    ref_v = -case["video_velocity"][0].reshape(t, h // 2, w // 2, c, 2, 2) \
+        .transpose(3, 0, 1, 4, 2, 5).reshape(video.shape)
+    n = audio.shape[-1]
+    ref_a = -case["audio_velocity"][0].reshape(2, n, audio.shape[1]).transpose(2, 0, 1)[None]
+    assert res[0].dtype == np.float32 and res[0].shape == video.shape
+    assert res[1].shape == audio.shape
+    assert rel_max_err(res[0], ref_v) <= 1e-5
+    assert rel_max_err(res[1], ref_a) <= 1e-5
+    assert rel_max_err(-res[0], ref_v) > 1.0  # the sign is checked, not only magnitudes
+
+
+def test_file_path_weights_refuse_a_model_with_lora_patches(tmp_path):
+    ckpt = tmp_path / "h3.safetensors"
+    ckpt.write_bytes(b"")
+    loader = Loader()
+    base = FakePatcher(FakeH3({}))
+    base.patches = {"blocks.0.attn.qkv_proj.weight": [("lora", 1.0)]}
+    (out,) = h3rt_node.H3rtPatchModel().patch(base, device="cpu", weights="from file path",
+                                              checkpoint_path=str(ckpt))
+    out.wrappers["diffusion_model"]["h3rt"][0].load = loader
+    x, ts, ctx = inputs()
+    res = sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+    assert loader.calls == [] and np.all(res[0] == COMFY_MARK)
