@@ -10,6 +10,10 @@ int main(int argc, char** argv) {
   CLI::App app{"h3rt: MiniMax H3 audio-video diffusion runtime"};
   app.require_subcommand(1);
   app.fallthrough(false);
+  app.add_flag_callback(
+      "--verbose", [] { h3rt::set_error_locations(true); },
+      "Errors also name the failed check's source file and line (as H3RT_DEBUG=1 does); give it "
+      "before the verb: h3rt --verbose sample ...");
   h3rt::cli::add_sample_command(app);
   h3rt::cli::add_forward_command(app);
   h3rt::cli::add_info_command(app);

@@ -1,5 +1,8 @@
 // One error style for the whole project: H3RT_CHECK(cond, msg...) throws h3rt::Error whose
-// message is the caller's text followed by the failed expression, file and line.
+// message is the caller's text: what failed, which file/tensor/option, what was expected. The
+// failed expression, source file and line follow it only when error locations are on (the
+// environment variable H3RT_DEBUG=1, `h3rt --verbose`, or set_error_locations(true)) and for
+// internal checks without a message.
 #pragma once
 
 #include <sstream>
@@ -26,6 +29,11 @@ std::string concat(Args&&... args) {
 [[noreturn]] void fail(const char* expr, const char* file, int line, const std::string& msg);
 
 }  // namespace detail
+
+// Whether error messages carry the failed check's expression, file and line (developer detail).
+// The default comes from H3RT_DEBUG (on when set to anything but "0" or empty).
+void set_error_locations(bool on);
+bool error_locations();
 }  // namespace h3rt
 
 #define H3RT_CHECK(cond, ...)                                                               \

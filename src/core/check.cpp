@@ -1,8 +1,37 @@
 #include "h3rt/check.h"
 
-namespace h3rt::detail {
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+namespace h3rt {
+
+namespace {
+
+bool debug_env() {
+  const char* v = std::getenv("H3RT_DEBUG");
+  return v && *v && std::strcmp(v, "0") != 0;
+}
+
+std::atomic<bool>& locations() {
+  static std::atomic<bool> on{debug_env()};
+  return on;
+}
+
+}  // namespace
+
+void set_error_locations(bool on) {
+  locations() = on;
+}
+
+bool error_locations() {
+  return locations();
+}
+
+namespace detail {
 
 void fail(const char* expr, const char* file, int line, const std::string& msg) {
+  if (!msg.empty() && !error_locations()) throw Error(msg);
   std::ostringstream os;
   os << (msg.empty() ? std::string("internal check failed") : msg) << " [";
   if (expr) os << "check `" << expr << "` ";
@@ -10,4 +39,5 @@ void fail(const char* expr, const char* file, int line, const std::string& msg) 
   throw Error(os.str());
 }
 
-}  // namespace h3rt::detail
+}  // namespace detail
+}  // namespace h3rt

@@ -9,8 +9,10 @@ namespace h3rt::cuda {
 
 void fail_cuda(cudaError_t err, const char* expr, const char* file, int line) {
   std::ostringstream os;
-  os << "CUDA error " << cudaGetErrorName(err) << ": " << cudaGetErrorString(err) << " [in `"
-     << expr << "` at " << file << ":" << line << "]";
+  os << "CUDA error " << cudaGetErrorName(err) << ": " << cudaGetErrorString(err) << " (in `"
+     << expr << "`";
+  if (error_locations()) os << " at " << file << ":" << line;  // developer detail
+  os << ")";
   throw Error(os.str());
 }
 

@@ -3,6 +3,7 @@
 // prune-adaln through the CLI.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -27,10 +28,11 @@ using test::run_cli;
 
 namespace fs = std::filesystem;
 
+// One folder per test process (ctest runs tests in parallel processes, and two of them writing
+// the same file name raced in the atomic writer's rename), removed when the process exits.
 std::string tmp(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / "h3rt_adaln_curve_tests";
-  fs::create_directories(d);
-  return (d / name).string();
+  static const test::TempDir dir("h3rt_adaln_curve_tests");
+  return dir.file(name);
 }
 
 std::string load_error(const std::string& path) {

@@ -1,5 +1,6 @@
 // End-to-end checks of the h3rt binary: golden trajectory and forward, and clean failures.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -19,10 +20,11 @@ using test::run_cli;
 
 namespace fs = std::filesystem;
 
+// One folder per test process (ctest runs tests in parallel processes, and two of them writing
+// the same file name raced in the atomic writer's rename), removed when the process exits.
 std::string tmp(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / "h3rt_cli_tests";
-  fs::create_directories(d);
-  return (d / name).string();
+  static const test::TempDir dir("h3rt_cli_tests");
+  return dir.file(name);
 }
 
 // max |a - b| / max |b|
@@ -136,6 +138,27 @@ TEST(Cli, OutputPathsAreCheckedFirst) {
   CliRun r = run_cli("sample --steps 0 --out " + tmp("z.st"));
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.output.find("--steps must be in [1, 1000], got 0"), std::string::npos) << r.output;
+}
+
+// Users read the message alone; the failed check's source file and line only on request.
+TEST(Cli, ErrorsNameSourceLocationsOnlyOnRequest) {
+  const std::string missing = tmp("no_such_file.safetensors");
+  for (const char* how : {"", "--verbose ", "env"}) {
+    SCOPED_TRACE(how);
+    const std::string env = std::string(how) == "env" ? "H3RT_DEBUG=1 " : "";
+    const std::string flag = env.empty() ? how : "";
+    const std::string cmd =
+        env + std::string(H3RT_CLI_PATH) + " " + flag + "info " + missing + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string out;
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    EXPECT_EQ(WEXITSTATUS(pclose(p)), 1) << out;
+    EXPECT_NE(out.find(missing), std::string::npos) << "the file is named: " << out;
+    const bool located = out.find(".cpp:") != std::string::npos;
+    EXPECT_EQ(located, std::string(how) != "") << out;
+  }
 }
 
 }  // namespace

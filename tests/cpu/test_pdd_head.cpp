@@ -2,6 +2,7 @@
 // cases included), the effective head against a direct computation, the forward with a bank,
 // the error without a schedule, and the VSA gate keys the loader accepts.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -19,10 +20,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// One folder per test process (ctest runs tests in parallel processes, and two of them writing
+// the same file name raced in the atomic writer's rename), removed when the process exits.
 std::string tmp(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / "h3rt_pdd_tests";
-  fs::create_directories(d);
-  return (d / name).string();
+  static const test::TempDir dir("h3rt_pdd_tests");
+  return dir.file(name);
 }
 
 SigmaSchedule schedule(int steps, int step) {
@@ -160,8 +162,8 @@ TEST(PddHead, ForwardWithoutScheduleIsAClearError) {
 }
 
 TEST(PddHead, MismatchedBankSizesAreRejected) {
+  pdd_model();  // writes pdd4.safetensors in this process's folder
   const SafetensorsFile f = SafetensorsFile::open(tmp("pdd4.safetensors"));
-  pdd_model();
   NamedTensors t;
   for (const auto& e : f.entries()) {
     Tensor x = f.get(e.name);
