@@ -1,11 +1,13 @@
 // int8 W8A8 on the GPU (ops/int8_linear): the rotate+quantize kernels bit-identical to
 // h3rt::int8_quantize_rows (fresh random rows with outliers spanning 2^-20..2^12 inside a group,
 // all-zero rows, tiny and subnormal values, strided and misaligned rows), the int8 GEMM on every
-// path this build and device offer bit-identical to h3rt::int8_linear (ragged M and N, with and
-// without bias, strided x and y), and the golden int8_convrot vectors byte for byte.
+// path and every CUTLASS config this build and device offer bit-identical to h3rt::int8_linear
+// (ragged M and N, with and without bias, strided x and y), the dispatcher's refusal / fallback
+// on misaligned operands, and the golden int8_convrot vectors byte for byte.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -23,6 +25,7 @@
 namespace h3rt {
 namespace {
 
+using ops::Int8CutlassConfig;
 using ops::Int8GemmPath;
 
 // Index of the first differing byte of two equal-sized buffers, -1 when identical; *count gets
@@ -137,14 +140,26 @@ TEST(Int8LinearCuda, QuantizerGenericKernelBitExact) {
 
 // ---- the GEMM -------------------------------------------------------------------------------
 
-std::vector<Int8GemmPath> available_paths() {
-  std::vector<Int8GemmPath> paths;
-  for (Int8GemmPath p : {Int8GemmPath::kCublasLt, Int8GemmPath::kCutlassSm90})
-    if (ops::int8_linear_path_available(p))
-      paths.push_back(p);
-    else
-      std::printf("int8 GEMM path %s not available here: not tested\n",
-                  ops::int8_gemm_path_name(p));
+// A path, and for kCutlassSm90 one explicit config.
+struct GemmVariant {
+  Int8GemmPath path;
+  Int8CutlassConfig config = Int8CutlassConfig::kAuto;
+  std::string name() const {
+    return path == Int8GemmPath::kCutlassSm90
+               ? std::string("cutlass_") + ops::int8_cutlass_config_name(config)
+               : std::string(ops::int8_gemm_path_name(path));
+  }
+};
+
+std::vector<GemmVariant> available_paths() {
+  std::vector<GemmVariant> paths;
+  if (ops::int8_linear_path_available(Int8GemmPath::kCublasLt))
+    paths.push_back({Int8GemmPath::kCublasLt});
+  if (ops::int8_linear_path_available(Int8GemmPath::kCutlassSm90))
+    for (Int8CutlassConfig c : ops::kInt8CutlassConfigs)
+      paths.push_back({Int8GemmPath::kCutlassSm90, c});
+  else
+    std::printf("int8 GEMM path cutlass_sm90 not available here: not tested\n");
   return paths;
 }
 
@@ -189,9 +204,9 @@ GemmOperands gemm_operands(int64_t m, int64_t n, int64_t k, int64_t x_ld, std::m
 
 // Runs `path` and compares y with the host's bytes `want` [m, n].
 void expect_gemm_matches(const GemmOperands& o, const Tensor& want, bool bias, int64_t y_ld,
-                         Int8GemmPath path) {
+                         const GemmVariant& path) {
   const int64_t m = want.size(0), n = want.size(1), k = o.w.size(1);
-  SCOPED_TRACE(std::string("path ") + ops::int8_gemm_path_name(path));
+  SCOPED_TRACE("path " + path.name());
   Tensor dy = test::device_buffer(DType::bf16, {m * y_ld});
   const size_t wsb = ops::int8_linear_workspace_bytes(m, n);
   Tensor dws = test::device_buffer(DType::u8, {std::max<int64_t>(int64_t(wsb), 1)});
@@ -209,7 +224,8 @@ void expect_gemm_matches(const GemmOperands& o, const Tensor& want, bool bias, i
   p.out = n;
   p.workspace = dws.data();
   p.workspace_bytes = wsb;
-  p.path = path;
+  p.path = path.path;
+  p.cutlass_config = path.config;
   ASSERT_EQ(ops::int8_linear_cuda(p, nullptr), cudaSuccess);
   const std::vector<uint16_t> y = test::download<uint16_t>(dy);
   int64_t bad = 0, first = -1;
@@ -231,14 +247,18 @@ TEST(Int8LinearCuda, GemmBitExactWithHostReferenceOnEveryPath) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 g(seed);
-  const std::vector<Int8GemmPath> paths = available_paths();
-  // M x N x K summed: about 9e9 multiply-adds on the host.
+  const std::vector<GemmVariant> paths = available_paths();
+  // M x N x K summed: about 11e9 multiply-adds on the host.
   std::vector<GCase> cases;
   for (int64_t m : {1, 37, 130, 1000})
     for (int64_t k : {5376, 14336}) cases.push_back({m, 48, k, 0, 0});
   for (int64_t m : {1, 37, 130}) cases.push_back({m, 5376, 5376, 0, 0});
   cases.push_back({37, 5376, 14336, 32, 8});  // strided x and y
   cases.push_back({130, 48, 5376, 16, 40});
+  // N tiles partial for 128-, 256-wide tiles and several M and N tiles, so the swizzled
+  // schedules' padding tiles (CUTLASS rounds both tile counts up to swizzle x cluster) occur.
+  cases.push_back({130, 600, 5376, 0, 0});
+  cases.push_back({1000, 264, 5376, 16, 24});
   int idx = 0;
   for (const GCase& c : cases) {
     const bool bias = (idx++ % 2) == 1;
@@ -247,11 +267,12 @@ TEST(Int8LinearCuda, GemmBitExactWithHostReferenceOnEveryPath) {
                  std::to_string(c.x_pad) + " y_pad " + std::to_string(c.y_pad));
     const GemmOperands o = gemm_operands(c.m, c.n, c.k, c.k + c.x_pad, g);
     const Tensor want = int8_linear(o.x, o.w, o.ws, bias ? &o.bias : nullptr);
-    for (Int8GemmPath path : paths) expect_gemm_matches(o, want, bias, c.n + c.y_pad, path);
+    for (const GemmVariant& path : paths) expect_gemm_matches(o, want, bias, c.n + c.y_pad, path);
     // Both settings of the bias on the same operands once.
     if (idx == 1) {
       const Tensor want_b = int8_linear(o.x, o.w, o.ws, &o.bias);
-      for (Int8GemmPath path : paths) expect_gemm_matches(o, want_b, true, c.n + c.y_pad, path);
+      for (const GemmVariant& path : paths)
+        expect_gemm_matches(o, want_b, true, c.n + c.y_pad, path);
     }
   }
 }
@@ -272,6 +293,70 @@ TEST(Int8LinearCuda, AutoPathPrefersCutlassOnHopper) {
             cutlass ? Int8GemmPath::kCutlassSm90 : Int8GemmPath::kCublasLt);
   p.in = p.x_row_stride = 5380;  // not a multiple of 16: cuBLASLt
   EXPECT_EQ(ops::int8_linear_resolve_path(p), Int8GemmPath::kCublasLt);
+  // The per-shape table names a real config for every H3 shape and any other.
+  for (int64_t out : {21504, 5376, 28672, 48})
+    for (int64_t in : {5376, 7168, 14336}) {
+      p.out = p.y_row_stride = out;
+      p.in = p.x_row_stride = in;
+      EXPECT_NE(ops::int8_linear_resolve_cutlass_config(p), Int8CutlassConfig::kAuto);
+    }
+}
+
+// Every CUTLASS config refuses (cudaErrorNotSupported) operands that break the TMA alignment
+// rules when asked for explicitly, and kAuto then computes the right bits on cuBLASLt.
+TEST(Int8LinearCuda, CutlassConfigsRefuseMisalignedAndAutoFallsBack) {
+  H3RT_REQUIRE_GPU();
+  if (std::getenv("H3RT_INT8_GEMM")) GTEST_SKIP() << "H3RT_INT8_GEMM overrides kAuto";
+  std::mt19937_64 g(test::fresh_seed());
+  const int64_t m = 37, n = 264, k = 5376;
+  const GemmOperands o = gemm_operands(m, n, k, k + 8, g);  // x rows 8-byte aligned only
+  const Tensor want = int8_linear(o.x, o.w, o.ws, &o.bias);
+  if (ops::int8_linear_path_available(Int8GemmPath::kCutlassSm90)) {
+    Tensor dy = test::device_buffer(DType::bf16, {m * n});
+    ops::Int8LinearCudaParams p;
+    p.x = test::dptr<int8_t>(o.dx);
+    p.x_row_stride = k + 8;
+    p.x_scale = test::dptr<float>(o.dxs);
+    p.w = test::dptr<int8_t>(o.dw);
+    p.w_scale = test::dptr<float>(o.dws);
+    p.bias = test::dptr<__nv_bfloat16>(o.dbias);
+    p.y = test::dptr<__nv_bfloat16>(dy);
+    p.rows = m;
+    p.in = k;
+    p.out = n;
+    p.path = Int8GemmPath::kCutlassSm90;
+    for (Int8CutlassConfig c : ops::kInt8CutlassConfigs) {
+      p.cutlass_config = c;
+      EXPECT_EQ(ops::int8_linear_cuda(p, nullptr), cudaErrorNotSupported)
+          << ops::int8_cutlass_config_name(c);
+    }
+    p.path = Int8GemmPath::kAuto;
+    p.cutlass_config = Int8CutlassConfig::kAuto;
+    EXPECT_EQ(ops::int8_linear_resolve_path(p), Int8GemmPath::kCublasLt);
+  }
+  expect_gemm_matches(o, want, true, n, {Int8GemmPath::kAuto});
+}
+
+// H3RT_INT8_GEMM=cutlass_<name> selects each config (where params.path is kAuto).
+TEST(Int8LinearCuda, EnvironmentSelectsEveryCutlassConfig) {
+  if (std::getenv("H3RT_INT8_GEMM")) GTEST_SKIP() << "H3RT_INT8_GEMM already set";
+  ops::Int8LinearCudaParams p;
+  p.rows = 128;
+  p.in = 5376;
+  p.out = 21504;
+  for (Int8CutlassConfig c : ops::kInt8CutlassConfigs) {
+    const std::string v = std::string("cutlass_") + ops::int8_cutlass_config_name(c);
+    ASSERT_EQ(setenv("H3RT_INT8_GEMM", v.c_str(), 1), 0);
+    EXPECT_EQ(ops::int8_linear_resolve_path(p), Int8GemmPath::kCutlassSm90) << v;
+    EXPECT_EQ(ops::int8_linear_resolve_cutlass_config(p), c) << v;
+    p.cutlass_config = Int8CutlassConfig::k256x128;  // an explicit config wins
+    EXPECT_EQ(ops::int8_linear_resolve_cutlass_config(p), Int8CutlassConfig::k256x128) << v;
+    p.cutlass_config = Int8CutlassConfig::kAuto;
+  }
+  ASSERT_EQ(setenv("H3RT_INT8_GEMM", "cutlass", 1), 0);
+  EXPECT_EQ(ops::int8_linear_resolve_path(p), Int8GemmPath::kCutlassSm90);
+  EXPECT_NE(ops::int8_linear_resolve_cutlass_config(p), Int8CutlassConfig::kAuto);
+  unsetenv("H3RT_INT8_GEMM");
 }
 
 // ---- golden vectors -------------------------------------------------------------------------
@@ -282,7 +367,7 @@ TEST(Int8LinearCuda, GoldenConvrotVectorsByteExact) {
   std::ifstream f(dir + "/manifest.json");
   ASSERT_TRUE(f.good()) << "missing " << dir << "/manifest.json";
   const nlohmann::json manifest = nlohmann::json::parse(f);
-  const std::vector<Int8GemmPath> paths = available_paths();
+  const std::vector<GemmVariant> paths = available_paths();
   int cases = 0;
   for (const auto& e : manifest["entries"]) {
     const std::string tag = e["tag"];
@@ -321,8 +406,8 @@ TEST(Int8LinearCuda, GoldenConvrotVectorsByteExact) {
     Tensor dbias;
     if (gf.contains("bias")) dbias = up(gf.get("bias").contiguous_copy());
     const Tensor cy = y.contiguous_copy();
-    for (Int8GemmPath path : paths) {
-      SCOPED_TRACE(std::string("path ") + ops::int8_gemm_path_name(path));
+    for (const GemmVariant& path : paths) {
+      SCOPED_TRACE("path " + path.name());
       Tensor dy = test::device_buffer(DType::bf16, {m, n});
       const size_t wsb = ops::int8_linear_workspace_bytes(m, n);
       Tensor dwork = test::device_buffer(DType::u8, {int64_t(wsb) + 1});
@@ -338,7 +423,8 @@ TEST(Int8LinearCuda, GoldenConvrotVectorsByteExact) {
       p.out = n;
       p.workspace = dwork.data();
       p.workspace_bytes = wsb;
-      p.path = path;
+      p.path = path.path;
+      p.cutlass_config = path.config;
       ASSERT_EQ(ops::int8_linear_cuda(p, nullptr), cudaSuccess);
       const auto got_y = test::download<uint16_t>(dy);
       at = first_diff(got_y.data(), cy.data(), got_y.size() * 2, &cnt);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "cuda/runtime.h"
 #include "ops/int8_linear/int8_linear.h"
@@ -158,13 +159,89 @@ cudaError_t run_cublaslt(const Int8LinearCudaParams& p, cudaStream_t stream) {
   return cudaSuccess;
 }
 
-// H3RT_INT8_GEMM=cutlass|cublaslt, else kAuto.
-Int8GemmPath env_path() {
+// ---- the CUTLASS configs --------------------------------------------------------------------
+
+using int8_detail::CutlassRaster;
+using int8_detail::CutlassSchedule;
+using CutlassFn = cudaError_t (*)(const Int8LinearCudaParams&, CutlassSchedule, cudaStream_t);
+
+struct CutlassConfigInfo {
+  Int8CutlassConfig config;
+  const char* name;
+  CutlassFn run;
+  CutlassSchedule schedule;
+};
+
+constexpr CutlassSchedule kDefaultSchedule{CutlassRaster::kHeuristic, 1};
+constexpr CutlassSchedule kAlongN2{CutlassRaster::kAlongN, 2};
+constexpr CutlassSchedule kAlongN4{CutlassRaster::kAlongN, 4};
+
+const CutlassConfigInfo kCutlassConfigInfo[] = {
+    {Int8CutlassConfig::k256x128, "256x128", int8_detail::int8_linear_cutlass_sm90,
+     kDefaultSchedule},
+    {Int8CutlassConfig::k256x128_n2, "256x128_n2", int8_detail::int8_linear_cutlass_sm90, kAlongN2},
+    {Int8CutlassConfig::k256x128_n4, "256x128_n4", int8_detail::int8_linear_cutlass_sm90, kAlongN4},
+    {Int8CutlassConfig::k128x256, "128x256", int8_detail::int8_linear_cutlass_sm90_128x256,
+     kDefaultSchedule},
+    {Int8CutlassConfig::k128x256_n2, "128x256_n2", int8_detail::int8_linear_cutlass_sm90_128x256,
+     kAlongN2},
+    {Int8CutlassConfig::k128x256_n4, "128x256_n4", int8_detail::int8_linear_cutlass_sm90_128x256,
+     kAlongN4},
+    {Int8CutlassConfig::kPp128x128, "pp128x128", int8_detail::int8_linear_cutlass_sm90_pp128x128,
+     kDefaultSchedule},
+    {Int8CutlassConfig::kPp128x128_n2, "pp128x128_n2",
+     int8_detail::int8_linear_cutlass_sm90_pp128x128, kAlongN2},
+    {Int8CutlassConfig::kPp128x128_n4, "pp128x128_n4",
+     int8_detail::int8_linear_cutlass_sm90_pp128x128, kAlongN4},
+};
+
+const CutlassConfigInfo* cutlass_config_info(Int8CutlassConfig c) {
+  for (const CutlassConfigInfo& i : kCutlassConfigInfo)
+    if (i.config == c) return &i;
+  return nullptr;
+}
+
+// ---- kAuto's CUTLASS config per shape ---------------------------------------------------------
+// THE TABLE TO FILL FROM `h3rt bench int8-gemm` (one line per shape): the first entry with this
+// out (N) and in (K) and rows >= min_rows wins (list larger min_rows first for one N x K);
+// shapes not listed take kCutlassAutoDefault. Until measured every entry is the original
+// 256x128 kernel with CUTLASS's default schedule.
+struct CutlassAutoEntry {
+  int64_t out, in, min_rows;
+  Int8CutlassConfig config;
+};
+constexpr CutlassAutoEntry kCutlassAutoTable[] = {
+    {21504, 5376, 0, Int8CutlassConfig::k256x128},  // qkv
+    {5376, 7168, 0, Int8CutlassConfig::k256x128},   // attention out
+    {28672, 5376, 0, Int8CutlassConfig::k256x128},  // fc1
+    {5376, 14336, 0, Int8CutlassConfig::k256x128},  // fc2
+};
+constexpr Int8CutlassConfig kCutlassAutoDefault = Int8CutlassConfig::k256x128;
+
+Int8CutlassConfig table_config(const Int8LinearCudaParams& p) {
+  for (const CutlassAutoEntry& e : kCutlassAutoTable)
+    if (e.out == p.out && e.in == p.in && p.rows >= e.min_rows) return e.config;
+  return kCutlassAutoDefault;
+}
+
+// H3RT_INT8_GEMM=cutlass|cutlass_<config>|cublaslt; path kAuto when unset.
+struct EnvChoice {
+  Int8GemmPath path = Int8GemmPath::kAuto;
+  Int8CutlassConfig config = Int8CutlassConfig::kAuto;
+};
+
+EnvChoice env_choice() {
   const char* s = std::getenv("H3RT_INT8_GEMM");
-  if (!s || !*s) return Int8GemmPath::kAuto;
-  if (!std::strcmp(s, "cutlass")) return Int8GemmPath::kCutlassSm90;
-  if (!std::strcmp(s, "cublaslt")) return Int8GemmPath::kCublasLt;
-  H3RT_FAIL("H3RT_INT8_GEMM=", s, ": expected cutlass or cublaslt");
+  if (!s || !*s) return {};
+  if (!std::strcmp(s, "cutlass")) return {Int8GemmPath::kCutlassSm90, Int8CutlassConfig::kAuto};
+  if (!std::strcmp(s, "cublaslt")) return {Int8GemmPath::kCublasLt, Int8CutlassConfig::kAuto};
+  std::string names;
+  for (const CutlassConfigInfo& i : kCutlassConfigInfo) {
+    if (!std::strncmp(s, "cutlass_", 8) && !std::strcmp(s + 8, i.name))
+      return {Int8GemmPath::kCutlassSm90, i.config};
+    names += std::string(", cutlass_") + i.name;
+  }
+  H3RT_FAIL("H3RT_INT8_GEMM=", s, ": expected cutlass, cublaslt", names);
 }
 
 Int8LinearCudaParams normalized(const Int8LinearCudaParams& in) {
@@ -193,6 +270,12 @@ const char* int8_gemm_path_name(Int8GemmPath path) {
   return "?";
 }
 
+const char* int8_cutlass_config_name(Int8CutlassConfig config) {
+  if (config == Int8CutlassConfig::kAuto) return "auto";
+  const CutlassConfigInfo* i = cutlass_config_info(config);
+  return i ? i->name : "?";
+}
+
 bool int8_linear_path_available(Int8GemmPath path) {
   switch (path) {
     case Int8GemmPath::kAuto:
@@ -205,13 +288,22 @@ bool int8_linear_path_available(Int8GemmPath path) {
 }
 
 Int8GemmPath int8_linear_resolve_path(const Int8LinearCudaParams& in) {
-  Int8GemmPath path = in.path == Int8GemmPath::kAuto ? env_path() : in.path;
+  Int8GemmPath path = in.path == Int8GemmPath::kAuto ? env_choice().path : in.path;
   if (path != Int8GemmPath::kAuto) return path;
   const Int8LinearCudaParams p = normalized(in);
   return int8_linear_path_available(Int8GemmPath::kCutlassSm90) &&
                  int8_detail::cutlass_sm90_supports(p)
              ? Int8GemmPath::kCutlassSm90
              : Int8GemmPath::kCublasLt;
+}
+
+Int8CutlassConfig int8_linear_resolve_cutlass_config(const Int8LinearCudaParams& in) {
+  if (in.cutlass_config != Int8CutlassConfig::kAuto) return in.cutlass_config;
+  if (in.path == Int8GemmPath::kAuto) {
+    const Int8CutlassConfig c = env_choice().config;
+    if (c != Int8CutlassConfig::kAuto) return c;
+  }
+  return table_config(normalized(in));
 }
 
 cudaError_t int8_linear_cuda(const Int8LinearCudaParams& in, cudaStream_t stream) {
@@ -222,12 +314,24 @@ cudaError_t int8_linear_cuda(const Int8LinearCudaParams& in, cudaStream_t stream
              ", row strides ", p.x_row_stride, " / ", p.y_row_stride);
   H3RT_CHECK(p.x && p.x_scale && p.w && p.w_scale && p.y, "int8_linear_cuda: null pointer");
   if (p.rows == 0) return cudaSuccess;
+  // Chosen by kAuto (neither the caller nor the environment named a path): may fall back.
+  const bool automatic = p.path == Int8GemmPath::kAuto && env_choice().path == Int8GemmPath::kAuto;
   switch (int8_linear_resolve_path(p)) {
-    case Int8GemmPath::kCutlassSm90:
+    case Int8GemmPath::kCutlassSm90: {
       if (!int8_linear_path_available(Int8GemmPath::kCutlassSm90) ||
           !int8_detail::cutlass_sm90_supports(p))
-        return cudaErrorNotSupported;
-      return int8_detail::int8_linear_cutlass_sm90(p, stream);
+        return automatic ? run_cublaslt(p, stream) : cudaErrorNotSupported;
+      const CutlassConfigInfo* info = cutlass_config_info(int8_linear_resolve_cutlass_config(p));
+      H3RT_CHECK(info, "int8_linear_cuda: unknown CUTLASS config");
+      cudaError_t e = info->run(p, info->schedule, stream);
+      // cudaErrorNotSupported: CUTLASS's can_implement refused before launching anything.
+      if (e == cudaErrorNotSupported && automatic) {
+        const CutlassConfigInfo* base = cutlass_config_info(Int8CutlassConfig::k256x128);
+        if (info != base) e = base->run(p, base->schedule, stream);
+        if (e == cudaErrorNotSupported) e = run_cublaslt(p, stream);
+      }
+      return e;
+    }
     default:
       return run_cublaslt(p, stream);
   }

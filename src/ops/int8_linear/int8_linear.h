@@ -47,22 +47,35 @@
 // for in < 131072.
 // Layout: x [rows, in] int8 row-major (row stride x_row_stride, 0: in), w [out, in] contiguous
 // (the "TN" GEMM, both K-major), y [rows, out] bf16 (row stride y_row_stride, 0: out).
-// Paths (Int8GemmPath; kAuto, or the environment variable H3RT_INT8_GEMM=cutlass|cublaslt, picks):
+// Paths (Int8GemmPath; kAuto, or the environment variable H3RT_INT8_GEMM, picks):
 //  - kCutlassSm90 (compute capability 9.0, built with H3RT_HAVE_CUTLASS and sm_90a): CUTLASS 4.2
-//    warp-specialized TMA/wgmma int8 GEMM (cooperative, 256x128x128 tiles, cluster 2x1) whose EVT
-//    epilogue computes exactly the rule above (scales broadcast per row and column, bias per
-//    column; without bias the bias node adds -0.0, which leaves every value's bits unchanged).
-//    Needs in % 16 == 0, x_row_stride % 16 == 0, y_row_stride % 8 == 0, 16-byte aligned x, w, y.
-//    No workspace.
+//    warp-specialized TMA/wgmma int8 GEMMs whose EVT epilogue computes exactly the rule above
+//    (scales broadcast per row and column, bias per column; without bias the bias node adds
+//    -0.0, which leaves every value's bits unchanged). Int8CutlassConfig picks the kernel and the
+//    persistent scheduler's raster order / swizzle (kAuto: the per-shape table in
+//    int8_linear.cu, kCutlassAutoTable):
+//      256x128[_nS]   cooperative 256x128x128, cluster 2x1 (the original kernel)
+//      128x256[_nS]   cooperative 128x256x128, cluster 2x1 (one m64n256 wgmma per warp group)
+//      pp128x128[_nS] ping-pong   128x128x128, cluster 2x1 (epilogue overlapped with the
+//                     other warp group's mainloop)
+//    without suffix CUTLASS's default schedule (heuristic raster, no swizzle); _nS rasterizes
+//    along N with swizzle S (S clusters along M side by side: L2 reuse of x and w tiles).
+//    All need in % 16 == 0, x_row_stride % 16 == 0, y_row_stride % 8 == 0, 16-byte aligned x,
+//    w, y. No workspace.
 //  - kCublasLt (any GPU): cuBLASLt int8 IMMA, CUBLAS_COMPUTE_32I with int32 output (cuBLASLt's
 //    int8 -> int8/f32-scaled variants round differently from the two-scale rule, so they are not
 //    used) into the workspace, `rows` in chunks of at most kInt8ChunkBytes of int32, each chunk
 //    followed by an exact epilogue kernel (int32 -> bf16, scales, bias). Where cuBLASLt offers no
 //    algorithm (its IMMA kernels want 4-aligned dimensions and strides), a plain dp4a kernel
 //    computes the same int32 accumulators: integer sums are exact in any order.
-// kAuto: CUTLASS on compute capability 9.0 when compiled in and the shape qualifies, otherwise
-// cuBLASLt. Blackwell (sm_100a/120a/121a) takes the cuBLASLt path; that is compiled in CI but has
-// never run (no Blackwell GPU is available to the project).
+// H3RT_INT8_GEMM=cutlass (CUTLASS, config from the table) | cutlass_<config> (e.g.
+// cutlass_128x256_n4) | cublaslt; it applies only where params.path is kAuto.
+// kAuto: CUTLASS on compute capability 9.0 when compiled in and the shape qualifies (the
+// table's config; where CUTLASS refuses the arguments at run time, cuBLASLt), otherwise
+// cuBLASLt. An explicitly requested path or config that cannot run returns
+// cudaErrorNotSupported (never a different computation). Blackwell (sm_100a/120a/121a) takes
+// the cuBLASLt path; that is compiled in CI but has never run (no Blackwell GPU is available to
+// the project).
 #pragma once
 
 #include <cstddef>
@@ -91,6 +104,29 @@ cudaError_t int8_quantize_rows_cuda(const Int8QuantizeCudaParams& p, cudaStream_
 
 enum class Int8GemmPath : uint8_t { kAuto, kCutlassSm90, kCublasLt };
 
+// The CUTLASS kernel and schedule of kCutlassSm90 (see the header comment); names as
+// int8_cutlass_config_name gives them (H3RT_INT8_GEMM=cutlass_<name>).
+enum class Int8CutlassConfig : uint8_t {
+  kAuto,
+  k256x128,
+  k256x128_n2,
+  k256x128_n4,
+  k128x256,
+  k128x256_n2,
+  k128x256_n4,
+  kPp128x128,
+  kPp128x128_n2,
+  kPp128x128_n4,
+};
+// Every config but kAuto, in the order above (benchmark columns, tests).
+inline constexpr Int8CutlassConfig kInt8CutlassConfigs[] = {
+    Int8CutlassConfig::k256x128,      Int8CutlassConfig::k256x128_n2,
+    Int8CutlassConfig::k256x128_n4,   Int8CutlassConfig::k128x256,
+    Int8CutlassConfig::k128x256_n2,   Int8CutlassConfig::k128x256_n4,
+    Int8CutlassConfig::kPp128x128,    Int8CutlassConfig::kPp128x128_n2,
+    Int8CutlassConfig::kPp128x128_n4,
+};
+
 // The int32 staging of the cuBLASLt path is at most this many bytes per chunk of rows.
 inline constexpr size_t kInt8ChunkBytes = size_t(256) << 20;
 
@@ -111,6 +147,9 @@ struct Int8LinearCudaParams {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   Int8GemmPath path = Int8GemmPath::kAuto;  // kAuto honours H3RT_INT8_GEMM
+  // With path kCutlassSm90 (or kAuto resolving to it): kAuto = the per-shape table (or the
+  // config H3RT_INT8_GEMM names when path is kAuto).
+  Int8CutlassConfig cutlass_config = Int8CutlassConfig::kAuto;
 };
 // The cuBLASLt path's int32 staging: min(rows, chunk) x out x 4 bytes (chunk rows: a multiple of
 // 128 with chunk x out x 4 <= kInt8ChunkBytes). Enough for every path.
@@ -123,6 +162,11 @@ Int8GemmPath int8_linear_resolve_path(const Int8LinearCudaParams& p);
 // for sm_90a and a compute capability 9.0 device).
 bool int8_linear_path_available(Int8GemmPath path);
 const char* int8_gemm_path_name(Int8GemmPath path);
+// The CUTLASS config `p` runs with when it resolves to kCutlassSm90: p.cutlass_config, else the
+// environment's (when p.path is kAuto), else the table's entry for (rows, out, in). Never kAuto.
+Int8CutlassConfig int8_linear_resolve_cutlass_config(const Int8LinearCudaParams& p);
+// "256x128", "128x256_n4", "pp128x128_n2", ... ("auto" for kAuto).
+const char* int8_cutlass_config_name(Int8CutlassConfig config);
 
 }  // namespace h3rt::ops
 #endif  // H3RT_HAVE_CUDA

@@ -5,11 +5,30 @@
 
 namespace h3rt::ops::int8_detail {
 
-// gemm_cutlass_sm90.cu: whether the CUTLASS kernel is in this build (H3RT_HAVE_CUTLASS and
-// sm_90a in the arch list), whether `p` meets its alignment rules, and the launch
-// (cudaErrorNotSupported when not compiled in).
+// The persistent tile scheduler's run-time arguments of the CUTLASS kernels: raster order
+// (CUTLASS's heuristic rasterizes along M when there are more N tiles than M tiles, else along
+// N) and swizzle (1, 2, 4 or 8: that many clusters along the other mode in a row).
+enum class CutlassRaster : uint8_t { kHeuristic, kAlongN, kAlongM };
+struct CutlassSchedule {
+  CutlassRaster raster = CutlassRaster::kHeuristic;
+  int swizzle = 1;
+};
+
+// gemm_cutlass_sm90.cu: whether the CUTLASS kernels are in this build (H3RT_HAVE_CUTLASS and
+// sm_90a in the arch list) and whether `p` meets their alignment rules (the same for every
+// kernel: TMA wants 16-byte aligned x, w and y rows).
 bool cutlass_sm90_compiled();
 bool cutlass_sm90_supports(const Int8LinearCudaParams& p);
-cudaError_t int8_linear_cutlass_sm90(const Int8LinearCudaParams& p, cudaStream_t stream);
+// The kernels, one TU each (cudaErrorNotSupported when not compiled in or when CUTLASS's
+// can_implement refuses the arguments):
+//  gemm_cutlass_sm90.cu:           cooperative 256x128x128, cluster 2x1 (the original kernel)
+//  gemm_cutlass_sm90_128x256.cu:   cooperative 128x256x128, cluster 2x1
+//  gemm_cutlass_sm90_pp128x128.cu: ping-pong   128x128x128, cluster 2x1
+cudaError_t int8_linear_cutlass_sm90(const Int8LinearCudaParams& p, CutlassSchedule s,
+                                     cudaStream_t stream);
+cudaError_t int8_linear_cutlass_sm90_128x256(const Int8LinearCudaParams& p, CutlassSchedule s,
+                                             cudaStream_t stream);
+cudaError_t int8_linear_cutlass_sm90_pp128x128(const Int8LinearCudaParams& p, CutlassSchedule s,
+                                               cudaStream_t stream);
 
 }  // namespace h3rt::ops::int8_detail
