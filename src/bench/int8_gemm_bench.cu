@@ -60,6 +60,19 @@ struct Shape {
   int64_t n, k;
 };
 
+cudaError_t quantize_int8_path(const DevBuf& x, int64_t rows, int64_t k, int group, const DevBuf& q,
+                               const DevBuf& s, ops::Int8QuantizePath path, cudaStream_t st) {
+  ops::Int8QuantizeCudaParams p;
+  p.x = x.as<__nv_bfloat16>();
+  p.q = q.as<int8_t>();
+  p.scale = s.as<float>();
+  p.rows = rows;
+  p.k = k;
+  p.group = group;
+  p.path = path;
+  return ops::int8_quantize_rows_cuda(p, st);
+}
+
 void quantize_int8(const DevBuf& x, int64_t rows, int64_t k, int group, const DevBuf& q,
                    const DevBuf& s, cudaStream_t st) {
   ops::Int8QuantizeCudaParams p;
@@ -110,9 +123,9 @@ nlohmann::json run_int8_gemm_bench(const Int8GemmBenchOptions& o) {
     if (ops::int8_linear_path_available(p)) paths.push_back(p);
   std::printf("int8 GEMM bench on %s: group %d, median of %d after %d warm-up\n", prop.name,
               o.group, o.iters, o.warmup);
-  std::printf("  %-5s %4s %6s %6s | %-9s | %-22s | %-22s | %-16s | %-16s | %s\n", "S", "proj", "N",
-              "K", "quant ms", "int8 cutlass ms/TOPS", "int8 cublaslt ms/TOPS", "fp8 ms/TOPS",
-              "bf16 ms/TFLOPS", "int8/fp8");
+  std::printf("  %-5s %4s %6s %6s | %-9s | %-15s | %-22s | %-22s | %-16s | %-16s | %s\n", "S",
+              "proj", "N", "K", "quant ms", "team/block ms", "int8 cutlass ms/TOPS",
+              "int8 cublaslt ms/TOPS", "fp8 ms/TOPS", "bf16 ms/TFLOPS", "int8/fp8");
   DevBuf one(4);  // fp8 scales: 1 (the hashed data lies well inside e4m3's range)
   const float f1 = 1.0f;
   H3RT_CUDA_CHECK(cudaMemcpy(one.p, &f1, 4, cudaMemcpyHostToDevice));
@@ -149,6 +162,26 @@ nlohmann::json run_int8_gemm_bench(const Int8GemmBenchOptions& o) {
       nlohmann::json quant = {
           {"median_ms", tq.first}, {"best_ms", tq.second}, {"gbps", qbytes / tq.first * 1e-6}};
       total["quantize"] += tq.first;
+      // The same call on each register kernel (team: warps own row slices; block: the older
+      // one-row-per-CTA kernel), where it can run, for an old/new comparison in one run.
+      double t_team = -1.0, t_block = -1.0;
+      for (ops::Int8QuantizePath path :
+           {ops::Int8QuantizePath::kTeam, ops::Int8QuantizePath::kBlock}) {
+        const cudaError_t first = quantize_int8_path(x16, m, k, o.group, xq, xs, path, st);
+        const std::string name = std::string("quantize_") + ops::int8_quantize_path_name(path);
+        if (first == cudaErrorNotSupported) {
+          quant[name] = {{"supported", false}};
+          continue;
+        }
+        H3RT_CUDA_CHECK(first);
+        const auto t = tm.time(
+            [&] { H3RT_CUDA_CHECK(quantize_int8_path(x16, m, k, o.group, xq, xs, path, st)); });
+        quant[name] = {
+            {"median_ms", t.first}, {"best_ms", t.second}, {"gbps", qbytes / t.first * 1e-6}};
+        total[name] += t.first;
+        (path == ops::Int8QuantizePath::kTeam ? t_team : t_block) = t.first;
+      }
+      quantize_int8(x16, m, k, o.group, xq, xs, st);  // xq / xs for the GEMMs: the kAuto result
 
       ops::Int8LinearCudaParams ip;
       ip.x = xq.as<int8_t>();
@@ -210,10 +243,13 @@ nlohmann::json run_int8_gemm_bench(const Int8GemmBenchOptions& o) {
         return std::string(b);
       };
       const double ratio = int8_best > 0.0 ? int8_best / t_fp8 : 0.0;
-      std::printf("  %-5lld %4s %6lld %6lld | %9.3f | %-22s | %-22s | %-16s | %-16s | %.3f\n",
-                  (long long)m, sh.name, (long long)n, (long long)k, tq.first,
-                  cell(t_cutlass).c_str(), cell(t_lt).c_str(), cell(t_fp8).c_str(),
-                  cell(t_bf16).c_str(), ratio);
+      char qcell[32];
+      std::snprintf(qcell, sizeof qcell, "%7.3f %7.3f", t_team, t_block);
+      std::printf(
+          "  %-5lld %4s %6lld %6lld | %9.3f | %-15s | %-22s | %-22s | %-16s | %-16s | %.3f\n",
+          (long long)m, sh.name, (long long)n, (long long)k, tq.first, qcell,
+          cell(t_cutlass).c_str(), cell(t_lt).c_str(), cell(t_fp8).c_str(), cell(t_bf16).c_str(),
+          ratio);
       shapes_json.push_back({{"name", sh.name},
                              {"n", n},
                              {"k", k},
