@@ -60,6 +60,19 @@ struct Shape {
   int64_t n, k;
 };
 
+cudaError_t quantize_int8_path(const DevBuf& x, int64_t rows, int64_t k, int group, const DevBuf& q,
+                               const DevBuf& s, ops::Int8QuantizePath path, cudaStream_t st) {
+  ops::Int8QuantizeCudaParams p;
+  p.x = x.as<__nv_bfloat16>();
+  p.q = q.as<int8_t>();
+  p.scale = s.as<float>();
+  p.rows = rows;
+  p.k = k;
+  p.group = group;
+  p.path = path;
+  return ops::int8_quantize_rows_cuda(p, st);
+}
+
 void quantize_int8(const DevBuf& x, int64_t rows, int64_t k, int group, const DevBuf& q,
                    const DevBuf& s, cudaStream_t st) {
   ops::Int8QuantizeCudaParams p;
@@ -124,7 +137,8 @@ nlohmann::json run_int8_gemm_bench(const Int8GemmBenchOptions& o) {
       prop.name, o.group, o.iters, o.warmup);
   std::string head;
   char hb[64];
-  std::snprintf(hb, sizeof hb, "  %-5s %4s %6s %6s | %8s |", "S", "proj", "N", "K", "quant");
+  std::snprintf(hb, sizeof hb, "  %-5s %4s %6s %6s | %8s %7s %7s |", "S", "proj", "N", "K", "quant",
+                "team", "block");
   head += hb;
   for (const Variant& v : variants) {
     const std::string col = v.name.rfind("int8_cutlass_", 0) == 0 ? v.name.substr(13) : v.name;
@@ -170,6 +184,26 @@ nlohmann::json run_int8_gemm_bench(const Int8GemmBenchOptions& o) {
       nlohmann::json quant = {
           {"median_ms", tq.first}, {"best_ms", tq.second}, {"gbps", qbytes / tq.first * 1e-6}};
       total["quantize"] += tq.first;
+      // The same call on each register kernel (team: warps own row slices; block: the older
+      // one-row-per-CTA kernel), where it can run, for an old/new comparison in one run.
+      double t_team = -1.0, t_block = -1.0;
+      for (ops::Int8QuantizePath path :
+           {ops::Int8QuantizePath::kTeam, ops::Int8QuantizePath::kBlock}) {
+        const cudaError_t first = quantize_int8_path(x16, m, k, o.group, xq, xs, path, st);
+        const std::string name = std::string("quantize_") + ops::int8_quantize_path_name(path);
+        if (first == cudaErrorNotSupported) {
+          quant[name] = {{"supported", false}};
+          continue;
+        }
+        H3RT_CUDA_CHECK(first);
+        const auto t = tm.time(
+            [&] { H3RT_CUDA_CHECK(quantize_int8_path(x16, m, k, o.group, xq, xs, path, st)); });
+        quant[name] = {
+            {"median_ms", t.first}, {"best_ms", t.second}, {"gbps", qbytes / t.first * 1e-6}};
+        total[name] += t.first;
+        (path == ops::Int8QuantizePath::kTeam ? t_team : t_block) = t.first;
+      }
+      quantize_int8(x16, m, k, o.group, xq, xs, st);  // xq / xs for the GEMMs: the kAuto result
 
       ops::Int8LinearCudaParams ip;
       ip.x = xq.as<int8_t>();
@@ -236,8 +270,8 @@ nlohmann::json run_int8_gemm_bench(const Int8GemmBenchOptions& o) {
       const double ratio = int8_best > 0.0 ? int8_best / t_fp8 : 0.0;
       std::string line;
       char lb[64];
-      std::snprintf(lb, sizeof lb, "  %-5lld %4s %6lld %6lld | %8.3f |", (long long)m, sh.name,
-                    (long long)n, (long long)k, tq.first);
+      std::snprintf(lb, sizeof lb, "  %-5lld %4s %6lld %6lld | %8.3f %7.3f %7.3f |", (long long)m,
+                    sh.name, (long long)n, (long long)k, tq.first, t_team, t_block);
       line += lb;
       for (double t : t_variant) {
         if (t < 0)

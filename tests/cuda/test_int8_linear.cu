@@ -1,9 +1,11 @@
-// int8 W8A8 on the GPU (ops/int8_linear): the rotate+quantize kernels bit-identical to
+// int8 W8A8 on the GPU (ops/int8_linear): the rotate+quantize kernels (team, block register and
+// shared-memory, each forced where the dispatcher would pick another) bit-identical to
 // h3rt::int8_quantize_rows (fresh random rows with outliers spanning 2^-20..2^12 inside a group,
-// all-zero rows, tiny and subnormal values, strided and misaligned rows), the int8 GEMM on every
-// path and every CUTLASS config this build and device offer bit-identical to h3rt::int8_linear
-// (ragged M and N, with and without bias, strided x and y), the dispatcher's refusal / fallback
-// on misaligned operands, and the golden int8_convrot vectors byte for byte.
+// exponents spanning 2^-133..2^100, all-zero rows, tiny and subnormal values, strided and
+// misaligned rows; the padding of q rows left alone), the int8 GEMM on every path and every
+// CUTLASS config this build and device offer bit-identical to h3rt::int8_linear (ragged M and N,
+// with and without bias, strided x and y), the dispatcher's refusal / fallback on misaligned
+// operands, and the golden int8_convrot vectors byte for byte.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -27,6 +29,7 @@ namespace {
 
 using ops::Int8CutlassConfig;
 using ops::Int8GemmPath;
+using ops::Int8QuantizePath;
 
 // Index of the first differing byte of two equal-sized buffers, -1 when identical; *count gets
 // the number of differing bytes.
@@ -47,16 +50,19 @@ struct QCase {
   int group;
   int64_t x_ld, q_ld;
   bool force_generic;
+  Int8QuantizePath path = Int8QuantizePath::kAuto;
 };
 
-// Row kinds, cycling: ordinary, outliers over 2^-20..2^12, all zero, tiny (down to subnormal).
+// Row kinds, cycling: ordinary, outliers over 2^-20..2^12, all zero, tiny (down to subnormal),
+// exponents over 2^-133..2^100 (double butterflies round there; the kernels must round alike).
 std::vector<uint16_t> quantizer_input(const QCase& c, std::mt19937_64& g) {
   test::Bf16Data base = test::random_rows_bf16(c.rows, c.x_ld, g);
-  std::uniform_real_distribution<float> e(-20.0f, 12.0f), tiny(-133.0f, -100.0f);
+  std::uniform_real_distribution<float> e(-20.0f, 12.0f), tiny(-133.0f, -100.0f),
+      wide(-133.0f, 100.0f);
   std::bernoulli_distribution sign(0.5);
   for (int64_t r = 0; r < c.rows; ++r) {
     uint16_t* row = base.bits.data() + r * c.x_ld;
-    const int kind = static_cast<int>((r + c.rows) % 4);
+    const int kind = static_cast<int>((r + c.rows) % 5);
     for (int64_t j = 0; j < c.x_ld; ++j) {
       if (j >= c.k) {
         row[j] = f32_to_bf16(1e30f);  // padding: must not count
@@ -66,6 +72,7 @@ std::vector<uint16_t> quantizer_input(const QCase& c, std::mt19937_64& g) {
       if (kind == 1) row[j] = f32_to_bf16(s * std::exp2(e(g)));
       if (kind == 2) row[j] = 0;
       if (kind == 3) row[j] = f32_to_bf16(s * std::exp2(tiny(g)));
+      if (kind == 4) row[j] = f32_to_bf16(s * std::exp2(wide(g)));
     }
   }
   return base.bits;
@@ -74,7 +81,8 @@ std::vector<uint16_t> quantizer_input(const QCase& c, std::mt19937_64& g) {
 void run_quantizer_case(const QCase& c, std::mt19937_64& g) {
   SCOPED_TRACE("rows " + std::to_string(c.rows) + " k " + std::to_string(c.k) + " group " +
                std::to_string(c.group) + " x_ld " + std::to_string(c.x_ld) + " q_ld " +
-               std::to_string(c.q_ld) + (c.force_generic ? " generic kernel" : ""));
+               std::to_string(c.q_ld) + (c.force_generic ? " generic kernel" : "") + " path " +
+               ops::int8_quantize_path_name(c.path));
   const std::vector<uint16_t> bits = quantizer_input(c, g);
   Tensor host = Tensor::zeros(DType::bf16, {c.rows, c.k});
   for (int64_t r = 0; r < c.rows; ++r)
@@ -94,8 +102,13 @@ void run_quantizer_case(const QCase& c, std::mt19937_64& g) {
   p.k = c.k;
   p.group = c.group;
   p.force_generic = c.force_generic;
+  p.path = c.path;
   ASSERT_EQ(ops::int8_quantize_rows_cuda(p, nullptr), cudaSuccess);
   const std::vector<int8_t> q = test::download<int8_t>(dq);
+  int64_t touched = 0;  // q padding (columns k .. q_ld) keeps device_buffer's 0xff poison
+  for (int64_t r = 0; r < c.rows; ++r)
+    for (int64_t j = c.k; j < c.q_ld; ++j) touched += q[r * c.q_ld + j] != int8_t(-1);
+  EXPECT_EQ(touched, 0) << "bytes of q row padding written";
   const std::vector<float> s = test::download<float>(ds);
   int64_t n = 0;
   const int64_t fs = first_diff(s.data(), want.scale.ptr<float>(), s.size() * 4, &n);
@@ -136,6 +149,85 @@ TEST(Int8LinearCuda, QuantizerGenericKernelBitExact) {
   run_quantizer_case({5, 40, 4, 41, 40, false}, g);  // k not a multiple of 16
   run_quantizer_case({3, 7, 0, 7, 7, false}, g);
   run_quantizer_case({130, 256, 4, 256, 256, false}, g);  // fast kernel, G = 4, one warp
+}
+
+// Whether `path` can take a [rows, k] quantization with these strides on this device.
+bool quantize_path_takes(Int8QuantizePath path, int64_t k, int group, int64_t x_ld, int64_t q_ld) {
+  alignas(16) static int8_t dummy[16];
+  ops::Int8QuantizeCudaParams p;
+  p.x = reinterpret_cast<const __nv_bfloat16*>(dummy);
+  p.q = dummy;
+  p.scale = reinterpret_cast<float*>(dummy);
+  p.rows = 1;
+  p.k = k;
+  p.x_row_stride = x_ld;
+  p.q_row_stride = q_ld;
+  p.group = group;
+  p.path = path;
+  return ops::int8_quantize_resolve_path(p) == path;
+}
+
+// The team kernel (and, for comparison, the block register kernel) forced on every group, the H3
+// widths, the tiny model's widths, widths with a partial last 512-column unit, row counts 1, 37,
+// 130 and 1000, contiguous and strided rows.
+TEST(Int8LinearCuda, QuantizerRegisterKernelsBitExact) {
+  H3RT_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 g(seed);
+  int ran = 0;
+  for (Int8QuantizePath path : {Int8QuantizePath::kTeam, Int8QuantizePath::kBlock}) {
+    if (!quantize_path_takes(path, 5376, 256, 5376, 5376)) {
+      std::printf("int8 quantize path %s not available here: not tested\n",
+                  ops::int8_quantize_path_name(path));
+      continue;
+    }
+    for (int group : {0, 4, 16, 64, 256}) {
+      for (int64_t k : {5376, 7168, 14336, 16384, 192, 256, 384, 768, 1280, 4096 + 64, 16, 48}) {
+        if ((group > 0 && k % group != 0) || (k == 16384 && group != 256)) continue;
+        for (int64_t rows : {1, 37, 130, 1000}) {
+          if (rows == 1000 && k > 5376) continue;  // host reference time
+          const int64_t x_pad = rows == 37 ? 72 : (rows == 1000 ? 8 : 0);
+          const int64_t q_pad = rows == 130 ? 16 : (rows == 1000 ? 48 : 0);
+          ASSERT_TRUE(quantize_path_takes(path, k, group, k + x_pad, k + q_pad));
+          run_quantizer_case({rows, k, group, k + x_pad, k + q_pad, false, path}, g);
+          ++ran;
+        }
+      }
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "no register kernel on this device";
+}
+
+TEST(Int8LinearCuda, QuantizerPathSelection) {
+  H3RT_REQUIRE_GPU();
+  if (std::getenv("H3RT_INT8_QUANT")) GTEST_SKIP() << "H3RT_INT8_QUANT overrides kAuto";
+  const bool team = quantize_path_takes(Int8QuantizePath::kTeam, 5376, 256, 5376, 5376);
+  EXPECT_EQ(team, cuda::current_device_cc() >= 90);
+  const Int8QuantizePath reg = team ? Int8QuantizePath::kTeam : Int8QuantizePath::kBlock;
+  // The H3 widths and the tiny model's take a register kernel.
+  for (int64_t k : {5376, 7168, 14336})
+    for (int group : {0, 256}) EXPECT_TRUE(quantize_path_takes(reg, k, group, k, k)) << k;
+  for (int64_t k : {192, 256, 384})
+    for (int group : {16, 64}) EXPECT_TRUE(quantize_path_takes(reg, k, group, k, k)) << k;
+  // kAuto: the team kernel where it fits, misaligned rows the shared-memory one; forcing a
+  // kernel that cannot take the call fails instead of falling back.
+  ops::Int8QuantizeCudaParams p;
+  alignas(16) static int8_t dummy[16];
+  p.x = reinterpret_cast<const __nv_bfloat16*>(dummy);
+  p.q = dummy;
+  p.scale = reinterpret_cast<float*>(dummy);
+  p.rows = 1;
+  p.k = p.x_row_stride = p.q_row_stride = 5376;
+  p.group = 256;
+  EXPECT_EQ(ops::int8_quantize_resolve_path(p), reg);
+  p.x_row_stride = 5377;
+  EXPECT_EQ(ops::int8_quantize_resolve_path(p), Int8QuantizePath::kGeneric);
+  p.path = Int8QuantizePath::kTeam;
+  EXPECT_EQ(ops::int8_quantize_resolve_path(p), Int8QuantizePath::kAuto);
+  EXPECT_EQ(ops::int8_quantize_rows_cuda(p, nullptr), cudaErrorNotSupported);
+  p.path = Int8QuantizePath::kBlock;
+  EXPECT_EQ(ops::int8_quantize_rows_cuda(p, nullptr), cudaErrorNotSupported);
 }
 
 // ---- the GEMM -------------------------------------------------------------------------------

@@ -28,15 +28,46 @@
 // any approximation within 2^-18 rounds to the same bf16 as the host's f32 quotient does, and
 // quotients below 0.25 give q = 0 either way. amax is order independent.
 // Non-finite inputs (and rotations that overflow f32) are undefined, as in the host reference.
-// Paths: rows with k % 16 == 0, k <= 16384, 16-byte aligned x and q rows (x_row_stride % 8,
-// q_row_stride % 16) and G in {0, 4, 16, 64, 256} run the register kernel: persistent CTAs of
-// ceil(k / 16 / 32) warps, one row at a time (the next row's loads in flight), each thread owning
-// 16 consecutive columns; the butterfly stages of stride 1 and 4 run in registers, those of
-// stride 16 and 64 after a transpose of the doubles through a per-warp shared tile (two 32-bit
-// passes, conflict-free padding for G = 256), then the bf16 results go back to column order
-// through the same tile, the CTA reduces amax, and each thread stores 16 int8 bytes. Anything
-// else (any k multiple of a valid G up to 28,000 columns, any stride or alignment) runs a simple
-// shared-memory kernel that performs the host's loop literally in double.
+// Paths (Int8QuantizePath). Rows with k % 16 == 0, k <= 16384, 16-byte aligned x and q rows
+// (x_row_stride % 8, q_row_stride % 16) and G in {0, 4, 16, 64, 256} can run either register
+// kernel; kAuto takes the team kernel where the device has it (compute capability >= 9.0, TMA),
+// else the block kernel. The H3 widths (5376, 7168, 14336) and the tiny model's (192, 256, 384,
+// G = 16 or 64) all qualify. Anything else (any k multiple of a valid G up to 28,000 columns,
+// any stride or alignment) runs a simple shared-memory kernel that performs the host's loop
+// literally in double.
+//  - kTeam. The block kernel kept one row in flight per CTA behind two block barriers per row;
+//    here many rows are in flight per SM and a row that fits one warp needs no block barrier. A
+//    CTA is a team of W warps (W = ceil(units / per), per in {4, 3, 2, 1} 512-column units per
+//    warp, chosen per (device, G, k): up to 20 resident warps per SM, then the most bytes in
+//    flight; by the occupancy calculator 3 units per warp for the H3 widths on an H200, 20
+//    warps per SM and ~65 KB of row data in flight) that owns one row at a time, persistent. Warp w
+//    owns the units [w U / W, (w + 1) U / W) of each row (U = ceil(k / 512), the last one possibly
+//    partial). Loads: TMA bulk copies (cp.async.bulk, one per 256 columns, issued by as many lanes)
+//    into two per-warp stages, completion on an mbarrier per stage; the next row's copies are
+//    issued before the current row is waited for, so a row per warp is always in flight and no
+//    registers hold loads. Per unit each lane takes its 16 columns from the stage and rotates
+//    them with the block kernel's operations (same butterflies, stages 1 and 4 in registers, the
+//    transpose for G >= 64 now moves whole doubles through a per-warp tile at an odd pitch of 17
+//    doubles), then writes the bf16 results back over the stage in column order (G = 256: a u16
+//    scatter, conflict-free through the 32-byte pad after each 256 columns). amax: a warp
+//    shuffle, then for W > 1 one __syncthreads per row over a double-buffered slot per warp.
+//    The quantize pass reads the stage back (16 bytes per lane), 16-byte stores of q.
+//    New exact steps (none change a value): the bf16 -> double placement uses an arithmetic
+//    shift ((int)w >> 3 & 0x8fffe000 gives the same bits as the masks); bf16 rounding of the
+//    rotated f32 and of the quotient is cvt.rn.bf16x2.f32 (IEEE nearest-even to bf16 = the
+//    host's bit rule for every non-NaN f32, subnormals included); amax is taken over |f32|
+//    before rounding (bf16(max |f|) = max |bf16(f)|: the rounding is monotone and odd); the
+//    clamp is max/min.bf16x2 against the exact values -128 and 127 BEFORE rounding to an
+//    integer (clamp(rne(y)) = rne(clamp(y)) for integer bounds), and rne(yc) is the low byte of
+//    the bits of yc + 1.5 * 2^23 (an f32 add in [2^23, 2^24), spacing 1, an even offset), so no
+//    FRND / F2I conversion remains. (A one-off host emulation of this quotient path, every finite
+//    bf16 v against 4,645 bf16 scales, gave the host rule's q everywhere.)
+//  - kBlock. Persistent CTAs of ceil(k / 16 / 32) warps, one row at a time (the next row's
+//    loads in flight), each thread owning 16 consecutive columns; the butterfly stages of stride
+//    1 and 4 run in registers, those of stride 16 and 64 after a transpose of the doubles
+//    through a per-warp shared tile (two 32-bit passes, conflict-free padding for G = 256), then
+//    the bf16 results go back to column order through the same tile, the CTA reduces amax, and
+//    each thread stores 16 int8 bytes.
 //
 // ---- int8_linear_cuda -----------------------------------------------------------------------
 // y[rows, out] = bf16(float(x_q . w_q^T) * (x_scale[row] * w_scale[col])), then bf16(y + bias):
@@ -87,6 +118,12 @@
 
 namespace h3rt::ops {
 
+// Which quantizer kernel runs (see "Paths" above). kAuto: the team kernel where it fits, else the
+// block register kernel where that fits, else the shared-memory one; the environment variable
+// H3RT_INT8_QUANT=team|block|generic overrides kAuto where that kernel can take the call (else
+// kAuto's choice runs); a kernel forced through `path` that cannot take it fails instead.
+enum class Int8QuantizePath : uint8_t { kAuto, kTeam, kBlock, kGeneric };
+
 // Rotate (group > 0: 4, 16, 64 or 256; 0 = plain per-row int8) and quantize each bf16 row:
 // q int8 [rows, k] (row stride q_row_stride, 0 = k), scale f32 [rows]. Bit-exact with
 // h3rt::int8_quantize_rows (include/h3rt/int8.h).
@@ -99,8 +136,14 @@ struct Int8QuantizeCudaParams {
   int64_t rows = 0, k = 0;
   int group = 0;
   bool force_generic = false;  // tests: run the shared-memory kernel even where the fast one fits
+  Int8QuantizePath path = Int8QuantizePath::kAuto;  // tests and benchmarks force a kernel
 };
+// cudaErrorNotSupported when `path` (or force_generic) names a kernel that cannot take p.
 cudaError_t int8_quantize_rows_cuda(const Int8QuantizeCudaParams& p, cudaStream_t stream);
+// The kernel int8_quantize_rows_cuda runs for p on the current device (kAuto resolved, the
+// environment honoured); kAuto when p forces a path that cannot take it.
+Int8QuantizePath int8_quantize_resolve_path(const Int8QuantizeCudaParams& p);
+const char* int8_quantize_path_name(Int8QuantizePath path);
 
 enum class Int8GemmPath : uint8_t { kAuto, kCutlassSm90, kCublasLt };
 

@@ -1,6 +1,13 @@
 // Rotate + quantize int8 rows on the GPU (see int8_linear.h for the rule and the exactness
-// argument): a register kernel for the aligned shapes and a literal shared-memory one otherwise.
+// argument): the team kernel (warps own row slices, TMA-staged, one row per team at a time, no
+// block-wide barrier when a row fits one warp), the older block register kernel, and a literal
+// shared-memory one for everything else.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "cuda/runtime.h"
 #include "ops/int8_linear/int8_linear.h"
@@ -220,6 +227,293 @@ __global__ void __launch_bounds__(1024) quantize_fast_kernel(Int8QuantizeCudaPar
   }
 }
 
+// ---- team kernel ---------------------------------------------------------------------------
+// See int8_linear.h ("Paths") for the design. A CTA is one team of W warps that owns one row at
+// a time; warp w owns the 512-column units [w * U / W, (w + 1) * U / W) of every row (U = the
+// row's units, the last one possibly partial). Per warp: two TMA stages holding its slice of the
+// current and the next row (256-column pieces at a pitch of 544 bytes), the transpose tile
+// (G >= 64) and two mbarriers. The rotated bf16 values overwrite the staged input in place.
+
+constexpr int kTeamMaxWarps = 16;
+constexpr int kUnitCols = 512;                 // one warp pass: 32 lanes x 16 columns
+constexpr int kPieceBytes = 512;               // 256 bf16 columns: one bulk copy
+constexpr int kPiecePitch = kPieceBytes + 32;  // +8 banks: the u16 scatter of G = 256 is
+                                               // conflict-free across the two half-warps
+constexpr int kUnitPitch = 2 * kPiecePitch;
+constexpr int kTile64Bytes = 32 * 17 * 8;  // per-warp transpose tile of doubles
+
+__device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+      "selp.b32 %0, 1, 0, p;\n\t}"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+// Orders this thread's generic-proxy shared accesses before later async-proxy (TMA) ones.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes,
+                                          uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+#endif
+
+// bf16_bits for every non-NaN f (NaN only arises from non-finite input, which is undefined).
+__device__ __forceinline__ uint32_t bf16_bits_finite(float f) {
+  const uint32_t u = __float_as_uint(f);
+  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+// {bf16(lo), bf16(hi)} packed (lo in bits 0-15): IEEE round-to-nearest-even to bf16, which is the
+// host's bit rule for every non-NaN f32 (subnormals kept, as no .ftz is given; overflow -> inf).
+__device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
+  uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+__device__ __forceinline__ uint32_t bf16x2_clamp(uint32_t v) {  // each half to [-128, 127]
+  asm("max.bf16x2 %0, %0, %1;" : "+r"(v) : "r"(0xC300C300u));   // -128
+  asm("min.bf16x2 %0, %0, %1;" : "+r"(v) : "r"(0x42FE42FEu));   // 127
+  return v;
+}
+
+// scaled_double with an arithmetic shift: the same bits (sign at 31, magnitude at 13..27).
+__device__ __forceinline__ double scaled_double_sar(uint32_t w, bool high) {
+  const int32_t v = high ? static_cast<int32_t>(w) : static_cast<int32_t>(w << 16);
+  return __hiloint2double(static_cast<int>(static_cast<uint32_t>(v >> 3) & 0x8fffe000u), 0);
+}
+
+// Two columns (one staged word: bf16 lo, hi) -> two int8 in the low bytes of the results' bits.
+//  - t = v * rcp and bf16(t) as in quantize1 (cvt.rn.bf16x2 is the host's rounding);
+//  - clamp(rne(y)) = rne(clamp(y)) for the integer bounds, and max/min.bf16x2 against the exact
+//    bf16 values -128 and 127 return one of their operands;
+//  - for yc in [-128, 127], yc + 1.5 * 2^23 lies in [2^23, 2^24) (spacing 1) and 1.5 * 2^23 is
+//    even, so the f32 add (round to nearest even) gives 1.5 * 2^23 + rne(yc) exactly, whose bits
+//    are 0x4B400000 + rne(yc): the low byte is rne(yc) as int8.
+__device__ __forceinline__ void quantize2(uint32_t w, float rcp, uint32_t& q0, uint32_t& q1) {
+  const float t0 = __fmul_rn(__uint_as_float(w << 16), rcp);
+  const float t1 = __fmul_rn(__uint_as_float(w & 0xffff0000u), rcp);
+  const uint32_t y = bf16x2_clamp(bf16x2_bits(t0, t1));
+  q0 = __float_as_uint(__fadd_rn(__uint_as_float(y << 16), 12582912.0f));
+  q1 = __float_as_uint(__fadd_rn(__uint_as_float(y & 0xffff0000u), 12582912.0f));
+}
+
+// 16 bf16 columns (8 words, column order) -> 16 int8 bytes.
+__device__ __forceinline__ uint4 quantize16(const uint4 (&v)[2], float rcp) {
+  const uint32_t w[8] = {v[0].x, v[0].y, v[0].z, v[0].w, v[1].x, v[1].y, v[1].z, v[1].w};
+  uint32_t o[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    uint32_t q0, q1, q2, q3;
+    quantize2(w[2 * i], rcp, q0, q1);
+    quantize2(w[2 * i + 1], rcp, q2, q3);
+    o[i] = __byte_perm(__byte_perm(q0, q1, 0x0040), __byte_perm(q2, q3, 0x0040), 0x5410);
+  }
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+// transpose() with whole doubles: lane L stores a[c] at tile2[L * 17 + c] (64-bit stores; the
+// odd pitch keeps each half-warp's 16 stores, and the G = 256 loads, on distinct bank pairs),
+// then loads the doubles `src(c)` names. Moving doubles through memory keeps their bits.
+template <class Src>
+__device__ __forceinline__ void transpose64(double (&a)[16], double* tile2, int lane, Src src) {
+#pragma unroll
+  for (int c = 0; c < 16; ++c) tile2[lane * 17 + c] = a[c];
+  __syncwarp();
+#pragma unroll
+  for (int c = 0; c < 16; ++c) a[c] = tile2[src(c)];
+  __syncwarp();
+}
+
+// Rotates this lane's 16 columns (`raw`) of the 512-column unit at `unit` (two 256-column pieces
+// kPiecePitch apart) with exactly the operations of rotate<G>, writes the bf16 results back into
+// the unit in column order and raises mf to the largest |f32 result| (max |bf16(f)| =
+// bf16(max |f|): the rounding is monotone and odd).
+template <int G>
+__device__ __forceinline__ void rotate_unit(const uint4 (&raw)[2], unsigned char* unit,
+                                            double* tile2, int lane, float& mf) {
+  const uint32_t w[8] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w,
+                         raw[1].x, raw[1].y, raw[1].z, raw[1].w};
+  double a[16];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    a[2 * i] = scaled_double_sar(w[i], false);
+    a[2 * i + 1] = scaled_double_sar(w[i], true);
+  }
+  stage16<1>(a);
+  if constexpr (G >= 16) stage16<4>(a);
+  // After the transpose, as in rotate<G>: G = 64: lane 4g + u holds columns 16 d2 + 4u + d0
+  // (slot 4 d2 + d0) of group g; G = 256: lane 16g + u holds columns 16 d + u (slot d).
+  if constexpr (G == 64) {
+    const int g0 = lane & ~3, u = lane & 3;
+    transpose64(a, tile2, lane, [&](int j) { return (g0 + j / 4) * 17 + 4 * u + j % 4; });
+    stage16<4>(a);
+  } else if constexpr (G == 256) {
+    const int g0 = lane & ~15, u = lane & 15;
+    transpose64(a, tile2, lane, [&](int j) { return (g0 + j) * 17 + u; });
+    stage16<1>(a);
+    stage16<4>(a);
+  }
+  const double back = __hiloint2double((1023 + 896 - half_log2(G)) << 20, 0);  // 2^(896-m)
+  uint32_t b[8];  // bf16 pairs: slots 2i (low half) and 2i + 1
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float f0 = __double2float_rn(__dmul_rn(a[2 * i], back));
+    const float f1 = __double2float_rn(__dmul_rn(a[2 * i + 1], back));
+    mf = fmaxf(mf, fmaxf(fabsf(f0), fabsf(f1)));
+    b[i] = bf16x2_bits(f0, f1);
+  }
+  if constexpr (G <= 16) {  // slots are this lane's own columns
+    uint4* own = reinterpret_cast<uint4*>(unit + (lane >> 4) * kPiecePitch + (lane & 15) * 32);
+    own[0] = make_uint4(b[0], b[1], b[2], b[3]);
+    own[1] = make_uint4(b[4], b[5], b[6], b[7]);
+  } else {
+    // Slot j's column, relative to a per-lane base: G = 64: 16 (j / 4) + j % 4 after
+    // 64 ((lane >> 2) & 3) + 4 (lane & 3); G = 256: 16 j after lane & 15; the piece is lane >> 4.
+    unsigned char* const base =
+        unit + (lane >> 4) * kPiecePitch +
+        (G == 64 ? 64 * ((lane >> 2) & 3) + 4 * (lane & 3) : (lane & 15)) * 2;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int rel = G == 64 ? 16 * (j / 4) + j % 4 : 16 * j;
+      const uint32_t pair = b[j / 2];
+      *reinterpret_cast<uint16_t*>(base + 2 * rel) =
+          static_cast<uint16_t>(j % 2 ? pair >> 16 : pair & 0xffffu);
+    }
+  }
+}
+
+template <int G>
+__global__ void __launch_bounds__(kTeamMaxWarps * 32, 1)
+    quantize_team_kernel(Int8QuantizeCudaParams p, int units, int warp_units) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) unsigned char team_smem[];
+  __shared__ uint32_t red[2][kTeamMaxWarps];
+  __shared__ __align__(8) uint64_t bars[kTeamMaxWarps][2];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  const int u0 = warp * units / nwarps, nu = (warp + 1) * units / nwarps - u0;
+  const int stage_bytes = warp_units * kUnitPitch;
+  unsigned char* const mine =
+      team_smem + size_t(warp) * (2 * stage_bytes + (G >= 64 ? kTile64Bytes : 0));
+  double* const tile2 = reinterpret_cast<double*>(mine + 2 * stage_bytes);
+  const int64_t c0 = int64_t(u0) * kUnitCols;                 // this warp's columns
+  const int64_t c1 = min(int64_t(u0 + nu) * kUnitCols, p.k);  // [c0, c1)
+  const int pieces = static_cast<int>((c1 - c0 + 255) / 256);
+  const uint32_t bytes = static_cast<uint32_t>(c1 - c0) * 2;  // a multiple of 32 (k % 16 == 0)
+  const uint32_t piece_bytes =
+      lane < pieces ? static_cast<uint32_t>(min(int64_t(256), c1 - c0 - 256 * lane)) * 2 : 0;
+  // This lane's 16 columns of a unit: piece lane / 16, 32 bytes each; valid in the units below
+  // lane_units (the last unit of the row may be partial).
+  const int lane_off = (lane >> 4) * kPiecePitch + (lane & 15) * 32;
+  const int64_t lane_cols = c1 - c0 - 16 * lane;
+  const int lane_units =
+      lane_cols > 0 ? static_cast<int>((lane_cols + kUnitCols - 1) / kUnitCols) : 0;
+  const uint32_t bar0 = smem_u32(&bars[warp][0]);
+  if (lane == 0) {
+    mbar_init(bar0, 1);
+    mbar_init(bar0 + 8, 1);
+    mbar_init_fence();
+  }
+  __syncwarp();
+  // Stage s <- this warp's slice of row r. Every lane's earlier shared accesses to stage s are
+  // ordered before the copies (fence, then the warp barrier).
+  auto issue = [&](int64_t r, int s) {
+    fence_proxy_async();
+    __syncwarp();
+    const uint32_t bar = bar0 + 8 * s;
+    if (lane == 0) mbar_arrive_expect_tx(bar, bytes);
+    __syncwarp();
+    if (lane < pieces)
+      bulk_load(smem_u32(mine + s * stage_bytes + lane * kPiecePitch),
+                p.x + r * p.x_row_stride + c0 + 256 * lane, piece_bytes, bar);
+  };
+  int64_t r = blockIdx.x;
+  if (r < p.rows) issue(r, 0);
+  for (uint32_t i = 0; r < p.rows; ++i, r += gridDim.x) {
+    const int s = static_cast<int>(i & 1);
+    if (r + gridDim.x < p.rows) issue(r + gridDim.x, s ^ 1);  // in flight during this row
+    while (!mbar_try_wait(bar0 + 8 * s, (i >> 1) & 1)) {
+    }
+    unsigned char* const stage = mine + s * stage_bytes;
+    float mf = 0.0f;  // max |value| of this lane
+    uint32_t mb = 0;  // G = 0: max bf16 magnitude bits, two lanes of 16 bits
+    unsigned char* unit = stage;
+    for (int u = 0; u < nu; ++u, unit += kUnitPitch) {
+      const uint4* own = reinterpret_cast<const uint4*>(unit + lane_off);
+      uint4 raw[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+      if (u < lane_units) {
+        raw[0] = own[0];
+        raw[1] = own[1];
+      }
+      if constexpr (G == 0) {
+        mb = __vmaxu2(mb, raw[0].x & 0x7fff7fffu);
+        mb = __vmaxu2(mb, raw[0].y & 0x7fff7fffu);
+        mb = __vmaxu2(mb, raw[0].z & 0x7fff7fffu);
+        mb = __vmaxu2(mb, raw[0].w & 0x7fff7fffu);
+        mb = __vmaxu2(mb, raw[1].x & 0x7fff7fffu);
+        mb = __vmaxu2(mb, raw[1].y & 0x7fff7fffu);
+        mb = __vmaxu2(mb, raw[1].z & 0x7fff7fffu);
+        mb = __vmaxu2(mb, raw[1].w & 0x7fff7fffu);
+      } else {
+        rotate_unit<G>(raw, unit, tile2, lane, mf);  // zeros (idle lanes) rotate to zeros
+      }
+    }
+    if constexpr (G == 0) mf = bf16_value(max(mb & 0xffffu, mb >> 16));
+    uint32_t m = __float_as_uint(mf);  // non-negative floats order like their bits
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (nwarps > 1) {
+      // red[s] is rewritten two rows later, after every warp has passed the next row's barrier.
+      if (lane == 0) red[s][warp] = m;
+      __syncthreads();
+      for (int v = 0; v < nwarps; ++v) m = max(m, red[s][v]);
+    } else {
+      __syncwarp();  // the scattered bf16 values of other lanes are visible below
+    }
+    const float amax = bf16_value(bf16_bits_finite(__uint_as_float(m)));
+    const float sc = row_scale(amax);
+    const float rcp = __frcp_rn(bf16_value(bf16_bits(sc)));
+    if (threadIdx.x == 0) p.scale[r] = sc;
+    int8_t* qcol = p.q + r * p.q_row_stride + c0 + lane * 16;
+    unit = stage + lane_off;
+    for (int u = 0; u < lane_units; ++u, unit += kUnitPitch, qcol += kUnitCols) {
+      const uint4* own = reinterpret_cast<const uint4*>(unit);
+      const uint4 v[2] = {own[0], own[1]};
+      *reinterpret_cast<uint4*>(qcol) = quantize16(v, rcp);
+    }
+  }
+#else
+  (void)p;
+  (void)units;
+  (void)warp_units;
+  __trap();  // never launched: the host checks the function's PTX version
+#endif
+}
+
 // ---- shared-memory kernel: the host loop, literally ---------------------------------------
 
 __device__ __forceinline__ float block_max_f(float v, float* red) {
@@ -290,25 +584,185 @@ bool valid_group(int g) {
   return g == 1;
 }
 
-}  // namespace
+// ---- team kernel launch ---------------------------------------------------------------------
 
-cudaError_t int8_quantize_rows_cuda(const Int8QuantizeCudaParams& in, cudaStream_t stream) {
+struct TeamPlan {
+  bool ok = false;
+  int warps = 0, warp_units = 0, grid = 0;  // grid: resident CTAs on the device
+  size_t smem = 0;
+};
+
+size_t team_smem_bytes(int group, int warps, int warp_units) {
+  return size_t(warps) * (2 * size_t(warp_units) * kUnitPitch + (group >= 64 ? kTile64Bytes : 0));
+}
+
+const void* team_kernel(int group) {
+  switch (group) {
+    case 0:
+      return reinterpret_cast<const void*>(&quantize_team_kernel<0>);
+    case 4:
+      return reinterpret_cast<const void*>(&quantize_team_kernel<4>);
+    case 16:
+      return reinterpret_cast<const void*>(&quantize_team_kernel<16>);
+    case 64:
+      return reinterpret_cast<const void*>(&quantize_team_kernel<64>);
+    default:
+      return reinterpret_cast<const void*>(&quantize_team_kernel<256>);
+  }
+}
+
+// Team size for k columns: 4, 3, 2 or 1 units (512 columns) per warp, W = ceil(units / per)
+// warps. Shared memory bounds the resident CTAs (two stages per warp, plus the transpose tile);
+// the split kept maximizes min(resident warps per SM, 20) (enough to keep the pipes busy), then
+// the bytes in flight per SM (one stage per warp: the next row). Cached per device, group and k.
+// Not ok below compute capability 9.0 (TMA), when this build has no sm_90+ code for the device,
+// or when no split fits.
+TeamPlan team_plan(int group, int64_t k) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, int, int64_t>, TeamPlan> cache;
+  int dev = 0;
+  H3RT_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_tuple(dev, group, k);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  TeamPlan best;
+  const void* fn = team_kernel(group);
+  cudaFuncAttributes attr{};
+  int major = 0, sms = 1, optin = 0;
+  H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  const bool code =
+      major >= 9 && cudaFuncGetAttributes(&attr, fn) == cudaSuccess && attr.ptxVersion >= 90;
+  const int units = static_cast<int>((k + kUnitCols - 1) / kUnitCols);
+  int64_t best_score = 0;
+  for (int per = 4; code && per >= 1; --per) {
+    const int warps = (units + per - 1) / per;
+    if (warps > kTeamMaxWarps) break;
+    const int warp_units = (units + warps - 1) / warps;
+    const size_t smem = team_smem_bytes(group, warps, warp_units);
+    if (smem + 1024 > size_t(optin)) continue;  // room for the static shared memory too
+    const int grid = cuda::resident_grid(fn, warps * 32, smem, 9);
+    const int64_t ctas = grid / std::max(sms, 1);
+    const int64_t score = std::min<int64_t>(ctas * warps, 20) * (int64_t(1) << 32) +
+                          ctas * warps * warp_units * kUnitPitch;
+    if (grid > 0 && score > best_score) {
+      best_score = score;
+      best = {true, warps, warp_units, grid, smem};
+    }
+  }
+  cache[key] = best;
+  return best;
+}
+
+template <int G>
+cudaError_t launch_team(const Int8QuantizeCudaParams& p, const TeamPlan& plan,
+                        cudaStream_t stream) {
+  const int units = static_cast<int>((p.k + kUnitCols - 1) / kUnitCols);
+  H3RT_CUDA_CHECK(cudaFuncSetAttribute(&quantize_team_kernel<G>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(plan.smem)));
+  const int grid = static_cast<int>(std::min<int64_t>(p.rows, plan.grid));
+  quantize_team_kernel<G><<<grid, plan.warps * 32, plan.smem, stream>>>(p, units, plan.warp_units);
+  return H3RT_LAUNCH_CHECK("int8 quantize (team kernel)");
+}
+
+// The shapes the register kernels take: 16-byte rows and vectors, a group they unroll.
+bool register_kernel_fits(const Int8QuantizeCudaParams& p) {
+  return p.k % 16 == 0 && p.k <= kMaxFastK && p.x_row_stride % 8 == 0 && p.q_row_stride % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.q) % 16 == 0 &&
+         (p.group == 0 || p.group == 4 || p.group == 16 || p.group == 64 || p.group == 256);
+}
+
+Int8QuantizePath env_path() {
+  const char* e = std::getenv("H3RT_INT8_QUANT");
+  if (!e || !*e) return Int8QuantizePath::kAuto;
+  if (!std::strcmp(e, "team")) return Int8QuantizePath::kTeam;
+  if (!std::strcmp(e, "block")) return Int8QuantizePath::kBlock;
+  if (!std::strcmp(e, "generic")) return Int8QuantizePath::kGeneric;
+  return Int8QuantizePath::kAuto;
+}
+
+// p with the row strides filled in.
+Int8QuantizeCudaParams normalized(const Int8QuantizeCudaParams& in) {
   Int8QuantizeCudaParams p = in;
   if (!p.x_row_stride) p.x_row_stride = p.k;
   if (!p.q_row_stride) p.q_row_stride = p.k;
+  return p;
+}
+
+// The path that runs for p: a forced one (p.path, force_generic) or kAuto when it cannot take p;
+// otherwise H3RT_INT8_QUANT's where it can, else the team kernel, the block register kernel or
+// the shared-memory one, the first that fits.
+Int8QuantizePath resolve(const Int8QuantizeCudaParams& p) {
+  const Int8QuantizePath forced = p.force_generic ? Int8QuantizePath::kGeneric : p.path;
+  const Int8QuantizePath want = forced != Int8QuantizePath::kAuto ? forced : env_path();
+  const bool reg = register_kernel_fits(p);
+  auto fits = [&](Int8QuantizePath path) {
+    switch (path) {
+      case Int8QuantizePath::kGeneric:
+        return true;
+      case Int8QuantizePath::kBlock:
+        return reg;
+      case Int8QuantizePath::kTeam:
+        return reg && team_plan(p.group, p.k).ok;
+      default:
+        return false;
+    }
+  };
+  if (want != Int8QuantizePath::kAuto && fits(want)) return want;
+  if (forced != Int8QuantizePath::kAuto) return Int8QuantizePath::kAuto;
+  for (Int8QuantizePath path : {Int8QuantizePath::kTeam, Int8QuantizePath::kBlock})
+    if (fits(path)) return path;
+  return Int8QuantizePath::kGeneric;
+}
+
+}  // namespace
+
+const char* int8_quantize_path_name(Int8QuantizePath path) {
+  switch (path) {
+    case Int8QuantizePath::kTeam:
+      return "team";
+    case Int8QuantizePath::kBlock:
+      return "block";
+    case Int8QuantizePath::kGeneric:
+      return "generic";
+    default:
+      return "auto";
+  }
+}
+
+Int8QuantizePath int8_quantize_resolve_path(const Int8QuantizeCudaParams& p) {
+  return resolve(normalized(p));
+}
+
+cudaError_t int8_quantize_rows_cuda(const Int8QuantizeCudaParams& in, cudaStream_t stream) {
+  const Int8QuantizeCudaParams p = normalized(in);
   H3RT_CHECK(p.rows >= 0 && p.k > 0 && p.x_row_stride >= p.k && p.q_row_stride >= p.k,
              "int8_quantize_rows_cuda: bad shape rows ", p.rows, ", k ", p.k, ", row strides ",
              p.x_row_stride, " / ", p.q_row_stride);
   H3RT_CHECK(p.group == 0 || (valid_group(p.group) && p.k % p.group == 0),
              "int8_quantize_rows_cuda: group ", p.group, " is not a power of 4 dividing k ", p.k);
   H3RT_CHECK(p.x && p.q && p.scale, "int8_quantize_rows_cuda: null pointer");
+  const Int8QuantizePath path = resolve(p);
+  if (path == Int8QuantizePath::kAuto) return cudaErrorNotSupported;  // forced path can't
   if (p.rows == 0) return cudaSuccess;
-  const bool fast =
-      !p.force_generic && p.k % 16 == 0 && p.k <= kMaxFastK && p.x_row_stride % 8 == 0 &&
-      p.q_row_stride % 16 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
-      reinterpret_cast<uintptr_t>(p.q) % 16 == 0 &&
-      (p.group == 0 || p.group == 4 || p.group == 16 || p.group == 64 || p.group == 256);
-  if (fast) {
+  if (path == Int8QuantizePath::kTeam) {
+    const TeamPlan plan = team_plan(p.group, p.k);
+    switch (p.group) {
+      case 0:
+        return launch_team<0>(p, plan, stream);
+      case 4:
+        return launch_team<4>(p, plan, stream);
+      case 16:
+        return launch_team<16>(p, plan, stream);
+      case 64:
+        return launch_team<64>(p, plan, stream);
+      default:
+        return launch_team<256>(p, plan, stream);
+    }
+  }
+  if (path == Int8QuantizePath::kBlock) {
     switch (p.group) {
       case 0:
         return launch_fast<0>(p, stream);
