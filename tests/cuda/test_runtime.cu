@@ -13,16 +13,23 @@ namespace {
 
 using cuda::compiled_arch_supports;
 
+// The CUDA error's name, text and the failing call always; the source file only with error
+// locations on (H3RT_DEBUG=1, h3rt --verbose).
 TEST(CudaRuntime, CheckMacroThrowsWithNameExpressionAndLocation) {
-  try {
-    H3RT_CUDA_CHECK(cudaErrorInvalidValue);
-    FAIL() << "no throw";
-  } catch (const Error& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("cudaErrorInvalidValue"), std::string::npos) << m;
-    EXPECT_NE(m.find("invalid argument"), std::string::npos) << m;
-    EXPECT_NE(m.find("test_runtime.cu"), std::string::npos) << m;
+  const bool before = error_locations();
+  for (bool on : {false, true}) {
+    set_error_locations(on);
+    try {
+      H3RT_CUDA_CHECK(cudaErrorInvalidValue);
+      ADD_FAILURE() << "no throw";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("cudaErrorInvalidValue"), std::string::npos) << m;
+      EXPECT_NE(m.find("invalid argument"), std::string::npos) << m;
+      EXPECT_EQ(m.find("test_runtime.cu") != std::string::npos, on) << m;
+    }
   }
+  set_error_locations(before);
 }
 
 TEST(CudaRuntime, ArchListParsing) {

@@ -202,19 +202,23 @@ const CutlassConfigInfo* cutlass_config_info(Int8CutlassConfig c) {
 }
 
 // ---- kAuto's CUTLASS config per shape ---------------------------------------------------------
-// THE TABLE TO FILL FROM `h3rt bench int8-gemm` (one line per shape): the first entry with this
-// out (N) and in (K) and rows >= min_rows wins (list larger min_rows first for one N x K);
-// shapes not listed take kCutlassAutoDefault. Until measured every entry is the original
-// 256x128 kernel with CUTLASS's default schedule.
+// Filled from `h3rt bench int8-gemm` on the H200 (2026-12-01, bench/RESULTS.md session 9 call 4):
+// the fastest config per shape at S = 37810 (rows >= 20000) and at S = 15399. The first entry
+// with this out (N) and in (K) and rows >= min_rows wins (larger min_rows first for one N x K);
+// shapes not listed take kCutlassAutoDefault. Large-N shapes want the 128x256 tile walking N in
+// groups of 4 (x stays in L2); the N = 5376 shapes the ping-pong kernel or the original tile.
 struct CutlassAutoEntry {
   int64_t out, in, min_rows;
   Int8CutlassConfig config;
 };
 constexpr CutlassAutoEntry kCutlassAutoTable[] = {
-    {21504, 5376, 0, Int8CutlassConfig::k256x128},  // qkv
-    {5376, 7168, 0, Int8CutlassConfig::k256x128},   // attention out
-    {28672, 5376, 0, Int8CutlassConfig::k256x128},  // fc1
-    {5376, 14336, 0, Int8CutlassConfig::k256x128},  // fc2
+    {21504, 5376, 20000, Int8CutlassConfig::k128x256_n4},  // qkv: 6.354 ms (256x128: 8.050)
+    {21504, 5376, 0, Int8CutlassConfig::kPp128x128},       // qkv at 15399 rows: 2.556
+    {5376, 7168, 0, Int8CutlassConfig::kPp128x128},        // attention out: 2.032 / 0.810
+    {28672, 5376, 20000, Int8CutlassConfig::k128x256_n4},  // fc1: 8.405 (256x128: 11.329)
+    {28672, 5376, 0, Int8CutlassConfig::k128x256},         // fc1 at 15399 rows: 3.546
+    {5376, 14336, 20000, Int8CutlassConfig::k256x128},     // fc2: 3.653
+    {5376, 14336, 0, Int8CutlassConfig::kPp128x128},       // fc2 at 15399 rows: 1.621
 };
 constexpr Int8CutlassConfig kCutlassAutoDefault = Int8CutlassConfig::k256x128;
 
