@@ -119,4 +119,23 @@ inline BitCompare compare_bf16(const std::vector<uint16_t>& got, const float* wa
   return c;
 }
 
+// Max and mean absolute difference of `got` against `ref` (same length), every got value finite:
+// the measure of the GPU-forward-against-CPU tests.
+struct Err {
+  double max_abs = 0, mean_abs = 0;
+};
+
+template <typename Got, typename Ref>
+Err error(const Got& got, const Ref& ref) {
+  Err e;
+  EXPECT_EQ(got.size(), ref.size());
+  for (size_t i = 0; i < std::min(got.size(), ref.size()); ++i) {
+    const double d = std::fabs(double(got[i]) - double(ref[i]));
+    EXPECT_TRUE(std::isfinite(got[i]));
+    e.max_abs = std::max(e.max_abs, d);
+    e.mean_abs += d / ref.size();
+  }
+  return e;
+}
+
 }  // namespace h3rt::test

@@ -99,21 +99,8 @@ TEST(AdalnCurveCuda, ModulateBitExactWithCpu) {
   test::expect_same_bits(cuda::to_host(dy).to_f32(), want, "modulated rows");
 }
 
-struct Err {
-  double max_abs = 0, mean_abs = 0;
-};
-
-Err error(const FloatVec& got, const FloatVec& ref) {
-  Err e;
-  EXPECT_EQ(got.size(), ref.size());
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = std::fabs(double(got[i]) - ref[i]);
-    EXPECT_TRUE(std::isfinite(got[i]));
-    e.max_abs = std::max(e.max_abs, d);
-    e.mean_abs += d / ref.size();
-  }
-  return e;
-}
+using test::Err;
+using test::error;
 
 // A variant file through the GPU session over a 2-step schedule, eager and graph-replayed: the
 // two give the same bits, and each step stays as close to the CPU fp32 forward of the same

@@ -22,21 +22,8 @@ std::string golden_file(const std::string& name) {
   return test::golden_dir() + "/" + name;
 }
 
-struct Err {
-  double max_abs = 0, mean_abs = 0;
-};
-
-Err error(const FloatVec& got, const std::vector<double>& ref) {
-  Err e;
-  EXPECT_EQ(got.size(), ref.size());
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = std::fabs(got[i] - ref[i]);
-    EXPECT_TRUE(std::isfinite(got[i]));
-    e.max_abs = std::max(e.max_abs, d);
-    e.mean_abs += d / ref.size();
-  }
-  return e;
-}
+using test::Err;
+using test::error;
 
 TEST(ForwardCuda, GoldenBf16WithinTwiceCpuBf16Error) {
   H3RT_REQUIRE_GPU();

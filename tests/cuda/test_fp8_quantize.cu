@@ -200,21 +200,8 @@ H3Model load_fp8_dynamic() {
   return host;
 }
 
-struct Err {
-  double max_abs = 0, mean_abs = 0;
-};
-
-Err error(const FloatVec& got, const FloatVec& ref) {
-  Err e;
-  EXPECT_EQ(got.size(), ref.size());
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = std::fabs(double(got[i]) - ref[i]);
-    EXPECT_TRUE(std::isfinite(got[i]));
-    e.max_abs = std::max(e.max_abs, d);
-    e.mean_abs += d / ref.size();
-  }
-  return e;
-}
+using test::Err;
+using test::error;
 
 // GPU forward vs the CPU fp32 forward of the same model and option, within the bounds of the
 // other quantized-checkpoint forward tests: mean error <= 2x, max <= 3x the CPU bf16 forward's.

@@ -17,21 +17,8 @@
 namespace h3rt {
 namespace {
 
-struct Err {
-  double max_abs = 0, mean_abs = 0;
-};
-
-Err error(const FloatVec& got, const FloatVec& ref) {
-  Err e;
-  EXPECT_EQ(got.size(), ref.size());
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = std::fabs(double(got[i]) - ref[i]);
-    EXPECT_TRUE(std::isfinite(got[i]));
-    e.max_abs = std::max(e.max_abs, d);
-    e.mean_abs += d / ref.size();
-  }
-  return e;
-}
+using test::Err;
+using test::error;
 
 TEST(Int8Forward, ConvrotCheckpointTracksCpuReference) {
   H3RT_REQUIRE_GPU();
