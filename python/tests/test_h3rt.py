@@ -1,6 +1,5 @@
 """h3rt's Python package against the golden sets and the CLI (numpy only; torch tests skip
 without torch). Run from a build with H3RT_PYTHON=ON: PYTHONPATH=build/python pytest python/tests."""
-import json
 import os
 import pathlib
 import subprocess
@@ -9,6 +8,7 @@ import numpy as np
 import pytest
 
 import h3rt
+from safetensors_np import read_safetensors
 
 SHARED = pathlib.Path(os.environ.get("H3RT_SHARED_DIR",
                                      pathlib.Path(__file__).resolve().parents[3] / "shared"))
@@ -16,25 +16,6 @@ GOLDEN = SHARED / "golden" / "h3_tiny"
 COMFY = SHARED / "golden" / "h3_tiny_comfy"
 WEIGHTS = GOLDEN / "weights.safetensors"
 
-_DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32,
-           "U8": np.uint8, "I8": np.int8, "BF16": np.uint16, "F16": np.float16}
-
-
-def read_safetensors(path):
-    """name -> numpy array (bf16 upcast to float32, exactly)."""
-    raw = pathlib.Path(path).read_bytes()
-    n = int.from_bytes(raw[:8], "little")
-    header = json.loads(raw[8:8 + n])
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        b, end = e["data_offsets"]
-        a = np.frombuffer(raw[8 + n + b:8 + n + end], dtype=_DTYPES[e["dtype"]])
-        if e["dtype"] == "BF16":
-            a = (a.astype(np.uint32) << 16).view(np.float32)
-        out[name] = a.reshape(e["shape"])
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -75,14 +75,7 @@ cudaError_t quantize_int8_path(const DevBuf& x, int64_t rows, int64_t k, int gro
 
 void quantize_int8(const DevBuf& x, int64_t rows, int64_t k, int group, const DevBuf& q,
                    const DevBuf& s, cudaStream_t st) {
-  ops::Int8QuantizeCudaParams p;
-  p.x = x.as<__nv_bfloat16>();
-  p.q = q.as<int8_t>();
-  p.scale = s.as<float>();
-  p.rows = rows;
-  p.k = k;
-  p.group = group;
-  H3RT_CUDA_CHECK(ops::int8_quantize_rows_cuda(p, st));
+  H3RT_CUDA_CHECK(quantize_int8_path(x, rows, k, group, q, s, ops::Int8QuantizePath::kAuto, st));
 }
 
 void quantize_fp8(const DevBuf& x, int64_t rows, int64_t k, const DevBuf& q, const float* scale,

@@ -19,7 +19,6 @@ The stand-in, written here from ComfyUI's public behaviour (no ComfyUI code):
 The numeric test loads the tiny golden weights into h3rt through the node (a numpy state dict)
 and compares with ComfyUI's captured t2va forward; it skips when h3rt is not importable.
 """
-import json
 import logging
 import os
 import pathlib
@@ -30,33 +29,15 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "python" / "tests"))
 import h3rt_node  # noqa: E402
+from safetensors_np import read_safetensors  # noqa: E402  (the package tests' golden reader)
 
 SHARED = pathlib.Path(os.environ.get("H3RT_SHARED_DIR",
                                      pathlib.Path(__file__).resolve().parents[4] / "shared"))
 WEIGHTS = SHARED / "golden" / "h3_tiny" / "weights.safetensors"
 COMFY = SHARED / "golden" / "h3_tiny_comfy"
 
-_DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32,
-           "U8": np.uint8, "I8": np.int8, "BF16": np.uint16, "F16": np.float16}
-
-
-def read_safetensors(path):
-    """name -> numpy array; bf16 upcast to float32 (exact). The loader pattern of
-    python/tests/test_h3rt.py."""
-    raw = pathlib.Path(path).read_bytes()
-    n = int.from_bytes(raw[:8], "little")
-    header = json.loads(raw[8:8 + n])
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        b, end = e["data_offsets"]
-        a = np.frombuffer(raw[8 + n + b:8 + n + end], dtype=_DTYPES[e["dtype"]])
-        if e["dtype"] == "BF16":
-            a = (a.astype(np.uint32) << 16).view(np.float32)
-        out[name] = a.reshape(e["shape"])
-    return out
 
 
 # ---- the ComfyUI stand-in ----
