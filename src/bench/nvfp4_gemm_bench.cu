@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bench/bench_data.h"
+#include "bench/gemm_bench_util.h"
 #include "bench/nvfp4_gemm_bench.h"
 #include "cuda/runtime.h"
 #include "formats/nvfp4_quantize.h"
@@ -21,42 +22,6 @@
 
 namespace h3rt::bench {
 namespace {
-
-// A device allocation freed at scope exit.
-struct DevBuf {
-  void* p = nullptr;
-  explicit DevBuf(size_t bytes) { H3RT_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
-  ~DevBuf() { cudaFree(p); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(p);
-  }
-};
-
-struct Timer {
-  cudaStream_t s;
-  cudaEvent_t e0, e1;
-  int warmup, iters;
-  // Median and best ms of `launch` (each call timed alone).
-  template <typename F>
-  std::pair<double, double> time(F&& launch) {
-    for (int i = 0; i < warmup; ++i) launch();
-    std::vector<float> ms;
-    for (int i = 0; i < iters; ++i) {
-      H3RT_CUDA_CHECK(cudaEventRecord(e0, s));
-      launch();
-      H3RT_CUDA_CHECK(cudaEventRecord(e1, s));
-      H3RT_CUDA_CHECK(cudaEventSynchronize(e1));
-      float t = 0;
-      H3RT_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-      ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    return {ms[ms.size() / 2], ms.front()};
-  }
-};
 
 struct Shape {
   const char* name;
