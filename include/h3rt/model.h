@@ -90,7 +90,10 @@ struct LinearWeight {
   Tensor scale_2;      // weight_scale_2: f32 scalar global scale (nvfp4); else empty
   Tensor input_scale;  // f32 scalar static activation scale (quantized formats), or empty
   Tensor bias_data;    // [out] as stored, or empty
-  FloatVec w;          // [out, in]
+  // [out, in] f32 values: filled at load for f32/bf16/f16 layers. Quantized layers (fp8_scaled,
+  // nvfp4, int8) leave it empty at load (dense copies of a 33B int8 checkpoint would need 77 GB of
+  // host memory the GPU path never reads); dense_weight() fills it on first use.
+  mutable FloatVec w;
   FloatVec b;          // [out] or empty
   // fp8_scaled without input_scale, opted in by set_fp8_activations(dynamic): the activation is
   // quantized to e4m3 with a scale computed per call (src/ops/fp8_quantize/fp8_quantize.h).
@@ -102,6 +105,11 @@ struct LinearWeight {
            format == WeightFormat::int8;
   }
 };
+
+// The layer's f32 weights [out, in]: lw.w, dequantized from data/scale on first use for
+// quantized formats and kept (the CPU reference and layers the GPU runs densely need them).
+// Not thread-safe on first use.
+const FloatVec& dense_weight(const LinearWeight& lw);
 
 struct AttentionWeights {
   LinearWeight qkv;         // [3I, H], rows [q; k; v] (fused thirds) after loading

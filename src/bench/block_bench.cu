@@ -211,11 +211,13 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
   // amax partials and encode, which graph_nodes and cupti_kernels count); nvfp4: none with
   // static input scales (the producers encode), one (two-pass quantizer) per projection
   // otherwise.
-  m.launcher_calls = model::kBlockLaunches +
-                     (o.fp8 || o.int8_group >= 0 || (o.nvfp4 && !o.nvfp4_static_input_scale)
-                          ? 4
-                          : 0) +
-                     (o.sage_attention ? 1 : 0);  // Sage: pre-pass and kernel
+  // int8: one per projection whose producer does not quantize the input.
+  m.fused_inputs = model::fused_projection_inputs(w);
+  m.launcher_calls =
+      model::kBlockLaunches +
+      (o.fp8 || (o.nvfp4 && !o.nvfp4_static_input_scale) ? 4 : 0) +
+      (o.int8_group >= 0 ? 4 - static_cast<int>(m.fused_inputs.size()) : 0) +
+      (o.sage_attention ? 1 : 0);  // Sage: pre-pass and kernel
   m.graph_nodes = static_cast<int64_t>(graph_nodes);
   m.cupti_kernels = cupti_kernels;
   const auto mem = cuda::default_arena().stats();

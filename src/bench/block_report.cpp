@@ -59,8 +59,8 @@ std::string gemm_description(const BlockMeasurements& m) {
   if (m.int8_group >= 0)
     return (m.int8_group > 0 ? "int8 W8A8, convrot group " + std::to_string(m.int8_group)
                              : std::string("int8 W8A8, no rotation")) +
-           " (a rotate+quantize launch per projection, then the int8 GEMM with both scales in "
-           "its epilogue)";
+           " (rotate+quantize fused into the producers of the projections marked fused, a "
+           "separate launch for the others; the int8 GEMM applies both scales in its epilogue)";
   if (m.nvfp4) return nvfp4_gemm_description(m.nvfp4_algo, m.nvfp4_static_input_scale);
   if (m.fp8)
     return "cuBLASLt fp8 e4m3, static per-tensor scales (the activation quantize launch is "
@@ -75,7 +75,13 @@ nlohmann::json projection_formats(const BlockMeasurements& m) {
                         : m.nvfp4           ? "nvfp4"
                         : m.fp8             ? "fp8_scaled"
                                             : "bf16";
-  return {{"qkv", f}, {"out", f}, {"fc1", f}, {"fc2", f}};
+  nlohmann::json j;
+  for (const char* name : {"qkv", "out", "fc1", "fc2"}) {
+    const bool fused = std::find(m.fused_inputs.begin(), m.fused_inputs.end(), name) !=
+                       m.fused_inputs.end();
+    j[name] = fused ? f + " (input from its producer, fused)" : f;
+  }
+  return j;
 }
 
 // NVFP4 runs: which producers encoded the projection inputs and the DRAM bytes that saves against

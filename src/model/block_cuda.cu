@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "cuda/arena.h"
@@ -83,21 +85,11 @@ void project_nvfp4(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows, 
   gemm_nvfp4(l, q.global_scale, y, rows, b, s);
 }
 
-// int8 W8A8: rotate + quantize the activation rows, then the int8 GEMM with both scales.
-void project_int8(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows,
-                  BlockCudaBuffers& b, cudaStream_t s) {
-  H3RT_CHECK(b.xi8.data() != nullptr, "int8 layer without int8 activation buffers");
-  ops::Int8QuantizeCudaParams q;
-  q.x = x;
-  q.q = b.xi8.ptr<int8_t>();
-  q.scale = b.xi8_scale.ptr<float>();
-  q.rows = rows;
-  q.k = l.in;
-  q.group = l.int8_group;
-  H3RT_CUDA_CHECK(ops::int8_quantize_rows_cuda(q, s));
+// int8 W8A8 GEMM of the activation already rotated and quantized in b.xi8 / b.xi8_scale.
+void gemm_int8(const DeviceLinear& l, bf16* y, int64_t rows, BlockCudaBuffers& b, cudaStream_t s) {
   ops::Int8LinearCudaParams g;
-  g.x = q.q;
-  g.x_scale = q.scale;
+  g.x = b.xi8.ptr<int8_t>();
+  g.x_scale = b.xi8_scale.ptr<float>();
   g.w = l.wi8.ptr<int8_t>();
   g.w_scale = l.wi8_scale.ptr<float>();
   g.bias = l.b.data() ? bp(l.b) : nullptr;
@@ -110,6 +102,44 @@ void project_int8(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows,
   H3RT_CHECK(ops::int8_linear_workspace_bytes(rows, l.out) <= g.workspace_bytes,
              "int8 GEMM scratch too small for ", rows, " x ", l.in, " -> ", l.out);
   H3RT_CUDA_CHECK(ops::int8_linear_cuda(g, s));
+}
+
+// int8 W8A8: rotate + quantize the activation rows, then the int8 GEMM with both scales.
+void project_int8(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows,
+                  BlockCudaBuffers& b, cudaStream_t s) {
+  H3RT_CHECK(b.xi8.data() != nullptr, "int8 layer without int8 activation buffers");
+  ops::Int8QuantizeCudaParams q;
+  q.x = x;
+  q.q = b.xi8.ptr<int8_t>();
+  q.scale = b.xi8_scale.ptr<float>();
+  q.rows = rows;
+  q.k = l.in;
+  q.group = l.int8_group;
+  H3RT_CUDA_CHECK(ops::int8_quantize_rows_cuda(q, s));
+  gemm_int8(l, y, rows, b, s);
+}
+
+// Whether int8 layer inputs are rotated and quantized by their producers (rmsnorm_modulate for
+// qkv / fc1, swiglu for fc2) where the shape allows: yes unless H3RT_INT8_FUSE=0 (the unfused
+// path, kept for the side-by-side benchmark; the bytes are the same either way).
+bool int8_fusion_on() {
+  const char* e = std::getenv("H3RT_INT8_FUSE");
+  return !(e && !std::strcmp(e, "0"));
+}
+
+// Whether the producer of int8 layer l's input rotates and quantizes it (`fusable`: the
+// producer's width/group predicate).
+bool int8_fused_input(const DeviceLinear& l, bool (*fusable)(int64_t, int)) {
+  return l.int8() && int8_fusion_on() && fusable(l.in, l.int8_group);
+}
+
+// The int8 output block a producer fills for layer `l`.
+ops::Int8Out int8_input(const DeviceLinear& l, BlockCudaBuffers& b) {
+  ops::Int8Out o;
+  o.q = b.xi8.ptr<int8_t>();
+  o.scale = b.xi8_scale.ptr<float>();
+  o.group = l.int8_group;
+  return o;
 }
 
 // y = x W^T through the layer's path: bf16 GEMM, e4m3 quantize + fp8 GEMM, int8, or NVFP4.
@@ -152,12 +182,29 @@ void project(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows, BlockC
   H3RT_CUDA_CHECK(ops::linear_fp8_cuda(g, s));
 }
 
-// The projection of an input its producer either encoded to NVFP4 in b.x4 (`encoded`) or
-// wrote in bf16 to x.
+// The projection of an input its producer either encoded itself (`encoded`: NVFP4 in b.x4 or
+// int8 in b.xi8, by the layer's format) or wrote in bf16 to x.
 void project_input(const DeviceLinear& l, bool encoded, const bf16* x, bf16* y, int64_t rows,
                    BlockCudaBuffers& b, cudaStream_t s) {
+  if (encoded && l.int8()) return gemm_int8(l, y, rows, b, s);
   if (encoded) return gemm_nvfp4(l, l.x4_global.ptr<float>(), y, rows, b, s);
   project(l, x, y, rows, b, s);
+}
+
+// Sets a producer's fused output for layer l (NVFP4 with a static scale, or int8 convrot where
+// `fusable` holds and fusion is on); returns whether the producer encodes l's input itself.
+template <class P>
+bool fuse_input(const DeviceLinear& l, BlockCudaBuffers& b, P& params,
+                bool (*fusable)(int64_t, int)) {
+  if (fused_input(l)) {
+    params.nvfp4 = nvfp4_input(l, b);
+    return true;
+  }
+  if (int8_fused_input(l, fusable)) {
+    params.int8 = int8_input(l, b);
+    return true;
+  }
+  return false;
 }
 
 // Scratch of the nvfp4 GEMMs of a block at `rows`: the largest any projection shape needs.
@@ -181,6 +228,18 @@ void stage(const StageHook* hook, const char* name) {
 }
 
 }  // namespace
+
+std::vector<std::string> fused_projection_inputs(const DeviceBlock& w) {
+  std::vector<std::string> names;
+  const auto int8_fused = int8_fused_input;
+  if (fused_input(w.qkv) || int8_fused(w.qkv, ops::rmsnorm_modulate_int8_fusable))
+    names.push_back("qkv");
+  if (fused_input(w.out)) names.push_back("out");
+  if (fused_input(w.fc1) || int8_fused(w.fc1, ops::rmsnorm_modulate_int8_fusable))
+    names.push_back("fc1");
+  if (fused_input(w.fc2) || int8_fused(w.fc2, ops::swiglu_int8_fusable)) names.push_back("fc2");
+  return names;
+}
 
 BlockCudaBuffers make_block_buffers(const H3Config& c, int64_t rows, int64_t table_rows, bool fp8,
                                     bool nvfp4, ops::AttentionKernel attention, bool int8) {
@@ -259,11 +318,8 @@ void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffer
   n1.table_row_stride = 6 * H;
   n1.eps = c.norm_eps;
   ops::RmsNormModulateCudaParams n2 = n1;  // the same rows and table, second half
-  const bool fused_qkv = fused_input(w.qkv);
-  if (fused_qkv) {
-    n1.y = nullptr;
-    n1.nvfp4 = nvfp4_input(w.qkv, b);
-  }
+  const bool fused_qkv = fuse_input(w.qkv, b, n1, ops::rmsnorm_modulate_int8_fusable);
+  if (fused_qkv) n1.y = nullptr;
   H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(n1, s));
   stage(hook, "norm_modulate");
 
@@ -306,11 +362,8 @@ void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffer
   n2.scale = chunk(4);
   n2.residual = bp(b.y);
   n2.residual_gate = chunk(2);
-  const bool fused_fc1 = fused_input(w.fc1);
-  if (fused_fc1) {
-    n2.y = nullptr;
-    n2.nvfp4 = nvfp4_input(w.fc1, b);
-  }
+  const bool fused_fc1 = fuse_input(w.fc1, b, n2, ops::rmsnorm_modulate_int8_fusable);
+  if (fused_fc1) n2.y = nullptr;
   H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(n2, s));
   stage(hook, "residual_gate_norm_modulate");
 
@@ -323,11 +376,8 @@ void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffer
   sw.rows = S;
   sw.ffn = F;
   sw.silu_table = bp(b.silu_table);
-  const bool fused_fc2 = fused_input(w.fc2);
-  if (fused_fc2) {
-    sw.out = nullptr;
-    sw.nvfp4 = nvfp4_input(w.fc2, b);
-  }
+  const bool fused_fc2 = fuse_input(w.fc2, b, sw, ops::swiglu_int8_fusable);
+  if (fused_fc2) sw.out = nullptr;
   H3RT_CUDA_CHECK(ops::swiglu_cuda(sw, s));
   stage(hook, "swiglu");
 

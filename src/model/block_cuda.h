@@ -108,6 +108,12 @@ using StageHook = std::function<void(const char* component)>;
 
 // `refiner` runs a token-refiner block instead: no modulation (plain RMSNorms, ungated
 // residuals, no table) and no RoPE; attention over the buffers' rows only.
+// The block projections whose input the producer rotates/quantizes or encodes itself (qkv and fc1
+// by rmsnorm_modulate, out by the attention epilogue, fc2 by swiglu): NVFP4 layers with a static
+// input scale, and int8 convrot layers where the producer takes the width and group (and
+// H3RT_INT8_FUSE is not 0). Names as the block's stages: "qkv", "out", "fc1", "fc2".
+std::vector<std::string> fused_projection_inputs(const DeviceBlock& w);
+
 void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffers& b,
                         cudaStream_t stream, const StageHook* hook = nullptr, bool refiner = false);
 

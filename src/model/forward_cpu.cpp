@@ -85,9 +85,9 @@ FloatVec adaln_input(const Ctx& ctx, const H3Model& m, const std::vector<float>&
   FloatVec sinusoid(M * c.freq_dim), temb(M * c.time_embed_dim);
   const H3Weights& w = m.weights;
   ops::time_embedding_cpu({.t = timesteps.data(),
-                           .w_in = w.time_in.w.data(),
+                           .w_in = dense_weight(w.time_in).data(),
                            .b_in = w.time_in.b.data(),
-                           .w_out = w.time_out.w.data(),
+                           .w_out = dense_weight(w.time_out).data(),
                            .b_out = w.time_out.b.data(),
                            .sinusoid = sinusoid.data(),
                            .temb = temb.data(),

@@ -79,7 +79,7 @@ FloatVec apply_linear(const LinearWeight& lw, const float* x, int64_t rows, bool
     xq = fp8_activation(lw, x, rows);
   FloatVec y(rows * lw.out);
   ops::linear_cpu({.x = xq.empty() ? x : xq.data(),
-                   .w = lw.w.data(),
+                   .w = dense_weight(lw).data(),
                    .bias = lw.has_bias() ? lw.b.data() : nullptr,
                    .y = y.data(),
                    .rows = rows,

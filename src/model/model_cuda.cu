@@ -87,7 +87,7 @@ DeviceLinear upload_linear(const LinearWeight& l, LinearPath path) {
     if (static_scale) d.x_scale = device_scalar(l.input_scale, l.name + ".input_scale");
     return d;
   }
-  d.w = upload_values(l.w, {l.out, l.in}, t);
+  d.w = upload_values(dense_weight(l), {l.out, l.in}, t);
   return d;
 }
 
@@ -238,7 +238,7 @@ LinearWeight host_bank(const LinearWeight& l) {
   h.format = WeightFormat::f32;
   h.out = l.out;
   h.in = l.in;
-  h.w = l.w;
+  h.w = dense_weight(l);
   h.b = l.b;
   return h;
 }
@@ -277,9 +277,9 @@ DeviceModel upload_model(const H3Model& m) {
   }
   d.refiner_norm = upload_norm(w.refiner_norm);
   d.final_norm = upload_norm(w.final_norm);
-  d.time_in_w = w.time_in.w;
+  d.time_in_w = dense_weight(w.time_in);
   d.time_in_b = w.time_in.b;
-  d.time_out_w = w.time_out.w;
+  d.time_out_w = dense_weight(w.time_out);
   d.time_out_b = w.time_out.b;
   d.adaln_t_table = w.adaln_t_table;
   d.rope_inv_freq.assign(w.rope_inv_freq.begin(), w.rope_inv_freq.end());

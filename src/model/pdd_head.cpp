@@ -92,7 +92,7 @@ LinearWeight pdd_effective_head(const LinearWeight& bank, int64_t n, const PddSp
       dst[e] = fp::add(src[e], static_cast<float>(acc));
     }
   };
-  combine(bank.w, h.w, h.out * h.in);
+  combine(dense_weight(bank), h.w, h.out * h.in);
   combine(bank.b, h.b, h.out);
   return h;
 }

@@ -282,22 +282,18 @@ class Assembler {
       lw.data = per_head_to_thirds(w.tensor, c_.heads, c_.head_dim);  // not nvfp4 (validated)
     if (auto s = src_.find(name + ".input_scale"); s != src_.end() && lw.quantized())
       lw.input_scale = s->second.tensor;
-    switch (lw.format) {
+    switch (lw.format) {  // quantized: dense values only on demand (dense_weight)
       case WeightFormat::nvfp4:
         lw.scale = src_.at(name + ".weight_scale").tensor;
         lw.scale_2 = src_.at(name + ".weight_scale_2").tensor;
-        lw.w = dequantize_nvfp4(lw.data, lw.scale, scalar(lw.scale_2));
         break;
       case WeightFormat::fp8_scaled:
         lw.scale = src_.at(name + ".weight_scale").tensor;
-        lw.w = dequantize_fp8(lw.data, scalar(lw.scale));
         break;
       case WeightFormat::int8: {
         std::string unused;
         lw.scale = src_.at(name + ".weight_scale").tensor;
         lw.int8_group = int8_group(read_marker(src_, name), &unused);
-        const Tensor d = int8_dequantize_weight(lw.data, lw.scale, lw.int8_group);
-        lw.w = FloatVec(d.ptr<float>(), d.ptr<float>() + d.numel());
         break;
       }
       default:
@@ -575,6 +571,26 @@ H3Weights assemble_weights(const H3Config& c, const TensorSource& src) {
 }  // namespace h3rt::model
 
 namespace h3rt {
+
+const FloatVec& dense_weight(const LinearWeight& lw) {
+  if (!lw.w.empty() || lw.out * lw.in == 0) return lw.w;
+  switch (lw.format) {
+    case WeightFormat::nvfp4:
+      lw.w = model::dequantize_nvfp4(lw.data, lw.scale, model::scalar(lw.scale_2));
+      break;
+    case WeightFormat::fp8_scaled:
+      lw.w = model::dequantize_fp8(lw.data, model::scalar(lw.scale));
+      break;
+    case WeightFormat::int8: {
+      const Tensor d = int8_dequantize_weight(lw.data, lw.scale, lw.int8_group);
+      lw.w = FloatVec(d.ptr<float>(), d.ptr<float>() + d.numel());
+      break;
+    }
+    default:
+      lw.w = model::to_float(lw.data);
+  }
+  return lw.w;
+}
 
 const char* weight_format_name(WeightFormat f) {
   switch (f) {

@@ -99,8 +99,10 @@ TEST(Int8Model, QuantizeCheckpointWritesTheRowQuantizerAndLoadsIt) {
   EXPECT_EQ(fc2.format, WeightFormat::int8);
   EXPECT_EQ(fc2.int8_group, 64);
   EXPECT_TRUE(fc2.quantized());
+  // Loading keeps the int8 bytes only; the dense view exists once asked for.
+  EXPECT_TRUE(fc2.w.empty()) << "quantized layers carry no dense copy after loading";
   const Tensor d = int8_dequantize_weight(want.q, want.scale, 64);
-  ASSERT_EQ(static_cast<int64_t>(fc2.w.size()), d.numel());
+  ASSERT_EQ(static_cast<int64_t>(dense_weight(fc2).size()), d.numel());
   EXPECT_EQ(std::memcmp(fc2.w.data(), d.data(), d.nbytes()), 0);
   // The dequantized weight is the original up to int8's rounding (step amax/127 per row).
   const std::vector<float> w = in.get(layer + ".weight").to_f32();
@@ -160,8 +162,10 @@ TEST(Int8Model, ForwardStaysNearItsDequantizedWeights) {
   const test::GoldenInputs& g = test::golden_inputs();
   H3Model dense = load_model(out);
   auto densify = [](RefinerBlockWeights& b) {
-    for (LinearWeight* l : {&b.attn.qkv, &b.attn.out, &b.mlp.fc1, &b.mlp.fc2})
+    for (LinearWeight* l : {&b.attn.qkv, &b.attn.out, &b.mlp.fc1, &b.mlp.fc2}) {
+      dense_weight(*l);  // the dequantized values, before the layer is relabelled dense
       l->format = WeightFormat::f32;
+    }
   };
   for (auto& b : dense.weights.refiner) densify(b);
   for (auto& b : dense.weights.blocks) densify(b);

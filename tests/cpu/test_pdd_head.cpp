@@ -105,7 +105,7 @@ TEST(PddHead, EffectiveHeadIsHeadZeroPlusWeightedOffsets) {
       return v;
     };
     for (int64_t e = 0; e < out * in; ++e)
-      EXPECT_NEAR(h.w[e], direct(bank.w, out * in, e), 2e-7)
+      EXPECT_NEAR(h.w[e], direct(dense_weight(bank), out * in, e), 2e-7)
           << "[" << span.start << ", " << span.stop << ")";
     for (int64_t e = 0; e < out; ++e) EXPECT_NEAR(h.b[e], direct(bank.b, out, e), 2e-7);
     if (span.stop == 1) EXPECT_EQ(h.w, FloatVec(bank.w.begin(), bank.w.begin() + out * in));

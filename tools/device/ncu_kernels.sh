@@ -2,7 +2,8 @@
 # One device call that builds h3rt for sm_90a and profiles chosen kernels with Nsight Compute:
 # per kernel the details page (throughputs, pipe utilization, stalls) and the SASS source view
 # with per-instruction counts, under $OUT/ncu.tar.gz (device tool, carry [".deps"]).
-#   bash tools/device/ncu_kernels.sh fused gemm modulate   # any of: prepass (two_launch) fused gemm modulate
+#   bash tools/device/ncu_kernels.sh fused gemm modulate   # any of: prepass (two_launch) fused gemm
+#                                                          # modulate int8
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/out}
@@ -33,6 +34,11 @@ for what in "$@"; do
       profile gemm_w4a4 "nvfp4_mainloop_kernel<\\(bool\\)1>" 1 $B bench nvfp4-gemm --warmup 1 --iters 1 ;;
     modulate)
       profile modulate "ring_kernel<.*\\(int\\)4, \\(bool\\)0, \\(int\\)4>" 0 $B bench kernels --no-gemm --no-attention --warmup 1 --iters 1 ;;
+    int8)  # the standalone team quantizer on the fc2 input, and the fused int8 producers (864x480)
+      local_shape=(--gemm int8 --attention sage --width 864 --height 480 --frames 124 --reps 1)
+      profile int8_team_fc2 "quantize_team_kernel" 3 env H3RT_INT8_FUSE=0 $B bench block "${local_shape[@]}"
+      profile int8_swiglu "swiglu_int8_kernel" 0 $B bench block "${local_shape[@]}"
+      profile int8_norm "rmsnorm_modulate_kernel<.*256>" 0 $B bench block "${local_shape[@]}" ;;
     *) echo "unknown: $what" ;;
   esac
 done

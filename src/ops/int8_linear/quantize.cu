@@ -12,57 +12,23 @@
 #include "cuda/runtime.h"
 #include "ops/int8_linear/int8_linear.h"
 #include "ops/int8_linear/int8_math.cuh"
+#include "ops/int8_linear/rotate_quantize.cuh"
 
 namespace h3rt::ops {
 namespace {
 
-using int8_detail::bf16_bits;
-using int8_detail::bf16_value;
+using namespace int8_detail;  // the exact steps (rotate_quantize.cuh)
 
 constexpr int kMaxFastK = 16384;     // 1024 threads x 16 columns
 constexpr int kTileWords = 32 * 17;  // per-warp transpose tile: 32 lanes x 16 words, pitch 17
 constexpr int kGenericThreads = 256;
 
-// ---- exact scalar steps shared by both kernels --------------------------------------------
-
-// s = max(amax / 127, 1e-30) as std::max writes it (a < b ? b : a).
-__device__ __forceinline__ float row_scale(float amax) {
-  const float a = __fdiv_rn(amax, 127.0f);
-  return a < 1e-30f ? 1e-30f : a;
-}
+// ---- the register kernel's quantizer step -------------------------------------------------
 
 // to_int8(bf16(v / sb)) with the quotient as v * rcp (see the header for why the bits agree).
 __device__ __forceinline__ int quantize1(float v, float rcp) {
   const float r = rintf(bf16_value(bf16_bits(__fmul_rn(v, rcp))));
   return static_cast<int>(fminf(fmaxf(r, -128.0f), 127.0f));
-}
-
-// The host's radix-4 butterfly, operation for operation (see the header on a1 - a0).
-__device__ __forceinline__ void butterfly(double& a0, double& a1, double& a2, double& a3) {
-  const double p = __dadd_rn(a0, a1), d = __dsub_rn(a0, a1);
-  const double o0 = __dsub_rn(__dadd_rn(p, a2), a3);
-  const double o1 = __dadd_rn(__dsub_rn(p, a2), a3);
-  const double o2 = __dadd_rn(__dadd_rn(d, a2), a3);
-  const double o3 = __dadd_rn(__dsub_rn(a2, d), a3);
-  a0 = o0;
-  a1 = o1;
-  a2 = o2;
-  a3 = o3;
-}
-
-// One stage of stride s (1 or 4) over 16 values held in registers.
-template <int S>
-__device__ __forceinline__ void stage16(double (&a)[16]) {
-#pragma unroll
-  for (int blk = 0; blk < 16; blk += 4 * S)
-#pragma unroll
-    for (int t = blk; t < blk + S; ++t) butterfly(a[t], a[t + S], a[t + 2 * S], a[t + 3 * S]);
-}
-
-__host__ __device__ constexpr int half_log2(int g) {
-  int m = 0;
-  while ((1 << (2 * m)) < g) ++m;
-  return m;
 }
 
 // ---- register kernel ----------------------------------------------------------------------
@@ -235,13 +201,6 @@ __global__ void __launch_bounds__(1024) quantize_fast_kernel(Int8QuantizeCudaPar
 // (G >= 64) and two mbarriers. The rotated bf16 values overwrite the staged input in place.
 
 constexpr int kTeamMaxWarps = 16;
-constexpr int kUnitCols = 512;                 // one warp pass: 32 lanes x 16 columns
-constexpr int kPieceBytes = 512;               // 256 bf16 columns: one bulk copy
-constexpr int kPiecePitch = kPieceBytes + 32;  // +8 banks: the u16 scatter of G = 256 is
-                                               // conflict-free across the two half-warps
-constexpr int kUnitPitch = 2 * kPiecePitch;
-constexpr int kTile64Bytes = 32 * 17 * 8;  // per-warp transpose tile of doubles
-
 __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
 }
@@ -281,131 +240,6 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
       : "memory");
 }
 #endif
-
-// bf16_bits for every non-NaN f (NaN only arises from non-finite input, which is undefined).
-__device__ __forceinline__ uint32_t bf16_bits_finite(float f) {
-  const uint32_t u = __float_as_uint(f);
-  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-}
-
-// {bf16(lo), bf16(hi)} packed (lo in bits 0-15): IEEE round-to-nearest-even to bf16, which is the
-// host's bit rule for every non-NaN f32 (subnormals kept, as no .ftz is given; overflow -> inf).
-__device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
-  uint32_t d;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-  return d;
-}
-__device__ __forceinline__ uint32_t bf16x2_clamp(uint32_t v) {  // each half to [-128, 127]
-  asm("max.bf16x2 %0, %0, %1;" : "+r"(v) : "r"(0xC300C300u));   // -128
-  asm("min.bf16x2 %0, %0, %1;" : "+r"(v) : "r"(0x42FE42FEu));   // 127
-  return v;
-}
-
-// scaled_double with an arithmetic shift: the same bits (sign at 31, magnitude at 13..27).
-__device__ __forceinline__ double scaled_double_sar(uint32_t w, bool high) {
-  const int32_t v = high ? static_cast<int32_t>(w) : static_cast<int32_t>(w << 16);
-  return __hiloint2double(static_cast<int>(static_cast<uint32_t>(v >> 3) & 0x8fffe000u), 0);
-}
-
-// Two columns (one staged word: bf16 lo, hi) -> two int8 in the low bytes of the results' bits.
-//  - t = v * rcp and bf16(t) as in quantize1 (cvt.rn.bf16x2 is the host's rounding);
-//  - clamp(rne(y)) = rne(clamp(y)) for the integer bounds, and max/min.bf16x2 against the exact
-//    bf16 values -128 and 127 return one of their operands;
-//  - for yc in [-128, 127], yc + 1.5 * 2^23 lies in [2^23, 2^24) (spacing 1) and 1.5 * 2^23 is
-//    even, so the f32 add (round to nearest even) gives 1.5 * 2^23 + rne(yc) exactly, whose bits
-//    are 0x4B400000 + rne(yc): the low byte is rne(yc) as int8.
-__device__ __forceinline__ void quantize2(uint32_t w, float rcp, uint32_t& q0, uint32_t& q1) {
-  const float t0 = __fmul_rn(__uint_as_float(w << 16), rcp);
-  const float t1 = __fmul_rn(__uint_as_float(w & 0xffff0000u), rcp);
-  const uint32_t y = bf16x2_clamp(bf16x2_bits(t0, t1));
-  q0 = __float_as_uint(__fadd_rn(__uint_as_float(y << 16), 12582912.0f));
-  q1 = __float_as_uint(__fadd_rn(__uint_as_float(y & 0xffff0000u), 12582912.0f));
-}
-
-// 16 bf16 columns (8 words, column order) -> 16 int8 bytes.
-__device__ __forceinline__ uint4 quantize16(const uint4 (&v)[2], float rcp) {
-  const uint32_t w[8] = {v[0].x, v[0].y, v[0].z, v[0].w, v[1].x, v[1].y, v[1].z, v[1].w};
-  uint32_t o[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    uint32_t q0, q1, q2, q3;
-    quantize2(w[2 * i], rcp, q0, q1);
-    quantize2(w[2 * i + 1], rcp, q2, q3);
-    o[i] = __byte_perm(__byte_perm(q0, q1, 0x0040), __byte_perm(q2, q3, 0x0040), 0x5410);
-  }
-  return make_uint4(o[0], o[1], o[2], o[3]);
-}
-
-// transpose() with whole doubles: lane L stores a[c] at tile2[L * 17 + c] (64-bit stores; the
-// odd pitch keeps each half-warp's 16 stores, and the G = 256 loads, on distinct bank pairs),
-// then loads the doubles `src(c)` names. Moving doubles through memory keeps their bits.
-template <class Src>
-__device__ __forceinline__ void transpose64(double (&a)[16], double* tile2, int lane, Src src) {
-#pragma unroll
-  for (int c = 0; c < 16; ++c) tile2[lane * 17 + c] = a[c];
-  __syncwarp();
-#pragma unroll
-  for (int c = 0; c < 16; ++c) a[c] = tile2[src(c)];
-  __syncwarp();
-}
-
-// Rotates this lane's 16 columns (`raw`) of the 512-column unit at `unit` (two 256-column pieces
-// kPiecePitch apart) with exactly the operations of rotate<G>, writes the bf16 results back into
-// the unit in column order and raises mf to the largest |f32 result| (max |bf16(f)| =
-// bf16(max |f|): the rounding is monotone and odd).
-template <int G>
-__device__ __forceinline__ void rotate_unit(const uint4 (&raw)[2], unsigned char* unit,
-                                            double* tile2, int lane, float& mf) {
-  const uint32_t w[8] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w,
-                         raw[1].x, raw[1].y, raw[1].z, raw[1].w};
-  double a[16];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    a[2 * i] = scaled_double_sar(w[i], false);
-    a[2 * i + 1] = scaled_double_sar(w[i], true);
-  }
-  stage16<1>(a);
-  if constexpr (G >= 16) stage16<4>(a);
-  // After the transpose, as in rotate<G>: G = 64: lane 4g + u holds columns 16 d2 + 4u + d0
-  // (slot 4 d2 + d0) of group g; G = 256: lane 16g + u holds columns 16 d + u (slot d).
-  if constexpr (G == 64) {
-    const int g0 = lane & ~3, u = lane & 3;
-    transpose64(a, tile2, lane, [&](int j) { return (g0 + j / 4) * 17 + 4 * u + j % 4; });
-    stage16<4>(a);
-  } else if constexpr (G == 256) {
-    const int g0 = lane & ~15, u = lane & 15;
-    transpose64(a, tile2, lane, [&](int j) { return (g0 + j) * 17 + u; });
-    stage16<1>(a);
-    stage16<4>(a);
-  }
-  const double back = __hiloint2double((1023 + 896 - half_log2(G)) << 20, 0);  // 2^(896-m)
-  uint32_t b[8];  // bf16 pairs: slots 2i (low half) and 2i + 1
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float f0 = __double2float_rn(__dmul_rn(a[2 * i], back));
-    const float f1 = __double2float_rn(__dmul_rn(a[2 * i + 1], back));
-    mf = fmaxf(mf, fmaxf(fabsf(f0), fabsf(f1)));
-    b[i] = bf16x2_bits(f0, f1);
-  }
-  if constexpr (G <= 16) {  // slots are this lane's own columns
-    uint4* own = reinterpret_cast<uint4*>(unit + (lane >> 4) * kPiecePitch + (lane & 15) * 32);
-    own[0] = make_uint4(b[0], b[1], b[2], b[3]);
-    own[1] = make_uint4(b[4], b[5], b[6], b[7]);
-  } else {
-    // Slot j's column, relative to a per-lane base: G = 64: 16 (j / 4) + j % 4 after
-    // 64 ((lane >> 2) & 3) + 4 (lane & 3); G = 256: 16 j after lane & 15; the piece is lane >> 4.
-    unsigned char* const base =
-        unit + (lane >> 4) * kPiecePitch +
-        (G == 64 ? 64 * ((lane >> 2) & 3) + 4 * (lane & 3) : (lane & 15)) * 2;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const int rel = G == 64 ? 16 * (j / 4) + j % 4 : 16 * j;
-      const uint32_t pair = b[j / 2];
-      *reinterpret_cast<uint16_t*>(base + 2 * rel) =
-          static_cast<uint16_t>(j % 2 ? pair >> 16 : pair & 0xffffu);
-    }
-  }
-}
 
 template <int G>
 __global__ void __launch_bounds__(kTeamMaxWarps * 32, 1)

@@ -12,6 +12,7 @@
 #include "cuda/device_math.cuh"
 #include "cuda/runtime.h"
 #include "formats/nvfp4_quantize_fused.cuh"
+#include "ops/int8_linear/rotate_quantize.cuh"
 #include "ops/rmsnorm_modulate/ring_kernel.cuh"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
 
@@ -24,6 +25,8 @@ using namespace nvfp4_detail;  // FusedMode, encode_pair_chunk, finish_amax_pass
 
 constexpr int kMaxVec = 4;    // vectors per thread: up to 1024 * 4 * 8 = 32768 channels
 constexpr int kVariants = 4;  // RmsNormModulateCudaParams::variant 1..4: ring_kernel.cuh
+constexpr int kFuseInt8 = 3;  // FusedMode beyond NVFP4's: stage y, rotate + quantize (int8_fused.h)
+constexpr int kInt8MaxDim = 256 * 3 * 8;  // the kVec 3 kernel: one row per CTA of <= 256 threads
 
 // kVec 3 (at most 256 threads, dims up to 6144, the release width) fetches the weight/shift/scale
 // rows before the reduction; kVec 4 (up to 1024 threads) after it, to stay within 64 registers.
@@ -38,10 +41,13 @@ constexpr int kMinBlocks = kResidual || kFuse != kFuseNone ? 0 : (kVec == 3 ? 4 
 
 // kFuse (FusedMode): kFuseNone writes y; kFuseEncode encodes y to p.nvfp4 with g =
 // *p.nvfp4.global_scale (and writes y too if p.y is set); kFuseAmax only reduces amax|y| into
-// the workspace (the residual, if fused, is still added and x written back).
-template <int kVec, bool kModulate, bool kResidual, int kFuse>
+// the workspace (the residual, if fused, is still added and x written back); kFuseInt8 stages y
+// in dynamic shared memory (writing y too if set), then rotates and quantizes the row with group
+// kGroup into p.int8.
+template <int kVec, bool kModulate, bool kResidual, int kFuse, int kGroup = 0>
 __global__ void __launch_bounds__(kMaxThreads<kVec>, kMinBlocks<kVec, kResidual, kFuse>)
     rmsnorm_modulate_kernel(RmsNormModulateCudaParams p) {
+  extern __shared__ __align__(16) unsigned char int8_stage[];  // kFuseInt8: row, then tiles
   constexpr bool kEarlyTables = kVec == 3;
   const int64_t row = blockIdx.x;
   const int nvec = static_cast<int>(p.dim / 8);
@@ -55,6 +61,9 @@ __global__ void __launch_bounds__(kMaxThreads<kVec>, kMinBlocks<kVec, kResidual,
     } else if constexpr (kFuse == kFuseEncode) {
       if (p.y && active) cuda::store_u4(p.y + row * p.y_row_stride + c * 8, y);
       encode_pair_chunk(y, active, g, p.nvfp4, row, c, p.dim);
+    } else if constexpr (kFuse == kFuseInt8) {
+      if (p.y && active) cuda::store_u4(p.y + row * p.y_row_stride + c * 8, y);
+      if (active) *reinterpret_cast<uint4*>(int8_stage + int8_detail::staged_offset(c * 8)) = y;
     } else {
       if (active) amax16 = max(amax16, absmax_bits16(y));
     }
@@ -147,20 +156,42 @@ __global__ void __launch_bounds__(kMaxThreads<kVec>, kMinBlocks<kVec, kResidual,
   }
   if constexpr (kFuse == kFuseAmax) finish_amax_pass(amax16, p.nvfp4);
   if constexpr (kFuse == kFuseEncode) fused_scale_padding(p.nvfp4, p.rows, p.dim);
+  if constexpr (kFuse == kFuseInt8) {
+    const int64_t qs = p.int8.q_row_stride ? p.int8.q_row_stride : p.dim;
+    const int k = static_cast<int>(p.dim);
+    int8_detail::quantize_staged_row<kGroup>(int8_stage, k,
+                                             int8_stage + int8_detail::staged_row_bytes(k),
+                                             p.int8.q + row * qs, p.int8.scale + row);
+  }
 }
 
-template <int kVec, int kFuse>
+template <int kVec, int kFuse, int kGroup = 0>
 void launch(const RmsNormModulateCudaParams& p, int threads, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.rows));
   const bool modulate = p.scale != nullptr;
+  const size_t smem = kFuse == kFuseInt8 ? int8_detail::staged_row_bytes(p.dim) +
+                                               int8_detail::staged_tile_bytes(kGroup, threads / 32)
+                                         : 0;
   if (modulate && p.residual)
-    rmsnorm_modulate_kernel<kVec, true, true, kFuse><<<grid, threads, 0, stream>>>(p);
+    rmsnorm_modulate_kernel<kVec, true, true, kFuse, kGroup><<<grid, threads, smem, stream>>>(p);
   else if (modulate)
-    rmsnorm_modulate_kernel<kVec, true, false, kFuse><<<grid, threads, 0, stream>>>(p);
+    rmsnorm_modulate_kernel<kVec, true, false, kFuse, kGroup><<<grid, threads, smem, stream>>>(p);
   else if (p.residual)
-    rmsnorm_modulate_kernel<kVec, false, true, kFuse><<<grid, threads, 0, stream>>>(p);
+    rmsnorm_modulate_kernel<kVec, false, true, kFuse, kGroup><<<grid, threads, smem, stream>>>(p);
   else
-    rmsnorm_modulate_kernel<kVec, false, false, kFuse><<<grid, threads, 0, stream>>>(p);
+    rmsnorm_modulate_kernel<kVec, false, false, kFuse, kGroup><<<grid, threads, smem, stream>>>(p);
+}
+
+// The int8 output path: the kVec 3 kernel with the row staged for the group's rotation.
+void launch_int8(const RmsNormModulateCudaParams& p, int threads, cudaStream_t stream) {
+  switch (p.int8.group) {
+    case 16:
+      return launch<3, kFuseInt8, 16>(p, threads, stream);
+    case 64:
+      return launch<3, kFuseInt8, 64>(p, threads, stream);
+    default:
+      return launch<3, kFuseInt8, 256>(p, threads, stream);
+  }
 }
 
 template <int kVec>
@@ -207,7 +238,8 @@ bool launch_ring(const RmsNormModulateCudaParams& p, int threads, cudaStream_t s
 
 // The ring variants cover the bf16-output path without the fused residual, at most 256 threads.
 bool try_ring(const RmsNormModulateCudaParams& p, int vec, int threads, cudaStream_t stream) {
-  if (p.variant == 0 || p.residual || p.nvfp4.enabled() || threads > rmsnorm_ring::kMaxThreads)
+  if (p.variant == 0 || p.residual || p.nvfp4.enabled() || p.int8.enabled() ||
+      threads > rmsnorm_ring::kMaxThreads)
     return false;
   const bool modulate = p.scale != nullptr;
   if (vec == 3)
@@ -227,15 +259,25 @@ bool aligned16(const void* p) {
 
 }  // namespace
 
+bool rmsnorm_modulate_int8_fusable(int64_t dim, int group) {
+  return int8_fusable(dim, group) && dim <= kInt8MaxDim;
+}
+
 cudaError_t rmsnorm_modulate_cuda(const RmsNormModulateCudaParams& in, cudaStream_t stream) {
   RmsNormModulateCudaParams p = in;
   if (!p.x_row_stride) p.x_row_stride = p.dim;
   if (!p.y_row_stride) p.y_row_stride = p.dim;
   if (!p.residual_row_stride) p.residual_row_stride = p.dim;
-  const bool nvfp4 = p.nvfp4.enabled();
-  H3RT_CHECK(p.x && (p.y || nvfp4) && p.rows >= 0 && p.dim > 0,
+  const bool nvfp4 = p.nvfp4.enabled(), int8 = p.int8.enabled();
+  H3RT_CHECK(p.x && (p.y || nvfp4 || int8) && p.rows >= 0 && p.dim > 0,
              "rmsnorm_modulate_cuda: bad params");
+  H3RT_CHECK(!(nvfp4 && int8), "rmsnorm_modulate_cuda: nvfp4 and int8 outputs are exclusive");
   if (nvfp4) check_nvfp4_out(p.nvfp4, "rmsnorm_modulate_cuda", p.dim, 4);
+  if (int8) {
+    check_int8_out(p.int8, "rmsnorm_modulate_cuda", p.dim);
+    H3RT_CHECK(p.dim <= kInt8MaxDim, "rmsnorm_modulate_cuda: int8 output needs dim <= ",
+               kInt8MaxDim, ", got ", p.dim);
+  }
   H3RT_CHECK(p.dim % 8 == 0 && p.dim <= 1024 * kMaxVec * 8, "rmsnorm_modulate_cuda: dim ", p.dim,
              " must be a multiple of 8 and at most ", 1024 * kMaxVec * 8);
   H3RT_CHECK((p.shift == nullptr) == (p.scale == nullptr),
@@ -259,7 +301,9 @@ cudaError_t rmsnorm_modulate_cuda(const RmsNormModulateCudaParams& in, cudaStrea
   H3RT_CHECK(p.variant >= 0 && p.variant <= kVariants, "rmsnorm_modulate_cuda: variant ", p.variant,
              " (0..", kVariants, ")");
   const bool vec3 = t3 <= kMaxThreads<3> && t3 * 3 - nvec <= t4 * 4 - nvec;
-  if (!try_ring(p, vec3 ? 3 : 4, vec3 ? t3 : t4, stream)) {
+  if (int8) {
+    launch_int8(p, t3, stream);
+  } else if (!try_ring(p, vec3 ? 3 : 4, vec3 ? t3 : t4, stream)) {
     if (vec3)
       launch_all<3>(p, t3, stream);
     else

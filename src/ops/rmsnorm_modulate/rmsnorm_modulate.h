@@ -36,6 +36,7 @@ void rmsnorm_modulate_cpu(const RmsNormModulateParams& p);
 #include <cuda_runtime_api.h>
 
 #include "formats/nvfp4_quantize_fused.h"
+#include "ops/int8_linear/int8_fused.h"
 
 namespace h3rt::ops {
 
@@ -55,6 +56,10 @@ namespace h3rt::ops {
 //               if any, is added and x written back here); its last CTA stores g. Pass 2 = the
 //               kernel without the residual on the updated x, encoding with that g. Reads x (and
 //               the tables) twice, never writes y.
+// int8 output (`int8`, ops/int8_linear/int8_fused.h): the qkv / fc1 input rotated and quantized
+// per row in the same launch (the row is staged in shared memory), bit-identical to writing y in
+// bf16 and running int8_quantize_rows_cuda on it; y may be null or set. Needs
+// int8_fusable(dim, group) and dim <= 6144 (one row per CTA of at most 256 threads).
 struct RmsNormModulateCudaParams {
   __nv_bfloat16* x = nullptr;  // [rows, dim], row stride x_row_stride; written only with residual
   __nv_bfloat16* y = nullptr;  // [rows, dim], row stride y_row_stride; may be null with nvfp4
@@ -69,6 +74,7 @@ struct RmsNormModulateCudaParams {
   int64_t table_row_stride = 0;
   float eps = 1e-5f;
   Nvfp4Out nvfp4;  // optional NVFP4 output of y ([rows, dim]); disabled by default
+  Int8Out int8;    // optional int8 convrot output of y; disabled by default (not with nvfp4)
   // Kernel choice, bit-identical outputs. 0: one CTA per row. 1..4: persistent CTAs streaming
   // rows through a shared-memory ring with bulk copies (ring_kernel.cuh), on sm_90+, for the
   // bf16-output path without residual and dim <= 8192; elsewhere variant 0 runs.
@@ -78,6 +84,9 @@ struct RmsNormModulateCudaParams {
 };
 
 cudaError_t rmsnorm_modulate_cuda(const RmsNormModulateCudaParams& p, cudaStream_t stream);
+
+// Whether rmsnorm_modulate_cuda takes an int8 output for rows of `dim` with rotation group G.
+bool rmsnorm_modulate_int8_fusable(int64_t dim, int group);
 
 }  // namespace h3rt::ops
 #endif  // H3RT_HAVE_CUDA

@@ -1,0 +1,41 @@
+// int8 output of a fused producer: the optional `Int8Out` block that rmsnorm_modulate and swiglu
+// accept. With it set, the producer stages each bf16 output row in shared memory, rotates it by
+// the group-wise Hadamard matrix and quantizes it (int8_detail::quantize_staged_row: the team
+// quantizer's operations), so q and scale are bit-identical to "producer writes bf16, then
+// int8_quantize_rows_cuda" on the same values, and the bf16 intermediate need not be written.
+// A row's scale needs only that row, so one pass suffices (no grid-wide amax, unlike NVFP4's
+// computed global scale). Constraints (int8_fusable): cols % 16 == 0 and cols % group == 0,
+// group 16, 64 or 256 (the release's 256 and the tiny model's 16 / 64; other groups and plain
+// per-row int8 stay unfused), q 16-byte aligned with q_row_stride % 16 == 0.
+#pragma once
+
+#include <cstdint>
+
+#include "h3rt/check.h"
+
+namespace h3rt::ops {
+
+struct Int8Out {
+  int8_t* q = nullptr;        // [rows, cols] int8, row stride q_row_stride (0: cols); null: off
+  float* scale = nullptr;     // [rows] f32
+  int group = 0;              // rotation group G
+  int64_t q_row_stride = 0;
+
+  bool enabled() const { return q != nullptr; }
+};
+
+inline bool int8_fusable(int64_t cols, int group) {
+  return (group == 16 || group == 64 || group == 256) && cols % 16 == 0 && cols % group == 0;
+}
+
+// Validates an enabled Int8Out for `cols` output columns (throws naming `op`).
+inline void check_int8_out(const Int8Out& o, const char* op, int64_t cols) {
+  H3RT_CHECK(o.q && o.scale, op, ": int8 output needs q and scale");
+  H3RT_CHECK(int8_fusable(cols, o.group), op, ": int8 output needs group 16, 64 or 256 dividing ",
+             "the ", cols, " columns (a multiple of 16), got group ", o.group);
+  const int64_t stride = o.q_row_stride ? o.q_row_stride : cols;
+  H3RT_CHECK(stride >= cols && stride % 16 == 0 && reinterpret_cast<uintptr_t>(o.q) % 16 == 0, op,
+             ": int8 output rows must be 16-byte aligned (row stride ", stride, ")");
+}
+
+}  // namespace h3rt::ops

@@ -1,0 +1,228 @@
+// Producers with an int8 convrot output (ops/int8_linear/int8_fused.h): rmsnorm_modulate (with
+// and without the fused residual) and swiglu rotate and quantize their own rows, and q, scale
+// (and the bf16 output written alongside, and the residual stream) must be bit-identical to the
+// unfused pipeline "producer writes bf16, then int8_quantize_rows_cuda" on fresh random data,
+// at the release widths (5376 and 14336, G = 256) and the tiny model's (G = 16, 64), ragged rows.
+// One case per producer also checks the fused bytes against the host reference
+// (h3rt::int8_quantize_rows of the bf16 output).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "h3rt/formats.h"
+#include "h3rt/int8.h"
+#include "ops/int8_linear/int8_linear.h"
+#include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
+#include "ops/swiglu/swiglu.h"
+
+namespace h3rt {
+namespace {
+
+using test::dptr;
+
+Tensor random_device(int64_t rows, int64_t cols, std::mt19937_64& g, float sd) {
+  return test::upload(test::random_bf16(size_t(rows * cols), g, 0.0f, sd).bits, DType::bf16,
+                      {rows, cols});
+}
+
+// q and scale of an int8 output on the device.
+struct Q8 {
+  Tensor q, scale;
+  Q8(int64_t rows, int64_t cols)
+      : q(test::device_buffer(DType::i8, {rows, cols})),
+        scale(test::device_buffer(DType::f32, {rows})) {}
+  ops::Int8Out out(int group) const {
+    ops::Int8Out o;
+    o.q = dptr<int8_t>(q);
+    o.scale = dptr<float>(scale);
+    o.group = group;
+    return o;
+  }
+};
+
+void expect_same_bytes(const Tensor& a, const Tensor& b, const std::string& what) {
+  const auto va = test::download<uint8_t>(a), vb = test::download<uint8_t>(b);
+  ASSERT_EQ(va.size(), vb.size()) << what;
+  int64_t bad = 0, first = -1;
+  for (size_t i = 0; i < va.size(); ++i)
+    if (va[i] != vb[i] && bad++ == 0) first = int64_t(i);
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " bytes differ, first at byte " << first;
+}
+
+// The unfused pipeline's second half: the standalone quantizer on the bf16 output.
+Q8 quantize_unfused(const Tensor& y, int64_t rows, int64_t cols, int group) {
+  Q8 r(rows, cols);
+  ops::Int8QuantizeCudaParams p;
+  p.x = dptr<__nv_bfloat16>(y);
+  p.q = dptr<int8_t>(r.q);
+  p.scale = dptr<float>(r.scale);
+  p.rows = rows;
+  p.k = cols;
+  p.group = group;
+  H3RT_CUDA_CHECK(ops::int8_quantize_rows_cuda(p, nullptr));
+  return r;
+}
+
+// The fused bytes against the host rule applied to the bf16 output y.
+void expect_host_rule(const Q8& fused, const Tensor& y, int64_t rows, int64_t cols, int group) {
+  Tensor host = Tensor::zeros(DType::bf16, {rows, cols});
+  const auto bits = test::download<uint16_t>(y);
+  std::memcpy(host.data(), bits.data(), bits.size() * 2);
+  const Int8Rows want = int8_quantize_rows(host, group);
+  const auto q = test::download<int8_t>(fused.q);
+  const auto s = test::download<float>(fused.scale);
+  EXPECT_EQ(std::memcmp(q.data(), want.q.data(), q.size()), 0) << "q differs from the host rule";
+  EXPECT_EQ(std::memcmp(s.data(), want.scale.data(), s.size() * 4), 0)
+      << "scale differs from the host rule";
+}
+
+struct NormCase {
+  int64_t rows, dim;
+  int group;
+  bool residual, with_y, host_check = false;
+};
+
+void run_norm(const NormCase& c) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed << " rows " << c.rows << " dim " << c.dim
+                                  << " group " << c.group << " residual " << c.residual);
+  H3RT_REQUIRE_GPU();
+  ASSERT_TRUE(ops::rmsnorm_modulate_int8_fusable(c.dim, c.group));
+  std::mt19937_64 g(seed);
+  const int64_t rows = c.rows, dim = c.dim, tables = 3;
+  const auto xh = test::random_rows_bf16(rows, dim, g);
+  Tensor x_ref = test::upload(xh.bits, DType::bf16, {rows, dim});
+  Tensor x_fused = test::upload(xh.bits, DType::bf16, {rows, dim});
+  Tensor res = random_device(rows, dim, g, 2.0f);
+  Tensor tab = random_device(3 * tables, dim, g, 0.5f);  // shift, scale, gate rows
+  Tensor w = random_device(1, dim, g, 1.5f);
+  std::vector<int64_t> idx(rows);
+  for (int64_t r = 0; r < rows; ++r) idx[r] = (r * 7 + int64_t(seed % 5)) % tables;
+  Tensor di = test::upload(idx, DType::i64, {rows});
+  Tensor y_ref = test::device_buffer(DType::bf16, {rows, dim});
+  Tensor y_fused = test::device_buffer(DType::bf16, {rows, dim});
+
+  ops::RmsNormModulateCudaParams p;
+  p.weight = dptr<__nv_bfloat16>(w);
+  p.shift = dptr<__nv_bfloat16>(tab);
+  p.scale = p.shift + tables * dim;
+  p.row_table_index = dptr<int64_t>(di);
+  p.table_row_stride = dim;
+  p.rows = rows;
+  p.dim = dim;
+  p.eps = 1e-6f;
+  if (c.residual) {
+    p.residual = dptr<__nv_bfloat16>(res);
+    p.residual_gate = p.shift + 2 * tables * dim;
+  }
+  ops::RmsNormModulateCudaParams pr = p;
+  pr.x = dptr<__nv_bfloat16>(x_ref);
+  pr.y = dptr<__nv_bfloat16>(y_ref);
+  H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(pr, nullptr));
+  const Q8 ref = quantize_unfused(y_ref, rows, dim, c.group);
+
+  Q8 fused(rows, dim);
+  ops::RmsNormModulateCudaParams pf = p;
+  pf.x = dptr<__nv_bfloat16>(x_fused);
+  pf.y = c.with_y ? dptr<__nv_bfloat16>(y_fused) : nullptr;
+  pf.int8 = fused.out(c.group);
+  H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(pf, nullptr));
+  H3RT_CUDA_CHECK(cudaDeviceSynchronize());
+  expect_same_bytes(fused.q, ref.q, "q");
+  expect_same_bytes(fused.scale, ref.scale, "scale");
+  if (c.residual) expect_same_bytes(x_fused, x_ref, "residual stream x");
+  if (c.with_y) expect_same_bytes(y_fused, y_ref, "bf16 y written alongside");
+  if (c.host_check) expect_host_rule(fused, y_ref, rows, dim, c.group);
+}
+
+TEST(FusedInt8, RmsNormModulateReleaseWidth) {
+  run_norm({1000, 5376, 256, false, false, true});
+  run_norm({37, 5376, 256, false, true});
+}
+TEST(FusedInt8, ResidualRmsNormModulateReleaseWidth) {
+  run_norm({1000, 5376, 256, true, false});
+  run_norm({15399, 5376, 256, true, true});
+}
+TEST(FusedInt8, RmsNormModulateTinyGroups) {
+  for (bool residual : {false, true}) {
+    run_norm({300, 192, 16, residual, true});
+    run_norm({77, 384, 64, residual, false});
+    run_norm({129, 256, 64, residual, false});
+    run_norm({5, 6144, 256, residual, true});  // the widest the fused kernel takes
+  }
+}
+
+struct SwigluCase {
+  int64_t rows, ffn;
+  int group;
+  bool with_y, host_check = false;
+};
+
+void run_swiglu(const SwigluCase& c) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed << " rows " << c.rows << " ffn " << c.ffn
+                                  << " group " << c.group);
+  H3RT_REQUIRE_GPU();
+  ASSERT_TRUE(ops::swiglu_int8_fusable(c.ffn, c.group));
+  std::mt19937_64 g(seed);
+  const int64_t rows = c.rows, f = c.ffn;
+  Tensor in = random_device(rows, 2 * f, g, 6.0f);
+  Tensor y_ref = test::device_buffer(DType::bf16, {rows, f});
+  Tensor y_fused = test::device_buffer(DType::bf16, {rows, f});
+  Tensor silu = test::device_buffer(DType::bf16, {ops::kSiluTableEntries});
+  H3RT_CUDA_CHECK(ops::swiglu_silu_table_cuda(dptr<__nv_bfloat16>(silu), nullptr));
+  ops::SwigluCudaParams p;
+  p.in = dptr<__nv_bfloat16>(in);
+  p.rows = rows;
+  p.ffn = f;
+  p.silu_table = dptr<__nv_bfloat16>(silu);  // the unfused run takes the table path, as the block
+  ops::SwigluCudaParams pr = p;
+  pr.out = dptr<__nv_bfloat16>(y_ref);
+  H3RT_CUDA_CHECK(ops::swiglu_cuda(pr, nullptr));
+  const Q8 ref = quantize_unfused(y_ref, rows, f, c.group);
+
+  Q8 fused(rows, f);
+  ops::SwigluCudaParams pf = p;
+  pf.out = c.with_y ? dptr<__nv_bfloat16>(y_fused) : nullptr;
+  pf.int8 = fused.out(c.group);
+  H3RT_CUDA_CHECK(ops::swiglu_cuda(pf, nullptr));
+  H3RT_CUDA_CHECK(cudaDeviceSynchronize());
+  expect_same_bytes(fused.q, ref.q, "q");
+  expect_same_bytes(fused.scale, ref.scale, "scale");
+  if (c.with_y) expect_same_bytes(y_fused, y_ref, "bf16 out written alongside");
+  if (c.host_check) expect_host_rule(fused, y_ref, rows, f, c.group);
+}
+
+TEST(FusedInt8, SwigluReleaseWidth) {
+  run_swiglu({1000, 14336, 256, false, true});
+  run_swiglu({4000, 14336, 256, true});
+}
+TEST(FusedInt8, SwigluTinyGroups) {
+  run_swiglu({300, 384, 16, true});
+  run_swiglu({77, 768, 64, false});
+  run_swiglu({129, 256, 256, true});
+}
+
+// What the fused paths refuse: the fusable predicates and the launchers' checks agree.
+TEST(FusedInt8, RefusesWhatItCannotTake) {
+  H3RT_REQUIRE_GPU();
+  EXPECT_FALSE(ops::rmsnorm_modulate_int8_fusable(5376, 4));    // group 4: unfused
+  EXPECT_FALSE(ops::rmsnorm_modulate_int8_fusable(5376, 0));    // plain per-row int8: unfused
+  EXPECT_FALSE(ops::rmsnorm_modulate_int8_fusable(8192, 256));  // wider than one CTA's row
+  EXPECT_FALSE(ops::swiglu_int8_fusable(14336 + 64, 256));      // group does not divide
+  Q8 q(4, 8192);
+  Tensor x = test::device_buffer(DType::bf16, {4, 8192});
+  ops::RmsNormModulateCudaParams p;
+  p.x = dptr<__nv_bfloat16>(x);
+  p.rows = 4;
+  p.dim = 8192;
+  p.int8 = q.out(256);
+  EXPECT_THROW(ops::rmsnorm_modulate_cuda(p, nullptr), Error);
+}
+
+}  // namespace
+}  // namespace h3rt
