@@ -62,12 +62,15 @@ def _on_device(t):
     return _is_torch(t) and t.device.type != "cpu"
 
 
-def _weight_for_h3rt(t):
-    """A host array h3rt.load can view: torch tensors go in through DLPack as stored (bf16, int8,
-    u8, ...), CPU ones without a copy; device tensors are copied to the host."""
+def _weight_for_h3rt(key, t, device):
+    """An array h3rt.load can view: torch tensors go in through DLPack as stored (bf16, int8,
+    u8, ...), CPU ones without a copy. For a CUDA engine, int8/uint8 device tensors (the
+    quantized weight bytes) stay where they are; other device tensors are copied to the host."""
     if _is_torch(t):
         t = t.detach()
-        if t.device.type != "cpu":
+        keep = (device == "cuda" and str(t.dtype) in ("torch.int8", "torch.uint8")
+                and key.endswith(".weight"))
+        if t.device.type != "cpu" and not keep:
             t = t.cpu()
         return t.contiguous()
     return np.ascontiguousarray(t)
@@ -248,11 +251,13 @@ class H3rtWrapper:
                 raise Fallback(f"checkpoint_path '{path}' is not a file")
             log.warning("h3rt: loading %s: a second copy of the weights, beside ComfyUI's", path)
             return load(path, **opts)
-        state = executor.class_obj.state_dict()
-        if any(_on_device(t) for t in state.values()):
-            log.warning("h3rt: copying the model's weights from the device to host memory for "
-                        "h3rt (h3rt then holds its own copy on %s)", self.device)
-        state = {k: _weight_for_h3rt(t) for k, t in state.items()}
+        orig = executor.class_obj.state_dict()
+        state = {k: _weight_for_h3rt(k, t, self.device) for k, t in orig.items()}
+        moved = [k for k, t in orig.items() if _on_device(t) and not _on_device(state[k])]
+        if moved:
+            log.warning("h3rt: copied %d device tensors of the model to host memory for h3rt "
+                        "(h3rt then holds its own copy of those on %s; int8/uint8 weight bytes "
+                        "are used in place)", len(moved), self.device)
         model = load(state, **opts)
         log.info("h3rt: engine built (%s, hidden %d, %d layers, %s)", model.device,
                  model.config["hidden"], model.config["layers"], model.precision)

@@ -24,17 +24,34 @@ __all__ = ["Cancelled", "Model", "load", "preset", "sample", "t2va_layout", "tim
 
 def load(path_or_state_dict, device="cpu", precision=None, attention="bf16", cuda_graphs=True,
          fp8_activations="static", qkv_layout="auto"):
-    """Loads an H3 checkpoint: a .safetensors path (memory-mapped) or a state dict of host
-    arrays under the original/ComfyUI key names (viewed, not copied, where the dtype is used as
-    stored; the model keeps them alive). The config is inferred from the shapes."""
+    """Loads an H3 checkpoint: a .safetensors path (memory-mapped) or a state dict of arrays under
+    the original/ComfyUI key names, viewed (not copied) where the dtype is used as stored; the
+    model keeps them alive, and they must not change while it runs. With device="cuda",
+    int8/uint8 CUDA tensors (int8_convrot and NVFP4 weight bytes, the bulk of a quantized
+    checkpoint) are used in device memory without a copy; other CUDA tensors are copied to the
+    host first (h3rt keeps its own device copy of those). The config is inferred from the
+    shapes."""
     if isinstance(path_or_state_dict, (str, os.PathLike)):
         return _h3rt._load_path(os.fspath(path_or_state_dict), device, precision, attention,
                                 cuda_graphs, fp8_activations, qkv_layout)
     if isinstance(path_or_state_dict, Mapping):
-        return _h3rt._load_state_dict(dict(path_or_state_dict), device, precision, attention,
-                                      cuda_graphs, fp8_activations, qkv_layout)
+        state = {k: _placed(k, v, device) for k, v in path_or_state_dict.items()}
+        return _h3rt._load_state_dict(state, device, precision, attention, cuda_graphs,
+                                      fp8_activations, qkv_layout)
     raise TypeError("path_or_state_dict: expected a path or a mapping of name -> array, got "
                     + type(path_or_state_dict).__name__)
+
+
+def _placed(key, v, device):
+    """v where h3rt reads it: torch CUDA tensors stay on the device only as int8/uint8 '.weight'
+    bytes for a CUDA model; other CUDA tensors (scales, markers, bf16 layers) move to the host."""
+    dev = getattr(v, "device", None)
+    if getattr(dev, "type", "cpu") in ("cpu", None) or not hasattr(v, "cpu"):
+        return v
+    import torch
+    if device == "cuda" and v.dtype in (torch.int8, torch.uint8) and key.endswith(".weight"):
+        return v.detach().contiguous()
+    return v.detach().cpu()
 
 
 def preset(name="tiny", weights_seed=0, device="cpu", precision=None, attention="bf16",

@@ -26,6 +26,10 @@ class Model:
     def device(self) -> str: ...
     @property
     def precision(self) -> str: ...
+    @property
+    def device_peak_bytes(self) -> tuple[int, int]:
+        """(allocated, reserved) peak bytes of h3rt's device memory pool (process-wide, all
+        models); (0, 0) on the CPU."""
     def forward(self, video_rows: ArrayLike, audio_rows: ArrayLike, text: ArrayLike, *,
                 layout: Layout, timesteps: Timesteps, sigma: Optional[float] = None,
                 sample_sigmas: Optional[Sequence[float]] = None

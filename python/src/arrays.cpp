@@ -132,13 +132,22 @@ std::vector<double> host_f64(const AnyArray& a, const char* name, int64_t count)
   return out;
 }
 
-Tensor tensor_view(const AnyArray& a, const std::string& key) {
-  if (!on_host(a))
-    throw nb::value_error(("state dict '" + key +
-                           "': a device tensor; weights are read from host memory (device "
-                           "views are a follow-up): pass tensor.cpu()")
-                              .c_str());
+Tensor tensor_view(const AnyArray& a, const std::string& key, bool cuda_model) {
   const auto d = a.dtype();
+  const bool bytes = (d == nb::dtype<int8_t>() || d == nb::dtype<uint8_t>()) &&
+                     key.size() > 7 && key.compare(key.size() - 7, 7, ".weight") == 0;
+  if (!on_host(a)) {
+    // Quantized weight bytes (int8 W8A8, packed NVFP4) are used in place by a CUDA model: no
+    // second copy of the bulk of a quantized checkpoint. Everything else is read on the host.
+    if (!cuda_model || a.device_type() != nb::device::cuda::value || !bytes)
+      throw nb::value_error(("state dict '" + key + "': a device tensor of " + dtype_str(a) +
+                             (cuda_model ? "; only int8/uint8 '.weight' tensors are used in "
+                                           "device memory (h3rt.load copies the others to the "
+                                           "host)"
+                                         : "; the model runs on the CPU") +
+                             ": pass tensor.cpu()")
+                                .c_str());
+  }
   DType t;
   if (d == nb::dtype<float>())
     t = DType::f32;
@@ -166,7 +175,8 @@ Tensor tensor_view(const AnyArray& a, const std::string& key) {
     shape[i] = static_cast<int64_t>(a.shape(i));
     strides[i] = a.stride(i);
   }
-  return Tensor(const_cast<void*>(a.data()), t, shape, strides, nullptr, Device::cpu);
+  return Tensor(const_cast<void*>(a.data()), t, shape, strides, nullptr,
+                on_host(a) ? Device::cpu : Device::cuda);
 }
 
 NumpyF32 to_numpy(FloatVec values, std::vector<size_t> shape) {

@@ -299,7 +299,7 @@ Model* load_state_dict(const nb::dict& state, const std::string& device,
     AnyArray a;
     if (!nb::try_cast(v, a))
       throw nb::type_error(("state dict '" + key + "': not an array (numpy, torch, ...)").c_str());
-    tensors[key] = tensor_view(a, key);
+    tensors[key] = tensor_view(a, key, device == "cuda");
     keep.push_back(nb::borrow(v));
   }
   const QkvLayout layout = qkv == "auto" ? QkvLayout::fused_thirds : qkv_layout_of(qkv);
@@ -327,6 +327,9 @@ NB_MODULE(_h3rt, m) {
       .def_prop_ro(
           "precision",
           [](const Model& x) { return std::string(h3rt::precision_name(x.denoiser->precision())); })
+      .def_prop_ro(
+          "device_peak_bytes", [](const Model& x) { return x.denoiser->device_peak_bytes(); },
+          "(allocated, reserved) peak bytes of h3rt's device memory pool, (0, 0) on the CPU.")
       .def("forward", &forward, arg("video_rows"), arg("audio_rows"), arg("text"), nb::kw_only(),
            arg("layout"), arg("timesteps"), arg("sigma") = nb::none(),
            arg("sample_sigmas") = nb::none(), "Low-level forward on packed rows (see the .pyi).")

@@ -56,6 +56,8 @@ FloatVec fp8_activation(const LinearWeight& lw, const float* x, int64_t rows) {
 // and quantized per row, the int8 GEMM, the two scales and the bias in the epilogue. The output
 // is bf16-valued in both precisions (the layer's own rounding).
 FloatVec int8_linear_rows(const LinearWeight& lw, const float* x, int64_t rows) {
+  H3RT_CHECK(lw.data.device() == Device::cpu, "layer '", lw.name,
+             "': its int8 weights are in device memory; the CPU reference reads host memory");
   const Tensor xt(const_cast<float*>(x), DType::f32, {rows, lw.in});
   const Int8Rows xq = int8_quantize_rows(xt, lw.int8_group);
   const Tensor y =

@@ -40,13 +40,19 @@ enum class LinearPath { f32_island, bf16, projection };
 // projections with a static input_scale, or opted into dynamic activation scales
 // (LinearWeight::fp8_dynamic_activations), which keep e4m3 weights for the fp8 GEMM.
 // NVFP4 block projections keep their packed weights for the W4A4 GEMM.
+// Quantized weight bytes already in device memory (a caller's state dict: Denoiser::create from
+// tensors) are used where they are, without a copy: the caller keeps them alive and unchanged.
+Tensor on_device(const Tensor& t) {
+  return t.device() == Device::cuda ? t : cuda::to_device(t);
+}
+
 void upload_nvfp4(const LinearWeight& l, DeviceLinear& d) {
   H3RT_CHECK(
       l.data.is_contiguous() && l.scale.is_contiguous() && l.data.nbytes() == l.out * l.in / 2 &&
           l.scale.nbytes() == nvfp4_scales_bytes(l.out, l.in),
       "layer '", l.name, "': nvfp4 weight or weight_scale is not a contiguous packed tensor");
-  d.w4 = cuda::to_device(l.data);
-  d.w4_scales = cuda::to_device(l.scale);
+  d.w4 = on_device(l.data);
+  d.w4_scales = on_device(l.scale);
   d.w4_global = device_scalar(l.scale_2, l.name + ".weight_scale_2");
   if (l.input_scale.data()) d.x4_global = device_scalar(l.input_scale, l.name + ".input_scale");
 }
@@ -55,7 +61,7 @@ void upload_nvfp4(const LinearWeight& l, DeviceLinear& d) {
 void upload_int8(const LinearWeight& l, DeviceLinear& d) {
   H3RT_CHECK(l.data.dtype() == DType::i8 && l.data.is_contiguous(), "layer '", l.name,
              "': int8 weight is not a contiguous i8 tensor");
-  d.wi8 = cuda::to_device(l.data);
+  d.wi8 = on_device(l.data);
   d.wi8_scale = cuda::to_device(tensor_from_f32(int8_row_scales(l.scale, l.out), {l.out}));
   d.int8_group = static_cast<int>(l.int8_group);
 }
@@ -82,7 +88,7 @@ DeviceLinear upload_linear(const LinearWeight& l, LinearPath path) {
       (static_scale || l.fp8_dynamic_activations)) {
     H3RT_CHECK(l.data.dtype() == DType::e4m3 && l.data.is_contiguous(), "layer '", l.name,
                "': fp8 weight is not a contiguous e4m3 tensor");
-    d.w8 = cuda::to_device(l.data);
+    d.w8 = on_device(l.data);
     d.w_scale = device_scalar(l.scale, l.name + ".weight_scale");
     if (static_scale) d.x_scale = device_scalar(l.input_scale, l.name + ".input_scale");
     return d;

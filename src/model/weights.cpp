@@ -574,6 +574,10 @@ namespace h3rt {
 
 const FloatVec& dense_weight(const LinearWeight& lw) {
   if (!lw.w.empty() || lw.out * lw.in == 0) return lw.w;
+  H3RT_CHECK(lw.data.device() == Device::cpu, "layer '", lw.name,
+             "': its weights are in device memory, but this use needs them densely on the host "
+             "(the CPU reference, or a ", weight_format_name(lw.format),
+             " layer outside the block projections); pass that layer's tensors in host memory");
   switch (lw.format) {
     case WeightFormat::nvfp4:
       lw.w = model::dequantize_nvfp4(lw.data, lw.scale, model::scalar(lw.scale_2));
@@ -693,8 +697,13 @@ H3Model load_model(const std::map<std::string, Tensor>& tensors, const LoadOptio
       options.qkv_layout == QkvLayout::autodetect ? QkvLayout::fused_thirds : options.qkv_layout;
   model::TensorSource src;
   for (const auto& [name, t] : tensors) {
-    H3RT_CHECK(t.device() == Device::cpu, origin, ": tensor '", name,
-               "' is in device memory; weights are read from host memory");
+    // Quantized weight bytes may stay in device memory (a CUDA model uses them in place; the
+    // loader reads only their shape and dtype); everything else is read on the host.
+    const bool weight_bytes = (t.dtype() == DType::i8 || t.dtype() == DType::u8) &&
+                              model::ends_with(name, ".weight") && t.is_contiguous();
+    H3RT_CHECK(t.device() == Device::cpu || weight_bytes, origin, ": tensor '", name,
+               "' is in device memory; only contiguous int8/uint8 '.weight' tensors may be, the "
+               "rest is read from host memory");
     src[name] = {t.is_contiguous() ? t : t.contiguous_copy(), origin, layout};
   }
   H3Model m;

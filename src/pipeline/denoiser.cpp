@@ -153,6 +153,10 @@ std::unique_ptr<Denoiser> Denoiser::create(const ModelSource& s, const DenoiserO
 std::unique_ptr<Denoiser> Denoiser::create(const std::map<std::string, Tensor>& tensors,
                                            const DenoiserOptions& o, QkvLayout qkv_layout) {
   check_options(o);
+  if (o.device == Device::cpu)
+    for (const auto& [key, t] : tensors)
+      H3RT_CHECK(t.device() == Device::cpu, "tensor '", key,
+                 "' is in device memory; a CPU model reads its weights from host memory");
   LoadOptions opts;
   opts.qkv_layout = qkv_layout;
   return place(load_model(tensors, opts), o);

@@ -1,10 +1,9 @@
-// Producers with an int8 convrot output (ops/int8_linear/int8_fused.h): rmsnorm_modulate (with
-// and without the fused residual) and swiglu rotate and quantize their own rows, and q, scale
-// (and the bf16 output written alongside, and the residual stream) must be bit-identical to the
-// unfused pipeline "producer writes bf16, then int8_quantize_rows_cuda" on fresh random data,
-// at the release widths (5376 and 14336, G = 256) and the tiny model's (G = 16, 64), ragged rows.
-// One case per producer also checks the fused bytes against the host reference
-// (h3rt::int8_quantize_rows of the bf16 output).
+// The producer with an int8 convrot output (ops/int8_linear/int8_fused.h): rmsnorm_modulate (with
+// and without the fused residual) rotates and quantizes its own rows, and q, scale (and the bf16
+// output written alongside, and the residual stream) must be bit-identical to the unfused
+// pipeline "producer writes bf16, then int8_quantize_rows_cuda" on fresh random data, at the
+// release width (5376, G = 256) and the tiny model's (G = 16, 64), ragged rows. One case also
+// checks the fused bytes against the host reference (h3rt::int8_quantize_rows of the output).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -17,7 +16,6 @@
 #include "h3rt/int8.h"
 #include "ops/int8_linear/int8_linear.h"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
-#include "ops/swiglu/swiglu.h"
 
 namespace h3rt {
 namespace {
@@ -156,64 +154,13 @@ TEST(FusedInt8, RmsNormModulateTinyGroups) {
   }
 }
 
-struct SwigluCase {
-  int64_t rows, ffn;
-  int group;
-  bool with_y, host_check = false;
-};
-
-void run_swiglu(const SwigluCase& c) {
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE(testing::Message() << "seed " << seed << " rows " << c.rows << " ffn " << c.ffn
-                                  << " group " << c.group);
-  H3RT_REQUIRE_GPU();
-  ASSERT_TRUE(ops::swiglu_int8_fusable(c.ffn, c.group));
-  std::mt19937_64 g(seed);
-  const int64_t rows = c.rows, f = c.ffn;
-  Tensor in = random_device(rows, 2 * f, g, 6.0f);
-  Tensor y_ref = test::device_buffer(DType::bf16, {rows, f});
-  Tensor y_fused = test::device_buffer(DType::bf16, {rows, f});
-  Tensor silu = test::device_buffer(DType::bf16, {ops::kSiluTableEntries});
-  H3RT_CUDA_CHECK(ops::swiglu_silu_table_cuda(dptr<__nv_bfloat16>(silu), nullptr));
-  ops::SwigluCudaParams p;
-  p.in = dptr<__nv_bfloat16>(in);
-  p.rows = rows;
-  p.ffn = f;
-  p.silu_table = dptr<__nv_bfloat16>(silu);  // the unfused run takes the table path, as the block
-  ops::SwigluCudaParams pr = p;
-  pr.out = dptr<__nv_bfloat16>(y_ref);
-  H3RT_CUDA_CHECK(ops::swiglu_cuda(pr, nullptr));
-  const Q8 ref = quantize_unfused(y_ref, rows, f, c.group);
-
-  Q8 fused(rows, f);
-  ops::SwigluCudaParams pf = p;
-  pf.out = c.with_y ? dptr<__nv_bfloat16>(y_fused) : nullptr;
-  pf.int8 = fused.out(c.group);
-  H3RT_CUDA_CHECK(ops::swiglu_cuda(pf, nullptr));
-  H3RT_CUDA_CHECK(cudaDeviceSynchronize());
-  expect_same_bytes(fused.q, ref.q, "q");
-  expect_same_bytes(fused.scale, ref.scale, "scale");
-  if (c.with_y) expect_same_bytes(y_fused, y_ref, "bf16 out written alongside");
-  if (c.host_check) expect_host_rule(fused, y_ref, rows, f, c.group);
-}
-
-TEST(FusedInt8, SwigluReleaseWidth) {
-  run_swiglu({1000, 14336, 256, false, true});
-  run_swiglu({4000, 14336, 256, true});
-}
-TEST(FusedInt8, SwigluTinyGroups) {
-  run_swiglu({300, 384, 16, true});
-  run_swiglu({77, 768, 64, false});
-  run_swiglu({129, 256, 256, true});
-}
-
 // What the fused paths refuse: the fusable predicates and the launchers' checks agree.
 TEST(FusedInt8, RefusesWhatItCannotTake) {
   H3RT_REQUIRE_GPU();
   EXPECT_FALSE(ops::rmsnorm_modulate_int8_fusable(5376, 4));    // group 4: unfused
   EXPECT_FALSE(ops::rmsnorm_modulate_int8_fusable(5376, 0));    // plain per-row int8: unfused
   EXPECT_FALSE(ops::rmsnorm_modulate_int8_fusable(8192, 256));  // wider than one CTA's row
-  EXPECT_FALSE(ops::swiglu_int8_fusable(14336 + 64, 256));      // group does not divide
+  EXPECT_FALSE(ops::rmsnorm_modulate_int8_fusable(5376 + 16, 256));  // group does not divide
   Q8 q(4, 8192);
   Tensor x = test::device_buffer(DType::bf16, {4, 8192});
   ops::RmsNormModulateCudaParams p;

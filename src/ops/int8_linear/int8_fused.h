@@ -1,5 +1,5 @@
-// int8 output of a fused producer: the optional `Int8Out` block that rmsnorm_modulate and swiglu
-// accept. With it set, the producer stages each bf16 output row in shared memory, rotates it by
+// int8 output of a fused producer: the optional `Int8Out` block that rmsnorm_modulate accepts
+// (qkv / fc1 inputs). With it set, the producer stages each bf16 output row in shared memory, rotates it by
 // the group-wise Hadamard matrix and quantizes it (int8_detail::quantize_staged_row: the team
 // quantizer's operations), so q and scale are bit-identical to "producer writes bf16, then
 // int8_quantize_rows_cuda" on the same values, and the bf16 intermediate need not be written.

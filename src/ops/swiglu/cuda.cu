@@ -19,7 +19,6 @@
 #include "cuda/device_math.cuh"
 #include "cuda/runtime.h"
 #include "formats/nvfp4_quantize_fused.cuh"
-#include "ops/int8_linear/rotate_quantize.cuh"
 #include "ops/swiglu/swiglu.h"
 
 namespace h3rt::ops {
@@ -85,61 +84,6 @@ __global__ void swiglu_kernel(SwigluCudaParams p) {
   }
   if constexpr (kFuse == kFuseAmax) finish_amax_pass(amax16, p.nvfp4);
   if constexpr (kFuse == kFuseEncode) fused_scale_padding(p.nvfp4, p.rows, p.ffn);
-}
-
-// int8 output (swiglu.h): persistent CTAs of kInt8Threads, one row at a time. Each thread
-// computes its vectors of out (the exact silu, as swiglu_kernel<true>) kInt8Batch at a time with
-// all their loads issued first (the optional bf16 store could alias the input, so the compiler
-// would not hoist them), stages them in shared memory, and the CTA rotates and quantizes the row.
-constexpr int kInt8Threads = 512;
-constexpr int kInt8Batch = 4;
-constexpr int kInt8MaxFfn = 32768;
-
-template <int G>
-__global__ void __launch_bounds__(kInt8Threads) swiglu_int8_kernel(SwigluCudaParams p) {
-  extern __shared__ __align__(16) unsigned char stage[];  // the row, then the transpose tiles
-  const int nvec = static_cast<int>(p.ffn / 8), k = static_cast<int>(p.ffn);
-  const int64_t qs = p.int8.q_row_stride ? p.int8.q_row_stride : p.ffn;
-  unsigned char* const tiles = stage + int8_detail::staged_row_bytes(k);
-  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
-    const __nv_bfloat16* gr = p.in + row * p.in_row_stride;
-    const __nv_bfloat16* vr = gr + p.ffn;
-    for (int c0 = threadIdx.x; c0 < nvec; c0 += kInt8Batch * blockDim.x) {
-      uint4 gv[kInt8Batch], vv[kInt8Batch];
-#pragma unroll
-      for (int b = 0; b < kInt8Batch; ++b) {
-        const int c = c0 + b * blockDim.x;
-        gv[b] = cuda::load_u4_stream(gr + c * 8, c < nvec);
-        vv[b] = cuda::load_u4_stream(vr + c * 8, c < nvec);
-      }
-#pragma unroll
-      for (int b = 0; b < kInt8Batch; ++b) {
-        const int c = c0 + b * blockDim.x;
-        if (c >= nvec) break;
-        float o[8];
-#pragma unroll
-        for (int e = 0; e < 8; ++e)
-          o[e] = __fmul_rn(silu_bf16_exact(cuda::bf16_elem(gv[b], e)), cuda::bf16_elem(vv[b], e));
-        const uint4 y = cuda::pack_u4(o);
-        if (p.out) cuda::store_u4(p.out + row * p.out_row_stride + c * 8, y);
-        *reinterpret_cast<uint4*>(stage + int8_detail::staged_offset(c * 8)) = y;
-      }
-    }
-    int8_detail::quantize_staged_row<G>(stage, k, tiles, p.int8.q + row * qs, p.int8.scale + row);
-  }
-}
-
-template <int G>
-cudaError_t launch_int8(const SwigluCudaParams& p, cudaStream_t stream) {
-  const size_t smem = int8_detail::staged_row_bytes(p.ffn) +
-                      int8_detail::staged_tile_bytes(G, kInt8Threads / 32);
-  const void* fn = reinterpret_cast<const void*>(&swiglu_int8_kernel<G>);
-  const int resident = cuda::resident_grid(fn, kInt8Threads, smem, 0);
-  H3RT_CHECK(resident > 0, "swiglu_cuda: the int8 output's ", smem,
-             " bytes of shared memory per row do not fit this device");
-  const int64_t grid = std::min<int64_t>(p.rows, resident);
-  swiglu_int8_kernel<G><<<static_cast<unsigned>(grid), kInt8Threads, smem, stream>>>(p);
-  return H3RT_LAUNCH_CHECK("swiglu (int8 output)");
 }
 
 __global__ void silu_table_kernel(uint16_t* table) {
@@ -245,24 +189,13 @@ bool aligned16(const void* p) {
 
 }  // namespace
 
-bool swiglu_int8_fusable(int64_t ffn, int group) {
-  return int8_fusable(ffn, group) && ffn <= kInt8MaxFfn;
-}
-
 cudaError_t swiglu_cuda(const SwigluCudaParams& in, cudaStream_t stream) {
   SwigluCudaParams p = in;
   if (!p.in_row_stride) p.in_row_stride = 2 * p.ffn;
   if (!p.out_row_stride) p.out_row_stride = p.ffn;
-  const bool nvfp4 = p.nvfp4.enabled(), int8 = p.int8.enabled();
-  H3RT_CHECK(p.in && (p.out || nvfp4 || int8) && p.rows >= 0 && p.ffn > 0,
-             "swiglu_cuda: bad params");
-  H3RT_CHECK(!(nvfp4 && int8), "swiglu_cuda: nvfp4 and int8 outputs are exclusive");
+  const bool nvfp4 = p.nvfp4.enabled();
+  H3RT_CHECK(p.in && (p.out || nvfp4) && p.rows >= 0 && p.ffn > 0, "swiglu_cuda: bad params");
   if (nvfp4) check_nvfp4_out(p.nvfp4, "swiglu_cuda", p.ffn, 4);
-  if (int8) {
-    check_int8_out(p.int8, "swiglu_cuda", p.ffn);
-    H3RT_CHECK(p.ffn <= kInt8MaxFfn, "swiglu_cuda: int8 output needs ffn <= ", kInt8MaxFfn,
-               ", got ", p.ffn);
-  }
   H3RT_CHECK(p.ffn % 8 == 0 && p.in_row_stride % 8 == 0 && p.out_row_stride % 8 == 0,
              "swiglu_cuda: ffn ", p.ffn, " and row strides must be multiples of 8");
   H3RT_CHECK(p.in_row_stride >= 2 * p.ffn, "swiglu_cuda: input row stride < 2*ffn");
@@ -272,16 +205,6 @@ cudaError_t swiglu_cuda(const SwigluCudaParams& in, cudaStream_t stream) {
     return nvfp4 && p.nvfp4.computed()
                ? cudaMemsetAsync(p.nvfp4.global_scale, 0, sizeof(float), stream)
                : cudaSuccess;
-  if (int8) {
-    switch (p.int8.group) {
-      case 16:
-        return launch_int8<16>(p, stream);
-      case 64:
-        return launch_int8<64>(p, stream);
-      default:
-        return launch_int8<256>(p, stream);
-    }
-  }
   const int nvec = static_cast<int>(p.ffn / 8);
   const int threads = std::min(256, (nvec + 31) / 32 * 32);
   // The table path takes a given NVFP4 scale; a computed one needs the row kernel's amax pass.

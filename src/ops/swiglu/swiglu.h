@@ -27,7 +27,6 @@ float silu(float x);
 #include <cuda_runtime_api.h>
 
 #include "formats/nvfp4_quantize_fused.h"
-#include "ops/int8_linear/int8_fused.h"
 
 namespace h3rt::ops {
 
@@ -51,11 +50,9 @@ namespace h3rt::ops {
 // swiglu_silu_table_cuda, which evaluates every entry by the exact path, so the table path is
 // bit-exact with swiglu_cpu as exact_exp is (tested exhaustively), whatever exact_exp says.
 //
-// int8 output (`int8`, ops/int8_linear/int8_fused.h): the fc2 input rotated and quantized per row
-// in the same launch, bit-identical to writing out in bf16 and running int8_quantize_rows_cuda
-// on it; out may be null or set. One row per CTA of 512 threads (persistent), silu by the exact
-// path (the table's 128 KB would leave no room for the staged row and the transpose tiles).
-// Needs int8_fusable(ffn, group) and ffn <= 32768; not together with nvfp4.
+// No int8 convrot output: a fused one (the row staged in shared memory, rotated and quantized
+// there, the exact silu instead of the table) measured 5% slower on the fc2 boundary than this
+// kernel's table path followed by the standalone quantizer (bench/RESULTS.md, session 10).
 struct SwigluCudaParams {
   const __nv_bfloat16* in = nullptr;  // [rows, in_row_stride (0: 2*ffn)], [gate | value]
   __nv_bfloat16* out = nullptr;       // [rows, out_row_stride (0: ffn)]; may be null with nvfp4
@@ -63,13 +60,9 @@ struct SwigluCudaParams {
   bool exact_exp = true;
   Nvfp4Out nvfp4;  // optional NVFP4 output of out ([rows, ffn]); disabled by default
   const __nv_bfloat16* silu_table = nullptr;  // optional [kSiluTableEntries], see above
-  Int8Out int8;  // optional int8 convrot output of out; disabled by default
 };
 
 cudaError_t swiglu_cuda(const SwigluCudaParams& p, cudaStream_t stream);
-
-// Whether swiglu_cuda takes an int8 output for rows of `ffn` with rotation group G.
-bool swiglu_int8_fusable(int64_t ffn, int group);
 
 // Fills table[i] = round_bf16(silu(g)) for the bf16 g whose bits are i, as swiglu_cpu rounds it.
 constexpr int64_t kSiluTableEntries = 65536;
