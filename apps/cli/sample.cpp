@@ -205,8 +205,9 @@ void add_sample_command(CLI::App& app) {
                   "Audio length in seconds, 40 latents/s (default: the video's length at 24 fps)");
   cmd->add_option("--steps", o->steps, "Model evaluations (default 8)");
   cmd->add_option("--sampler", o->sampler,
-                  "euler, res_multistep or euler_ancestral (ComfyUI's formulas; the last two need "
-                  "--scheduler simple; euler_ancestral's noise is seeded from --seed)")
+                  "euler (with --scheduler diffusers the reference's Euler, with simple "
+                  "ComfyUI's sample_euler), res_multistep or euler_ancestral (ComfyUI's; "
+                  "--scheduler simple only; euler_ancestral's noise is h3rt's, seeded by --seed)")
       ->check(CLI::IsMember({"euler", "res_multistep", "euler_ancestral"}))
       ->capture_default_str();
   cmd->add_option("--scheduler", o->scheduler,
