@@ -133,7 +133,8 @@ LatentShape latent_shape_for(int64_t width, int64_t height, int64_t frames, Late
 
 // ---- the sampling loop --------------------------------------------------------------------
 // Called once before the first step (step 0, seconds 0) and after every step with the steps
-// done, the total and the seconds since the loop began. Returning false cancels the run.
+// done, the total and the seconds since the loop began. Returning false cancels the run (after
+// the last step nothing is left to cancel: the run completes).
 using ProgressFn = std::function<bool(int step, int steps, double seconds)>;
 
 struct SampleOptions {

@@ -137,10 +137,10 @@ struct Control {
       save(st);
     const bool stop_flag = o.cancel && o.cancel->load();
     const bool stop_cb = o.progress && !o.progress(done, total, seconds_since(start));
-    if (!stop_flag && !stop_cb) return;
+    if ((!stop_flag && !stop_cb) || done == total) return;  // nothing left to stop
     std::string msg =
         "sampling cancelled after step " + std::to_string(done) + " of " + std::to_string(total);
-    if (stepped && !o.checkpoint_path.empty() && done < total) {
+    if (stepped && !o.checkpoint_path.empty()) {
       save(st);
       msg += "; resume file " + o.checkpoint_path;
     }

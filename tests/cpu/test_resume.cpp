@@ -113,6 +113,15 @@ TEST(Resume, PeriodicCheckpointsAndCancelFlag) {
     o.resume_path = f;
     expect_same_result(sample(*run.d, run.r, o), whole, f);
   }
+  // A stop asked for during the last step: nothing is left to stop, the run completes.
+  stop = false;
+  o.resume_path.clear();
+  o.cancel = &stop;
+  o.progress = [&](int step, int, double) {
+    stop = step == 11;
+    return true;
+  };
+  expect_same_result(sample(*run.d, run.r, o), whole, "stop during the last step");
 }
 
 // The resume file of `o` after 3 steps, read back by a run with `change` applied.
