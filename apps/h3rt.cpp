@@ -1,10 +1,11 @@
 // h3rt: the command-line interface. Errors from the runtime (h3rt::Error) become one line on
-// stderr and exit code 1; this is the only place that exits.
+// stderr and exit code 1 (130 for a run stopped by Ctrl-C); this is the only place that exits.
 #include <cstdio>
 #include <exception>
 
 #include "cli/commands.h"
 #include "h3rt/check.h"
+#include "h3rt/pipeline.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"h3rt: MiniMax H3 audio-video diffusion runtime"};
@@ -38,6 +39,9 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const h3rt::Cancelled& e) {  // Ctrl-C in sample: stopped at a step boundary
+    std::fprintf(stderr, "h3rt: %s\n", e.what());
+    return 130;
   } catch (const h3rt::Error& e) {
     std::fprintf(stderr, "h3rt: error: %s\n", e.what());
     return 1;

@@ -73,6 +73,20 @@ std::string ModelOptions::describe() const {
   return source_of(*this).describe();
 }
 
+ModelSource ModelOptions::source() const {
+  return source_of(*this);
+}
+
+DenoiserOptions ModelOptions::denoiser_options() const {
+  DenoiserOptions d;
+  d.device = parse_device(device, "--device");
+  d.precision = parse_precision(precision_name(), "--precision");
+  d.attention = parse_attention(attention, "--attention");
+  d.cuda_graphs = cuda_graph == "on";
+  d.fp8_activations = parse_fp8_activations(fp8_activations, "--fp8-activations");
+  return d;
+}
+
 std::unique_ptr<Denoiser> ModelOptions::create() const {
   H3RT_CHECK(attention != "sage" || device == "cuda",
              "--attention sage runs on the GPU only (--device cuda); the CPU runs the reference "
@@ -80,12 +94,7 @@ std::unique_ptr<Denoiser> ModelOptions::create() const {
   H3RT_CHECK(preset.empty() || checkpoint.empty(),
              "give --preset or --checkpoint, not both (a checkpoint defines its own config)");
   H3RT_CHECK(!checkpoint.empty() || qkv_override.empty(), "--qkv-override needs --checkpoint");
-  DenoiserOptions d;
-  d.device = parse_device(device, "--device");
-  d.precision = parse_precision(precision_name(), "--precision");
-  d.attention = parse_attention(attention, "--attention");
-  d.cuda_graphs = cuda_graph == "on";
-  d.fp8_activations = parse_fp8_activations(fp8_activations, "--fp8-activations");
+  const DenoiserOptions d = denoiser_options();
   std::unique_ptr<Denoiser> m = Denoiser::create(source_of(*this), d);
   if (d.fp8_activations == Fp8Activations::dynamic && m->fp8_dynamic_layers() == 0)
     std::fprintf(stderr, "h3rt: --fp8-activations dynamic: %s; nothing changes\n",

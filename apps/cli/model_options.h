@@ -27,6 +27,8 @@ struct ModelOptions {
   void add_to(CLI::App* cmd, bool with_preset);
   std::string precision_name() const;  // as given, else the device's default
   std::string describe() const;
+  ModelSource source() const;
+  DenoiserOptions denoiser_options() const;  // parses the option words (throws naming them)
   // The model on its device; says on stderr when --fp8-activations dynamic changes nothing.
   std::unique_ptr<Denoiser> create() const;
 };

@@ -21,7 +21,8 @@ class Progress {
   void update(int done) {
     double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    double per = done > 0 ? elapsed / done : 0.0;
+    if (first_ < 0) first_ = done;  // a resumed run starts past 0
+    double per = done > first_ ? elapsed / (done - first_) : 0.0;
     double eta = per * (total_ - done);
     int width = 24, filled = total_ > 0 ? width * done / total_ : width;
     std::string bar(filled, '#');
@@ -35,6 +36,7 @@ class Progress {
  private:
   std::string label_;
   int total_;
+  int first_ = -1;
   bool tty_;
   std::chrono::steady_clock::time_point start_;
 };

@@ -1,5 +1,10 @@
 // `h3rt sample`: the whole denoising loop (h3rt::sample) on the CPU reference or the CUDA
-// backend, with a progress line, final latents and a JSON report.
+// backend, with a progress line, final latents and a JSON report; resume files on request and
+// on Ctrl-C (SIGINT stops at the next step boundary).
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -20,8 +25,56 @@ struct SampleOptions {
   std::string inputs, text_embeddings;
   RequestOptions request;
   int steps = 8;
+  std::string sampler = "euler", scheduler = "diffusers";
+  double shift = kVideoShift, audio_shift = kAudioShift;
+  int checkpoint_every = 0;
+  std::string checkpoint_file, resume;
   std::string out = "latents.safetensors", report;
 };
+
+std::atomic<bool> g_interrupted{false};
+
+// SIGINT: ask the loop to stop after this step; a second Ctrl-C ends the process (SA_RESETHAND).
+extern "C" void on_sigint(int) {
+  g_interrupted.store(true);
+  const char msg[] = "\nh3rt sample: interrupted; saving after this step (Ctrl-C again quits)\n";
+  [[maybe_unused]] ssize_t n = write(STDERR_FILENO, msg, sizeof msg - 1);
+}
+
+void install_sigint_handler() {
+  struct sigaction sa {};
+  sa.sa_handler = on_sigint;
+  sa.sa_flags = SA_RESETHAND;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+// The library's options from the CLI's: sampler, schedule, resume file (default: --resume's
+// file, else the output path + ".resume").
+h3rt::SampleOptions library_options(const SampleOptions& o, const ModelOptions& m) {
+  h3rt::SampleOptions so;
+  so.steps = o.steps;
+  so.sampler = parse_sampler(o.sampler, "--sampler");
+  so.scheduler = parse_scheduler(o.scheduler, "--scheduler");
+  so.video_shift = o.shift;
+  so.audio_shift = o.audio_shift;
+  so.noise_seed = o.request.seed;
+  so.checkpoint_every = o.checkpoint_every;
+  so.resume_path = o.resume;
+  so.checkpoint_path = !o.checkpoint_file.empty()
+                           ? o.checkpoint_file
+                           : (o.resume.empty() ? o.out + ".resume" : o.resume);
+  so.model_identity = model_identity(m.source(), m.denoiser_options());
+  so.cancel = &g_interrupted;
+  return so;
+}
+
+int evaluations(const h3rt::SampleOptions& so, const SequenceLayout& L) {
+  if (so.scheduler == Scheduler::simple) return so.steps;
+  return static_cast<int>(make_sampler_plan(L, so.steps + 1, static_cast<float>(so.video_shift),
+                                            static_cast<float>(so.audio_shift))
+                              .steps.size());
+}
 
 Request make_cli_request(const SampleOptions& o, const H3Config& c) {
   if (!o.inputs.empty()) return request_from_inputs(o.inputs, c);
@@ -32,8 +85,8 @@ Request make_cli_request(const SampleOptions& o, const H3Config& c) {
   return make_request(c, r);
 }
 
-SampleReport report_of(const SampleOptions& o, const Denoiser& d, const SequenceLayout& L,
-                       const SampleResult& res) {
+nlohmann::json report_of(const SampleOptions& o, const h3rt::SampleOptions& so, const Denoiser& d,
+                         const SequenceLayout& L, const SampleResult& res, double total_seconds) {
   SampleReport rep;
   rep.stages = res.stages;
   rep.device = d.device_name();
@@ -45,12 +98,31 @@ SampleReport report_of(const SampleOptions& o, const Denoiser& d, const Sequence
   rep.width = L.width * 16;
   rep.height = L.height * 16;
   rep.seed = o.request.seed;
-  rep.steps = static_cast<int>(res.stages.size());
+  rep.steps = static_cast<int>(res.stages.size()) + res.resumed_steps;
   rep.peak_host_bytes = host_memory_stats().peak_bytes;
   std::tie(rep.peak_device_allocated_bytes, rep.peak_device_reserved_bytes) = d.device_peak_bytes();
   rep.video = checksum(res.video_latents.data(), static_cast<int64_t>(res.video_latents.size()));
   rep.audio = checksum(res.audio_latents.data(), static_cast<int64_t>(res.audio_latents.size()));
-  return rep;
+  rep.total_seconds = total_seconds;
+  nlohmann::json j = to_json(rep);
+  j["sampling"] = {{"sampler", sampler_name(so.sampler)},
+                   {"scheduler", scheduler_name(so.scheduler)},
+                   {"shift_video", so.video_shift},
+                   {"shift_audio", so.audio_shift},
+                   {"sigmas", res.video_sigmas},
+                   {"resumed_steps", res.resumed_steps},
+                   {"resumed_from", o.resume}};
+  return j;
+}
+
+void write_latents(const std::string& path, const SampleResult& res, uint64_t seed) {
+  write_safetensors(
+      path,
+      {{"video_latents",
+        tensor_from_f32({res.video_latents.begin(), res.video_latents.end()}, res.video_shape)},
+       {"audio_latents",
+        tensor_from_f32({res.audio_latents.begin(), res.audio_latents.end()}, res.audio_shape)}},
+      {{"producer", "h3rt sample"}, {"seed", std::to_string(seed)}});
 }
 
 void run_sample(const SampleOptions& o) {
@@ -60,46 +132,48 @@ void run_sample(const SampleOptions& o) {
              "--inputs gives the shapes, noise and text; do not combine it with --frames, "
              "--width, --height, --audio-seconds or --text-embeddings");
   H3RT_CHECK(o.steps >= 1 && o.steps <= 1000, "--steps must be in [1, 1000], got ", o.steps);
+  H3RT_CHECK(o.checkpoint_every >= 0, "--checkpoint-every must be >= 0, got ", o.checkpoint_every);
   check_output_path(o.out, "--out");
   if (!o.report.empty()) check_output_path(o.report, "--report");
+  h3rt::SampleOptions so = library_options(o, o.model);
+  check_output_path(so.checkpoint_path, "--checkpoint-file");
   reset_host_peak();
   const auto t_start = std::chrono::steady_clock::now();
   std::unique_ptr<Denoiser> denoiser = o.model.create();
   const H3Config& c = denoiser->config();
   Request req = make_cli_request(o, c);
   const SequenceLayout L = req.layout;
-  const int evals = static_cast<int>(make_sampler_plan(L, o.steps + 1).steps.size());
+  const int evals = evaluations(so, L);
   std::fprintf(stderr,
                "h3rt sample: %s, %s, %lld rows (text %lld, audio %lld, video %lld), "
-               "%d steps, seed %llu, %s\n",
+               "%d steps (%s, %s), seed %llu, %s\n",
                o.model.describe().c_str(), o.model.precision_name().c_str(), (long long)L.seq_len(),
                (long long)L.text_len, (long long)L.audio_rows(), (long long)L.video_rows(), evals,
-               (unsigned long long)r.seed, denoiser->device_name().c_str());
+               o.sampler.c_str(), o.scheduler.c_str(), (unsigned long long)r.seed,
+               denoiser->device_name().c_str());
 
   Progress progress("denoising", evals);
-  h3rt::SampleOptions so;
-  so.steps = o.steps;
   so.progress = [&](int step, int, double) {
     progress.update(step);
     return true;
   };
+  install_sigint_handler();
   const SampleResult res = sample(*denoiser, std::move(req), so);
-  write_safetensors(
-      o.out,
-      {{"video_latents",
-        tensor_from_f32({res.video_latents.begin(), res.video_latents.end()}, res.video_shape)},
-       {"audio_latents",
-        tensor_from_f32({res.audio_latents.begin(), res.audio_latents.end()}, res.audio_shape)}},
-      {{"producer", "h3rt sample"}, {"seed", std::to_string(r.seed)}});
-  SampleReport rep = report_of(o, *denoiser, L, res);
-  rep.total_seconds =
+  signal(SIGINT, SIG_DFL);
+  write_latents(o.out, res, r.seed);
+  // The run is complete: its resume file (checkpoints, or the one it resumed from) is stale.
+  if (so.checkpoint_every > 0 || !so.resume_path.empty()) std::remove(so.checkpoint_path.c_str());
+  const double total =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  const nlohmann::json rep = report_of(o, so, *denoiser, L, res, total);
   std::fprintf(stderr,
                "h3rt sample: wrote %s in %.2f s; checksums video %.6g (|x| %.6g), "
                "audio %.6g (|x| %.6g)\n",
-               o.out.c_str(), rep.total_seconds, rep.video.sum, rep.video.abs_sum, rep.audio.sum,
-               rep.audio.abs_sum);
-  if (!o.report.empty()) write_json(o.report, to_json(rep));
+               o.out.c_str(), total, rep["checksums"]["video_latents"]["sum"].get<double>(),
+               rep["checksums"]["video_latents"]["abs_sum"].get<double>(),
+               rep["checksums"]["audio_latents"]["sum"].get<double>(),
+               rep["checksums"]["audio_latents"]["abs_sum"].get<double>());
+  if (!o.report.empty()) write_json(o.report, rep);
 }
 
 }  // namespace
@@ -130,6 +204,32 @@ void add_sample_command(CLI::App& app) {
   cmd->add_option("--audio-seconds", o->request.audio_seconds,
                   "Audio length in seconds, 40 latents/s (default: the video's length at 24 fps)");
   cmd->add_option("--steps", o->steps, "Model evaluations (default 8)");
+  cmd->add_option("--sampler", o->sampler,
+                  "euler (with --scheduler diffusers the reference's Euler, with simple "
+                  "ComfyUI's sample_euler), res_multistep or euler_ancestral (ComfyUI's; "
+                  "--scheduler simple only; euler_ancestral's noise is h3rt's, seeded by --seed)")
+      ->check(CLI::IsMember({"euler", "res_multistep", "euler_ancestral"}))
+      ->capture_default_str();
+  cmd->add_option("--scheduler", o->scheduler,
+                  "diffusers: the reference scheduler (Euler, each stream on its own shifted "
+                  "grid; the default, its bits unchanged). simple: ComfyUI's simple schedule and "
+                  "sampling loop (the audio carried on the video schedule)")
+      ->check(CLI::IsMember({"diffusers", "simple"}))
+      ->capture_default_str();
+  cmd->add_option("--shift", o->shift, "Video sigma shift")->capture_default_str();
+  cmd->add_option("--audio-shift", o->audio_shift, "Audio sigma shift")->capture_default_str();
+  cmd->add_option("--checkpoint-every", o->checkpoint_every,
+                  "Write a resume file every N steps (0: only on Ctrl-C, which stops the run at "
+                  "the next step boundary and saves)")
+      ->capture_default_str();
+  cmd->add_option("--checkpoint-file", o->checkpoint_file,
+                  "Resume file to write (default: the --resume file, else the --out path + "
+                  "\".resume\"); removed when a run that checkpointed or resumed completes");
+  cmd->add_option("--resume", o->resume,
+                  "Continue from a resume file; it must come from the same model, request and "
+                  "sampler options (differences are named). The result equals an uninterrupted "
+                  "run's bit for bit")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--cuda-graph", o->model.cuda_graph,
                   "With --device cuda: replay the steps from CUDA graphs (same bits as eager "
                   "launches; the first step of each kind runs eagerly)")

@@ -133,31 +133,55 @@ LatentShape latent_shape_for(int64_t width, int64_t height, int64_t frames, Late
 
 // ---- the sampling loop --------------------------------------------------------------------
 // Called once before the first step (step 0, seconds 0) and after every step with the steps
-// done, the total and the seconds since the loop began. Returning false cancels the run.
+// done, the total and the seconds since the loop began. Returning false cancels the run (after
+// the last step nothing is left to cancel: the run completes).
 using ProgressFn = std::function<bool(int step, int steps, double seconds)>;
 
 struct SampleOptions {
   int steps = 8;  // model evaluations (the sigma grid has steps + 1 points), in [1, 1000]
-  float video_shift = kVideoShift, audio_shift = kAudioShift;
+  double video_shift = kVideoShift, audio_shift = kAudioShift;
+  // diffusers (default, the reference stack's Euler with each stream on its own grid; sampler
+  // euler only) or simple (ComfyUI's schedule and loop: euler, res_multistep, euler_ancestral).
+  Scheduler scheduler = Scheduler::diffusers;
+  SamplerKind sampler = SamplerKind::euler;
+  uint64_t noise_seed = 440420;               // euler_ancestral's per-step noise (ancestral_noise)
   ProgressFn progress;                        // optional
   const std::atomic<bool>* cancel = nullptr;  // optional; set to cancel, checked per step
+  // Resumable runs. With checkpoint_path set, the loop state (latents, steps done, the
+  // sampler's state) and the request it belongs to are written there atomically every
+  // checkpoint_every steps (0: never) and when the run is cancelled. resume_path continues from
+  // such a file; one from another model or request is refused with the differences named.
+  std::string checkpoint_path, resume_path;
+  int checkpoint_every = 0;
+  // Recorded in resume files and checked on resume (model_identity(): the weights' identity);
+  // empty: a description of the config only.
+  std::string model_identity;
 };
 
 struct SampleResult {
   FloatVec video_latents;  // [1, C, T, Hl, Wl]
   FloatVec audio_latents;  // [2, Ca, N]
   Shape video_shape, audio_shape;
-  std::vector<StageSeconds> stages;  // one per step (output_transform on the last)
+  std::vector<StageSeconds> stages;  // one per step run here (output_transform on the last)
+  int resumed_steps = 0;             // steps restored from resume_path (0: a fresh run)
+  std::vector<float> video_sigmas;   // the schedule the run used, terminal 0 included
 };
 
-// Thrown by sample() when the progress callback or the cancel flag stops it.
+// The identity a resume file records for a model: for a checkpoint a hash of its safetensors
+// header and size (and of the qkv override's), for a preset its name and weights seed; plus the
+// options that change the bits (precision, attention, fp8 activations).
+std::string model_identity(const ModelSource& source, const DenoiserOptions& options);
+
+// Thrown by sample() when the progress callback or the cancel flag stops it (at a step
+// boundary, after writing checkpoint_path when one is set; the message names it).
 class Cancelled : public Error {
  public:
   using Error::Error;
 };
 
-// Rectified-flow Euler over make_sampler_plan's schedule (passing each step's SigmaSchedule, for
-// PDD head banks), from the request's rows; same bits as `h3rt sample` for the same request.
+// The denoising loop from the request's rows: options.scheduler's schedule and sampler, each
+// step's SigmaSchedule passed on (for PDD head banks); same bits as `h3rt sample` for the same
+// request and options.
 SampleResult sample(Denoiser& denoiser, Request request, const SampleOptions& options = {});
 
 }  // namespace h3rt

@@ -15,11 +15,11 @@ import os
 from collections.abc import Mapping
 
 from ._h3rt import (Cancelled, Model, __version__, audio_sigma_from_video, sigma_grid,
-                    t2va_layout, timestep_plan)
+                    simple_sigmas, t2va_layout, timestep_plan)
 from . import _h3rt
 
 __all__ = ["Cancelled", "Model", "load", "preset", "sample", "t2va_layout", "timestep_plan",
-           "sigma_grid", "audio_sigma_from_video", "__version__"]
+           "sigma_grid", "simple_sigmas", "audio_sigma_from_video", "__version__"]
 
 
 def load(path_or_state_dict, device="cpu", precision=None, attention="bf16", cuda_graphs=True,
@@ -62,10 +62,18 @@ def preset(name="tiny", weights_seed=0, device="cpu", precision=None, attention=
 
 
 def sample(model, width=0, height=0, frames=0, steps=8, seed=440420, text=None, progress=None,
-           audio_seconds=0.0, text_tokens=0):
+           audio_seconds=0.0, text_tokens=0, sampler="euler", scheduler="diffusers", shift=12.0,
+           audio_shift=3.0, checkpoint=None, checkpoint_every=0, resume=None):
     """The whole denoising loop, the same noise and bits as `h3rt sample` with the same
     options. Returns {"video_latents": [1,24,T,H/16,W/16], "audio_latents": [2,32,N],
-    "stages": [per-step seconds]}. progress(step, steps, seconds) is called before the first
-    step and after each; returning False raises h3rt.Cancelled."""
+    "stages": [per-step seconds], "sigmas": the schedule, "resumed_steps"}.
+    progress(step, steps, seconds) is called before the first step and after each; returning
+    False (or Ctrl-C) raises h3rt.Cancelled. scheduler "diffusers" (the reference's Euler,
+    default) or "simple" (ComfyUI's schedule and loop) with sampler "euler", "res_multistep" or
+    "euler_ancestral"; shift / audio_shift the sigma shifts. checkpoint: a resume file written
+    every checkpoint_every steps and when cancelled; resume: continue from one (refused,
+    naming the difference, when it comes from another model or request)."""
     return _h3rt._sample(model, width, height, frames, steps, seed, text, progress,
-                         audio_seconds, text_tokens)
+                         audio_seconds, text_tokens, sampler, scheduler, float(shift),
+                         float(audio_shift), None if checkpoint is None else str(checkpoint),
+                         checkpoint_every, None if resume is None else str(resume))

@@ -57,11 +57,16 @@ def preset(name: str = "tiny", weights_seed: int = 0, device: str = "cpu",
 def sample(model: Model, width: int = 0, height: int = 0, frames: int = 0, steps: int = 8,
            seed: int = 440420, text: Optional[ArrayLike] = None,
            progress: Optional[Callable[[int, int, float], Optional[bool]]] = None,
-           audio_seconds: float = 0.0, text_tokens: int = 0) -> dict[str, Any]:
-    """{"video_latents": [1, 24, T, H/16, W/16], "audio_latents": [2, 32, N], "stages": [...]};
-    the same bits as `h3rt sample` with the same options."""
+           audio_seconds: float = 0.0, text_tokens: int = 0, sampler: str = "euler",
+           scheduler: str = "diffusers", shift: float = 12.0, audio_shift: float = 3.0,
+           checkpoint: Optional[Union[str, os.PathLike]] = None, checkpoint_every: int = 0,
+           resume: Optional[Union[str, os.PathLike]] = None) -> dict[str, Any]:
+    """{"video_latents": [1, 24, T, H/16, W/16], "audio_latents": [2, 32, N], "stages": [...],
+    "sigmas": [...], "resumed_steps": int}; the same bits as `h3rt sample` with the same
+    options (scheduler diffusers|simple, sampler euler|res_multistep|euler_ancestral)."""
 def t2va_layout(text_len: int, audio_len: int, frames: int, height: int, width: int) -> Layout: ...
 def timestep_plan(layout: Layout, t_video: float, t_audio: float) -> Timesteps: ...
 def sigma_grid(points: int, shift: float = 12.0) -> list[float]: ...
+def simple_sigmas(steps: int, shift: float = 12.0) -> list[float]: ...
 def audio_sigma_from_video(sigma: float, video_shift: float = 12.0,
                            audio_shift: float = 3.0) -> float: ...

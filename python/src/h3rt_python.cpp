@@ -15,6 +15,7 @@ namespace {
 struct Model {
   std::unique_ptr<Denoiser> denoiser;
   std::vector<nb::object> keep_alive;  // the state dict's arrays the weights view
+  std::string identity;                // model_identity() for resume files; "" for state dicts
   bool cuda() const { return denoiser->device_name() != "cpu"; }
   const H3Config& config() const { return denoiser->config(); }
 };
@@ -225,9 +226,40 @@ std::pair<NumpyF32, NumpyF32> forward_latents(Model& m, const AnyArray& video,
 }
 
 // ---- sampling ----
+// The loop's options from Python's keywords (option words checked, ValueError naming them).
+struct SamplingKeywords {
+  std::string sampler, scheduler;
+  double shift, audio_shift;
+  std::optional<std::string> checkpoint, resume;
+  int checkpoint_every;
+};
+
+SampleOptions sample_options(const Model& m, int steps, uint64_t seed, const SamplingKeywords& k) {
+  if (steps < 1 || steps > 1000)
+    throw nb::value_error(("steps must be in [1, 1000], got " + std::to_string(steps)).c_str());
+  if (k.checkpoint_every < 0 || (k.checkpoint_every > 0 && !k.checkpoint))
+    throw nb::value_error("checkpoint_every must be >= 0 and needs checkpoint (a file path)");
+  SampleOptions so;
+  try {
+    so.sampler = parse_sampler(k.sampler);
+    so.scheduler = parse_scheduler(k.scheduler);
+  } catch (const Error& e) {
+    throw nb::value_error(e.what());
+  }
+  so.steps = steps;
+  so.video_shift = k.shift;
+  so.audio_shift = k.audio_shift;
+  so.noise_seed = seed;
+  so.checkpoint_path = k.checkpoint.value_or("");
+  so.resume_path = k.resume.value_or("");
+  so.checkpoint_every = k.checkpoint_every;
+  so.model_identity = m.identity;
+  return so;
+}
+
 nb::dict sample(Model& m, int64_t width, int64_t height, int64_t frames, int steps, uint64_t seed,
                 std::optional<AnyArray> text, nb::object progress, double audio_seconds,
-                int64_t text_tokens) {
+                int64_t text_tokens, const SamplingKeywords& k) {
   RequestOptions r;
   r.width = width, r.height = height, r.frames = frames, r.seed = seed;
   r.audio_seconds = audio_seconds, r.text_tokens = text_tokens;
@@ -235,14 +267,16 @@ nb::dict sample(Model& m, int64_t width, int64_t height, int64_t frames, int ste
     int64_t L = 0;
     r.text = text_rows(m, *text, &L);
   }
-  if (steps < 1 || steps > 1000)
-    throw nb::value_error(("steps must be in [1, 1000], got " + std::to_string(steps)).c_str());
+  SampleOptions so = sample_options(m, steps, seed, k);
   Request req = make_request(m.config(), r);
-  SampleOptions so;
-  so.steps = steps;
-  so.progress = [&progress](int step, int total, double seconds) {
+  const bool saves = !so.checkpoint_path.empty();
+  so.progress = [&progress, saves](int step, int total, double seconds) {
     nb::gil_scoped_acquire acquire;
-    if (PyErr_CheckSignals() != 0) throw nb::python_error();  // Ctrl-C stops the loop
+    if (PyErr_CheckSignals() != 0) {  // Ctrl-C stops the loop (saving: h3rt.Cancelled)
+      if (!saves) throw nb::python_error();
+      PyErr_Clear();
+      return false;
+    }
     if (progress.is_none()) return true;
     nb::object go_on = progress(step, total, seconds);
     return go_on.is_none() || nb::cast<bool>(go_on);
@@ -264,6 +298,8 @@ nb::dict sample(Model& m, int64_t width, int64_t height, int64_t frames, int ste
   out["video_latents"] = to_numpy(std::move(res.video_latents), dims(res.video_shape));
   out["audio_latents"] = to_numpy(std::move(res.audio_latents), dims(res.audio_shape));
   out["stages"] = stages;
+  out["sigmas"] = res.video_sigmas;
+  out["resumed_steps"] = res.resumed_steps;
   return out;
 }
 
@@ -275,7 +311,7 @@ Model* load_path(const std::string& path, const std::string& device,
   s.qkv_layout = qkv_layout_of(qkv);
   auto o = options(device, precision, attention, cuda_graphs, fp8);
   nb::gil_scoped_release release;
-  return new Model{Denoiser::create(s, o), {}};
+  return new Model{Denoiser::create(s, o), {}, model_identity(s, o)};
 }
 
 Model* load_preset(const std::string& name, uint64_t weights_seed, const std::string& device,
@@ -286,7 +322,7 @@ Model* load_preset(const std::string& name, uint64_t weights_seed, const std::st
   s.weights_seed = weights_seed;
   auto o = options(device, precision, attention, cuda_graphs, "static");
   nb::gil_scoped_release release;
-  return new Model{Denoiser::create(s, o), {}};
+  return new Model{Denoiser::create(s, o), {}, model_identity(s, o)};
 }
 
 Model* load_state_dict(const nb::dict& state, const std::string& device,
@@ -309,7 +345,7 @@ Model* load_state_dict(const nb::dict& state, const std::string& device,
     nb::gil_scoped_release release;
     d = Denoiser::create(tensors, o, layout);
   }
-  return new Model{std::move(d), std::move(keep)};
+  return new Model{std::move(d), std::move(keep), {}};
 }
 
 }  // namespace
@@ -346,9 +382,24 @@ NB_MODULE(_h3rt, m) {
   m.def("_load_state_dict", &load_state_dict, arg("state_dict"), arg("device"),
         arg("precision").none(), arg("attention"), arg("cuda_graphs"), arg("fp8_activations"),
         arg("qkv_layout"), nb::rv_policy::take_ownership);
-  m.def("_sample", &sample, arg("model"), arg("width"), arg("height"), arg("frames"), arg("steps"),
-        arg("seed"), arg("text").none(), arg("progress").none(), arg("audio_seconds"),
-        arg("text_tokens"));
+  m.def(
+      "_sample",
+      [](Model& model, int64_t width, int64_t height, int64_t frames, int steps, uint64_t seed,
+         std::optional<AnyArray> text, nb::object progress, double audio_seconds,
+         int64_t text_tokens, const std::string& sampler, const std::string& scheduler,
+         double shift, double audio_shift, std::optional<std::string> checkpoint,
+         int checkpoint_every, std::optional<std::string> resume) {
+        return sample(
+            model, width, height, frames, steps, seed, std::move(text), progress, audio_seconds,
+            text_tokens,
+            {sampler, scheduler, shift, audio_shift, checkpoint, resume, checkpoint_every});
+      },
+      arg("model"), arg("width"), arg("height"), arg("frames"), arg("steps"), arg("seed"),
+      arg("text").none(), arg("progress").none(), arg("audio_seconds"), arg("text_tokens"),
+      arg("sampler"), arg("scheduler"), arg("shift"), arg("audio_shift"), arg("checkpoint").none(),
+      arg("checkpoint_every"), arg("resume").none());
+  m.def("simple_sigmas", &h3rt::simple_sigmas, arg("steps"), arg("shift") = h3rt::kVideoShift,
+        "ComfyUI's simple schedule at `shift` (ModelSamplingAV's table): steps + 1 sigmas.");
   m.def(
       "t2va_layout",
       [](int64_t text_len, int64_t audio_len, int64_t frames, int64_t height, int64_t width) {

@@ -150,6 +150,35 @@ def test_sample_cancels_from_progress():
         h3rt.sample(h3rt.preset("tiny"), steps=0)
 
 
+def test_sample_comfy_sampler_equals_cli_and_resumes(tmp_path):
+    opts = dict(steps=6, seed=7, sampler="res_multistep", scheduler="simple", shift=12.0,
+                audio_shift=3.0)
+    m = h3rt.preset("tiny")
+    whole = h3rt.sample(m, **opts)
+    assert whole["sigmas"] == h3rt.simple_sigmas(6, 12.0)
+    ckpt = tmp_path / "run.resume"
+    with pytest.raises(h3rt.Cancelled, match="resume file"):
+        h3rt.sample(m, checkpoint=ckpt, progress=lambda step, steps, s: step < 2, **opts)
+    resumed = h3rt.sample(m, resume=ckpt, **opts)
+    assert resumed["resumed_steps"] == 2
+    cli = find_cli()
+    ref = None
+    if cli is not None:
+        out = tmp_path / "latents.safetensors"
+        subprocess.run([cli, "sample", "--steps", "6", "--seed", "7", "--sampler",
+                        "res_multistep", "--scheduler", "simple", "--out", str(out)], check=True,
+                       capture_output=True)
+        ref = read_safetensors(out)
+    for key in ("video_latents", "audio_latents"):
+        np.testing.assert_array_equal(resumed[key].view(np.uint32), whole[key].view(np.uint32))
+        if ref is not None:
+            np.testing.assert_array_equal(whole[key].view(np.uint32), ref[key].view(np.uint32))
+    with pytest.raises(RuntimeError, match="steps is '6' there, '7' here"):
+        h3rt.sample(m, resume=ckpt, **{**opts, "steps": 7})
+    with pytest.raises(ValueError, match="sampler must be"):
+        h3rt.sample(m, sampler="dpm", scheduler="simple")
+
+
 def test_torch_tensors_equal_numpy(model, golden):
     torch = pytest.importorskip("torch")
     video = golden["input/video_latents"]

@@ -1,9 +1,12 @@
-// The sampling loop (rectified-flow Euler, video shift 12, audio shift 3) and the single
-// forward at a sigma, over any Denoiser.
+// The sampling loop (the reference's Euler on its own grids, or ComfyUI's samplers over the
+// simple schedule with the audio carried), with checkpoints and resume, and the single forward
+// at a sigma, over any Denoiser.
 #include <chrono>
 #include <cmath>
 
+#include "h3rt/formats.h"
 #include "h3rt/pipeline.h"
+#include "pipeline/resume.h"
 
 namespace h3rt {
 namespace {
@@ -11,15 +14,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-// Asks the callback and the flag whether to go on; throws Cancelled when told to stop.
-void check_go_on(const SampleOptions& o, int done, int total, Clock::time_point start) {
-  const bool stop_flag = o.cancel && o.cancel->load();
-  const bool stop_cb = o.progress && !o.progress(done, total, seconds_since(start));
-  if (stop_flag || stop_cb)
-    throw Cancelled("sampling cancelled after step " + std::to_string(done) + " of " +
-                    std::to_string(total));
 }
 
 void check_request(const Request& r, const H3Config& c) {
@@ -35,44 +29,169 @@ void check_request(const Request& r, const H3Config& c) {
              "]");
 }
 
+void check_options(const SampleOptions& o) {
+  H3RT_CHECK(o.steps >= 1 && o.steps <= 1000, "steps must be in [1, 1000], got ", o.steps);
+  H3RT_CHECK(o.scheduler == Scheduler::simple || o.sampler == SamplerKind::euler, "sampler ",
+             sampler_name(o.sampler),
+             " runs on the simple scheduler (ComfyUI's loop); the "
+             "diffusers scheduler's sampler is euler");
+  H3RT_CHECK(o.checkpoint_every >= 0, "checkpoint_every must be >= 0, got ", o.checkpoint_every);
+  H3RT_CHECK(o.checkpoint_every == 0 || !o.checkpoint_path.empty(),
+             "checkpoint_every needs a checkpoint path");
+}
+
+SamplerPlan plan_for(const SequenceLayout& L, const SampleOptions& o) {
+  if (o.scheduler == Scheduler::simple)
+    return make_comfy_plan(L, o.sampler, o.steps, o.video_shift, o.audio_shift);
+  return make_sampler_plan(L, o.steps + 1, static_cast<float>(o.video_shift),
+                           static_cast<float>(o.audio_shift));
+}
+
+// One step of either loop on the state's rows.
+class Stepper {
+ public:
+  Stepper(Denoiser& d, const Request& r, const SamplerPlan& p, uint64_t seed)
+      : d_(d), req_(r), plan_(p), seed_(seed), bf16_(d.precision() == Precision::bf16) {}
+
+  StageSeconds run(int i, resume::LoopState& st) {
+    StageSeconds t;
+    auto t0 = Clock::now();
+    const SigmaSchedule schedule = sigma_schedule(plan_, i);  // for PDD head banks
+    const bool comfy = plan_.scheduler == Scheduler::simple;
+    if (comfy) model_inputs(i, st);
+    const float* video_in = comfy ? video_in_.data() : st.video_rows.data();
+    const float* audio_in = comfy ? audio_in_.data() : st.audio_rows.data();
+    const ForwardInputs in{req_.layout, plan_.steps[i].plan, video_in,
+                           audio_in,    req_.text.data(),    &schedule};
+    t.packing = seconds_since(t0);
+    t0 = Clock::now();
+    const ForwardOutputs v = d_.forward(in);
+    t.denoiser = seconds_since(t0);
+    t0 = Clock::now();
+    const auto vn = static_cast<int64_t>(st.video_rows.size());
+    const auto an = static_cast<int64_t>(st.audio_rows.size());
+    if (comfy) {
+      FloatVec vden(vn), aden(an);
+      comfy_denoised(st.video_rows.data(), v.video_velocity.data(), vn, plan_.steps[i].sigma_video,
+                     vden.data());
+      comfy_denoised_carried(plan_, i, st.audio_rows.data(), audio_in_.data(),
+                             v.audio_velocity.data(), an, bf16_, aden.data());
+      comfy_sampler_step(plan_, i, st.comfy, st.video_rows.data(), vden.data(), vn,
+                         st.audio_rows.data(), aden.data(), an, seed_);
+    } else {
+      sampler_step(plan_, i, st.video_rows.data(), v.video_velocity.data(), vn,
+                   st.audio_rows.data(), v.audio_velocity.data(), an);
+    }
+    t.sampler_update = seconds_since(t0);
+    return t;
+  }
+
+ private:
+  // ComfyUI casts the latent to the model dtype and hands the network the uncarried audio.
+  void model_inputs(int i, const resume::LoopState& st) {
+    video_in_ = st.video_rows;
+    if (bf16_)
+      for (float& x : video_in_) x = round_bf16(x);
+    audio_in_.resize(st.audio_rows.size());
+    comfy_audio_model_input(st.audio_rows.data(), static_cast<int64_t>(st.audio_rows.size()),
+                            plan_.audio_carry[i], bf16_, audio_in_.data());
+  }
+
+  Denoiser& d_;
+  const Request& req_;
+  const SamplerPlan& plan_;
+  uint64_t seed_;
+  bool bf16_;
+  FloatVec video_in_, audio_in_;
+};
+
+resume::LoopState initial_state(const Request& r, const SamplerPlan& p) {
+  resume::LoopState st;
+  st.video_rows = r.video_rows;
+  st.audio_rows = r.audio_rows;
+  if (p.scheduler == Scheduler::simple) {  // noise_scaling at sigma_0 (1 for integer shifts)
+    comfy_initial_latent(p.video_sigmas[0], st.video_rows.data(),
+                         static_cast<int64_t>(st.video_rows.size()));
+    comfy_initial_latent(p.video_sigmas[0], st.audio_rows.data(),
+                         static_cast<int64_t>(st.audio_rows.size()));
+  }
+  return st;
+}
+
+// Asks the callback and the flag whether to go on; on a stop, saves the state (when a
+// checkpoint path is set) and throws Cancelled.
+struct Control {
+  const SampleOptions& o;
+  const resume::RunKeys& keys;
+  Shape video_rows, audio_rows;
+  int total;
+  Clock::time_point start = Clock::now();
+
+  void save(const resume::LoopState& st) const {
+    resume::write(o.checkpoint_path, keys, st, video_rows, audio_rows);
+  }
+  // After a step (stepped) or before the first one.
+  void check(const resume::LoopState& st, bool stepped) const {
+    const int done = st.steps_done;
+    if (stepped && o.checkpoint_every > 0 && done % o.checkpoint_every == 0 && done < total)
+      save(st);
+    const bool stop_flag = o.cancel && o.cancel->load();
+    const bool stop_cb = o.progress && !o.progress(done, total, seconds_since(start));
+    if ((!stop_flag && !stop_cb) || done == total) return;  // nothing left to stop
+    std::string msg =
+        "sampling cancelled after step " + std::to_string(done) + " of " + std::to_string(total);
+    if (stepped && !o.checkpoint_path.empty()) {
+      save(st);
+      msg += "; resume file " + o.checkpoint_path;
+    }
+    throw Cancelled(msg);
+  }
+};
+
+SampleResult finish(const SamplerPlan& plan, resume::LoopState& st, const H3Config& c,
+                    const SequenceLayout& L, std::vector<StageSeconds> stages) {
+  const auto t0 = Clock::now();
+  if (plan.scheduler == Scheduler::simple)
+    comfy_uncarry_audio(plan.audio_scale, st.audio_rows.data(),
+                        static_cast<int64_t>(st.audio_rows.size()));
+  SampleResult res;
+  res.video_latents =
+      unpatchify_video(st.video_rows.data(), c.in_channels, L.frames, L.height, L.width);
+  res.audio_latents = audio_rows_to_latents(st.audio_rows.data(), c.audio_channels, L.audio_len);
+  res.video_shape = {1, c.in_channels, L.frames, L.height, L.width};
+  res.audio_shape = {2, c.audio_channels, L.audio_len};
+  res.video_sigmas = plan.video_sigmas;
+  res.stages = std::move(stages);
+  if (!res.stages.empty()) res.stages.back().output_transform = seconds_since(t0);
+  return res;
+}
+
 }  // namespace
 
 SampleResult sample(Denoiser& denoiser, Request req, const SampleOptions& o) {
-  H3RT_CHECK(o.steps >= 1 && o.steps <= 1000, "steps must be in [1, 1000], got ", o.steps);
+  check_options(o);
   const H3Config& c = denoiser.config();
   check_request(req, c);
   const SequenceLayout& L = req.layout;
-  const SamplerPlan plan = make_sampler_plan(L, o.steps + 1, o.video_shift, o.audio_shift);
+  const SamplerPlan plan = plan_for(L, o);
   const int evals = static_cast<int>(plan.steps.size());
-  SampleResult res;
-  const auto start = Clock::now();
-  check_go_on(o, 0, evals, start);
-  for (int i = 0; i < evals; ++i) {
-    StageSeconds st;
-    auto t0 = Clock::now();
-    const SigmaSchedule schedule = sigma_schedule(plan, i);  // for PDD head banks
-    const ForwardInputs in{
-        L,        plan.steps[i].plan, req.video_rows.data(), req.audio_rows.data(), req.text.data(),
-        &schedule};
-    st.packing = seconds_since(t0);
-    t0 = Clock::now();
-    const ForwardOutputs v = denoiser.forward(in);
-    st.denoiser = seconds_since(t0);
-    t0 = Clock::now();
-    sampler_step(plan, i, req.video_rows.data(), v.video_velocity.data(),
-                 static_cast<int64_t>(req.video_rows.size()), req.audio_rows.data(),
-                 v.audio_velocity.data(), static_cast<int64_t>(req.audio_rows.size()));
-    st.sampler_update = seconds_since(t0);
-    res.stages.push_back(st);
-    check_go_on(o, i + 1, evals, start);
+  const resume::RunKeys keys = resume::run_keys(denoiser, req, o);
+  const Control ctl{
+      o, keys, {L.video_rows(), c.video_features()}, {L.audio_rows(), c.audio_channels}, evals};
+  resume::LoopState st = o.resume_path.empty() ? initial_state(req, plan)
+                                               : resume::read(o.resume_path, keys, ctl.video_rows,
+                                                              ctl.audio_rows, evals);
+  const int first = st.steps_done;
+  ctl.check(st, false);
+  Stepper stepper(denoiser, req, plan, o.noise_seed);
+  std::vector<StageSeconds> stages;
+  for (int i = first; i < evals; ++i) {
+    stages.push_back(stepper.run(i, st));
+    st.steps_done = i + 1;
+    ctl.check(st, true);
   }
-  const auto t0 = Clock::now();
-  res.video_latents =
-      unpatchify_video(req.video_rows.data(), c.in_channels, L.frames, L.height, L.width);
-  res.audio_latents = audio_rows_to_latents(req.audio_rows.data(), c.audio_channels, L.audio_len);
-  res.video_shape = {1, c.in_channels, L.frames, L.height, L.width};
-  res.audio_shape = {2, c.audio_channels, L.audio_len};
-  if (!res.stages.empty()) res.stages.back().output_transform = seconds_since(t0);
+  SampleResult res = finish(plan, st, c, L, std::move(stages));
+  res.resumed_steps = first;
   return res;
 }
 
