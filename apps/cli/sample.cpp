@@ -17,7 +17,7 @@ namespace {
 
 struct SampleOptions {
   ModelOptions model;
-  std::string inputs, text_embeddings;
+  std::string inputs, text_embeddings, conditioning;
   RequestOptions request;
   int steps = 8;
   std::string out = "latents.safetensors", report;
@@ -29,7 +29,15 @@ Request make_cli_request(const SampleOptions& o, const H3Config& c) {
   r.release_defaults = o.model.preset == "h3";
   int64_t length = 0;
   if (!o.text_embeddings.empty()) r.text = text_embeddings_from_file(o.text_embeddings, c, &length);
-  return make_request(c, r);
+  Request req = make_request(c, r);
+  if (!o.conditioning.empty()) {
+    bool found = false;
+    Conditioning k = conditioning_from_inputs(o.conditioning, c, &found, r.seed);
+    H3RT_CHECK(found, o.conditioning, ": --conditioning holds no keyframe/<i>/..., ref/<i>/..., ",
+               "input/text_token_tags or denoise mask");
+    condition_request(req, c, std::move(k));
+  }
+  return req;
 }
 
 SampleReport report_of(const SampleOptions& o, const Denoiser& d, const SequenceLayout& L,
@@ -56,9 +64,10 @@ SampleReport report_of(const SampleOptions& o, const Denoiser& d, const Sequence
 void run_sample(const SampleOptions& o) {
   const RequestOptions& r = o.request;
   H3RT_CHECK(o.inputs.empty() || (r.frames == 0 && r.width == 0 && r.height == 0 &&
-                                  r.audio_seconds == 0 && o.text_embeddings.empty()),
-             "--inputs gives the shapes, noise and text; do not combine it with --frames, "
-             "--width, --height, --audio-seconds or --text-embeddings");
+                                  r.audio_seconds == 0 && o.text_embeddings.empty() &&
+                                  o.conditioning.empty()),
+             "--inputs gives the shapes, noise, text and conditioning; do not combine it with "
+             "--frames, --width, --height, --audio-seconds, --text-embeddings or --conditioning");
   H3RT_CHECK(o.steps >= 1 && o.steps <= 1000, "--steps must be in [1, 1000], got ", o.steps);
   check_output_path(o.out, "--out");
   if (!o.report.empty()) check_output_path(o.report, "--report");
@@ -113,7 +122,17 @@ void add_sample_command(CLI::App& app) {
   o->model.add_to(cmd, true);
   cmd->add_option("--inputs", o->inputs,
                   "Inputs file (input/text_embeds, input/video_latents as the starting noise, "
-                  "input/audio_latents); it fixes shapes, noise and text")
+                  "input/audio_latents, optional conditioning as --conditioning); it fixes "
+                  "shapes, noise and text")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--conditioning", o->conditioning,
+                  "Conditioning file for the request made from the sizes and --seed: keyframes "
+                  "(keyframe/<i>/video [1,24,vt,H,W] on the target latent grid, keyframe/<i>/audio "
+                  "[2,32,rt], metadata keyframe/<i>/frame_index), references (ref/<i>/video, "
+                  "ref/<i>/audio, metadata ref/<i>/kind image|video|audio), input/text_token_tags "
+                  "[L]; README \"Inputs files\". Condition rows are never updated; their noise "
+                  "augmentation is drawn from cond_seed (default --seed) unless the file has "
+                  "<cond>/video_noise, <cond>/audio_noise")
       ->check(CLI::ExistingFile);
   cmd->add_option("--text-embeddings", o->text_embeddings,
                   "Text encoder output [1, L, text_dim] (tensor text_embeds); default: seeded "

@@ -35,12 +35,27 @@ void check_request(const Request& r, const H3Config& c) {
              "]");
 }
 
+// Step i's per-row timesteps: the sampler's plan, or for a comfy request the conditioned plan at
+// the step's timesteps (condition rows pinned near 1; they ride along, never updated).
+TimestepPlan step_plan(const Request& r, const SamplerStep& s) {
+  if (!r.comfy) return s.plan;
+  return make_conditioned_plan(r.layout, {s.sigma_video, s.t_video, s.t_audio},
+                               r.conditioning.aug);
+}
+
+const float* or_null(const FloatVec& v) {
+  return v.empty() ? nullptr : v.data();
+}
+
 }  // namespace
 
 SampleResult sample(Denoiser& denoiser, Request req, const SampleOptions& o) {
   H3RT_CHECK(o.steps >= 1 && o.steps <= 1000, "steps must be in [1, 1000], got ", o.steps);
   const H3Config& c = denoiser.config();
   check_request(req, c);
+  H3RT_CHECK(req.conditioning.video_mask.empty() && req.conditioning.audio_mask.empty(),
+             "sample: denoise masks are not supported by the sampler yet (they need the "
+             "inpainting blend of the kept latent); `h3rt forward` takes them");
   const SequenceLayout& L = req.layout;
   const SamplerPlan plan = make_sampler_plan(L, o.steps + 1, o.video_shift, o.audio_shift);
   const int evals = static_cast<int>(plan.steps.size());
@@ -51,9 +66,15 @@ SampleResult sample(Denoiser& denoiser, Request req, const SampleOptions& o) {
     StageSeconds st;
     auto t0 = Clock::now();
     const SigmaSchedule schedule = sigma_schedule(plan, i);  // for PDD head banks
-    const ForwardInputs in{
-        L,        plan.steps[i].plan, req.video_rows.data(), req.audio_rows.data(), req.text.data(),
-        &schedule};
+    const TimestepPlan tplan = step_plan(req, plan.steps[i]);
+    const ForwardInputs in{L,
+                           tplan,
+                           req.video_rows.data(),
+                           req.audio_rows.data(),
+                           req.text.data(),
+                           &schedule,
+                           or_null(req.cond.video),
+                           or_null(req.cond.audio)};
     st.packing = seconds_since(t0);
     t0 = Clock::now();
     const ForwardOutputs v = denoiser.forward(in);
