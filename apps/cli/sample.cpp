@@ -63,11 +63,11 @@ SampleReport report_of(const SampleOptions& o, const Denoiser& d, const Sequence
 
 void run_sample(const SampleOptions& o) {
   const RequestOptions& r = o.request;
-  H3RT_CHECK(o.inputs.empty() || (r.frames == 0 && r.width == 0 && r.height == 0 &&
-                                  r.audio_seconds == 0 && o.text_embeddings.empty() &&
-                                  o.conditioning.empty()),
-             "--inputs gives the shapes, noise, text and conditioning; do not combine it with "
-             "--frames, --width, --height, --audio-seconds, --text-embeddings or --conditioning");
+  H3RT_CHECK(
+      o.inputs.empty() || (r.frames == 0 && r.width == 0 && r.height == 0 && r.audio_seconds == 0 &&
+                           o.text_embeddings.empty() && o.conditioning.empty()),
+      "--inputs gives the shapes, noise, text and conditioning; do not combine it with "
+      "--frames, --width, --height, --audio-seconds, --text-embeddings or --conditioning");
   H3RT_CHECK(o.steps >= 1 && o.steps <= 1000, "--steps must be in [1, 1000], got ", o.steps);
   check_output_path(o.out, "--out");
   if (!o.report.empty()) check_output_path(o.report, "--report");

@@ -85,7 +85,8 @@ void carry_audio_input(float* audio_rows, int64_t n, const AudioCarry& c);
 void carry_audio_output(float* v, const float* x_net, int64_t n, const AudioCarry& c);
 
 // ---- condition latents -------------------------------------------------------------------
-// A video latent [C, frames, height, width] (the batch axis dropped) or an audio latent [2, C, len].
+// A video latent [C, frames, height, width] (the batch axis dropped) or an audio latent [2, C,
+// len].
 struct VideoLatent {
   FloatVec data;
   int64_t frames = 0, height = 0, width = 0;

@@ -141,8 +141,8 @@ Request request_from_inputs(const std::string& path, const H3Config& config);
 // text_token_tags [L]; input/video_denoise_mask [T,Hl,Wl]; input/audio_denoise_mask [2,N];
 // metadata visual_cond_noise_aug, audio_cond_noise_aug, cond_seed (default `default_seed`).
 // `found` tells whether any was present.
-Conditioning conditioning_from_inputs(const std::string& path, const H3Config& config,
-                                      bool* found, uint64_t default_seed = 0);
+Conditioning conditioning_from_inputs(const std::string& path, const H3Config& config, bool* found,
+                                      uint64_t default_seed = 0);
 // Text embeddings [1, L, text_dim] or [L, text_dim] (tensor `text_embeds` or
 // `input/text_embeds`, bf16 or f32) from a file; *length = L.
 FloatVec text_embeddings_from_file(const std::string& path, const H3Config& config,

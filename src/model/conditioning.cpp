@@ -27,9 +27,9 @@ bool all_equal(const std::vector<float>& v) {
 // The float64 timestep of each segment kind (ComfyUI's seg_t).
 std::map<SegmentKind, double> kind_times(const EvalTimes& t, const ConditionAug& aug) {
   const double cv = std::max(t.t_video, aug.video), ca = std::max(t.t_audio, aug.audio);
-  return {{SegmentKind::text, t.t_video},    {SegmentKind::video, t.t_video},
-          {SegmentKind::audio, t.t_audio},   {SegmentKind::cond, cv},
-          {SegmentKind::ref_img, cv},        {SegmentKind::cond_audio, ca},
+  return {{SegmentKind::text, t.t_video},  {SegmentKind::video, t.t_video},
+          {SegmentKind::audio, t.t_audio}, {SegmentKind::cond, cv},
+          {SegmentKind::ref_img, cv},      {SegmentKind::cond_audio, ca},
           {SegmentKind::ref_audio, ca}};
 }
 
@@ -91,12 +91,12 @@ TimestepPlan make_conditioned_plan(const SequenceLayout& l, const EvalTimes& tim
                                    const ConditionAug& aug, const RowMasks& masks) {
   H3RT_CHECK(!l.segments.empty(), "conditioned plan: the layout has no segment table");
   std::map<SegmentKind, double> seg_t = kind_times(times, aug);
-  const std::vector<float> video_t = stream_rows_t(
-      masks.video, l.video_rows(), times.sigma_video,
-      std::max(times.t_video, kVisualCondTimestep), seg_t[SegmentKind::video], "video");
-  const std::vector<float> audio_t = stream_rows_t(
-      masks.audio, l.audio_rows(), 1.0 - times.t_audio,
-      std::max(times.t_audio, kAudioCondTimestep), seg_t[SegmentKind::audio], "audio");
+  const std::vector<float> video_t = stream_rows_t(masks.video, l.video_rows(), times.sigma_video,
+                                                   std::max(times.t_video, kVisualCondTimestep),
+                                                   seg_t[SegmentKind::video], "video");
+  const std::vector<float> audio_t = stream_rows_t(masks.audio, l.audio_rows(), 1.0 - times.t_audio,
+                                                   std::max(times.t_audio, kAudioCondTimestep),
+                                                   seg_t[SegmentKind::audio], "audio");
 
   std::vector<double> values = {times.t_video, times.t_audio};
   for (const Segment& s : l.segments) values.push_back(seg_t[s.kind]);
@@ -109,8 +109,7 @@ TimestepPlan make_conditioned_plan(const SequenceLayout& l, const EvalTimes& tim
   plan.values = values;
   for (double v : values) plan.timestep.push_back(static_cast<float>(v));
   auto index_of = [&](double t) {
-    return static_cast<int64_t>(std::lower_bound(values.begin(), values.end(), t) -
-                                values.begin());
+    return static_cast<int64_t>(std::lower_bound(values.begin(), values.end(), t) - values.begin());
   };
   plan.timestep_indices.assign(l.seq_len(), 0);
   for (const Segment& s : l.segments) {

@@ -25,10 +25,9 @@ int64_t count(const std::vector<int64_t>& v) {
 void check_inputs(const H3Config& c, const ForwardInputs& in) {
   const SequenceLayout& l = in.layout;
   const int64_t S = static_cast<int64_t>(l.token_tags.size());
-  H3RT_CHECK(count(l.text_indices) + count(l.audio_indices) + count(l.video_indices) +
-                     l.cond_rows() ==
-                 S,
-             "forward: text/condition/audio/video index counts do not add up to S = ", S);
+  H3RT_CHECK(
+      count(l.text_indices) + count(l.audio_indices) + count(l.video_indices) + l.cond_rows() == S,
+      "forward: text/condition/audio/video index counts do not add up to S = ", S);
   H3RT_CHECK(static_cast<int64_t>(l.position_ids.size()) == 3 * S, "forward: position_ids has ",
              l.position_ids.size(), " values, expected [", S, ", 3]");
   H3RT_CHECK(count(in.plan.timestep_indices) == S, "forward: timestep_indices has ",

@@ -140,8 +140,9 @@ void check_packed_order(const SequenceLayout& L) {
     ok &= L.audio_indices[i] == L.audio_indices[0] + int64_t(i);
   for (size_t i = 1; i < L.video_indices.size(); ++i)
     ok &= L.video_indices[i] == L.video_indices[0] + int64_t(i);
-  H3RT_CHECK(ok, "the CUDA forward expects the text rows first and the target audio and video "
-                 "rows each contiguous");
+  H3RT_CHECK(ok,
+             "the CUDA forward expects the text rows first and the target audio and video "
+             "rows each contiguous");
 }
 
 bool same_layout(const SequenceLayout& a, const SequenceLayout& b) {

@@ -86,9 +86,8 @@ SequenceLayout make_t2va_layout(int64_t text_len, int64_t audio_len, int64_t fra
     }
   }
 
-  lay.segments = {{0, L, SegmentKind::text},
-                  {L, L + A, SegmentKind::audio},
-                  {L + A, S, SegmentKind::video}};
+  lay.segments = {
+      {0, L, SegmentKind::text}, {L, L + A, SegmentKind::audio}, {L + A, S, SegmentKind::video}};
   int64_t r = L + A;
   for (int64_t f = 0; f < frames; ++f)
     for (size_t y = 0; y < hy.size(); ++y)

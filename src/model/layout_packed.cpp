@@ -108,8 +108,10 @@ class Builder {
 
 double ref_span(const ReferenceSlot& r) {
   switch (r.kind) {
-    case ReferenceKind::image: return 1.0;
-    case ReferenceKind::audio: return static_cast<double>(r.audio_len);
+    case ReferenceKind::image:
+      return 1.0;
+    case ReferenceKind::audio:
+      return static_cast<double>(r.audio_len);
     case ReferenceKind::video:
       return std::max(static_cast<double>(r.audio_len), frames_span(r.frames));
   }

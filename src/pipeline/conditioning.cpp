@@ -10,16 +10,15 @@ namespace {
 
 void check_video(const VideoLatent& v, int64_t channels, const char* what) {
   H3RT_CHECK(v.height > 0 && v.width > 0 && v.height % 2 == 0 && v.width % 2 == 0, what,
-             ": latent height and width must be positive and even, got ", v.height, " x ",
-             v.width);
-  H3RT_CHECK(static_cast<int64_t>(v.data.size()) == channels * v.frames * v.height * v.width,
-             what, ": ", v.data.size(), " values, expected [", channels, ", ", v.frames, ", ",
-             v.height, ", ", v.width, "]");
+             ": latent height and width must be positive and even, got ", v.height, " x ", v.width);
+  H3RT_CHECK(static_cast<int64_t>(v.data.size()) == channels * v.frames * v.height * v.width, what,
+             ": ", v.data.size(), " values, expected [", channels, ", ", v.frames, ", ", v.height,
+             ", ", v.width, "]");
 }
 
 void check_audio(const AudioLatent& a, int64_t channels, const char* what) {
-  H3RT_CHECK(static_cast<int64_t>(a.data.size()) == 2 * channels * a.len, what, ": ",
-             a.data.size(), " values, expected [2, ", channels, ", ", a.len, "]");
+  H3RT_CHECK(static_cast<int64_t>(a.data.size()) == 2 * channels * a.len, what, ": ", a.data.size(),
+             " values, expected [2, ", channels, ", ", a.len, "]");
 }
 
 // Noise for n augmented values: the caller's, or h3rt's draw restarted at offset 0.

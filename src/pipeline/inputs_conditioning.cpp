@@ -46,8 +46,8 @@ AudioLatent audio_latent(const SafetensorsFile& f, const std::string& name, int6
 FloatVec optional_floats(const SafetensorsFile& f, const std::string& name) {
   if (!f.contains(name)) return {};
   const Tensor t = f.get(name);
-  H3RT_CHECK(t.dtype() == DType::f32, f.path(), ": tensor '", name, "' is ",
-             dtype_name(t.dtype()), ", expected f32");
+  H3RT_CHECK(t.dtype() == DType::f32, f.path(), ": tensor '", name, "' is ", dtype_name(t.dtype()),
+             ", expected f32");
   return floats(t);
 }
 
@@ -170,7 +170,8 @@ Conditioning conditioning_from_inputs(const std::string& path, const H3Config& c
   k.audio_mask = mask(f, "input/audio_denoise_mask", {2, -1}, "[2, N]");
   k.aug.video = meta_double(f, "visual_cond_noise_aug", kVisualCondTimestep);
   k.aug.audio = meta_double(f, "audio_cond_noise_aug", kAudioCondTimestep);
-  k.noise_seed = static_cast<uint64_t>(meta_int(f, "cond_seed", static_cast<int64_t>(default_seed)));
+  k.noise_seed =
+      static_cast<uint64_t>(meta_int(f, "cond_seed", static_cast<int64_t>(default_seed)));
   *found = !k.empty() || meta(f, "visual_cond_noise_aug") || meta(f, "audio_cond_noise_aug");
   return k;
 }

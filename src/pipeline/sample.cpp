@@ -39,8 +39,7 @@ void check_request(const Request& r, const H3Config& c) {
 // the step's timesteps (condition rows pinned near 1; they ride along, never updated).
 TimestepPlan step_plan(const Request& r, const SamplerStep& s) {
   if (!r.comfy) return s.plan;
-  return make_conditioned_plan(r.layout, {s.sigma_video, s.t_video, s.t_audio},
-                               r.conditioning.aug);
+  return make_conditioned_plan(r.layout, {s.sigma_video, s.t_video, s.t_audio}, r.conditioning.aug);
 }
 
 const float* or_null(const FloatVec& v) {

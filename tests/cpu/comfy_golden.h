@@ -4,11 +4,10 @@
 // golden test and the GPU tests. H3RT_COMFY_GOLDEN_DIR points at another set of the same format.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 

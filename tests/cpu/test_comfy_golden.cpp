@@ -104,7 +104,8 @@ TEST_P(ComfyGolden, TimestepsAndModulationRowsMatchExactly) {
   for (int64_t g : c.ints("layout/token_tags")) want_tags.push_back(static_cast<int32_t>(g));
   EXPECT_EQ(L().token_tags, want_tags);
   std::vector<int64_t> mods;
-  for (const ModSegment& m : mod_segments(L(), p)) mods.insert(mods.end(), {m.start, m.stop, m.row});
+  for (const ModSegment& m : mod_segments(L(), p))
+    mods.insert(mods.end(), {m.start, m.stop, m.row});
   EXPECT_EQ(mods, c.ints("layout/mod_segments"));
 }
 

@@ -50,9 +50,9 @@ const EvalTimes kTimes{0.75, 0.25, 0.5};
 
 TEST(LayoutPacked, T2vaSegmentsPositionsAndTimesteps) {
   const SequenceLayout l = make_layout(target());
-  EXPECT_EQ(l.segments, segs({{0, 3, SegmentKind::text},
-                              {3, 7, SegmentKind::audio},
-                              {7, 15, SegmentKind::video}}));
+  EXPECT_EQ(
+      l.segments,
+      segs({{0, 3, SegmentKind::text}, {3, 7, SegmentKind::audio}, {7, 15, SegmentKind::video}}));
   expect_pos(l, 2, 2, 0, 0);   // text row i: (i, 0, 0)
   expect_pos(l, 3, 3, 0, 0);   // audio ch 0, j = 0: (c0 + j, 0, w_first), c0 = L = 3
   expect_pos(l, 6, 4, 0, 16);  // audio ch 1, j = 1: (3 + 1, 0, w_last = 16)
@@ -68,8 +68,7 @@ TEST(LayoutPacked, T2vaSegmentsPositionsAndTimesteps) {
   EXPECT_EQ(adaln_indices(l, p)[0], 0 * 3 + 1);           // text: t_v, tag 1
   EXPECT_EQ(adaln_indices(l, p)[3], 1 * 3 + 2);           // audio: t_a, tag 2
   EXPECT_EQ(adaln_indices(l, p)[7], 0 * 3 + 0);           // video: t_v, tag 0
-  EXPECT_EQ(mod_segments(l, p),
-            (std::vector<ModSegment>{{0, 3, 1}, {3, 7, 5}, {7, 15, 0}}));
+  EXPECT_EQ(mod_segments(l, p), (std::vector<ModSegment>{{0, 3, 1}, {3, 7, 5}, {7, 15, 0}}));
 }
 
 TEST(LayoutPacked, Fl2vaFirstFrame) {
@@ -88,10 +87,10 @@ TEST(LayoutPacked, Fl2vaFirstFrame) {
 
   const TimestepPlan p = make_conditioned_plan(l, kTimes);
   EXPECT_EQ(p.values, (std::vector<double>{0.25, 0.5, 0.999}));  // cond: max(t_v, 0.999)
-  EXPECT_EQ(bits(p.timestep[2]), 0x3f7fbe77u);                     // float32(0.999)
+  EXPECT_EQ(bits(p.timestep[2]), 0x3f7fbe77u);                   // float32(0.999)
   EXPECT_EQ(adaln_indices(l, p)[3], 2 * 3 + 0);
-  EXPECT_EQ(mod_segments(l, p), (std::vector<ModSegment>{
-                                    {0, 3, 1}, {3, 7, 6}, {7, 11, 5}, {11, 19, 0}}));
+  EXPECT_EQ(mod_segments(l, p),
+            (std::vector<ModSegment>{{0, 3, 1}, {3, 7, 6}, {7, 11, 5}, {11, 19, 0}}));
   // t_v above the pin: the keyframe rows take t_v (one table row for text, cond and video).
   const TimestepPlan late = make_conditioned_plan(l, {0.0005, 0.9995, 0.999});
   EXPECT_EQ(late.values, (std::vector<double>{0.999, 0.9995}));
@@ -137,9 +136,9 @@ TEST(LayoutPacked, Ref2vaImageVideoAndAudioReferences) {
             {ReferenceKind::audio, 0, 0, 0, 2}};
   const SequenceLayout l = make_layout(s);
   EXPECT_EQ(l.segments, segs({{0, 2, SegmentKind::text},
-                              {2, 4, SegmentKind::ref_img},     // image 2 x 4: 1 x 2 patches
-                              {4, 10, SegmentKind::ref_audio},  // the clip's soundtrack, 2 * 3
-                              {10, 18, SegmentKind::ref_img},   // the clip: 2 frames of 2 x 2
+                              {2, 4, SegmentKind::ref_img},      // image 2 x 4: 1 x 2 patches
+                              {4, 10, SegmentKind::ref_audio},   // the clip's soundtrack, 2 * 3
+                              {10, 18, SegmentKind::ref_img},    // the clip: 2 frames of 2 x 2
                               {18, 22, SegmentKind::ref_audio},  // standalone audio, 2 * 2
                               {22, 24, SegmentKind::audio},
                               {24, 28, SegmentKind::video}}));
@@ -186,9 +185,9 @@ TEST(LayoutPacked, LayoutChecksItsSpec) {
 TEST(Masks, VideoMaskRowsArePatchMaxima) {
   // T = 1, 4 x 4 latent: patch (0, 0) holds {0, 0.25, 0, 0}; the others 1, 0.5, 0.
   std::vector<float> m(16, 0.0f);
-  m[1] = 0.25f;                             // (y 0, x 1) in patch (0, 0)
-  m[2] = m[3] = m[6] = m[7] = 1.0f;         // patch (0, 1)
-  m[8] = 0.5f;                              // patch (1, 0)
+  m[1] = 0.25f;                      // (y 0, x 1) in patch (0, 0)
+  m[2] = m[3] = m[6] = m[7] = 1.0f;  // patch (0, 1)
+  m[8] = 0.5f;                       // patch (1, 0)
   const std::vector<float> rows = video_mask_rows(m.data(), 1, 4, 4);
   EXPECT_EQ(rows, (std::vector<float>{0.25f, 1.0f, 0.5f, 0.0f}));
   std::vector<float> open(16, 0.999f);  // >= 1 - 1e-3 everywhere: no per-row timesteps
@@ -203,10 +202,10 @@ TEST(Masks, VideoMaskRowTimestepsFollowTheRule) {
   RowMasks masks;
   masks.video = {0.0f, 0.5f, 1.0f, 0.25f};
   const TimestepPlan p = make_conditioned_plan(l, kTimes, {}, masks);
-  const float pin = static_cast<float>(std::max(0.25, 0.999));  // 0x3f7fbe77
-  const std::vector<float> want = {std::min(1.0f - 0.0f * 0.75f, pin),   // 0.999 (pinned)
-                                   std::min(1.0f - 0.5f * 0.75f, pin),   // 0.625
-                                   std::min(1.0f - 1.0f * 0.75f, pin),   // 0.25 = t_v
+  const float pin = static_cast<float>(std::max(0.25, 0.999));            // 0x3f7fbe77
+  const std::vector<float> want = {std::min(1.0f - 0.0f * 0.75f, pin),    // 0.999 (pinned)
+                                   std::min(1.0f - 0.5f * 0.75f, pin),    // 0.625
+                                   std::min(1.0f - 1.0f * 0.75f, pin),    // 0.25 = t_v
                                    std::min(1.0f - 0.25f * 0.75f, pin)};  // 0.8125
   const int64_t v0 = l.video_indices[0];
   for (int r = 0; r < 4; ++r)
@@ -273,7 +272,7 @@ TEST(Conditioning, ComfyEvalTimesFromSigma) {
   EXPECT_EQ(t.t_video, 1.0 - sv);
   const double b = sv / (12.0 + sv * (1.0 - 12.0));
   EXPECT_EQ(t.t_audio, 1.0 - 3.0 * b / (1.0 + 2.0 * b));
-  EXPECT_EQ(bits(static_cast<float>(t.t_audio)), 0x3f21af29u);  // the golden's 0.631579
+  EXPECT_EQ(bits(static_cast<float>(t.t_audio)), 0x3f21af29u);   // the golden's 0.631579
   EXPECT_EQ(comfy_eval_times(0.0f).sigma_video, double(1e-6f));  // clamped
 }
 

@@ -36,10 +36,11 @@ void expect_within_bf16_bound(const ForwardOutputs& gpu, const ForwardOutputs& c
   const std::vector<double> rv(ref_v.begin(), ref_v.end()), ra(ref_a.begin(), ref_a.end());
   const Err gv = error(gpu.video_velocity, rv), ga = error(gpu.audio_velocity, ra);
   const Err cv = error(cpu.video_velocity, rv), ca = error(cpu.audio_velocity, ra);
-  std::printf("%s: video max/mean gpu %.4g/%.4g cpu-bf16 %.4g/%.4g; audio gpu %.4g/%.4g "
-              "cpu-bf16 %.4g/%.4g\n",
-              what.c_str(), gv.max_abs, gv.mean_abs, cv.max_abs, cv.mean_abs, ga.max_abs,
-              ga.mean_abs, ca.max_abs, ca.mean_abs);
+  std::printf(
+      "%s: video max/mean gpu %.4g/%.4g cpu-bf16 %.4g/%.4g; audio gpu %.4g/%.4g "
+      "cpu-bf16 %.4g/%.4g\n",
+      what.c_str(), gv.max_abs, gv.mean_abs, cv.max_abs, cv.mean_abs, ga.max_abs, ga.mean_abs,
+      ca.max_abs, ca.mean_abs);
   EXPECT_GT(cv.max_abs, 0.0) << what;
   EXPECT_LE(gv.max_abs, 2.0 * cv.max_abs) << what;
   EXPECT_LE(gv.mean_abs, 2.0 * cv.mean_abs) << what;
@@ -99,8 +100,10 @@ TEST(ForwardConditionedCuda, TinyFl2vaCpuAndGpuAgree) {
   expect_within_bf16_bound(g, h, wv, wa, "tiny fl2va");
   for (int i = 0; i < 3; ++i) {
     const ForwardOutputs again = forward_request(*gpu, r, 0.6f);
-    test::expect_same_bits(again.video_velocity, g.video_velocity, "video, call " + std::to_string(i));
-    test::expect_same_bits(again.audio_velocity, g.audio_velocity, "audio, call " + std::to_string(i));
+    test::expect_same_bits(again.video_velocity, g.video_velocity,
+                           "video, call " + std::to_string(i));
+    test::expect_same_bits(again.audio_velocity, g.audio_velocity,
+                           "audio, call " + std::to_string(i));
   }
 }
 
