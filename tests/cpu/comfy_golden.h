@@ -29,7 +29,8 @@ inline nlohmann::json comfy_manifest() {
 
 inline std::vector<std::string> comfy_case_names() {
   std::vector<std::string> names;
-  for (const auto& [name, entry] : comfy_manifest()["cases"].items()) names.push_back(name);
+  const nlohmann::json m = comfy_manifest();  // outlives the loop over its items
+  for (const auto& [name, entry] : m["cases"].items()) names.push_back(name);
   return names;
 }
 

@@ -120,6 +120,28 @@ TEST_P(ComfyGolden, ConditionRowsMatchExactly) {
     EXPECT_TRUE(c.request.cond.audio.empty());
 }
 
+TEST_P(ComfyGolden, AudioCarryMatchesExactly) {
+  if (!c.file.contains("fwd/audio_carry")) GTEST_SKIP() << "no audio carry in this case";
+  const AudioCarry k = audio_carry(c.sigma, c.audio_scale);
+  EXPECT_EQ(bits(k.carry), bits(c.f32("fwd/audio_carry")[0]));
+  EXPECT_EQ(bits(k.sigma_audio), bits(c.f32("fwd/sigma_audio_f32")[0]));
+  std::vector<float> x = c.f32("input/audio_rows");
+  carry_audio_input(x.data(), static_cast<int64_t>(x.size()), k);
+  expect_same_bits(x, c.f32("fwd/audio_rows_network"), "audio_rows_network");
+  // The output conversion, from ComfyUI's own network output.
+  std::vector<float> v = c.f32("audio_velocity_network");
+  carry_audio_output(v.data(), x.data(), static_cast<int64_t>(v.size()), k);
+  expect_same_bits(v, c.f32("audio_velocity"), "audio_velocity (carried)");
+}
+
+TEST_P(ComfyGolden, AudioMaskOutputMatchesExactly) {
+  if (c.request.conditioning.audio_mask.empty()) GTEST_SKIP() << "no audio mask in this case";
+  std::vector<float> v = c.f32("audio_velocity_network");
+  apply_audio_mask(v.data(), c.request.conditioning.audio_mask.data(),
+                   comfy_config().audio_channels, L().audio_len);
+  expect_same_bits(v, c.f32("audio_velocity"), "masked audio_velocity");
+}
+
 TEST_P(ComfyGolden, CpuForwardMatchesVelocities) {
   EvalOptions o;
   o.audio_scale = c.audio_scale;

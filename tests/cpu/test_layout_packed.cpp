@@ -192,7 +192,7 @@ TEST(Masks, VideoMaskRowsArePatchMaxima) {
   EXPECT_EQ(rows, (std::vector<float>{0.25f, 1.0f, 0.5f, 0.0f}));
   std::vector<float> open(16, 0.999f);  // >= 1 - 1e-3 everywhere: no per-row timesteps
   EXPECT_TRUE(video_mask_rows(open.data(), 1, 4, 4).empty());
-  open[5] = 0.998f;
+  open[0] = open[1] = open[4] = open[5] = 0.998f;  // one whole patch below 0.999
   EXPECT_FALSE(video_mask_rows(open.data(), 1, 4, 4).empty());
 }
 
