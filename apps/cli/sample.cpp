@@ -79,11 +79,12 @@ void run_sample(const SampleOptions& o) {
   const SequenceLayout L = req.layout;
   const int evals = static_cast<int>(make_sampler_plan(L, o.steps + 1).steps.size());
   std::fprintf(stderr,
-               "h3rt sample: %s, %s, %lld rows (text %lld, audio %lld, video %lld), "
-               "%d steps, seed %llu, %s\n",
+               "h3rt sample: %s, %s, %lld rows (text %lld, condition %lld, audio %lld, video "
+               "%lld), %d steps, seed %llu, %s\n",
                o.model.describe().c_str(), o.model.precision_name().c_str(), (long long)L.seq_len(),
-               (long long)L.text_len, (long long)L.audio_rows(), (long long)L.video_rows(), evals,
-               (unsigned long long)r.seed, denoiser->device_name().c_str());
+               (long long)L.text_len, (long long)L.cond_rows(), (long long)L.audio_rows(),
+               (long long)L.video_rows(), evals, (unsigned long long)r.seed,
+               denoiser->device_name().c_str());
 
   Progress progress("denoising", evals);
   h3rt::SampleOptions so;
