@@ -40,8 +40,7 @@ void run_forward(const ForwardOptions& o) {
   const Request req = request_from_inputs(o.inputs, c);
   const std::vector<float> grid =
       o.steps > 0 ? sigma_grid(o.steps + 1, kVideoShift) : std::vector<float>{};
-  const ForwardOutputs v = forward_at_sigma(*denoiser, req.layout, req.video_rows.data(),
-                                            req.audio_rows.data(), req.text.data(), sigma_v, grid);
+  const ForwardOutputs v = forward_request(*denoiser, req, sigma_v, {grid});
   const int64_t nv = req.layout.video_rows(), na = req.layout.audio_rows();
   write_safetensors(
       o.out,
@@ -69,7 +68,10 @@ void add_forward_command(CLI::App& app) {
   o->model.add_to(cmd, false);
   cmd->add_option("--inputs", o->inputs,
                   "Inputs: input/text_embeds [1,L,text_dim], input/video_latents [1,24,T,H,W], "
-                  "input/audio_latents [2,32,N]")
+                  "input/audio_latents [2,32,N]; optional conditioning (keyframe/<i>/..., "
+                  "ref/<i>/..., input/text_token_tags, input/video_denoise_mask [T,H,W], "
+                  "input/audio_denoise_mask [2,N]; README \"Inputs files\"), run with ComfyUI's "
+                  "layout and timesteps; velocities of masked rows are multiplied by the mask")
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("--sigma", o->sigma,

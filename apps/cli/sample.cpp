@@ -22,7 +22,7 @@ namespace {
 
 struct SampleOptions {
   ModelOptions model;
-  std::string inputs, text_embeddings;
+  std::string inputs, text_embeddings, conditioning;
   RequestOptions request;
   int steps = 8;
   std::string sampler = "euler", scheduler = "diffusers";
@@ -82,7 +82,15 @@ Request make_cli_request(const SampleOptions& o, const H3Config& c) {
   r.release_defaults = o.model.preset == "h3";
   int64_t length = 0;
   if (!o.text_embeddings.empty()) r.text = text_embeddings_from_file(o.text_embeddings, c, &length);
-  return make_request(c, r);
+  Request req = make_request(c, r);
+  if (!o.conditioning.empty()) {
+    bool found = false;
+    Conditioning k = conditioning_from_inputs(o.conditioning, c, &found, r.seed);
+    H3RT_CHECK(found, o.conditioning, ": --conditioning holds no keyframe/<i>/..., ref/<i>/..., ",
+               "input/text_token_tags or denoise mask");
+    condition_request(req, c, std::move(k));
+  }
+  return req;
 }
 
 nlohmann::json report_of(const SampleOptions& o, const h3rt::SampleOptions& so, const Denoiser& d,
@@ -127,10 +135,11 @@ void write_latents(const std::string& path, const SampleResult& res, uint64_t se
 
 void run_sample(const SampleOptions& o) {
   const RequestOptions& r = o.request;
-  H3RT_CHECK(o.inputs.empty() || (r.frames == 0 && r.width == 0 && r.height == 0 &&
-                                  r.audio_seconds == 0 && o.text_embeddings.empty()),
-             "--inputs gives the shapes, noise and text; do not combine it with --frames, "
-             "--width, --height, --audio-seconds or --text-embeddings");
+  H3RT_CHECK(
+      o.inputs.empty() || (r.frames == 0 && r.width == 0 && r.height == 0 && r.audio_seconds == 0 &&
+                           o.text_embeddings.empty() && o.conditioning.empty()),
+      "--inputs gives the shapes, noise, text and conditioning; do not combine it with "
+      "--frames, --width, --height, --audio-seconds, --text-embeddings or --conditioning");
   H3RT_CHECK(o.steps >= 1 && o.steps <= 1000, "--steps must be in [1, 1000], got ", o.steps);
   H3RT_CHECK(o.checkpoint_every >= 0, "--checkpoint-every must be >= 0, got ", o.checkpoint_every);
   check_output_path(o.out, "--out");
@@ -145,12 +154,12 @@ void run_sample(const SampleOptions& o) {
   const SequenceLayout L = req.layout;
   const int evals = evaluations(so, L);
   std::fprintf(stderr,
-               "h3rt sample: %s, %s, %lld rows (text %lld, audio %lld, video %lld), "
-               "%d steps (%s, %s), seed %llu, %s\n",
+               "h3rt sample: %s, %s, %lld rows (text %lld, condition %lld, audio %lld, video "
+               "%lld), %d steps (%s, %s), seed %llu, %s\n",
                o.model.describe().c_str(), o.model.precision_name().c_str(), (long long)L.seq_len(),
-               (long long)L.text_len, (long long)L.audio_rows(), (long long)L.video_rows(), evals,
-               o.sampler.c_str(), o.scheduler.c_str(), (unsigned long long)r.seed,
-               denoiser->device_name().c_str());
+               (long long)L.text_len, (long long)L.cond_rows(), (long long)L.audio_rows(),
+               (long long)L.video_rows(), evals, o.sampler.c_str(), o.scheduler.c_str(),
+               (unsigned long long)r.seed, denoiser->device_name().c_str());
 
   Progress progress("denoising", evals);
   so.progress = [&](int step, int, double) {
@@ -187,7 +196,17 @@ void add_sample_command(CLI::App& app) {
   o->model.add_to(cmd, true);
   cmd->add_option("--inputs", o->inputs,
                   "Inputs file (input/text_embeds, input/video_latents as the starting noise, "
-                  "input/audio_latents); it fixes shapes, noise and text")
+                  "input/audio_latents, optional conditioning as --conditioning); it fixes "
+                  "shapes, noise and text")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--conditioning", o->conditioning,
+                  "Conditioning file for the request made from the sizes and --seed: keyframes "
+                  "(keyframe/<i>/video [1,24,vt,H,W] on the target latent grid, keyframe/<i>/audio "
+                  "[2,32,rt], metadata keyframe/<i>/frame_index), references (ref/<i>/video, "
+                  "ref/<i>/audio, metadata ref/<i>/kind image|video|audio), input/text_token_tags "
+                  "[L]; README \"Inputs files\". Condition rows are never updated; their noise "
+                  "augmentation is drawn from cond_seed (default --seed) unless the file has "
+                  "<cond>/video_noise, <cond>/audio_noise")
       ->check(CLI::ExistingFile);
   cmd->add_option("--text-embeddings", o->text_embeddings,
                   "Text encoder output [1, L, text_dim] (tensor text_embeds); default: seeded "

@@ -222,6 +222,11 @@ struct ForwardInputs {
   const float* audio_rows = nullptr;        // [2N, 32]
   const float* text = nullptr;              // [L, text_dim] (values of the bf16 encoder output)
   const SigmaSchedule* schedule = nullptr;  // required when config.pdd_heads > 1
+  // Condition rows (conditioning.h condition_rows) at layout.cond_video_indices [Ncv, 96] and
+  // layout.cond_audio_indices [Nca, 32]; the network embeds them like target rows and returns
+  // no velocity for them. Null when the layout has none.
+  const float* cond_video_rows = nullptr;
+  const float* cond_audio_rows = nullptr;
 };
 
 struct ForwardOutputs {

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "h3rt/conditioning.h"
 #include "h3rt/layout.h"
 #include "h3rt/model.h"
 #include "h3rt/report.h"
@@ -87,13 +88,34 @@ Attention parse_attention(const std::string& s, const char* what = "attention");
 Fp8Activations parse_fp8_activations(const std::string& s, const char* what = "fp8_activations");
 
 // ---- requests -----------------------------------------------------------------------------
-// One t2va request: its layout plus the starting rows and text embeddings.
+// One request: its layout plus the starting rows and text embeddings, and optionally conditioning
+// (keyframes, references, text tags, denoise masks; set by condition_request).
 struct Request {
   SequenceLayout layout;
-  FloatVec video_rows;  // [Nv, 96]: noise (sample) or latents (forward)
+  FloatVec video_rows;  // [Nv, 96]: noise (sample) or latents (forward); target rows only
   FloatVec audio_rows;  // [2N, 32]
   FloatVec text;        // [L, text_dim]
+  Conditioning conditioning;
+  ConditionRows cond;  // the condition rows after augmentation (fixed for the whole run)
+  // ComfyUI's semantics: layout = make_layout (its PackedLayout), timesteps as its _forward
+  // computes them. False: the t2va reference (diffusers) layout and timesteps, as before.
+  bool comfy = false;
 };
+
+// Gives `r` conditioning (an empty one is plain t2va in ComfyUI's semantics): the layout is
+// rebuilt once from the signature (layout_spec) and the condition rows computed once.
+void condition_request(Request& r, const H3Config& config, Conditioning c);
+
+// One evaluation of a request at video sigma. Without comfy: forward_at_sigma (unchanged bits).
+// With comfy: comfy_eval_times(sigma), make_conditioned_plan with the request's augmentation
+// and masks, the condition rows, then the outputs multiplied by the masks. audio_scale != 1:
+// the request's audio rows are the sampler's carried variable (AudioCarry), converted in and out.
+struct EvalOptions {
+  std::vector<float> sample_sigmas;  // the sampler's video grid, for PDD head banks
+  float audio_scale = 1.0f;
+};
+ForwardOutputs forward_request(Denoiser& denoiser, const Request& request, float sigma,
+                               const EvalOptions& options = {});
 
 // A request from sizes as a user gives them (pixels, video frames, seconds; 0 = the default) and
 // a seed: the starting noise (initial_noise), and seeded stand-in text embeddings (stream 2,
@@ -109,8 +131,18 @@ struct RequestOptions {
 Request make_request(const H3Config& config, const RequestOptions& options);
 
 // Reads `input/text_embeds`, `input/video_latents` [1,24,T,Hl,Wl] and `input/audio_latents`
-// [2,32,N] from an inputs file, checking shapes against the config.
+// [2,32,N] from an inputs file, checking shapes against the config, and the conditioning it holds
+// (conditioning_from_inputs; a file with any is a comfy request).
 Request request_from_inputs(const std::string& path, const H3Config& config);
+
+// The conditioning tensors and metadata of an inputs file (README "Inputs files"): keyframe/<i>/
+// {video,audio,video_noise,audio_noise} and metadata keyframe/<i>/frame_index; ref/<i>/{video,
+// audio,video_noise,audio_noise} and metadata ref/<i>/kind (image|video|audio); input/
+// text_token_tags [L]; input/video_denoise_mask [T,Hl,Wl]; input/audio_denoise_mask [2,N];
+// metadata visual_cond_noise_aug, audio_cond_noise_aug, cond_seed (default `default_seed`).
+// `found` tells whether any was present.
+Conditioning conditioning_from_inputs(const std::string& path, const H3Config& config, bool* found,
+                                      uint64_t default_seed = 0);
 // Text embeddings [1, L, text_dim] or [L, text_dim] (tensor `text_embeds` or
 // `input/text_embeds`, bf16 or f32) from a file; *length = L.
 FloatVec text_embeddings_from_file(const std::string& path, const H3Config& config,

@@ -25,8 +25,9 @@ int64_t count(const std::vector<int64_t>& v) {
 void check_inputs(const H3Config& c, const ForwardInputs& in) {
   const SequenceLayout& l = in.layout;
   const int64_t S = static_cast<int64_t>(l.token_tags.size());
-  H3RT_CHECK(count(l.text_indices) + count(l.audio_indices) + count(l.video_indices) == S,
-             "forward: text/audio/video index counts do not add up to S = ", S);
+  H3RT_CHECK(
+      count(l.text_indices) + count(l.audio_indices) + count(l.video_indices) + l.cond_rows() == S,
+      "forward: text/condition/audio/video index counts do not add up to S = ", S);
   H3RT_CHECK(static_cast<int64_t>(l.position_ids.size()) == 3 * S, "forward: position_ids has ",
              l.position_ids.size(), " values, expected [", S, ", 3]");
   H3RT_CHECK(count(in.plan.timestep_indices) == S, "forward: timestep_indices has ",
@@ -38,8 +39,13 @@ void check_inputs(const H3Config& c, const ForwardInputs& in) {
                "forward: timestep index out of range at row ", r);
     H3RT_CHECK(l.token_tags[r] >= 0 && l.token_tags[r] < 3, "forward: bad tag at row ", r);
   }
-  for (const auto* idx : {&l.text_indices, &l.audio_indices, &l.video_indices})
+  for (const auto* idx : {&l.text_indices, &l.audio_indices, &l.video_indices,
+                          &l.cond_video_indices, &l.cond_audio_indices})
     for (int64_t i : *idx) H3RT_CHECK(i >= 0 && i < S, "forward: packed row index ", i, " >= S");
+  H3RT_CHECK(in.cond_video_rows || l.cond_video_indices.empty(),
+             "forward: the layout has condition video rows and cond_video_rows is null");
+  H3RT_CHECK(in.cond_audio_rows || l.cond_audio_indices.empty(),
+             "forward: the layout has condition audio rows and cond_audio_rows is null");
   H3RT_CHECK(in.text || l.text_indices.empty(), "forward: text is null");
   H3RT_CHECK(in.video_rows || l.video_indices.empty(), "forward: video_rows is null");
   H3RT_CHECK(in.audio_rows || l.audio_indices.empty(), "forward: audio_rows is null");
@@ -124,6 +130,7 @@ FloatVec text_stream(const Ctx& ctx, const H3Model& m, const float* text, int64_
 // Float32 patch projection (a float32 island in both precisions), emitted as `name`.
 FloatVec embed_rows(const Ctx& ctx, const LinearWeight& lw, const float* rows, int64_t n,
                     const std::string& name) {
+  if (n == 0) return {};
   FloatVec e = model::apply_linear(lw, rows, n, /*round_bf16=*/false);
   ctx.emit(name, e.data(), {n, lw.out});
   return e;
@@ -217,8 +224,17 @@ ForwardOutputs forward_cpu(const H3Model& model, const ForwardInputs& in, Precis
                                     count(l.audio_indices), "audio_embeds");
   const FloatVec text = text_stream(ctx, model, in.text, count(l.text_indices));
 
+  // Condition rows go through the same patch projections (row by row: the same values as one
+  // projection of all video-type rows, ComfyUI's order).
+  const FloatVec cond_video = embed_rows(ctx, model.weights.video_in, in.cond_video_rows,
+                                         count(l.cond_video_indices), "cond_video_embeds");
+  const FloatVec cond_audio = embed_rows(ctx, model.weights.audio_in, in.cond_audio_rows,
+                                         count(l.cond_audio_indices), "cond_audio_embeds");
+
   FloatVec x(S * H, 0.0f);
   scatter(ctx, x, text, l.text_indices);
+  scatter(ctx, x, cond_video, l.cond_video_indices);
+  scatter(ctx, x, cond_audio, l.cond_audio_indices);
   scatter(ctx, x, video, l.video_indices);
   scatter(ctx, x, audio, l.audio_indices);
   ctx.emit("packed_input", x.data(), {S, H});

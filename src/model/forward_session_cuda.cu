@@ -131,19 +131,42 @@ void adaln_input(const DeviceModel& m, const std::vector<float>& timesteps, void
   for (size_t i = 0; i < temb.size(); ++i) bits[i] = f32_to_bf16(ops::silu(temb[i]));
 }
 
+// Text rows first; the target audio and video rows each one contiguous run (ComfyUI's layouts
+// keep them the last two segments); condition rows anywhere else, copied in runs.
 void check_packed_order(const SequenceLayout& L) {
   bool ok = true;
   for (int64_t i = 0; i < L.text_len; ++i) ok &= L.text_indices[i] == i;
-  for (int64_t i = 0; i < L.audio_rows(); ++i) ok &= L.audio_indices[i] == L.text_len + i;
-  for (int64_t i = 0; i < L.video_rows(); ++i)
-    ok &= L.video_indices[i] == L.text_len + L.audio_rows() + i;
-  H3RT_CHECK(ok, "the CUDA forward expects the packed order [text | audio | video]");
+  for (size_t i = 1; i < L.audio_indices.size(); ++i)
+    ok &= L.audio_indices[i] == L.audio_indices[0] + int64_t(i);
+  for (size_t i = 1; i < L.video_indices.size(); ++i)
+    ok &= L.video_indices[i] == L.video_indices[0] + int64_t(i);
+  H3RT_CHECK(ok,
+             "the CUDA forward expects the text rows first and the target audio and video "
+             "rows each contiguous");
 }
 
 bool same_layout(const SequenceLayout& a, const SequenceLayout& b) {
   return a.text_len == b.text_len && a.audio_len == b.audio_len && a.frames == b.frames &&
          a.height == b.height && a.width == b.width && a.token_tags == b.token_tags &&
-         a.position_ids == b.position_ids;
+         a.position_ids == b.position_ids && a.segments == b.segments &&
+         a.audio_indices == b.audio_indices && a.video_indices == b.video_indices &&
+         a.cond_video_indices == b.cond_video_indices &&
+         a.cond_audio_indices == b.cond_audio_indices;
+}
+
+// Runs of consecutive packed rows: row dst .. dst + rows - 1 takes source rows src ...
+struct RowRun {
+  int64_t dst, src, rows;
+};
+std::vector<RowRun> row_runs(const std::vector<int64_t>& idx) {
+  std::vector<RowRun> runs;
+  for (size_t i = 0; i < idx.size(); ++i) {
+    if (!runs.empty() && runs.back().dst + runs.back().rows == idx[i])
+      ++runs.back().rows;
+    else
+      runs.push_back({idx[i], int64_t(i), 1});
+  }
+  return runs;
 }
 
 // Page-locked host memory (cudaMallocHost): copies from and to it can be captured in a graph.
@@ -235,6 +258,12 @@ struct ForwardSessionCuda::Impl {
   DeviceLinear video_head, audio_head;
   Pinned h_heads;
   std::vector<float> cached_head_key;  // span and weights of the heads in h_heads
+  // Condition rows: their bf16 embeddings are fixed for a run (computed when the rows change) and
+  // copied into the packed stream each step, run by run.
+  int64_t Ncv = 0, Nca = 0;
+  std::vector<RowRun> cond_video_runs, cond_audio_runs;
+  Tensor cond_video_emb, cond_audio_emb;  // [Ncv, H], [Nca, H] bf16
+  std::vector<float> cached_cond_video, cached_cond_audio;
 
   Pinned h_temb, h_video, h_audio, h_video_v, h_audio_v;
 
@@ -261,8 +290,14 @@ struct ForwardSessionCuda::Impl {
     Na = layout.audio_rows();
     L = layout.text_len;
     H = c.hidden;
-    audio0 = L;
-    video0 = L + Na;
+    audio0 = Na ? layout.audio_indices[0] : L;
+    video0 = Nv ? layout.video_indices[0] : L;
+    Ncv = static_cast<int64_t>(layout.cond_video_indices.size());
+    Nca = static_cast<int64_t>(layout.cond_audio_indices.size());
+    cond_video_runs = row_runs(layout.cond_video_indices);
+    cond_audio_runs = row_runs(layout.cond_audio_indices);
+    cond_video_emb = cuda::device_empty(DType::bf16, {Ncv, H});
+    cond_audio_emb = cuda::device_empty(DType::bf16, {Nca, H});
     b = make_block_buffers(c, S, 3 * 2, m.has_fp8(), m.has_nvfp4(), opt.attention, m.has_int8());
     grow_tables(2);
     tidx = cuda::device_empty(DType::i64, {S});
@@ -271,9 +306,9 @@ struct ForwardSessionCuda::Impl {
     video_v = cuda::device_empty(DType::f32, {Nv, m.video_out.out});
     audio_v = cuda::device_empty(DType::f32, {Na, m.audio_out.out});
     make_heads();
-    const int64_t scratch_bytes = std::max(Nv, Na) * H * 4;
-    if (b.h.nbytes() < scratch_bytes)
-      scratch_own = cuda::device_empty(DType::f32, {std::max(Nv, Na), H});
+    const int64_t scratch_rows = std::max({Nv, Na, Ncv, Nca});
+    if (b.h.nbytes() < scratch_rows * H * 4)
+      scratch_own = cuda::device_empty(DType::f32, {scratch_rows, H});
     cublas_ws = cuda::device_empty(DType::u8, {int64_t(kCublasWorkspaceBytes)});
     text_rows = cuda::device_empty(DType::bf16, {L, H});
     h_video = Pinned(video_in.nbytes());
@@ -439,6 +474,34 @@ struct ForwardSessionCuda::Impl {
     }
   }
 
+  // The bf16 embeddings of n condition rows (patch projection in float32, then bf16, as the
+  // target rows), recomputed only when the rows change.
+  void prepare_cond(const float* rows, int64_t n, const DeviceLinear& proj, Tensor& emb,
+                    std::vector<float>& cache, const char* what) {
+    if (n == 0) return;
+    H3RT_CHECK(rows != nullptr, "forward: the layout has ", n, " condition ", what,
+               " rows and none were given");
+    const size_t count = static_cast<size_t>(n * proj.in);
+    if (cache.size() == count && std::memcmp(cache.data(), rows, count * sizeof(float)) == 0)
+      return;
+    cache.assign(rows, rows + count);
+    Tensor dev = cuda::device_empty(DType::f32, {n, proj.in});
+    H3RT_CUDA_CHECK(
+        cudaMemcpyAsync(dev.data(), cache.data(), dev.nbytes(), cudaMemcpyHostToDevice, s));
+    float* out = scratch();
+    linear_f32(proj, dev.ptr<float>(), out, n, cublas_ws.data(), s);
+    f32_to_bf16_rows<<<grid_for(n * proj.out), 256, 0, s>>>(out, proj.out, emb.ptr<bf16>(), H, n,
+                                                            proj.out);
+    H3RT_CUDA_CHECK(cudaGetLastError());
+    s.synchronize();  // `dev` dies here (only when the rows changed)
+  }
+
+  void copy_runs(const std::vector<RowRun>& runs, const Tensor& emb, bf16* x) {
+    for (const RowRun& r : runs)
+      H3RT_CUDA_CHECK(cudaMemcpyAsync(x + r.dst * H, emb.ptr<bf16>() + r.src * H,
+                                      r.rows * H * sizeof(bf16), cudaMemcpyDeviceToDevice, s));
+  }
+
   // ---- the step's device work (captured into a graph when enabled) ------------------------
 
   void project(const DeviceLinear& l, const float* in, int64_t rows, bf16* x) {
@@ -515,6 +578,8 @@ struct ForwardSessionCuda::Impl {
     if (L)
       H3RT_CUDA_CHECK(
           cudaMemcpyAsync(x, text_rows.data(), text_rows.nbytes(), cudaMemcpyDeviceToDevice, s));
+    copy_runs(cond_video_runs, cond_video_emb, x);
+    copy_runs(cond_audio_runs, cond_audio_emb, x);
     project(m.audio_in, audio_in.ptr<float>(), Na, x + audio0 * H);
     project(m.video_in, video_in.ptr<float>(), Nv, x + video0 * H);
 
@@ -596,6 +661,8 @@ struct ForwardSessionCuda::Impl {
     const double text_wall_ms = times.text_refined ? ms_since(t_text) : 0.0;
     prepare_plan(in.plan);
     prepare_heads(in.schedule);
+    prepare_cond(in.cond_video_rows, Ncv, m.video_in, cond_video_emb, cached_cond_video, "video");
+    prepare_cond(in.cond_audio_rows, Nca, m.audio_in, cond_audio_emb, cached_cond_audio, "audio");
     if (Nv) std::memcpy(h_video.as<void>(), in.video_rows, h_video.bytes());
     if (Na) std::memcpy(h_audio.as<void>(), in.audio_rows, h_audio.bytes());
     times.host_prepare_ms = ms_since(t_start) - text_wall_ms;

@@ -86,6 +86,8 @@ SequenceLayout make_t2va_layout(int64_t text_len, int64_t audio_len, int64_t fra
     }
   }
 
+  lay.segments = {
+      {0, L, SegmentKind::text}, {L, L + A, SegmentKind::audio}, {L + A, S, SegmentKind::video}};
   int64_t r = L + A;
   for (int64_t f = 0; f < frames; ++f)
     for (size_t y = 0; y < hy.size(); ++y)
@@ -122,6 +124,28 @@ std::vector<int64_t> adaln_indices(const SequenceLayout& layout, const TimestepP
   std::vector<int64_t> a(S);
   for (int64_t r = 0; r < S; ++r) a[r] = plan.timestep_indices[r] * 3 + layout.token_tags[r];
   return a;
+}
+
+std::vector<ModSegment> mod_segments(const SequenceLayout& layout, const TimestepPlan& plan) {
+  const std::vector<int64_t> a = adaln_indices(layout, plan);
+  H3RT_CHECK(!layout.segments.empty(), "mod_segments: the layout has no segment table");
+  std::vector<ModSegment> out;
+  for (const Segment& s : layout.segments) {
+    if (s.kind == SegmentKind::text) {  // runs of equal row (vision-block tokens read row tag 0)
+      for (int64_t i = s.start; i < s.stop;) {
+        int64_t j = i + 1;
+        while (j < s.stop && a[j] == a[i]) ++j;
+        out.push_back({i, j, a[i]});
+        i = j;
+      }
+      continue;
+    }
+    if (s.stop == s.start) continue;  // no rows, no row to name
+    const bool uniform = std::all_of(a.begin() + s.start, a.begin() + s.stop,
+                                     [&](int64_t v) { return v == a[s.start]; });
+    out.push_back({s.start, s.stop, uniform ? a[s.start] : -1});
+  }
+  return out;
 }
 
 // Row (f, y, x) = (f*(Hl/2) + y)*(Wl/2) + x; feature (c, iy, ix) = (c*2 + iy)*2 + ix.

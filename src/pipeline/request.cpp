@@ -136,6 +136,9 @@ Request request_from_inputs(const std::string& path, const H3Config& config) {
   r.video_rows = patchify_video(v.data(), config.in_channels, T, Hl, Wl);
   r.audio_rows = audio_latents_to_rows(a.data(), config.audio_channels, N);
   r.text = to_floatvec(text);
+  bool conditioned = false;
+  Conditioning c = conditioning_from_inputs(path, config, &conditioned);
+  if (conditioned) condition_request(r, config, std::move(c));
   return r;
 }
 

@@ -29,6 +29,17 @@ void check_request(const Request& r, const H3Config& c) {
              "]");
 }
 
+// Step i's per-row timesteps: the sampler's plan, or for a comfy request the conditioned plan at
+// the step's timesteps (condition rows pinned near 1; they ride along, never updated).
+TimestepPlan step_plan(const Request& r, const SamplerStep& s) {
+  if (!r.comfy) return s.plan;
+  return make_conditioned_plan(r.layout, {s.sigma_video, s.t_video, s.t_audio}, r.conditioning.aug);
+}
+
+const float* or_null(const FloatVec& v) {
+  return v.empty() ? nullptr : v.data();
+}
+
 void check_options(const SampleOptions& o) {
   H3RT_CHECK(o.steps >= 1 && o.steps <= 1000, "steps must be in [1, 1000], got ", o.steps);
   H3RT_CHECK(o.scheduler == Scheduler::simple || o.sampler == SamplerKind::euler, "sampler ",
@@ -61,8 +72,15 @@ class Stepper {
     if (comfy) model_inputs(i, st);
     const float* video_in = comfy ? video_in_.data() : st.video_rows.data();
     const float* audio_in = comfy ? audio_in_.data() : st.audio_rows.data();
-    const ForwardInputs in{req_.layout, plan_.steps[i].plan, video_in,
-                           audio_in,    req_.text.data(),    &schedule};
+    const TimestepPlan tplan = step_plan(req_, plan_.steps[i]);
+    const ForwardInputs in{req_.layout,
+                           tplan,
+                           video_in,
+                           audio_in,
+                           req_.text.data(),
+                           &schedule,
+                           or_null(req_.cond.video),
+                           or_null(req_.cond.audio)};
     t.packing = seconds_since(t0);
     t0 = Clock::now();
     const ForwardOutputs v = d_.forward(in);
@@ -172,6 +190,9 @@ SampleResult sample(Denoiser& denoiser, Request req, const SampleOptions& o) {
   check_options(o);
   const H3Config& c = denoiser.config();
   check_request(req, c);
+  H3RT_CHECK(req.conditioning.video_mask.empty() && req.conditioning.audio_mask.empty(),
+             "sample: denoise masks are not supported by the sampler yet (they need the "
+             "inpainting blend of the kept latent); `h3rt forward` takes them");
   const SequenceLayout& L = req.layout;
   const SamplerPlan plan = plan_for(L, o);
   const int evals = static_cast<int>(plan.steps.size());

@@ -1,0 +1,66 @@
+// Conditioned requests and their single evaluation: ComfyUI's layout, timesteps, condition rows,
+// output masks and audio carry around one Denoiser::forward.
+#include <cmath>
+
+#include "h3rt/pipeline.h"
+
+namespace h3rt {
+namespace {
+
+// The velocities times the request's masks (MiniMaxH3Model.forward, before the carry).
+void apply_masks(const Request& r, const H3Config& c, ForwardOutputs& v) {
+  const Conditioning& k = r.conditioning;
+  const SequenceLayout& l = r.layout;
+  if (!k.video_mask.empty())
+    apply_video_mask(v.video_velocity.data(), k.video_mask.data(), c.in_channels, l.frames,
+                     l.height, l.width);
+  if (!k.audio_mask.empty())
+    apply_audio_mask(v.audio_velocity.data(), k.audio_mask.data(), c.audio_channels, l.audio_len);
+}
+
+}  // namespace
+
+void condition_request(Request& r, const H3Config& config, Conditioning c) {
+  const SequenceLayout& old = r.layout;
+  const LayoutSpec spec =
+      layout_spec(c, old.text_len, old.audio_len, old.frames, old.height, old.width);
+  r.cond = condition_rows(c, config.in_channels, config.audio_channels);
+  r.layout = make_layout(spec);
+  r.conditioning = std::move(c);
+  r.comfy = true;
+}
+
+ForwardOutputs forward_request(Denoiser& d, const Request& r, float sigma, const EvalOptions& o) {
+  H3RT_CHECK(std::isfinite(sigma) && sigma >= 0.0f && sigma <= 1.0f,
+             "sigma must lie in [0, 1], got ", sigma);
+  const bool carried = o.audio_scale != 1.0f;
+  if (!r.comfy && !carried)
+    return forward_at_sigma(d, r.layout, r.video_rows.data(), r.audio_rows.data(), r.text.data(),
+                            sigma, o.sample_sigmas);
+  const H3Config& c = d.config();
+  const AudioCarry carry = audio_carry(sigma, o.audio_scale);
+  FloatVec audio_net = r.audio_rows;
+  if (carried) carry_audio_input(audio_net.data(), static_cast<int64_t>(audio_net.size()), carry);
+
+  const TimestepPlan plan =
+      r.comfy ? make_conditioned_plan(r.layout, comfy_eval_times(sigma), r.conditioning.aug,
+                                      row_masks(r.conditioning, r.layout))
+              : make_timestep_plan(r.layout, 1.0f - sigma, 1.0f - audio_sigma_from_video(sigma));
+  const SigmaSchedule schedule{sigma, o.sample_sigmas};
+  ForwardInputs in{r.layout,
+                   plan,
+                   r.video_rows.data(),
+                   audio_net.data(),
+                   r.text.data(),
+                   o.sample_sigmas.empty() ? nullptr : &schedule,
+                   r.cond.video.empty() ? nullptr : r.cond.video.data(),
+                   r.cond.audio.empty() ? nullptr : r.cond.audio.data()};
+  ForwardOutputs v = d.forward(in);
+  apply_masks(r, c, v);
+  if (carried)
+    carry_audio_output(v.audio_velocity.data(), audio_net.data(),
+                       static_cast<int64_t>(v.audio_velocity.size()), carry);
+  return v;
+}
+
+}  // namespace h3rt
