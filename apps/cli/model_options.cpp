@@ -69,8 +69,9 @@ void ModelOptions::add_to(CLI::App* cmd, bool with_preset) {
                   "lora_down/lora_up, optional alpha: scale = strength * alpha / rank) into "
                   "bf16/f32 layers, int8_convrot and int8 layers (delta rotated into the "
                   "layer's basis, requantized with its rule), fp8_scaled and nvfp4 layers "
-                  "(requantized) and pruned AdaLN layers where the shapes fit. CPU, or CUDA "
-                  "with a checkpoint file (merged on the host before upload)")
+                  "(requantized) and pruned AdaLN layers where the shapes fit. A checkpoint "
+                  "file merges on the host before upload; the synthetic presets on --device "
+                  "cuda merge on the GPU (the same bits)")
       ->allow_extra_args(false);
   cmd->add_flag("--lora-skip-unmatched", lora_skip_unmatched,
                 "Skip LoRA pairs whose layer is absent or whose shapes do not fit (e.g. a full "

@@ -1,9 +1,9 @@
 // `h3rt bench lora-merge` (see lora_merge_bench.h).
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
-#include <cstdio>
 
 #include "bench/lora_merge_bench.h"
 #include "cuda/arena.h"
