@@ -64,7 +64,7 @@ struct LoraPair {
 struct Lora {
   std::string path;
   double strength = 1.0;
-  std::vector<LoraPair> pairs;                  // in the order of their up keys in the file
+  std::vector<LoraPair> pairs;  // in the file's key order (as h3rt reads it: sorted)
   std::shared_ptr<const SafetensorsFile> file;  // keeps the views alive
 };
 

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 
 #include "h3rt/formats.h"
 #include "h3rt/int8.h"
@@ -153,13 +154,18 @@ TEST(Lora, KeyFormsAlphaAndScale) {
         ".lora.down.weight");
   const Lora l = read_lora({f.write(dir, "l.safetensors"), 0.5});
   ASSERT_EQ(l.pairs.size(), 4u);
-  EXPECT_EQ(l.pairs[0].target, "blocks.0.attn.qkv_proj");
-  EXPECT_EQ(l.pairs[0].rank(), 4);
-  EXPECT_EQ(l.pairs[0].scale(0.5), float(0.5 * (3.0 / 4.0)));
-  EXPECT_EQ(l.pairs[1].target, "blocks.1.mlp.fc2");
-  EXPECT_EQ(l.pairs[1].scale(0.5), 0.5f);  // no alpha: strength alone
-  EXPECT_EQ(l.pairs[2].target, "token_refiner.blocks.0.mlp.fc1");
-  EXPECT_EQ(l.pairs[3].target, "final_layer.video_out");
+  std::map<std::string, const LoraPair*> by;
+  for (const auto& p : l.pairs) by[p.target] = &p;
+  ASSERT_EQ(by.size(), 4u);
+  const LoraPair& qkv = *by.at("blocks.0.attn.qkv_proj");
+  EXPECT_EQ(qkv.rank(), 4);
+  EXPECT_EQ(qkv.alpha_key, "diffusion_model.blocks.0.attn.qkv_proj.alpha");
+  EXPECT_EQ(qkv.scale(0.5), float(0.5 * (3.0 / 4.0)));
+  EXPECT_EQ(by.at("blocks.1.mlp.fc2")->up_key, "lora_unet_blocks_1_mlp_fc2.lora_up.weight");
+  EXPECT_EQ(by.at("blocks.1.mlp.fc2")->scale(0.5), 0.5f);  // no alpha: strength alone
+  EXPECT_EQ(by.at("token_refiner.blocks.0.mlp.fc1")->down_key,
+            "token_refiner.blocks.0.mlp.fc1.lora_A");
+  EXPECT_EQ(by.at("final_layer.video_out")->rank(), 1);
   const auto groups = lora_target_groups(l);
   ASSERT_EQ(groups.size(), 4u);
   EXPECT_EQ(groups[0].pattern, "blocks.*.attn.qkv_proj");
@@ -187,7 +193,7 @@ TEST(Lora, MalformedFilesNameTheirKeys) {
       << e;
   e = err({{m + ".lora_up.weight", lcg_matrix(768, 4, 1)},
            {m + ".lora_A.weight", lcg_matrix(4, 192, 2)}});
-  EXPECT_NE(e.find("mixes the lora_up/lora_down and lora_B/lora_A key forms"), std::string::npos)
+  EXPECT_NE(e.find("mixes the lora_B/lora_A and lora_up/lora_down key forms"), std::string::npos)
       << e;
   e = err({{m + ".dora_scale", lcg_matrix(768, 1, 1)}, {"other.tensor", lcg_matrix(1, 1, 1)}});
   EXPECT_NE(e.find("key '" + m + ".dora_scale': DoRA are not supported"), std::string::npos) << e;
