@@ -341,7 +341,7 @@ NB_MODULE(_h3rt, m) {
       .def_prop_ro(
           "lora_report",
           [](const Model& x) {
-            const LoraMergeReport& r = x.denoiser->lora_report();
+            const h3rt::LoraMergeReport& r = x.denoiser->lora_report();
             nb::dict d;
             d["pairs"] = r.pairs, d["layers"] = r.layers, d["warnings"] = r.warnings;
             return d;
