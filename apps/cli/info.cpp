@@ -179,8 +179,9 @@ void print_lora(const std::string& path) {
   }
   std::printf("LoRA: %zu pairs; rank %s; alpha %s\n", lora.pairs.size(), counts(ranks).c_str(),
               counts(alphas).c_str());
-  std::printf("targeted layers by group (scale = strength * alpha / rank; strength 1 without "
-              "alpha):\n");
+  std::printf(
+      "targeted layers by group (scale = strength * alpha / rank; strength 1 without "
+      "alpha):\n");
   for (const auto& g : lora_target_groups(lora)) {
     std::printf("  %s: %zu layer(s)", g.pattern.c_str(), g.blocks.empty() ? 1 : g.blocks.size());
     if (!g.blocks.empty()) std::printf(" (blocks %s)", index_ranges(g.blocks).c_str());

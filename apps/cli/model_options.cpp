@@ -105,8 +105,8 @@ std::unique_ptr<Denoiser> ModelOptions::create() const {
   std::unique_ptr<Denoiser> m = Denoiser::create(source_of(*this), d);
   for (const auto& w : m->lora_report().warnings) std::fprintf(stderr, "h3rt: %s\n", w.c_str());
   if (!loras.empty())
-    std::fprintf(stderr, "h3rt: LoRA: %d pair(s) merged into %d layer(s)\n",
-                 m->lora_report().pairs, m->lora_report().layers);
+    std::fprintf(stderr, "h3rt: LoRA: %d pair(s) merged into %d layer(s)\n", m->lora_report().pairs,
+                 m->lora_report().layers);
   if (d.fp8_activations == Fp8Activations::dynamic && m->fp8_dynamic_layers() == 0)
     std::fprintf(stderr, "h3rt: --fp8-activations dynamic: %s; nothing changes\n",
                  checkpoint.empty() ? "synthetic weights are bf16"

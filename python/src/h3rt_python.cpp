@@ -362,8 +362,7 @@ NB_MODULE(_h3rt, m) {
         nb::rv_policy::take_ownership);
   m.def("_load_state_dict", &load_state_dict, arg("state_dict"), arg("device"),
         arg("precision").none(), arg("attention"), arg("cuda_graphs"), arg("fp8_activations"),
-        arg("qkv_layout"), arg("loras"), arg("lora_skip_unmatched"),
-        nb::rv_policy::take_ownership);
+        arg("qkv_layout"), arg("loras"), arg("lora_skip_unmatched"), nb::rv_policy::take_ownership);
   m.def("_sample", &sample, arg("model"), arg("width"), arg("height"), arg("frames"), arg("steps"),
         arg("seed"), arg("text").none(), arg("progress").none(), arg("audio_seconds"),
         arg("text_tokens"));
