@@ -187,6 +187,7 @@ void print_lora(const std::string& path) {
     if (!g.blocks.empty()) std::printf(" (blocks %s)", index_ranges(g.blocks).c_str());
     std::printf("; rank %s; alpha %s\n", counts(g.ranks).c_str(), counts(g.alphas).c_str());
   }
+  for (const auto& u : lora.unsupported) std::printf("  not merged: %s\n", u.c_str());
 }
 
 }  // namespace

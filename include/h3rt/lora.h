@@ -27,8 +27,9 @@
 // Curve-form (pruned) AdaLN layers take a LoRA whose shapes fit them ([18H, k]); a LoRA made
 // for the full AdaLN ([*, time_embed_dim]) or the time embedder does not fit a pruned
 // checkpoint. Unknown targets and shapes that do not fit are errors naming the file and keys,
-// or skipped with a warning under LoraOptions::skip_unmatched; malformed files (a rank
-// mismatch, half a pair, a non-scalar alpha) are always errors.
+// or skipped with a warning under LoraOptions::skip_unmatched, and so are keys of adapter kinds
+// h3rt does not merge (DoRA, LoHa, LoKr, diff patches); malformed files (a rank mismatch, half
+// a pair, a non-scalar alpha, a key of no known form) are always errors.
 #pragma once
 
 #include <map>
@@ -65,6 +66,9 @@ struct Lora {
   std::string path;
   double strength = 1.0;
   std::vector<LoraPair> pairs;  // in the file's key order (as h3rt reads it: sorted)
+  // Keys of adapter kinds h3rt does not merge (DoRA, LoHa, LoKr, diff/diff_b, ...), one line
+  // each: like a pair that does not fit, an error at merge time unless skip_unmatched.
+  std::vector<std::string> unsupported;
   std::shared_ptr<const SafetensorsFile> file;  // keeps the views alive
 };
 

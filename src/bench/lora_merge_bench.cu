@@ -43,7 +43,7 @@ std::vector<std::string> target_order(const H3Config& c) {
 
 Lora synthetic_lora(model::DeviceModel& m, const LoraMergeBenchOptions& o) {
   auto layers = model::device_linear_layers(m);
-  Lora lora{"<synthetic>", 1.0, {}, nullptr};
+  Lora lora{"<synthetic>", 1.0, {}, {}, nullptr};
   const std::vector<std::string> order = target_order(m.config);
   for (int i = 0; i < o.pairs && i < static_cast<int>(order.size()); ++i) {
     const model::DeviceLinear& l = *layers.at(order[i]);

@@ -200,11 +200,13 @@ Lora read_lora(const LoraSpec& spec) {
              " is not finite");
   auto file = std::make_shared<const SafetensorsFile>(SafetensorsFile::open(spec.path));
   Problems problems;
+  std::vector<std::string> unsupported;
   std::map<std::string, Keys> modules;
   std::vector<std::string> order;  // modules in the order of their first key
   for (const auto& e : file->entries()) {
     if (const char* kind = unsupported_kind(e.name)) {
-      problems.add("key '", e.name, "': ", kind, " are not supported (LoRA up/down pairs only)");
+      unsupported.push_back(detail::concat("key '", e.name, "': ", kind,
+                                           " are not supported (LoRA up/down pairs only)"));
       continue;
     }
     const Suffix* s = suffix_of(e.name);
@@ -227,7 +229,7 @@ Lora read_lora(const LoraSpec& spec) {
     k.form = s->form;
     (s->role == Role::up ? k.up : k.down) = e.name;
   }
-  Lora lora{spec.path, spec.strength, {}, file};
+  Lora lora{spec.path, spec.strength, {}, std::move(unsupported), file};
   std::map<std::string, std::string> by_target;  // target -> module
   for (const auto& module : order) {
     const Keys& k = modules[module];
@@ -263,7 +265,8 @@ Lora read_lora(const LoraSpec& spec) {
     lora.pairs.push_back(std::move(p));
   }
   problems.throw_if_any(spec.path);
-  H3RT_CHECK(!lora.pairs.empty(), "LoRA file ", spec.path, " holds no LoRA pairs");
+  H3RT_CHECK(!lora.pairs.empty() || !lora.unsupported.empty(), "LoRA file ", spec.path,
+             " holds no LoRA pairs");
   return lora;
 }
 

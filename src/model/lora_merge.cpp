@@ -181,7 +181,9 @@ LoraPlan plan_loras(const H3Config& config, const std::vector<Lora>& loras,
   LoraPlan plan;
   std::vector<std::string> problems;
   std::map<std::string, size_t> index;  // layer -> position in plan.layers
-  for (const Lora& lora : loras)
+  for (const Lora& lora : loras) {
+    for (const std::string& u : lora.unsupported)
+      problems.push_back("LoRA " + lora.path + ": " + u);
     for (const LoraPair& p : lora.pairs) {
       const std::string why = misfit(config, shape_of, p);
       if (!why.empty()) {
@@ -193,9 +195,11 @@ LoraPlan plan_loras(const H3Config& config, const std::vector<Lora>& loras,
       plan.layers[it->second].pairs.emplace_back(&p, p.scale(lora.strength));
       ++plan.report.pairs;
     }
+  }
   if (!problems.empty() && !options.skip_unmatched) {
     std::ostringstream os;
-    os << problems.size() << " LoRA pair(s) do not fit the model (--lora-skip-unmatched, or "
+    os << problems.size()
+       << " LoRA pair(s) or key(s) do not fit the model (--lora-skip-unmatched, or "
        << "LoraOptions::skip_unmatched, skips them with a warning):";
     for (const auto& l : problems) os << "\n  " << l;
     throw Error(os.str());

@@ -195,9 +195,25 @@ TEST(Lora, MalformedFilesNameTheirKeys) {
            {m + ".lora_A.weight", lcg_matrix(4, 192, 2)}});
   EXPECT_NE(e.find("mixes the lora_B/lora_A and lora_up/lora_down key forms"), std::string::npos)
       << e;
-  e = err({{m + ".dora_scale", lcg_matrix(768, 1, 1)}, {"other.tensor", lcg_matrix(1, 1, 1)}});
-  EXPECT_NE(e.find("key '" + m + ".dora_scale': DoRA are not supported"), std::string::npos) << e;
+  e = err({{m + ".lora_B.weight", lcg_matrix(768, 4, 1)},
+           {m + ".lora_A.weight", lcg_matrix(4, 192, 2)},
+           {"other.tensor", lcg_matrix(1, 1, 1)}});
   EXPECT_NE(e.find("key 'other.tensor' is not a LoRA key"), std::string::npos) << e;
+  // Adapter kinds h3rt does not merge are named at merge time, and skippable.
+  const std::string p = dir.file("dora.safetensors");
+  write_safetensors(p, {{m + ".lora_B.weight", lcg_matrix(768, 4, 1)},
+                        {m + ".lora_A.weight", lcg_matrix(4, 192, 2)},
+                        {m + ".dora_scale", lcg_matrix(768, 1, 3)}});
+  const Lora dora = read_lora({p, 1.0});
+  H3Model model = load_model(kWeights);
+  e = error_of([&] { merge_loras(model, {dora}); });
+  EXPECT_NE(e.find("key '" + m + ".dora_scale': DoRA are not supported"), std::string::npos) << e;
+  LoraOptions skip;
+  skip.skip_unmatched = true;
+  const LoraMerge r = merge_loras(model, {dora}, skip);
+  EXPECT_EQ(r.report.pairs, 1);
+  ASSERT_EQ(r.report.warnings.size(), 1u);
+  EXPECT_NE(r.report.warnings[0].find("dora_scale"), std::string::npos);
   e = err({{m + ".lora_B.weight", lcg_matrix(768, 4, 1)},
            {m + ".lora_A.weight", lcg_matrix(4, 192, 2)},
            {"lora_unet_blocks_0_mlp_fc1.lora_B.weight", lcg_matrix(768, 4, 1)},
@@ -364,7 +380,7 @@ TEST(Lora, PrunedAdalnTakesFittingLorasAndNamesMisfits) {
       dense_merged(values(ref.weights.blocks[1].adaln.w), p.up, p.down.to_f32(), p.scale(1.0)),
       "curve adaln");
   const std::string e = error_of([&] { merge_loras(m, {ld}); });
-  EXPECT_NE(e.find("2 LoRA pair(s) do not fit"), std::string::npos) << e;
+  EXPECT_NE(e.find("2 LoRA pair(s) or key(s) do not fit"), std::string::npos) << e;
   EXPECT_NE(e.find("'diffusion_model.blocks.0.adaln_proj.linear.lora_B.weight' [3456, 2]"),
             std::string::npos)
       << e;
@@ -392,7 +408,7 @@ TEST(Lora, UnknownTargetsAndShapesAreNamed) {
   const Lora l = read_lora({f.write(dir, "l.safetensors"), 1.0});
   H3Model m = load_model(kWeights);
   const std::string e = error_of([&] { merge_loras(m, {l}); });
-  EXPECT_NE(e.find("3 LoRA pair(s) do not fit"), std::string::npos) << e;
+  EXPECT_NE(e.find("3 LoRA pair(s) or key(s) do not fit"), std::string::npos) << e;
   EXPECT_NE(e.find("targets layer 'blocks.7.attn.qkv_proj', which this checkpoint does not have"),
             std::string::npos)
       << e;
@@ -474,7 +490,7 @@ TEST(Lora, CliInfoAndSample) {
   r = test::run_cli("forward --checkpoint " + curve + " --inputs " + test::golden_dir() +
                     "/golden.safetensors --out " + out + " --lora " + lp);
   EXPECT_EQ(r.status, 1) << r.output;
-  EXPECT_NE(r.output.find("2 LoRA pair(s) do not fit"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("2 LoRA pair(s) or key(s) do not fit"), std::string::npos) << r.output;
   r = test::run_cli("forward --checkpoint " + curve + " --inputs " + test::golden_dir() +
                     "/golden.safetensors --out " + out + " --lora " + lp +
                     " --lora-skip-unmatched");
