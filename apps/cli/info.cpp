@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "h3rt/lora.h"
 #include "h3rt/model.h"
 #include "h3rt/safetensors.h"
 #include "model/weights.h"
@@ -143,12 +144,59 @@ void print_h3(const SafetensorsFile& f) {
 #endif
 }
 
+// Block indices as ranges: "0-49" or "0-3, 7".
+std::string index_ranges(const std::vector<int64_t>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size();) {
+    size_t j = i;
+    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+    out += (out.empty() ? "" : ", ") + std::to_string(v[i]) +
+           (j > i ? "-" + std::to_string(v[j]) : std::string());
+    i = j + 1;
+  }
+  return out;
+}
+
+template <typename K>
+std::string counts(const std::map<K, int>& m) {
+  std::string out;
+  for (const auto& [k, n] : m) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s%g (x%d)", out.empty() ? "" : ", ", double(k), n);
+    out += buf;
+  }
+  return out.empty() ? "none" : out;
+}
+
+// For LoRA files: pairs, ranks, alphas and the targeted layers by group.
+void print_lora(const std::string& path) {
+  const Lora lora = read_lora({path, 1.0});
+  std::map<int64_t, int> ranks;
+  std::map<double, int> alphas;
+  for (const auto& p : lora.pairs) {
+    ++ranks[p.rank()];
+    if (!p.alpha_key.empty()) ++alphas[p.alpha];
+  }
+  std::printf("LoRA: %zu pairs; rank %s; alpha %s\n", lora.pairs.size(), counts(ranks).c_str(),
+              counts(alphas).c_str());
+  std::printf(
+      "targeted layers by group (scale = strength * alpha / rank; strength 1 without "
+      "alpha):\n");
+  for (const auto& g : lora_target_groups(lora)) {
+    std::printf("  %s: %zu layer(s)", g.pattern.c_str(), g.blocks.empty() ? 1 : g.blocks.size());
+    if (!g.blocks.empty()) std::printf(" (blocks %s)", index_ranges(g.blocks).c_str());
+    std::printf("; rank %s; alpha %s\n", counts(g.ranks).c_str(), counts(g.alphas).c_str());
+  }
+  for (const auto& u : lora.unsupported) std::printf("  not merged: %s\n", u.c_str());
+}
+
 }  // namespace
 
 void add_info_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("info",
                                  "List a safetensors file's tensors, metadata, detected "
-                                 "checkpoint format and inferred H3 config");
+                                 "checkpoint format and inferred H3 config; for a LoRA file "
+                                 "its pairs, ranks, alphas and targeted layers by group");
   auto path = std::make_shared<std::string>();
   cmd->add_option("file", *path, "a .safetensors file")->required();
   cmd->callback([path] {
@@ -157,7 +205,10 @@ void add_info_command(CLI::App& app) {
     for (const auto& [k, v] : f.metadata())
       std::printf("  metadata %s = %s\n", k.c_str(), v.c_str());
     print_tensors(f);
-    print_h3(f);
+    if (is_lora_file(f))
+      print_lora(*path);
+    else
+      print_h3(f);
   });
 }
 

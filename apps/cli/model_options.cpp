@@ -62,6 +62,20 @@ void ModelOptions::add_to(CLI::App* cmd, bool with_preset) {
                   "unaffected")
       ->check(CLI::IsMember({"static", "dynamic"}))
       ->capture_default_str();
+  cmd->add_option("--lora", loras,
+                  "LoRA file F[:strength] (default strength 1), repeatable, merged into the "
+                  "weights once after loading in the order given: ComfyUI's key forms "
+                  "(diffusion_model.<layer>, lora_unet_<layer>, lora_A/lora_B or "
+                  "lora_down/lora_up, optional alpha: scale = strength * alpha / rank) into "
+                  "bf16/f32 layers, int8_convrot and int8 layers (delta rotated into the "
+                  "layer's basis, requantized with its rule), fp8_scaled and nvfp4 layers "
+                  "(requantized) and pruned AdaLN layers where the shapes fit. A checkpoint "
+                  "file merges on the host before upload; the synthetic presets on --device "
+                  "cuda merge on the GPU (the same bits)")
+      ->allow_extra_args(false);
+  cmd->add_flag("--lora-skip-unmatched", lora_skip_unmatched,
+                "Skip LoRA pairs whose layer is absent or whose shapes do not fit (e.g. a full "
+                "AdaLN LoRA on a pruned checkpoint) with a warning, instead of failing");
 }
 
 std::string ModelOptions::precision_name() const {
@@ -84,6 +98,8 @@ DenoiserOptions ModelOptions::denoiser_options() const {
   d.attention = parse_attention(attention, "--attention");
   d.cuda_graphs = cuda_graph == "on";
   d.fp8_activations = parse_fp8_activations(fp8_activations, "--fp8-activations");
+  for (const auto& l : loras) d.loras.push_back(parse_lora_spec(l));
+  d.lora_skip_unmatched = lora_skip_unmatched;
   return d;
 }
 
@@ -96,6 +112,10 @@ std::unique_ptr<Denoiser> ModelOptions::create() const {
   H3RT_CHECK(!checkpoint.empty() || qkv_override.empty(), "--qkv-override needs --checkpoint");
   const DenoiserOptions d = denoiser_options();
   std::unique_ptr<Denoiser> m = Denoiser::create(source_of(*this), d);
+  for (const auto& w : m->lora_report().warnings) std::fprintf(stderr, "h3rt: %s\n", w.c_str());
+  if (!loras.empty())
+    std::fprintf(stderr, "h3rt: LoRA: %d pair(s) merged into %d layer(s)\n", m->lora_report().pairs,
+                 m->lora_report().layers);
   if (d.fp8_activations == Fp8Activations::dynamic && m->fp8_dynamic_layers() == 0)
     std::fprintf(stderr, "h3rt: --fp8-activations dynamic: %s; nothing changes\n",
                  checkpoint.empty() ? "synthetic weights are bf16"

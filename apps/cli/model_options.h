@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "h3rt/pipeline.h"
 
@@ -22,14 +23,18 @@ struct ModelOptions {
   std::string fp8_activations = "static";
   std::string attention = "bf16";  // sample only
   std::string cuda_graph = "on";   // sample only
+  std::vector<std::string> loras;  // --lora F[:strength], repeatable
+  bool lora_skip_unmatched = false;
 
-  // --preset (with_preset), --checkpoint, --qkv-*, --precision, --device, --fp8-activations.
+  // --preset (with_preset), --checkpoint, --qkv-*, --precision, --device, --fp8-activations,
+  // --lora, --lora-skip-unmatched.
   void add_to(CLI::App* cmd, bool with_preset);
   std::string precision_name() const;  // as given, else the device's default
   std::string describe() const;
   ModelSource source() const;
   DenoiserOptions denoiser_options() const;  // parses the option words (throws naming them)
-  // The model on its device; says on stderr when --fp8-activations dynamic changes nothing.
+  // The model on its device; says on stderr when --fp8-activations dynamic changes nothing,
+  // and what the LoRAs merged (a warning per skipped pair).
   std::unique_ptr<Denoiser> create() const;
 };
 

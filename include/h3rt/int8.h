@@ -37,13 +37,18 @@ void hadamard_rotate_rows(const float* x, float* y, int64_t rows, int64_t k, int
 
 struct Int8Rows {
   Tensor q;      // i8 [rows, k]
-  Tensor scale;  // f32 [rows, 1]
+  Tensor scale;  // f32 [rows, 1] (f32 [] from int8_quantize_tensor)
 };
 
 // Quantizes the rows of a 2-D bf16 or f32 host tensor (values are taken as bf16: f32 input is
 // rounded to bf16 first), rotating first when `group` > 0 (group must be valid and divide k).
 // Used for weights (offline) and activations (per call): the rule is the same.
 Int8Rows int8_quantize_rows(const Tensor& a, int64_t group);
+
+// Plain int8_tensorwise with one scale for the whole tensor: the same rule as
+// int8_quantize_rows (no rotation) with s = max(amax / 127, 1e-30) over all values; scale is
+// f32 [] (a scalar).
+Int8Rows int8_quantize_tensor(const Tensor& a);
 
 // y [m, n] bf16 = the int8 GEMM of activation rows `x` and weight rows `w` (both Int8Rows with
 // the same k), scaled per row and column; `w_scale` may instead be a single scalar (plain

@@ -15,6 +15,7 @@
 
 #include "h3rt/conditioning.h"
 #include "h3rt/layout.h"
+#include "h3rt/lora.h"
 #include "h3rt/model.h"
 #include "h3rt/report.h"
 #include "h3rt/sampler.h"
@@ -32,6 +33,10 @@ struct DenoiserOptions {
   bool cuda_graphs = true;                // CUDA: replay warm steps from CUDA graphs (same bits)
   // fp8_scaled block projections without an input_scale (set_fp8_activations).
   Fp8Activations fp8_activations = Fp8Activations::static_scale;
+  // LoRAs merged into the weights once, after loading, in this order (h3rt/lora.h); pairs that
+  // do not fit the model are an error unless lora_skip_unmatched (then a warning each).
+  std::vector<LoraSpec> loras;
+  bool lora_skip_unmatched = false;
 };
 
 // Where the weights come from: a checkpoint file (memory-mapped) or a preset's synthetic weights.
@@ -69,9 +74,12 @@ class Denoiser {
   // Layers that fp8_activations dynamic switched to per-call scales (0: the option changed
   // nothing, e.g. a bf16 checkpoint).
   int fp8_dynamic_layers() const { return fp8_dynamic_layers_; }
+  // What DenoiserOptions::loras changed: pairs and layers merged, a warning per skipped pair.
+  const LoraMergeReport& lora_report() const { return lora_report_; }
 
  protected:
   int fp8_dynamic_layers_ = 0;
+  LoraMergeReport lora_report_;
 };
 
 // One forward of a t2va layout at video sigma, as `h3rt forward` computes it: t_video = 1 - sigma,

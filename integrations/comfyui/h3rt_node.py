@@ -88,10 +88,11 @@ class H3rtWrapper:
     by ComfyUI's WrapperExecutor."""
 
     def __init__(self, base_model=None, attention="bf16", cuda_graphs=True, device="cuda",
-                 weights="from the loaded model", checkpoint_path="", load=None):
+                 weights="from the loaded model", checkpoint_path="", load=None, loras=()):
         self.base_model = base_model  # comfy's BaseModel: current_weight_patches_uuid, lowvram
         self.attention, self.cuda_graphs, self.device = attention, bool(cuda_graphs), device
         self.weights, self.checkpoint_path = weights, checkpoint_path
+        self.loras = tuple(loras)  # (path, strength) that h3rt merges itself
         self.load = load  # h3rt.load unless given (the tests pass stand-in engines)
         self.weight_patches = 0  # LoRA-style patches on the patched model (file path mode)
         self.engine = None
@@ -220,12 +221,12 @@ class H3rtWrapper:
             if self.weight_patches:
                 raise Fallback("weights from file path, but the model has weight patches "
                                "(LoRA) that the file lacks")
-            key = ("path", self.checkpoint_path)
+            key = ("path", self.checkpoint_path, self.loras)
         else:
             dm = getattr(executor, "class_obj", None)
             if dm is None or not hasattr(dm, "state_dict"):
                 raise Fallback("the executor carries no diffusion model")
-            key = self._weights_key(dm)
+            key = self._weights_key(dm) + (self.loras,)
         if self.engine is not None and key == self.engine_key:
             return self.engine
         if self.engine_key == ("failed",) + key:
@@ -245,6 +246,8 @@ class H3rtWrapper:
 
     def _load(self, load, executor, key):
         opts = dict(device=self.device, attention=self.attention, cuda_graphs=self.cuda_graphs)
+        if self.loras:
+            opts["loras"] = list(self.loras)
         if key[0] == "path":
             path = self.checkpoint_path
             if not path or not os.path.isfile(path):
@@ -262,6 +265,25 @@ class H3rtWrapper:
         log.info("h3rt: engine built (%s, hidden %d, %d layers, %s)", model.device,
                  model.config["hidden"], model.config["layers"], model.precision)
         return model
+
+
+def parse_loras(text):
+    """The node's `loras` text: one LoRA file per line (or separated by ';'), optionally
+    followed by ':strength' (default 1.0), as `h3rt sample --lora F[:strength]` takes them."""
+    out = []
+    for item in text.replace(";", "\n").splitlines():
+        item = item.strip()
+        if not item:
+            continue
+        path, strength = item, 1.0
+        head, sep, tail = item.rpartition(":")
+        if sep and head:
+            try:
+                path, strength = head, float(tail)
+            except ValueError:
+                pass
+        out.append((path, strength))
+    return out
 
 
 def _keep_text_raw(text_states, *args, **kwargs):
@@ -287,6 +309,7 @@ class H3rtPatchModel:
             },
             "optional": {
                 "checkpoint_path": ("STRING", {"default": ""}),
+                "loras": ("STRING", {"default": "", "multiline": True}),
             },
         }
 
@@ -297,10 +320,11 @@ class H3rtPatchModel:
                    "(one log line per reason).")
 
     def patch(self, model, attention="bf16", cuda_graphs=True, device="cuda",
-              weights="from the loaded model", refine_text="in h3rt", checkpoint_path=""):
+              weights="from the loaded model", refine_text="in h3rt", checkpoint_path="",
+              loras=""):
         patched = model.clone()
         wrapper = H3rtWrapper(getattr(model, "model", None), attention, cuda_graphs, device,
-                              weights, checkpoint_path)
+                              weights, checkpoint_path, loras=parse_loras(loras))
         # Patches added by nodes after this one are not visible here (README: limits).
         wrapper.weight_patches = len(getattr(model, "patches", None) or {})
         patched.add_wrapper_with_key(DIFFUSION_MODEL, WRAPPER_KEY, wrapper)

@@ -12,6 +12,7 @@ See __init__.pyi for every signature.
 """
 
 import os
+import warnings
 from collections.abc import Mapping
 
 from ._h3rt import (Cancelled, Model, __version__, audio_sigma_from_video, sigma_grid,
@@ -22,24 +23,46 @@ __all__ = ["Cancelled", "Model", "load", "preset", "sample", "t2va_layout", "tim
            "sigma_grid", "simple_sigmas", "audio_sigma_from_video", "__version__"]
 
 
+def _lora_list(loras):
+    """[(path, strength)] from paths or (path, strength) pairs."""
+    out = []
+    for item in loras:
+        if isinstance(item, (str, os.PathLike)):
+            out.append((os.fspath(item), 1.0))
+        elif isinstance(item, (tuple, list)) and len(item) == 2:
+            out.append((os.fspath(item[0]), float(item[1])))
+        else:
+            raise TypeError("loras: expected paths or (path, strength) pairs, got " + repr(item))
+    return out
+
+
 def load(path_or_state_dict, device="cpu", precision=None, attention="bf16", cuda_graphs=True,
-         fp8_activations="static", qkv_layout="auto"):
+         fp8_activations="static", qkv_layout="auto", loras=(), lora_skip_unmatched=False):
     """Loads an H3 checkpoint: a .safetensors path (memory-mapped) or a state dict of arrays under
     the original/ComfyUI key names, viewed (not copied) where the dtype is used as stored; the
     model keeps them alive, and they must not change while it runs. With device="cuda",
     int8/uint8 CUDA tensors (int8_convrot and NVFP4 weight bytes, the bulk of a quantized
     checkpoint) are used in device memory without a copy; other CUDA tensors are copied to the
     host first (h3rt keeps its own device copy of those). The config is inferred from the
-    shapes."""
+    shapes. loras: LoRA files (ComfyUI key forms) as paths or (path, strength) pairs, merged in
+    order after loading; pairs that do not fit raise unless lora_skip_unmatched (then a warning
+    each)."""
+    lora_list = _lora_list(loras)
     if isinstance(path_or_state_dict, (str, os.PathLike)):
-        return _h3rt._load_path(os.fspath(path_or_state_dict), device, precision, attention,
-                                cuda_graphs, fp8_activations, qkv_layout)
-    if isinstance(path_or_state_dict, Mapping):
+        model = _h3rt._load_path(os.fspath(path_or_state_dict), device, precision, attention,
+                                 cuda_graphs, fp8_activations, qkv_layout, lora_list,
+                                 lora_skip_unmatched)
+    elif isinstance(path_or_state_dict, Mapping):
         state = {k: _placed(k, v, device) for k, v in path_or_state_dict.items()}
-        return _h3rt._load_state_dict(state, device, precision, attention, cuda_graphs,
-                                      fp8_activations, qkv_layout)
-    raise TypeError("path_or_state_dict: expected a path or a mapping of name -> array, got "
-                    + type(path_or_state_dict).__name__)
+        model = _h3rt._load_state_dict(state, device, precision, attention, cuda_graphs,
+                                       fp8_activations, qkv_layout, lora_list,
+                                       lora_skip_unmatched)
+    else:
+        raise TypeError("path_or_state_dict: expected a path or a mapping of name -> array, got "
+                        + type(path_or_state_dict).__name__)
+    for w in model.lora_report["warnings"]:
+        warnings.warn("h3rt: " + w)
+    return model
 
 
 def _placed(key, v, device):

@@ -1,7 +1,7 @@
 """Type stubs of h3rt (see __init__.py)."""
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +30,9 @@ class Model:
     def device_peak_bytes(self) -> tuple[int, int]:
         """(allocated, reserved) peak bytes of h3rt's device memory pool (process-wide, all
         models); (0, 0) on the CPU."""
+    @property
+    def lora_report(self) -> dict[str, Any]:
+        """What load(loras=...) merged: {"pairs": int, "layers": int, "warnings": [str]}."""
     def forward(self, video_rows: ArrayLike, audio_rows: ArrayLike, text: ArrayLike, *,
                 layout: Layout, timesteps: Timesteps, sigma: Optional[float] = None,
                 sample_sigmas: Optional[Sequence[float]] = None
@@ -50,7 +53,9 @@ class Model:
 def load(path_or_state_dict: Union[str, os.PathLike, Mapping[str, ArrayLike]],
          device: str = "cpu", precision: Optional[str] = None, attention: str = "bf16",
          cuda_graphs: bool = True, fp8_activations: str = "static",
-         qkv_layout: str = "auto") -> Model: ...
+         qkv_layout: str = "auto",
+         loras: Sequence[Union[str, os.PathLike, Tuple[Union[str, os.PathLike], float]]] = (),
+         lora_skip_unmatched: bool = False) -> Model: ...
 def preset(name: str = "tiny", weights_seed: int = 0, device: str = "cpu",
            precision: Optional[str] = None, attention: str = "bf16",
            cuda_graphs: bool = True) -> Model: ...

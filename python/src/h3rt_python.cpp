@@ -36,6 +36,13 @@ DenoiserOptions options(const std::string& device, const std::optional<std::stri
   return o;
 }
 
+using LoraList = std::vector<std::pair<std::string, double>>;
+
+void add_loras(DenoiserOptions& o, const LoraList& loras, bool skip_unmatched) {
+  for (const auto& [path, strength] : loras) o.loras.push_back({path, strength});
+  o.lora_skip_unmatched = skip_unmatched;
+}
+
 QkvLayout qkv_layout_of(const std::string& s) {
   if (s == "auto") return QkvLayout::autodetect;
   if (s == "fused") return QkvLayout::fused_thirds;
@@ -305,11 +312,13 @@ nb::dict sample(Model& m, int64_t width, int64_t height, int64_t frames, int ste
 
 Model* load_path(const std::string& path, const std::string& device,
                  std::optional<std::string> precision, const std::string& attention,
-                 bool cuda_graphs, const std::string& fp8, const std::string& qkv) {
+                 bool cuda_graphs, const std::string& fp8, const std::string& qkv,
+                 const LoraList& loras, bool lora_skip_unmatched) {
   ModelSource s;
   s.checkpoint = path;
   s.qkv_layout = qkv_layout_of(qkv);
   auto o = options(device, precision, attention, cuda_graphs, fp8);
+  add_loras(o, loras, lora_skip_unmatched);
   nb::gil_scoped_release release;
   return new Model{Denoiser::create(s, o), {}, model_identity(s, o)};
 }
@@ -327,7 +336,8 @@ Model* load_preset(const std::string& name, uint64_t weights_seed, const std::st
 
 Model* load_state_dict(const nb::dict& state, const std::string& device,
                        std::optional<std::string> precision, const std::string& attention,
-                       bool cuda_graphs, const std::string& fp8, const std::string& qkv) {
+                       bool cuda_graphs, const std::string& fp8, const std::string& qkv,
+                       const LoraList& loras, bool lora_skip_unmatched) {
   std::map<std::string, Tensor> tensors;
   std::vector<nb::object> keep;
   for (auto [k, v] : state) {
@@ -340,6 +350,7 @@ Model* load_state_dict(const nb::dict& state, const std::string& device,
   }
   const QkvLayout layout = qkv == "auto" ? QkvLayout::fused_thirds : qkv_layout_of(qkv);
   auto o = options(device, precision, attention, cuda_graphs, fp8);
+  add_loras(o, loras, lora_skip_unmatched);
   std::unique_ptr<Denoiser> d;
   {
     nb::gil_scoped_release release;
@@ -366,6 +377,15 @@ NB_MODULE(_h3rt, m) {
       .def_prop_ro(
           "device_peak_bytes", [](const Model& x) { return x.denoiser->device_peak_bytes(); },
           "(allocated, reserved) peak bytes of h3rt's device memory pool, (0, 0) on the CPU.")
+      .def_prop_ro(
+          "lora_report",
+          [](const Model& x) {
+            const h3rt::LoraMergeReport& r = x.denoiser->lora_report();
+            nb::dict d;
+            d["pairs"] = r.pairs, d["layers"] = r.layers, d["warnings"] = r.warnings;
+            return d;
+          },
+          "What load(loras=...) merged: pairs, layers, a warning per skipped pair.")
       .def("forward", &forward, arg("video_rows"), arg("audio_rows"), arg("text"), nb::kw_only(),
            arg("layout"), arg("timesteps"), arg("sigma") = nb::none(),
            arg("sample_sigmas") = nb::none(), "Low-level forward on packed rows (see the .pyi).")
@@ -375,13 +395,13 @@ NB_MODULE(_h3rt, m) {
 
   m.def("_load_path", &load_path, arg("path"), arg("device"), arg("precision").none(),
         arg("attention"), arg("cuda_graphs"), arg("fp8_activations"), arg("qkv_layout"),
-        nb::rv_policy::take_ownership);
+        arg("loras"), arg("lora_skip_unmatched"), nb::rv_policy::take_ownership);
   m.def("_load_preset", &load_preset, arg("name"), arg("weights_seed"), arg("device"),
         arg("precision").none(), arg("attention"), arg("cuda_graphs"),
         nb::rv_policy::take_ownership);
   m.def("_load_state_dict", &load_state_dict, arg("state_dict"), arg("device"),
         arg("precision").none(), arg("attention"), arg("cuda_graphs"), arg("fp8_activations"),
-        arg("qkv_layout"), nb::rv_policy::take_ownership);
+        arg("qkv_layout"), arg("loras"), arg("lora_skip_unmatched"), nb::rv_policy::take_ownership);
   m.def(
       "_sample",
       [](Model& model, int64_t width, int64_t height, int64_t frames, int steps, uint64_t seed,

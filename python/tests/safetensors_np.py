@@ -24,3 +24,17 @@ def read_safetensors(path):
             a = (a.astype(np.uint32) << 16).view(np.float32)
         out[name] = a.reshape(e["shape"])
     return out
+
+
+def write_safetensors(path, tensors):
+    """Writes name -> float32 numpy array as F32 tensors (the tests' LoRA files)."""
+    header, blobs, offset = {}, [], 0
+    for name, a in tensors.items():
+        b = np.ascontiguousarray(a, dtype=np.float32).tobytes()
+        header[name] = {"dtype": "F32", "shape": list(np.shape(a)),
+                        "data_offsets": [offset, offset + len(b)]}
+        blobs.append(b)
+        offset += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    pathlib.Path(path).write_bytes(len(h).to_bytes(8, "little") + h + b"".join(blobs))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import h3rt
-from safetensors_np import read_safetensors
+from safetensors_np import read_safetensors, write_safetensors
 
 SHARED = pathlib.Path(os.environ.get("H3RT_SHARED_DIR",
                                      pathlib.Path(__file__).resolve().parents[3] / "shared"))
@@ -195,3 +195,35 @@ def test_torch_tensors_equal_numpy(model, golden):
              for k, v in read_safetensors(WEIGHTS).items()}
     for a, b in zip(h3rt.load(state).forward_latents(video, audio, 0.7, text), want):
         np.testing.assert_array_equal(a, b)
+
+
+def test_loras_merge_on_load_from_a_path_or_a_state_dict(golden, tmp_path):
+    rng = np.random.default_rng(3)
+    m = "diffusion_model.blocks.0.attn.qkv_proj"
+    lora = tmp_path / "lora.safetensors"
+    write_safetensors(lora, {m + ".lora_B.weight": rng.standard_normal((768, 4)) * 0.1,
+                             m + ".lora_A.weight": rng.standard_normal((4, 192)) * 0.1,
+                             m + ".alpha": np.array(2.0)})
+    video = golden["input/video_latents"]
+    audio = golden["input/audio_latents"].transpose(1, 0, 2)[None].copy()
+    text = golden["input/text_embeds"]
+    plain = h3rt.load(WEIGHTS).forward_latents(video, audio, 0.7, text)
+    a = h3rt.load(WEIGHTS, loras=[(lora, 0.5)])
+    assert a.lora_report["pairs"] == 1 and a.lora_report["layers"] == 1
+    # The state dict holds the bf16 weights upcast to f32: its merged layer stays f32 (the
+    # stored dtype decides the rounding), so it agrees with the path's to bf16 rounding.
+    b = h3rt.load(read_safetensors(WEIGHTS), loras=[(str(lora), 0.5)])
+    got_a = a.forward_latents(video, audio, 0.7, text)
+    for x, y, p in zip(got_a, b.forward_latents(video, audio, 0.7, text), plain):
+        assert rel_max_err(y, x) <= 1e-2
+        assert rel_max_err(x, p) > 1e-3
+    bad = tmp_path / "bad.safetensors"
+    write_safetensors(bad, {"diffusion_model.blocks.9.mlp.fc1.lora_B.weight": np.zeros((768, 2)),
+                            "diffusion_model.blocks.9.mlp.fc1.lora_A.weight": np.zeros((2, 192))})
+    with pytest.raises(RuntimeError, match="blocks.9.mlp.fc1"):
+        h3rt.load(WEIGHTS, loras=[bad])
+    with pytest.warns(UserWarning, match="skipped LoRA"):
+        c = h3rt.load(WEIGHTS, loras=[bad, (lora, 0.5)], lora_skip_unmatched=True)
+    assert c.lora_report["pairs"] == 1
+    with pytest.raises(TypeError, match="loras"):
+        h3rt.load(WEIGHTS, loras=[1])

@@ -43,6 +43,22 @@ int8_t to_int8(float v) {
   return static_cast<int8_t>(std::clamp(r, -128.0f, 127.0f));
 }
 
+float amax_of(const float* v, int64_t n) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(v[i]));
+  return amax;
+}
+
+float scale_for(float amax) {
+  return std::max(amax / 127.0f, 1e-30f);
+}
+
+// q = clamp(rne(bf16(v / bf16(s)))) for n bf16 values.
+void quantize_values(const float* v, int64_t n, float s, int8_t* q) {
+  const float sb = round_bf16(s);
+  for (int64_t c = 0; c < n; ++c) q[c] = to_int8(round_bf16(v[c] / sb));
+}
+
 }  // namespace
 
 bool convrot_group_valid(int64_t g) {
@@ -96,14 +112,21 @@ Int8Rows int8_quantize_rows(const Tensor& a, int64_t group) {
       hadamard_rotate_rows(v.data(), rot.data(), 1, k, group);
       for (int64_t c = 0; c < k; ++c) v[c] = round_bf16(rot[c]);
     }
-    float amax = 0.0f;
-    for (float x : v) amax = std::max(amax, std::fabs(x));
-    const float s = std::max(amax / 127.0f, 1e-30f);
-    const float sb = round_bf16(s);
-    int8_t* q = out.q.ptr<int8_t>() + r * k;
-    for (int64_t c = 0; c < k; ++c) q[c] = to_int8(round_bf16(v[c] / sb));
+    const float s = scale_for(amax_of(v.data(), k));
+    quantize_values(v.data(), k, s, out.q.ptr<int8_t>() + r * k);
     out.scale.ptr<float>()[r] = s;
   }
+  return out;
+}
+
+Int8Rows int8_quantize_tensor(const Tensor& a) {
+  check_rows_input(a, "int8 quantize (tensorwise)");
+  const int64_t rows = a.size(0), k = a.size(1);
+  std::vector<float> v(static_cast<size_t>(rows * k));
+  for (int64_t r = 0; r < rows; ++r) load_bf16_row(a, r, v.data() + r * k);
+  const float s = scale_for(amax_of(v.data(), rows * k));
+  Int8Rows out{Tensor::zeros(DType::i8, {rows, k}), tensor_from_f32({s}, {})};
+  quantize_values(v.data(), rows * k, s, out.q.ptr<int8_t>());
   return out;
 }
 

@@ -2,6 +2,7 @@
 // sessions (bf16). Both take the same host inputs and return the same host outputs.
 #include <unistd.h>
 
+#include "h3rt/lora.h"
 #include "h3rt/pipeline.h"
 
 #ifdef H3RT_HAVE_CUDA
@@ -10,6 +11,7 @@
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
 #include "model/forward_session_cuda.h"
+#include "model/lora_cuda.h"
 #include "model/model_cuda.h"
 #endif
 
@@ -18,8 +20,10 @@ namespace {
 
 class CpuDenoiser : public Denoiser {
  public:
-  CpuDenoiser(H3Model m, Precision p, int fp8_dynamic) : model_(std::move(m)), precision_(p) {
+  CpuDenoiser(H3Model m, Precision p, int fp8_dynamic, LoraMergeReport lora = {})
+      : model_(std::move(m)), precision_(p) {
     fp8_dynamic_layers_ = fp8_dynamic;
+    lora_report_ = std::move(lora);
   }
   const H3Config& config() const override { return model_.config; }
   ForwardOutputs forward(const ForwardInputs& in) override {
@@ -36,11 +40,13 @@ class CpuDenoiser : public Denoiser {
 #ifdef H3RT_HAVE_CUDA
 class CudaDenoiser : public Denoiser {
  public:
-  CudaDenoiser(model::DeviceModel m, const DenoiserOptions& o, int fp8_dynamic)
+  CudaDenoiser(model::DeviceModel m, const DenoiserOptions& o, int fp8_dynamic,
+               LoraMergeReport lora = {})
       : model_(std::move(m)) {
     options_.cuda_graph = o.cuda_graphs;
     if (o.attention == Attention::sage) options_.attention = ops::AttentionKernel::sage_8bit;
     fp8_dynamic_layers_ = fp8_dynamic;
+    lora_report_ = std::move(lora);
   }
   const H3Config& config() const override { return model_.config; }
   // One session per request shape: a sampling loop pays the per-request work once.
@@ -117,12 +123,32 @@ H3Model load_host_model(const ModelSource& s) {
   return load_model(s.checkpoint, opts);
 }
 
+std::vector<Lora> read_loras(const DenoiserOptions& o) {
+  std::vector<Lora> loras;
+  for (const LoraSpec& s : o.loras) loras.push_back(read_lora(s));
+  return loras;
+}
+
+LoraOptions lora_options(const DenoiserOptions& o) {
+  LoraOptions lo;
+  lo.skip_unmatched = o.lora_skip_unmatched;
+  return lo;
+}
+
+// Merges the options' LoRAs into the host model (the merged layers are what gets placed).
+LoraMergeReport merge_option_loras(H3Model& m, const DenoiserOptions& o) {
+  if (o.loras.empty()) return {};
+  return merge_loras(m, read_loras(o), lora_options(o)).report;  // originals not needed again
+}
+
 std::unique_ptr<Denoiser> place(H3Model m, const DenoiserOptions& o) {
+  LoraMergeReport lora = merge_option_loras(m, o);
   const int fp8_dynamic = set_fp8_activations(m, o.fp8_activations);
   if (o.device == Device::cpu)
-    return std::make_unique<CpuDenoiser>(std::move(m), precision_for(o), fp8_dynamic);
+    return std::make_unique<CpuDenoiser>(std::move(m), precision_for(o), fp8_dynamic,
+                                         std::move(lora));
 #ifdef H3RT_HAVE_CUDA
-  return std::make_unique<CudaDenoiser>(model::upload_model(m), o, fp8_dynamic);
+  return std::make_unique<CudaDenoiser>(model::upload_model(m), o, fp8_dynamic, std::move(lora));
 #else
   H3RT_FAIL("unreachable: device cuda without CUDA");
 #endif
@@ -143,8 +169,10 @@ std::unique_ptr<Denoiser> Denoiser::create(const ModelSource& s, const DenoiserO
     H3RT_CHECK(s.qkv_override.empty(), "qkv_override needs a checkpoint");
     const std::optional<H3Config> config = config_preset(s.preset);
     H3RT_CHECK(config, "unknown preset '", s.preset, "' (tiny or h3)");
-    return std::make_unique<CudaDenoiser>(
-        model::make_synthetic_device_model(*config, s.weights_seed), o, 0);
+    model::DeviceModel m = model::make_synthetic_device_model(*config, s.weights_seed);
+    LoraMergeReport lora;  // merged on the GPU: these weights never exist on the host
+    if (!o.loras.empty()) lora = model::merge_loras_cuda(m, read_loras(o), lora_options(o)).report;
+    return std::make_unique<CudaDenoiser>(std::move(m), o, 0, std::move(lora));
   }
 #endif
   return place(load_host_model(s), o);

@@ -361,6 +361,25 @@ def test_file_path_weights_load_by_path(tmp_path, caplog):
     assert any("second copy" in r.getMessage() for r in caplog.records)
 
 
+def test_loras_reach_h3rt_load_and_key_the_engine(tmp_path):
+    assert h3rt_node.parse_loras("a.safetensors:0.5\n b.safetensors ;c:/x.safetensors") == [
+        ("a.safetensors", 0.5), ("b.safetensors", 1.0), ("c:/x.safetensors", 1.0)]
+    ckpt = tmp_path / "h3.safetensors"
+    ckpt.write_bytes(b"")
+    loader = Loader()
+    _, out, wrapper = patched(loader, weights="from file path", checkpoint_path=str(ckpt),
+                              loras="t.safetensors:0.75")
+    x, ts, ctx = inputs()
+    sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+    assert loader.calls[0][1]["loras"] == [("t.safetensors", 0.75)]
+    wrapper.loras = (("t.safetensors", 1.0),)  # another strength: a new engine
+    sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+    assert len(loader.calls) == 2 and loader.calls[1][1]["loras"] == [("t.safetensors", 1.0)]
+    _, out, _ = patched(loader)  # weights from the loaded model, no loras: none passed
+    sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+    assert "loras" not in loader.calls[2][1]
+
+
 # ---- the numbers: h3rt through the node against ComfyUI's captured _forward ----
 def rel_max_err(got, ref):
     got, ref = np.asarray(got, np.float64).ravel(), np.asarray(ref, np.float64).ravel()
