@@ -31,8 +31,7 @@ bool on_host(const AnyArray& a) {
 }
 
 [[noreturn]] void not_implemented(const std::string& msg) {
-  PyErr_SetString(PyExc_NotImplementedError, msg.c_str());
-  throw nb::python_error();
+  raise(PyExc_NotImplementedError, msg);
 }
 
 void check_host(const AnyArray& a, const char* name, bool cuda_model) {
@@ -41,7 +40,7 @@ void check_host(const AnyArray& a, const char* name, bool cuda_model) {
     not_implemented(std::string(name) +
                     ": device arrays are not supported yet (zero-copy GPU input is a "
                     "follow-up); pass a host array, e.g. tensor.cpu()");
-  throw nb::value_error(
+  raise_value(
       (std::string(name) + ": a device array, but the model runs on the CPU; pass a host array")
           .c_str());
 }
@@ -73,13 +72,24 @@ void copy_as(const AnyArray& a, Out& out) {
 
 }  // namespace
 
+void raise(PyObject* type, const std::string& msg) {
+  PyErr_SetString(type, msg.c_str());
+  throw nb::python_error();
+}
+void raise_value(const std::string& msg) {
+  raise(PyExc_ValueError, msg);
+}
+void raise_type(const std::string& msg) {
+  raise(PyExc_TypeError, msg);
+}
+
 std::vector<int64_t> check_shape(const AnyArray& a, const char* name,
                                  const std::vector<int64_t>& want, const std::string& expected) {
   bool ok = a.ndim() == want.size();
   for (size_t i = 0; ok && i < want.size(); ++i)
     ok = want[i] < 0 || static_cast<int64_t>(a.shape(i)) == want[i];
   if (!ok)
-    throw nb::value_error(
+    raise_value(
         (std::string(name) + ": expected shape " + expected + ", got " + dims_str(a)).c_str());
   std::vector<int64_t> s(a.ndim());
   for (size_t i = 0; i < a.ndim(); ++i) s[i] = static_cast<int64_t>(a.shape(i));
@@ -88,7 +98,7 @@ std::vector<int64_t> check_shape(const AnyArray& a, const char* name,
 
 FloatVec host_f32(const AnyArray& a, const char* name, bool cuda_model) {
   if (a.dtype() != nb::dtype<float>())
-    throw nb::type_error(
+    raise_type(
         (std::string(name) + ": expected float32 values, got " + dtype_str(a)).c_str());
   check_host(a, name, cuda_model);
   FloatVec out(a.size());
@@ -104,7 +114,7 @@ std::vector<float> host_f32_vector(const AnyArray& a, const char* name) {
 std::vector<int64_t> host_ints(const AnyArray& a, const char* name, int64_t count) {
   check_host(a, name, false);
   if (static_cast<int64_t>(a.size()) != count)
-    throw nb::value_error((std::string(name) + ": expected " + std::to_string(count) +
+    raise_value((std::string(name) + ": expected " + std::to_string(count) +
                            " values, got shape " + dims_str(a))
                               .c_str());
   std::vector<int64_t> out(a.size());
@@ -113,7 +123,7 @@ std::vector<int64_t> host_ints(const AnyArray& a, const char* name, int64_t coun
   else if (a.dtype() == nb::dtype<int32_t>())
     copy_as<int32_t>(a, out);
   else
-    throw nb::type_error(
+    raise_type(
         (std::string(name) + ": expected int64 or int32 values, got " + dtype_str(a)).c_str());
   return out;
 }
@@ -121,10 +131,10 @@ std::vector<int64_t> host_ints(const AnyArray& a, const char* name, int64_t coun
 std::vector<double> host_f64(const AnyArray& a, const char* name, int64_t count) {
   check_host(a, name, false);
   if (a.dtype() != nb::dtype<double>())
-    throw nb::type_error(
+    raise_type(
         (std::string(name) + ": expected float64 values, got " + dtype_str(a)).c_str());
   if (static_cast<int64_t>(a.size()) != count)
-    throw nb::value_error((std::string(name) + ": expected " + std::to_string(count) +
+    raise_value((std::string(name) + ": expected " + std::to_string(count) +
                            " values, got shape " + dims_str(a))
                               .c_str());
   std::vector<double> out(a.size());
@@ -140,7 +150,7 @@ Tensor tensor_view(const AnyArray& a, const std::string& key, bool cuda_model) {
     // Quantized weight bytes (int8 W8A8, packed NVFP4) are used in place by a CUDA model: no
     // second copy of the bulk of a quantized checkpoint. Everything else is read on the host.
     if (!cuda_model || a.device_type() != nb::device::cuda::value || !bytes)
-      throw nb::value_error(("state dict '" + key + "': a device tensor of " + dtype_str(a) +
+      raise_value(("state dict '" + key + "': a device tensor of " + dtype_str(a) +
                              (cuda_model ? "; only int8/uint8 '.weight' tensors are used in "
                                            "device memory (h3rt.load copies the others to the "
                                            "host)"
@@ -166,7 +176,7 @@ Tensor tensor_view(const AnyArray& a, const std::string& key, bool cuda_model) {
   else if (d == nb::dtype<int64_t>())
     t = DType::i64;
   else
-    throw nb::type_error(("state dict '" + key + "': unsupported dtype " + dtype_str(a) +
+    raise_type(("state dict '" + key + "': unsupported dtype " + dtype_str(a) +
                           " (float32/64, bfloat16, float16, (u)int8, int32, int64; load fp8 "
                           "checkpoints by path)")
                              .c_str());

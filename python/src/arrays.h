@@ -19,6 +19,12 @@ namespace nb = nanobind;
 using AnyArray = nb::ndarray<nb::ro>;
 using NumpyF32 = nb::ndarray<nb::numpy, float>;
 
+// Python exceptions from C++: sets the error and throws nb::python_error (nanobind rethrows it
+// as is). One mechanism for every error the extension raises itself.
+[[noreturn]] void raise(PyObject* type, const std::string& msg);
+[[noreturn]] void raise_value(const std::string& msg);
+[[noreturn]] void raise_type(const std::string& msg);
+
 // The array's shape, or a ValueError naming `name` unless it matches `want` (-1: any size).
 // `expected` spells the shape for the message, e.g. "[1, 24, T, H, W]".
 std::vector<int64_t> check_shape(const AnyArray& a, const char* name,

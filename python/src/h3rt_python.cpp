@@ -30,7 +30,7 @@ DenoiserOptions options(const std::string& device, const std::optional<std::stri
     o.attention = parse_attention(attention);
     o.fp8_activations = parse_fp8_activations(fp8_activations);
   } catch (const Error& e) {
-    throw nb::value_error(e.what());
+    raise_value(e.what());
   }
   o.cuda_graphs = cuda_graphs;
   return o;
@@ -47,7 +47,7 @@ QkvLayout qkv_layout_of(const std::string& s) {
   if (s == "auto") return QkvLayout::autodetect;
   if (s == "fused") return QkvLayout::fused_thirds;
   if (s == "per-head") return QkvLayout::per_head_interleaved;
-  throw nb::value_error(("qkv_layout must be auto, fused or per-head, got '" + s + "'").c_str());
+  raise_value(("qkv_layout must be auto, fused or per-head, got '" + s + "'").c_str());
 }
 
 nb::dict config_dict(const Model& m) {
@@ -83,7 +83,7 @@ nb::dict layout_dict(const SequenceLayout& l) {
 
 int64_t int_item(const nb::dict& d, const char* key) {
   if (!d.contains(key))
-    throw nb::value_error((std::string("layout: missing '") + key + "'").c_str());
+    raise_value((std::string("layout: missing '") + key + "'").c_str());
   return nb::cast<int64_t>(d[key]);
 }
 
@@ -91,7 +91,7 @@ SequenceLayout layout_of(const nb::dict& d) {
   const int64_t L = int_item(d, "text_len"), N = int_item(d, "audio_len"),
                 T = int_item(d, "frames"), H = int_item(d, "height"), W = int_item(d, "width");
   if (L < 1 || N < 0 || T < 1 || H < 2 || W < 2 || H % 2 || W % 2)
-    throw nb::value_error(
+    raise_value(
         "layout: need text_len >= 1, audio_len >= 0, frames >= 1, even height and width >= 2");
   SequenceLayout l = make_t2va_layout(L, N, T, H, W);
   auto ints = [&](const char* key, auto& dst) {
@@ -111,7 +111,7 @@ SequenceLayout layout_of(const nb::dict& d) {
   for (const auto* idx : {&l.text_indices, &l.audio_indices, &l.video_indices})
     for (int64_t r : *idx)
       if (r < 0 || r >= l.seq_len())
-        throw nb::value_error("layout: a row index lies outside [0, S)");
+        raise_value("layout: a row index lies outside [0, S)");
   return l;
 }
 
@@ -124,7 +124,7 @@ nb::dict plan_dict(const TimestepPlan& p) {
 
 TimestepPlan plan_of(const nb::dict& d, int64_t S) {
   if (!d.contains("timestep") || !d.contains("timestep_indices"))
-    throw nb::value_error(
+    raise_value(
         "timesteps: expected a dict with 'timestep' [M] and "
         "'timestep_indices' [S] (h3rt.timestep_plan makes one)");
   TimestepPlan p;
@@ -133,7 +133,7 @@ TimestepPlan plan_of(const nb::dict& d, int64_t S) {
       host_ints(nb::cast<AnyArray>(d["timestep_indices"]), "timesteps['timestep_indices']", S);
   for (int64_t i : p.timestep_indices)
     if (i < 0 || i >= static_cast<int64_t>(p.timestep.size()))
-      throw nb::value_error("timesteps['timestep_indices']: an index lies outside [0, M)");
+      raise_value("timesteps['timestep_indices']: an index lies outside [0, M)");
   return p;
 }
 
@@ -145,7 +145,7 @@ FloatVec text_rows(const Model& m, const AnyArray& text, int64_t* length) {
     *length = check_shape(text, "text", {1, -1, td}, want)[1];
   else
     *length = check_shape(text, "text", {-1, td}, want)[0];
-  if (*length < 1) throw nb::value_error("text: needs at least one token");
+  if (*length < 1) raise_value("text: needs at least one token");
   return host_f32(text, "text", m.cuda());
 }
 
@@ -170,13 +170,13 @@ std::pair<NumpyF32, NumpyF32> forward(Model& m, const AnyArray& video_rows,
   int64_t L = 0;
   const FloatVec t = text_rows(m, text, &L);
   if (L != l.text_len)
-    throw nb::value_error(("text: " + std::to_string(L) + " tokens, the layout has text_len " +
+    raise_value(("text: " + std::to_string(L) + " tokens, the layout has text_len " +
                            std::to_string(l.text_len))
                               .c_str());
   const FloatVec v = host_f32(video_rows, "video_rows", m.cuda());
   const FloatVec a = host_f32(audio_rows, "audio_rows", m.cuda());
   SigmaSchedule schedule{sigma.value_or(0.0f), sample_sigmas.value_or(std::vector<float>{})};
-  if (sample_sigmas && !sigma) throw nb::value_error("sample_sigmas needs sigma (this step's)");
+  if (sample_sigmas && !sigma) raise_value("sample_sigmas needs sigma (this step's)");
   const ForwardInputs in{l,        plan,     v.data(),
                          a.data(), t.data(), sample_sigmas ? &schedule : nullptr};
   ForwardOutputs out = run(m, in);
@@ -210,7 +210,7 @@ std::pair<NumpyF32, NumpyF32> forward_latents(Model& m, const AnyArray& video,
                               "[1, " + C + ", T, H, W] (H and W even)");
   const int64_t T = vs[2], H = vs[3], W = vs[4];
   if (T < 1 || H < 2 || W < 2 || H % 2 || W % 2)
-    throw nb::value_error(
+    raise_value(
         ("video: expected shape [1, " + C + ", T, H, W] with T >= 1 and even H, W >= 2").c_str());
   const int64_t N = check_shape(audio, "audio", {1, c.audio_channels, 2, -1},
                                 "[1, " + Ca + ", 2, N] (ComfyUI's audio latent)")[3];
@@ -243,15 +243,15 @@ struct SamplingKeywords {
 
 SampleOptions sample_options(const Model& m, int steps, uint64_t seed, const SamplingKeywords& k) {
   if (steps < 1 || steps > 1000)
-    throw nb::value_error(("steps must be in [1, 1000], got " + std::to_string(steps)).c_str());
+    raise_value(("steps must be in [1, 1000], got " + std::to_string(steps)).c_str());
   if (k.checkpoint_every < 0 || (k.checkpoint_every > 0 && !k.checkpoint))
-    throw nb::value_error("checkpoint_every must be >= 0 and needs checkpoint (a file path)");
+    raise_value("checkpoint_every must be >= 0 and needs checkpoint (a file path)");
   SampleOptions so;
   try {
     so.sampler = parse_sampler(k.sampler);
     so.scheduler = parse_scheduler(k.scheduler);
   } catch (const Error& e) {
-    throw nb::value_error(e.what());
+    raise_value(e.what());
   }
   so.steps = steps;
   so.video_shift = k.shift;
@@ -344,7 +344,7 @@ Model* load_state_dict(const nb::dict& state, const std::string& device,
     const std::string key = nb::cast<std::string>(k);
     AnyArray a;
     if (!nb::try_cast(v, a))
-      throw nb::type_error(("state dict '" + key + "': not an array (numpy, torch, ...)").c_str());
+      raise_type(("state dict '" + key + "': not an array (numpy, torch, ...)").c_str());
     tensors[key] = tensor_view(a, key, device == "cuda");
     keep.push_back(nb::borrow(v));
   }
