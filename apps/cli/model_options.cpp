@@ -62,6 +62,13 @@ void ModelOptions::add_to(CLI::App* cmd, bool with_preset) {
                   "unaffected")
       ->check(CLI::IsMember({"static", "dynamic"}))
       ->capture_default_str();
+  cmd->add_option("--check-finite", check_finite,
+                  "NaN/Inf checks, an error naming the tensor, block and step: first (the "
+                  "default: the inputs and every stage's output of the first step: packed "
+                  "input, token refiner, each block, final norm, velocities), all (every step, "
+                  "and a scan of every weight when the model is loaded) or off")
+      ->check(CLI::IsMember({"off", "first", "all"}))
+      ->capture_default_str();
 }
 
 std::string ModelOptions::precision_name() const {
@@ -86,6 +93,7 @@ std::unique_ptr<Denoiser> ModelOptions::create() const {
   d.attention = parse_attention(attention, "--attention");
   d.cuda_graphs = cuda_graph == "on";
   d.fp8_activations = parse_fp8_activations(fp8_activations, "--fp8-activations");
+  d.check_finite = parse_check_finite(check_finite, "--check-finite");
   std::unique_ptr<Denoiser> m = Denoiser::create(source_of(*this), d);
   if (d.fp8_activations == Fp8Activations::dynamic && m->fp8_dynamic_layers() == 0)
     std::fprintf(stderr, "h3rt: --fp8-activations dynamic: %s; nothing changes\n",

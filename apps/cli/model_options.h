@@ -22,8 +22,10 @@ struct ModelOptions {
   std::string fp8_activations = "static";
   std::string attention = "bf16";  // sample only
   std::string cuda_graph = "on";   // sample only
+  std::string check_finite = "first";
 
-  // --preset (with_preset), --checkpoint, --qkv-*, --precision, --device, --fp8-activations.
+  // --preset (with_preset), --checkpoint, --qkv-*, --precision, --device, --fp8-activations,
+  // --check-finite.
   void add_to(CLI::App* cmd, bool with_preset);
   std::string precision_name() const;  // as given, else the device's default
   std::string describe() const;

@@ -51,9 +51,10 @@ SampleResult sample(Denoiser& denoiser, Request req, const SampleOptions& o) {
     StageSeconds st;
     auto t0 = Clock::now();
     const SigmaSchedule schedule = sigma_schedule(plan, i);  // for PDD head banks
-    const ForwardInputs in{
+    ForwardInputs in{
         L,        plan.steps[i].plan, req.video_rows.data(), req.audio_rows.data(), req.text.data(),
         &schedule};
+    in.step = i;  // names the step in finite-check errors; check_finite first checks step 0
     st.packing = seconds_since(t0);
     t0 = Clock::now();
     const ForwardOutputs v = denoiser.forward(in);
