@@ -34,13 +34,13 @@ void DeviceArena::fail_allocation(size_t bytes, cudaError_t err) const {
                             " free of ", format_bytes(static_cast<int64_t>(total_b)));
   cudaGetLastError();
   const std::string head = detail::concat("allocating ", format_bytes(static_cast<int64_t>(bytes)),
-                                          " of device memory", what.empty() ? "" : " for " + what);
-  if (err != cudaErrorMemoryAllocation) H3RT_FAIL(head, " failed", sizes, device);
+                                          what.empty() ? "" : " for " + what);
+  if (err != cudaErrorMemoryAllocation) H3RT_FAIL("cudaMalloc ", head, " failed", sizes, device);
   throw OutOfMemory(detail::concat(
       "out of device memory ", head, sizes, device,
       ". Less is needed with a quantized checkpoint (h3rt quantize-checkpoint --format "
       "fp8|int8_convrot|nvfp4: 1 byte or less per weight instead of 2) or fewer frames or "
-      "pixels (--frames, --width, --height); other processes on the GPU hold the rest"));
+      "pixels (--frames, --width, --height)"));
 }
 
 DeviceArena::~DeviceArena() {

@@ -7,12 +7,12 @@
 #include <random>
 #include <string>
 
+#include "../cpu/variant_files.h"
 #include "cuda_test_util.h"
 #include "h3rt/pipeline.h"
 #include "model/forward_session_cuda.h"
 #include "model/model_cuda.h"
 #include "ops/finite_check/finite_check.h"
-#include "variant_files.h"
 
 namespace h3rt {
 namespace {

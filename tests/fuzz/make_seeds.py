@@ -41,11 +41,13 @@ def image(tensors, metadata=None):
     return struct.pack("<Q", len(h)) + h + data
 
 
-H, F, T, HD, TXT, TM, TH, FREQ = 16, 16, 1, 128, 4, 2, 4, 2  # micro config, heads 1
+HD, TXT, TM, TH, FREQ = 128, 4, 2, 4, 2  # micro config: heads 1 (head_dim is fixed)
+H = F = 8  # hidden and SwiGLU width; the nvfp4 seed needs 16 (16-element blocks)
 
 
-def micro(curve=False, pdd=1, layers=1, refiner=0):
+def micro(curve=False, pdd=1, layers=1, refiner=0, hidden=H):
     t = {}
+    H = F = hidden
 
     def lin(name, out, inp, dtype, bias=True):
         t[name + ".weight"] = (dtype, [out, inp], None)
@@ -106,15 +108,15 @@ def quantized_variants():
     t["blocks.0.attn.out_proj.weight"] = ("F8_E4M3", [H, HD], None)
     t["blocks.0.attn.out_proj.weight_scale"] = scalar(0.5)
     out["fp8_dtype"] = image(t)
-    t = micro()  # nvfp4 qkv: packed codes, 128x4-tiled e4m3 block scales, global scale
-    t["blocks.0.attn.qkv_proj.weight"] = ("U8", [3 * HD, H // 2], None)
+    t = micro(hidden=16)  # nvfp4 qkv: packed codes, 128x4-tiled e4m3 block scales, global scale
+    t["blocks.0.attn.qkv_proj.weight"] = ("U8", [3 * HD, 16 // 2], None)
     t["blocks.0.attn.qkv_proj.weight_scale"] = ("F8_E4M3", [384, 4], None)
     t["blocks.0.attn.qkv_proj.weight_scale_2"] = scalar(0.001)
     t["blocks.0.attn.qkv_proj.comfy_quant"] = marker({"format": "nvfp4"})
     out["nvfp4"] = image(t)
-    t = micro()  # int8_convrot fc2, params form
-    t["blocks.0.mlp.fc2.weight"] = ("I8", [H, F], None)
-    t["blocks.0.mlp.fc2.weight_scale"] = ("F32", [H, 1], struct.pack(f"<{H}f", *[0.01] * H))
+    t = micro(hidden=16)  # int8_convrot fc2 (G = 16 divides F), params form
+    t["blocks.0.mlp.fc2.weight"] = ("I8", [16, 16], None)
+    t["blocks.0.mlp.fc2.weight_scale"] = ("F32", [16, 1], struct.pack("<16f", *[0.01] * 16))
     t["blocks.0.mlp.fc2.comfy_quant"] = marker(
         {"format": "int8_tensorwise", "params": {"convrot": True, "convrot_groupsize": 16}})
     out["int8_convrot"] = image(t)
