@@ -39,7 +39,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // CLI11 prints the message (or the help); any usage error exits 1 like every other error.
+    return app.exit(e) == 0 ? 0 : 1;
   } catch (const h3rt::Cancelled& e) {  // Ctrl-C in sample: stopped at a step boundary
     std::fprintf(stderr, "h3rt: %s\n", e.what());
     return 130;

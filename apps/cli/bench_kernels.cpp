@@ -1,12 +1,12 @@
 // `h3rt bench-kernels`: times the CUDA block kernels and cuBLASLt GEMMs at the seed shape and
 // writes a JSON report (see src/bench/block_kernels_bench.h for the method and byte model).
-#include <fstream>
 #include <memory>
 #include <string>
 
 #include "cli/commands.h"
 #include "cli/output_path.h"
 #include "h3rt/check.h"
+#include "h3rt/report.h"
 
 #ifdef H3RT_HAVE_CUDA
 #include "bench/block_kernels_bench.h"
@@ -49,9 +49,7 @@ void add_bench_kernels_command(CLI::App& app) {
     o.gemm = !args->no_gemm;
     o.attention = !args->no_attention;
     const nlohmann::json j = bench::run_block_kernels_bench(o);
-    std::ofstream f(args->out);
-    H3RT_CHECK(f.good(), "bench-kernels: cannot write ", args->out);
-    f << j.dump(2) << "\n";
+    write_json(args->out, j);  // atomic (temp + rename)
 #else
     H3RT_FAIL("bench-kernels: this build has no CUDA backend (configure with -DH3RT_CUDA=ON)");
 #endif

@@ -1,12 +1,12 @@
 // `h3rt bench nvfp4-fusion`: fused NVFP4 producers vs producer + nvfp4_quantize at the seed
 // shape (see src/bench/nvfp4_fusion_bench.h); prints a table and writes JSON.
-#include <fstream>
 #include <memory>
 #include <string>
 
 #include "cli/commands.h"
 #include "cli/output_path.h"
 #include "h3rt/check.h"
+#include "h3rt/report.h"
 #ifdef H3RT_HAVE_CUDA
 #include "bench/nvfp4_fusion_bench.h"
 #endif
@@ -38,9 +38,7 @@ void add_bench_nvfp4_fusion_command(CLI::App& app) {
     check_output_path(a->out, "--out");
     a->o.attention = !a->no_attention;
     const nlohmann::json j = bench::run_nvfp4_fusion_bench(a->o);
-    std::ofstream f(a->out);
-    H3RT_CHECK(f.good(), "bench nvfp4-fusion: cannot write ", a->out);
-    f << j.dump(2) << "\n";
+    write_json(a->out, j);  // atomic (temp + rename)
   });
 #else
   cmd->callback([] { H3RT_FAIL("bench nvfp4-fusion needs a CUDA build (H3RT_CUDA=ON)"); });

@@ -76,6 +76,13 @@ void ModelOptions::add_to(CLI::App* cmd, bool with_preset) {
   cmd->add_flag("--lora-skip-unmatched", lora_skip_unmatched,
                 "Skip LoRA pairs whose layer is absent or whose shapes do not fit (e.g. a full "
                 "AdaLN LoRA on a pruned checkpoint) with a warning, instead of failing");
+  cmd->add_option("--check-finite", check_finite,
+                  "NaN/Inf checks, an error naming the tensor, block and step: first (the "
+                  "default: the inputs and every stage's output of the first step: packed "
+                  "input, token refiner, each block, final norm, velocities), all (every step, "
+                  "and a scan of every weight when the model is loaded) or off")
+      ->check(CLI::IsMember({"off", "first", "all"}))
+      ->capture_default_str();
 }
 
 std::string ModelOptions::precision_name() const {
@@ -100,6 +107,7 @@ DenoiserOptions ModelOptions::denoiser_options() const {
   d.fp8_activations = parse_fp8_activations(fp8_activations, "--fp8-activations");
   for (const auto& l : loras) d.loras.push_back(parse_lora_spec(l));
   d.lora_skip_unmatched = lora_skip_unmatched;
+  d.check_finite = parse_check_finite(check_finite, "--check-finite");
   return d;
 }
 

@@ -25,9 +25,10 @@ struct ModelOptions {
   std::string cuda_graph = "on";   // sample only
   std::vector<std::string> loras;  // --lora F[:strength], repeatable
   bool lora_skip_unmatched = false;
+  std::string check_finite = "first";
 
   // --preset (with_preset), --checkpoint, --qkv-*, --precision, --device, --fp8-activations,
-  // --lora, --lora-skip-unmatched.
+  // --lora, --lora-skip-unmatched, --check-finite.
   void add_to(CLI::App* cmd, bool with_preset);
   std::string precision_name() const;  // as given, else the device's default
   std::string describe() const;

@@ -227,6 +227,7 @@ struct ForwardInputs {
   // no velocity for them. Null when the layout has none.
   const float* cond_video_rows = nullptr;
   const float* cond_audio_rows = nullptr;
+  int step = -1;  // the sampling loop's step (0-based; -1: a forward outside one), for checks
 };
 
 struct ForwardOutputs {
@@ -243,5 +244,28 @@ using Probe = std::function<void(const std::string& name, const float* data, con
 
 ForwardOutputs forward_cpu(const H3Model& model, const ForwardInputs& inputs, Precision precision,
                            const Probe* probe = nullptr);
+
+// ---- finite checks (--check-finite) -------------------------------------------------------
+// Thrown when a weight, an input or a stage's output holds NaN or Inf; the message names it.
+class NonFinite : public Error {
+ public:
+  using Error::Error;
+};
+
+// Scans every float value the model computes with (each tensor's dequantized values, biases,
+// norms, tables) and throws NonFinite naming the first tensor holding NaN or Inf (its checkpoint
+// key), the element and the value. One pass over the host copy (memory-bound).
+void check_weights_finite(const H3Model& model);
+
+// Throws NonFinite unless x [rows, cols] is finite: "<what> holds <value> at row r, column c".
+void check_rows_finite(const float* x, int64_t rows, int64_t cols, const std::string& what);
+
+// A Probe for forward_cpu that throws NonFinite at the first stage output holding NaN or Inf:
+// the packed input rows, the token refiner's output, each block's output, the final norm. The
+// message names the stage (block i as "blocks.<i>"), the packed row (text, audio or video row
+// of `layout`) and the column.
+Probe finite_probe(const SequenceLayout& layout);
+// What packed row r of `layout` is: "row r (text token i)", "(audio row i)", "(video row i)".
+std::string packed_row_name(const SequenceLayout& layout, int64_t r);
 
 }  // namespace h3rt

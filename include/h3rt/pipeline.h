@@ -26,6 +26,12 @@ namespace h3rt {
 // ---- a model on a device ------------------------------------------------------------------
 enum class Attention { bf16, sage };  // sage: 8-bit SageAttention2 numerics, CUDA only
 
+// NaN/Inf checks (NonFinite, h3rt/model.h, names what holds them): the inputs and every stage's
+// output (packed input, token refiner, each block, final norm, velocities) of the first forward
+// (first_step: step 0 of a sampling run and a denoiser's first forward), of every forward
+// (every_step, which also scans the weights once when the denoiser is created), or none.
+enum class CheckFinite { off, first_step, every_step };
+
 struct DenoiserOptions {
   Device device = Device::cpu;
   std::optional<Precision> precision;     // default: fp32 on the CPU, bf16 on CUDA (its only one)
@@ -37,6 +43,7 @@ struct DenoiserOptions {
   // do not fit the model are an error unless lora_skip_unmatched (then a warning each).
   std::vector<LoraSpec> loras;
   bool lora_skip_unmatched = false;
+  CheckFinite check_finite = CheckFinite::first_step;
 };
 
 // Where the weights come from: a checkpoint file (memory-mapped) or a preset's synthetic weights.
@@ -80,6 +87,13 @@ class Denoiser {
  protected:
   int fp8_dynamic_layers_ = 0;
   LoraMergeReport lora_report_;
+  CheckFinite check_finite_ = CheckFinite::first_step;
+  int64_t forwards_ = 0;  // forwards begun (first_step checks the denoiser's first one)
+  // One forward under the check_finite policy: run(check) computes it, checking its stages when
+  // `check`; the inputs and velocities of a checked forward are checked here, and a NonFinite
+  // error gets the step ("step 3: ...") in front.
+  ForwardOutputs run_checked(const ForwardInputs& inputs,
+                             const std::function<ForwardOutputs(bool check)>& run);
 };
 
 // One forward of a t2va layout at video sigma, as `h3rt forward` computes it: t_video = 1 - sigma,
@@ -94,6 +108,8 @@ Device parse_device(const std::string& s, const char* what = "device");
 Precision parse_precision(const std::string& s, const char* what = "precision");
 Attention parse_attention(const std::string& s, const char* what = "attention");
 Fp8Activations parse_fp8_activations(const std::string& s, const char* what = "fp8_activations");
+CheckFinite parse_check_finite(const std::string& s,
+                               const char* what = "check_finite");  // off|first|all
 
 // ---- requests -----------------------------------------------------------------------------
 // One request: its layout plus the starting rows and text embeddings, and optionally conditioning
@@ -151,9 +167,12 @@ Request request_from_inputs(const std::string& path, const H3Config& config);
 // `found` tells whether any was present.
 Conditioning conditioning_from_inputs(const std::string& path, const H3Config& config, bool* found,
                                       uint64_t default_seed = 0);
+Request request_from_inputs(const SafetensorsFile& file, const H3Config& config);
 // Text embeddings [1, L, text_dim] or [L, text_dim] (tensor `text_embeds` or
 // `input/text_embeds`, bf16 or f32) from a file; *length = L.
 FloatVec text_embeddings_from_file(const std::string& path, const H3Config& config,
+                                   int64_t* length);
+FloatVec text_embeddings_from_file(const SafetensorsFile& file, const H3Config& config,
                                    int64_t* length);
 
 // Video pixel frames -> latent frames: latent frame f covers P[f mod 5] pixel frames with

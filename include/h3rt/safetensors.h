@@ -26,6 +26,10 @@ struct SafetensorsEntry {
 class SafetensorsFile {
  public:
   static SafetensorsFile open(const std::string& path);
+  // The same validation over a file image already in memory (`name` stands for the path in
+  // messages; `owner` keeps `bytes` alive for the views get() returns). The fuzz targets use it.
+  static SafetensorsFile parse(const std::string& name, std::shared_ptr<void> owner,
+                               const void* bytes, size_t size);
 
   const std::string& path() const { return path_; }
   const std::vector<SafetensorsEntry>& entries() const { return entries_; }  // header order

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -14,6 +13,7 @@
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
 #include "h3rt/check.h"
+#include "h3rt/report.h"
 #include "h3rt/safetensors.h"
 #include "ops/attention/attention.h"
 #include "ops/attention_sage/attention_sage.h"
@@ -191,11 +191,7 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
     j["rel_l2_vs_flash_bf16"][name] = err;
   }
   H3RT_CUDA_CHECK(cudaDeviceSynchronize());
-  if (!opt.json_path.empty()) {
-    std::ofstream f(opt.json_path);
-    H3RT_CHECK(f.good(), "attention bench: cannot write ", opt.json_path);
-    f << j.dump(2) << "\n";
-  }
+  if (!opt.json_path.empty()) write_json(opt.json_path, j);  // atomic (temp + rename)
   return 0;
 }
 

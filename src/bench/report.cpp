@@ -2,10 +2,10 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 
 #include "h3rt/check.h"
+#include "io/atomic_file.h"
 
 namespace h3rt {
 
@@ -82,14 +82,9 @@ void write_json(const std::string& path, const nlohmann::json& j) {
     std::cout << text << std::flush;
     return;
   }
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp);
-    H3RT_CHECK(f, path, ": cannot create report file");
-    f << text;
-    H3RT_CHECK(f.good(), path, ": write failed");
-  }
-  H3RT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, path, ": cannot rename report file");
+  io::write_file_atomically(path, [&](std::FILE* f) {
+    return std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  });
 }
 
 }  // namespace h3rt

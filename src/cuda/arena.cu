@@ -3,6 +3,7 @@
 
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
+#include "h3rt/memory.h"
 
 namespace h3rt::cuda {
 
@@ -17,6 +18,29 @@ size_t round_up(size_t v, size_t m) {
 
 size_t DeviceArena::bucket_size(size_t bytes) {
   return bytes <= kLargeLimit ? round_up(bytes, kSmallStep) : round_up(bytes, kLargeStep);
+}
+
+// Called with mu_ held, after the cache was given back and the retry failed.
+void DeviceArena::fail_allocation(size_t bytes, cudaError_t err) const {
+  const std::string what = memory_scope();
+  const std::string sizes = detail::concat(
+      " (", cudaGetErrorString(err), "); the arena holds ", format_bytes(st_.current_allocated),
+      " in use (peak ", format_bytes(st_.peak_allocated), "), ", format_bytes(st_.current_reserved),
+      " reserved from the driver (peak ", format_bytes(st_.peak_reserved), ")");
+  size_t free_b = 0, total_b = 0;
+  std::string device;
+  if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
+    device = detail::concat("; the GPU has ", format_bytes(static_cast<int64_t>(free_b)),
+                            " free of ", format_bytes(static_cast<int64_t>(total_b)));
+  cudaGetLastError();
+  const std::string head = detail::concat("allocating ", format_bytes(static_cast<int64_t>(bytes)),
+                                          what.empty() ? "" : " for " + what);
+  if (err != cudaErrorMemoryAllocation) H3RT_FAIL("cudaMalloc ", head, " failed", sizes, device);
+  throw OutOfMemory(detail::concat(
+      "out of device memory ", head, sizes, device,
+      ". Less is needed with a quantized checkpoint (h3rt quantize-checkpoint --format "
+      "fp8|int8_convrot|nvfp4: 1 byte or less per weight instead of 2) or fewer frames or "
+      "pixels (--frames, --width, --height)"));
 }
 
 DeviceArena::~DeviceArena() {
@@ -46,9 +70,7 @@ void* DeviceArena::allocate(size_t bytes) {
     }
     if (err != cudaSuccess) {
       cudaGetLastError();
-      H3RT_FAIL("DeviceArena: cudaMalloc of ", b, " bytes failed (", cudaGetErrorString(err),
-                "); allocated ", st_.current_allocated, " B, reserved ", st_.current_reserved,
-                " B");
+      fail_allocation(b, err);
     }
     ++st_.cuda_malloc_calls;
     st_.current_reserved += static_cast<int64_t>(b);

@@ -2,7 +2,8 @@
 // to size buckets (512 B steps below 1 MiB, 2 MiB steps above) and freed blocks go to a per-bucket
 // free list for reuse, so a forward pass that allocates the same shapes every block calls
 // cudaMalloc only in its first block. Statistics: current/peak allocated (bytes handed out, in
-// bucket sizes) and current/peak reserved (bytes held from the driver).
+// bucket sizes) and current/peak reserved (bytes held from the driver). A cudaMalloc that fails
+// after the cache was given back throws OutOfMemory (h3rt/memory.h).
 //
 // Stream semantics: a freed block is reused immediately by the next allocation. That is safe when
 // all work using the arena runs on one stream (stream order serialises the reuse); work on other
@@ -46,6 +47,9 @@ class DeviceArena {
   void reset_peak();  // peaks := current
 
  private:
+  // Throws OutOfMemory (or Error, for other cudaMalloc failures) naming the MemoryScope, the
+  // size, the arena's use and peaks and the GPU's free memory, and what needs less.
+  [[noreturn]] void fail_allocation(size_t bytes, cudaError_t err) const;
   mutable std::mutex mu_;
   std::map<size_t, std::vector<void*>> free_;  // bucket size -> cached blocks
   std::unordered_map<void*, size_t> live_;     // handed-out block -> bucket size

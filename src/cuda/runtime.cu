@@ -21,9 +21,11 @@ cudaError_t check_launch(const char* what, const char* file, int line) {
 #if defined(H3RT_DEBUG_SYNC) || !defined(NDEBUG)
   if (err == cudaSuccess) err = cudaDeviceSynchronize();
 #endif
-  if (err != cudaSuccess)
+  if (err != cudaSuccess && error_locations())  // developer detail, as in fail_cuda
     std::fprintf(stderr, "h3rt: kernel %s failed: %s (%s:%d)\n", what, cudaGetErrorString(err),
                  file, line);
+  else if (err != cudaSuccess)
+    std::fprintf(stderr, "h3rt: kernel %s failed: %s\n", what, cudaGetErrorString(err));
   return err;
 }
 

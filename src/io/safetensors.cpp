@@ -11,6 +11,8 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "io/atomic_file.h"
+
 namespace h3rt {
 namespace {
 
@@ -66,17 +68,21 @@ SafetensorsEntry parse_entry(const std::string& path, const std::string& name, c
   auto dtype = dtype_from_safetensors(dt);
   if (!dtype) throw bad("unsupported dtype '" + dt + "'");
   e.dtype = *dtype;
-  int64_t numel = 1;
+  // The product of the non-zero dimensions is bounded too: a [0, 2^40, 2^40] tensor holds
+  // nothing, but its strides would overflow.
+  int64_t numel = 1, span = 1;
   for (const auto& d : v["shape"]) {
     if (!d.is_number_unsigned()) throw bad("shape entries must be non-negative integers");
     uint64_t n = d.get<uint64_t>();
-    if (n > (1ull << 48) || (numel > 0 && static_cast<uint64_t>(numel) > (1ull << 50) / (n + 1)))
+    if (n > (1ull << 48) || static_cast<uint64_t>(span) > (1ull << 50) / (n + 1))
       throw bad("shape is implausibly large");
     e.shape.push_back(static_cast<int64_t>(n));
     numel *= static_cast<int64_t>(n);
+    span *= std::max<int64_t>(1, static_cast<int64_t>(n));
   }
   for (const auto& o : v["data_offsets"])
-    if (!o.is_number_unsigned()) throw bad("data_offsets must be non-negative integers");
+    if (!o.is_number_unsigned() || o.get<uint64_t>() > (1ull << 62))
+      throw bad("data_offsets must be non-negative integers below 2^62");
   e.begin = static_cast<int64_t>(v["data_offsets"][0].get<uint64_t>());
   e.end = static_cast<int64_t>(v["data_offsets"][1].get<uint64_t>());
   if (e.begin > e.end) throw bad("data_offsets begin > end");
@@ -107,13 +113,18 @@ void check_ranges(const std::string& path, std::vector<SafetensorsEntry> sorted,
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   auto m = map_file(path);
-  H3RT_CHECK(m->size >= 8, path, ": not a safetensors file (", m->size,
+  return parse(path, m, m->addr, m->size);
+}
+
+SafetensorsFile SafetensorsFile::parse(const std::string& path, std::shared_ptr<void> owner,
+                                       const void* image, size_t size) {
+  H3RT_CHECK(size >= 8, path, ": not a safetensors file (", size,
              " bytes, shorter than the 8-byte header length)");
-  const auto* bytes = static_cast<const unsigned char*>(m->addr);
+  const auto* bytes = static_cast<const unsigned char*>(image);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[i];  // little-endian
-  H3RT_CHECK(n <= kMaxHeaderBytes && n <= m->size - 8, path, ": header length ", n,
-             " does not fit in a file of ", m->size, " bytes (truncated or not safetensors)");
+  H3RT_CHECK(n <= kMaxHeaderBytes && n <= size - 8, path, ": header length ", n,
+             " does not fit in a file of ", size, " bytes (truncated or not safetensors)");
   json header;
   try {
     header = json::parse(reinterpret_cast<const char*>(bytes) + 8,
@@ -126,7 +137,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   SafetensorsFile f;
   f.path_ = path;
   f.data_ = reinterpret_cast<const char*>(bytes) + 8 + n;
-  f.mapping_ = m;
+  f.mapping_ = std::move(owner);
   for (auto& [name, v] : header.items()) {
     if (name == "__metadata__") {
       H3RT_CHECK(v.is_object(), path, ": __metadata__ is not an object");
@@ -139,7 +150,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     f.entries_.push_back(parse_entry(path, name, v));
   }
   // nlohmann::json orders object keys alphabetically; entries_ keeps that (stable) order.
-  check_ranges(path, f.entries_, static_cast<int64_t>(m->size - 8 - n));
+  check_ranges(path, f.entries_, static_cast<int64_t>(size - 8 - n));
   return f;
 }
 
@@ -188,21 +199,16 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
   }
   std::string h = header.dump();
   h.append((8 - h.size() % 8) % 8, ' ');  // keep the data section 8-byte aligned
-  std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  H3RT_CHECK(f, path, ": cannot create: ", std::strerror(errno));
-  uint64_t n = h.size();
-  unsigned char len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-  bool ok = std::fwrite(len, 1, 8, f) == 8 && std::fwrite(h.data(), 1, n, f) == n;
-  for (const auto& t : contiguous)
-    ok = ok && std::fwrite(t.data(), 1, static_cast<size_t>(t.nbytes()), f) ==
-                   static_cast<size_t>(t.nbytes());
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    H3RT_FAIL(path, ": write failed: ", std::strerror(errno));
-  }
+  io::write_file_atomically(path, [&](std::FILE* f) {
+    uint64_t n = h.size();
+    unsigned char len[8];
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+    bool ok = std::fwrite(len, 1, 8, f) == 8 && std::fwrite(h.data(), 1, n, f) == n;
+    for (const auto& t : contiguous)
+      ok = ok && std::fwrite(t.data(), 1, static_cast<size_t>(t.nbytes()), f) ==
+                     static_cast<size_t>(t.nbytes());
+    return ok;
+  });
 }
 
 }  // namespace h3rt

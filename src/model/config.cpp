@@ -69,7 +69,8 @@ int64_t count_blocks(const F& f, const std::string& prefix) {
     if (e.name.rfind(prefix, 0) != 0) continue;
     const size_t dot = e.name.find('.', prefix.size());
     const std::string num = e.name.substr(prefix.size(), dot - prefix.size());
-    if (!num.empty() && num.find_first_not_of("0123456789") == std::string::npos)
+    // Longer numbers are no block index (the key is then reported as unexpected).
+    if (!num.empty() && num.size() <= 9 && num.find_first_not_of("0123456789") == std::string::npos)
       ids.insert(std::stoll(num));
   }
   return static_cast<int64_t>(ids.size());
@@ -150,8 +151,8 @@ H3Config infer_from(const F& f) {
   c.ffn = need(f, "blocks.0.mlp.fc1.weight", 2).shape[0] / 2;
   infer_adaln(f, c);
   const auto& vin = need(f, "video_patch_proj.weight", 2);
-  H3RT_CHECK(vin.shape[1] % 4 == 0, f.path(), ": video_patch_proj has ", vin.shape[1],
-             " input features, expected 4 x latent channels (patch 1x2x2)");
+  H3RT_CHECK(vin.shape[1] % 4 == 0 && vin.shape[1] > 0, f.path(), ": video_patch_proj has ",
+             vin.shape[1], " input features, expected 4 x latent channels (patch 1x2x2)");
   c.in_channels = vin.shape[1] / 4;
   c.audio_channels = need(f, "audio_patch_proj.weight", 2).shape[1];
   c.pdd_heads = infer_pdd_heads(f, c);

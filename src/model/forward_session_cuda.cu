@@ -16,6 +16,7 @@
 #include "model/forward_session_cuda.h"
 #include "model/pdd_head.h"
 #include "ops/adaln_curve/adaln_curve.h"
+#include "ops/finite_check/finite_check.h"
 #include "ops/linear/linear.h"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
 #include "ops/rope_table/rope_table.h"
@@ -272,7 +273,7 @@ struct ForwardSessionCuda::Impl {
   std::vector<int64_t> cached_tidx, row_index_host;
   bool text_valid = false, tables_valid = false;
 
-  std::map<int64_t, cudaGraphExec_t> graphs;  // by M
+  std::map<int64_t, cudaGraphExec_t> graphs;  // by graph_key(M, finite checks in it)
   std::map<int64_t, bool> warmed;
   bool graph_failed = false;
   int64_t last_nodes = 0;
@@ -281,8 +282,18 @@ struct ForwardSessionCuda::Impl {
   StageTimer timer;
   ForwardStepTimes times;
 
+  // Finite checks of this step (set_check_finite): each checked stage lowers the device flag to
+  // its tag (kTextTag, kInputTag, kBlockTag + i) when its output holds NaN or Inf.
+  bool check = false;
+  static constexpr int kTextTag = 0, kInputTag = 1, kBlockTag = 2;
+  Tensor finite_flag;  // [1] int32
+  Pinned h_finite;
+
   Impl(const DeviceModel& model, const SequenceLayout& lay, const ForwardSessionOptions& o)
       : m(model), layout(lay), opt(o) {
+    const MemoryScope scope(detail::concat("the forward session's activations (", lay.seq_len(),
+                                           " rows: ", lay.text_len, " text, ", lay.audio_rows(),
+                                           " audio, ", lay.video_rows(), " video)"));
     check_packed_order(layout);
     const H3Config& c = m.config;
     S = layout.seq_len();
@@ -421,6 +432,7 @@ struct ForwardSessionCuda::Impl {
     cached_text.assign(text, text + n);
     text_valid = false;
     if (!rb) {
+      const MemoryScope scope("the token refiner's activations");
       rb = std::make_unique<BlockCudaBuffers>(
           make_block_buffers(c, L, 3, m.has_fp8(), m.has_nvfp4(),
                              ops::AttentionKernel::flash_bf16, m.has_int8()));
@@ -582,13 +594,15 @@ struct ForwardSessionCuda::Impl {
     copy_runs(cond_audio_runs, cond_audio_emb, x);
     project(m.audio_in, audio_in.ptr<float>(), Na, x + audio0 * H);
     project(m.video_in, video_in.ptr<float>(), Nv, x + video0 * H);
+    flag_non_finite(x, S * H, kInputTag);
 
-    for (const DeviceBlock& blk : m.blocks) {
+    for (size_t i = 0; i < m.blocks.size(); ++i) {
       mark("adaln_tables");
       // [M, 18H] is the [3M, 6H] table: row m*3 + modality.
-      adaln_table(blk.adaln, b.table.data(), M, false);
+      adaln_table(m.blocks[i].adaln, b.table.data(), M, false);
       mark("blocks");
-      block_forward_cuda(c, blk, b, s);
+      block_forward_cuda(c, m.blocks[i], b, s);
+      flag_non_finite(x, S * H, kBlockTag + static_cast<int>(i));
     }
 
     // Final layer: [shift | scale] rows chosen by timestep index only.
@@ -612,6 +626,45 @@ struct ForwardSessionCuda::Impl {
     head(video_head, video0, Nv, video_v, h_video_v.as<void>());
     head(audio_head, audio0, Na, audio_v, h_audio_v.as<void>());
     mark(nullptr);
+  }
+
+  // ---- finite checks --------------------------------------------------------------------
+
+  static int64_t graph_key(int64_t M, bool checked) { return 2 * M + (checked ? 1 : 0); }
+
+  void flag_non_finite(const bf16* x, int64_t n, int tag) {
+    if (check)
+      H3RT_CUDA_CHECK(ops::flag_non_finite_cuda(x, true, n, tag, finite_flag.ptr<int>(), s));
+  }
+
+  void begin_checks() {  // before prepare_text: clears the flag
+    if (!check) return;
+    if (!finite_flag.defined()) {
+      finite_flag = cuda::device_empty(DType::i32, {1});
+      h_finite = Pinned(4);
+    }
+    H3RT_CUDA_CHECK(cudaMemsetAsync(finite_flag.data(), 0x7f, 4, s));
+  }
+
+  // After the step's work is enqueued: the flag to the host (read after the final wait).
+  void end_checks() {
+    if (check)
+      H3RT_CUDA_CHECK(
+          cudaMemcpyAsync(h_finite.as<void>(), finite_flag.data(), 4, cudaMemcpyDeviceToHost, s));
+  }
+
+  void throw_if_flagged() const {
+    if (!check) return;
+    const int tag = *h_finite.as<int>();
+    if (tag == ops::kFiniteFlagClear) return;
+    if (tag == kTextTag)
+      throw NonFinite("the token refiner's output (token_refiner.*) holds NaN or Inf");
+    if (tag == kInputTag)
+      throw NonFinite(
+          "the packed input rows (patch projections and condition_proj) hold NaN or Inf");
+    const int i = tag - kBlockTag;
+    throw NonFinite(detail::concat("the output of block ", i, " (blocks.", i, ".*) holds NaN or ",
+                                   "Inf (the GPU check names the block, not the row)"));
   }
 
   // Captures the step for table height M; false (and eager from then on) if that fails.
@@ -644,7 +697,7 @@ struct ForwardSessionCuda::Impl {
       graph_failed = true;
       return false;
     }
-    graphs[M] = exec;
+    graphs[graph_key(M, check)] = exec;
     return true;
   }
 
@@ -654,10 +707,13 @@ struct ForwardSessionCuda::Impl {
                "forward: the inputs' layout differs from the session's (", in.layout.seq_len(),
                " vs ", S, " rows)");
     H3RT_NVTX_RANGE("forward_cuda");
+    const MemoryScope scope(detail::concat("a forward step of ", S, " rows"));
     times = ForwardStepTimes{};
     const int64_t M = static_cast<int64_t>(in.plan.timestep.size());
     const auto t_text = Clock::now();
+    begin_checks();
     prepare_text(in.text);
+    if (L) flag_non_finite(text_rows.ptr<bf16>(), L * H, kTextTag);
     const double text_wall_ms = times.text_refined ? ms_since(t_text) : 0.0;
     prepare_plan(in.plan);
     prepare_heads(in.schedule);
@@ -670,20 +726,22 @@ struct ForwardSessionCuda::Impl {
     const auto t_capture = Clock::now();
     bool captured = false;
     const bool use_graph = opt.cuda_graph && !graph_failed && warmed[M] &&
-                           (graphs.count(M) || (captured = capture(M)));
+                           (graphs.count(graph_key(M, check)) || (captured = capture(M)));
     if (captured) times.capture_ms = ms_since(t_capture);
     const bool timed = opt.stage_timing && !use_graph;
     if (timed) timer.begin(s);
     H3RT_CUDA_CHECK(cudaEventRecord(ev0, s));
     if (use_graph)
-      H3RT_CUDA_CHECK(cudaGraphLaunch(graphs.at(M), s));
+      H3RT_CUDA_CHECK(cudaGraphLaunch(graphs.at(graph_key(M, check)), s));
     else
       enqueue_step(M, timed);
     H3RT_CUDA_CHECK(cudaEventRecord(ev1, s));
+    end_checks();
     warmed[M] = true;
 
     const auto t_wait = Clock::now();
     s.synchronize();
+    throw_if_flagged();
     ForwardOutputs out;
     out.video_velocity.assign(h_video_v.as<float>(), h_video_v.as<float>() + Nv * m.video_out.out);
     out.audio_velocity.assign(h_audio_v.as<float>(), h_audio_v.as<float>() + Na * m.audio_out.out);
@@ -710,6 +768,10 @@ ForwardOutputs ForwardSessionCuda::forward(const ForwardInputs& inputs) {
 
 void ForwardSessionCuda::set_cuda_graph(bool on) {
   impl_->opt.cuda_graph = on;
+}
+
+void ForwardSessionCuda::set_check_finite(bool on) {
+  impl_->check = on;
 }
 
 void ForwardSessionCuda::set_stage_timing(bool on) {

@@ -74,6 +74,11 @@ class ForwardSessionCuda {
   // Switches for later calls (benchmarks compare eager and graph steps on one session).
   void set_cuda_graph(bool on);
   void set_stage_timing(bool on);
+  // Finite checks of later calls (off by default): the text rows, the packed input and each
+  // block's output are checked on the device (one small reduction launch each, also inside a
+  // captured graph; graphs with and without checks are kept apart) and forward() throws
+  // NonFinite naming the first stage holding NaN or Inf. The outputs do not change.
+  void set_check_finite(bool on);
 
   const ForwardStepTimes& last_times() const;
   bool graph_enabled() const;   // cuda_graph requested and no capture failure

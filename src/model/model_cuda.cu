@@ -67,6 +67,7 @@ void upload_int8(const LinearWeight& l, DeviceLinear& d) {
 }
 
 DeviceLinear upload_linear(const LinearWeight& l, LinearPath path) {
+  const MemoryScope scope("the weights of layer " + l.name);
   H3RT_CHECK(l.format != WeightFormat::nvfp4 || path == LinearPath::projection, "layer '", l.name,
              "' is nvfp4; the CUDA backend runs nvfp4 in the block projections (qkv, out, fc1, "
              "fc2) only");
@@ -167,6 +168,7 @@ struct Synth {
   }
 
   Tensor tensor(const std::string& key) const {
+    const MemoryScope scope("synthetic weight " + key);
     const auto& [k, spec] = specs.at(key);
     Tensor t = cuda::device_empty(spec.dtype, spec.shape);
     const uint64_t base = splitmix64_host(seed ^ splitmix64_host(k));

@@ -666,6 +666,7 @@ namespace {
 
 H3Model load_with(const std::string& path, const std::optional<H3Config>& config,
                   const LoadOptions& options) {
+  const MemoryScope scope("the weights of " + path);
   const SafetensorsFile main = SafetensorsFile::open(path);
   H3Model m;
   m.config = config ? *config : infer_config(main);

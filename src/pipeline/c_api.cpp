@@ -33,6 +33,9 @@ h3rt_status guarded(F&& f) {
   } catch (const h3rt::Cancelled& e) {
     g_last_error = e.what();
     return H3RT_ERROR_CANCELLED;
+  } catch (const h3rt::OutOfMemory& e) {  // host or device, with what was being allocated
+    g_last_error = e.what();
+    return H3RT_ERROR_OUT_OF_MEMORY;
   } catch (const std::bad_alloc&) {
     g_last_error = "out of host memory";
     return H3RT_ERROR_OUT_OF_MEMORY;

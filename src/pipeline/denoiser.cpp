@@ -20,14 +20,20 @@ namespace {
 
 class CpuDenoiser : public Denoiser {
  public:
-  CpuDenoiser(H3Model m, Precision p, int fp8_dynamic, LoraMergeReport lora = {})
+  CpuDenoiser(H3Model m, Precision p, int fp8_dynamic, CheckFinite check,
+              LoraMergeReport lora = {})
       : model_(std::move(m)), precision_(p) {
     fp8_dynamic_layers_ = fp8_dynamic;
+    check_finite_ = check;
     lora_report_ = std::move(lora);
   }
   const H3Config& config() const override { return model_.config; }
   ForwardOutputs forward(const ForwardInputs& in) override {
-    return forward_cpu(model_, in, precision_);
+    const MemoryScope scope(detail::concat("the CPU forward of ", in.layout.seq_len(), " rows"));
+    return run_checked(in, [&](bool check) {
+      const Probe probe = finite_probe(in.layout);
+      return forward_cpu(model_, in, precision_, check ? &probe : nullptr);
+    });
   }
   std::string device_name() const override { return "cpu"; }
   Precision precision() const override { return precision_; }
@@ -47,6 +53,7 @@ class CudaDenoiser : public Denoiser {
     if (o.attention == Attention::sage) options_.attention = ops::AttentionKernel::sage_8bit;
     fp8_dynamic_layers_ = fp8_dynamic;
     lora_report_ = std::move(lora);
+    check_finite_ = o.check_finite;
   }
   const H3Config& config() const override { return model_.config; }
   // One session per request shape: a sampling loop pays the per-request work once.
@@ -55,7 +62,10 @@ class CudaDenoiser : public Denoiser {
       session_.reset();  // its buffers return to the arena first
       session_ = std::make_unique<model::ForwardSessionCuda>(model_, in.layout, options_);
     }
-    return session_->forward(in);
+    return run_checked(in, [&](bool check) {
+      session_->set_check_finite(check);
+      return session_->forward(in);
+    });
   }
   std::string device_name() const override {
     cudaDeviceProp p{};
@@ -143,10 +153,11 @@ LoraMergeReport merge_option_loras(H3Model& m, const DenoiserOptions& o) {
 
 std::unique_ptr<Denoiser> place(H3Model m, const DenoiserOptions& o) {
   LoraMergeReport lora = merge_option_loras(m, o);
+  if (o.check_finite == CheckFinite::every_step) check_weights_finite(m);
   const int fp8_dynamic = set_fp8_activations(m, o.fp8_activations);
   if (o.device == Device::cpu)
     return std::make_unique<CpuDenoiser>(std::move(m), precision_for(o), fp8_dynamic,
-                                         std::move(lora));
+                                         o.check_finite, std::move(lora));
 #ifdef H3RT_HAVE_CUDA
   return std::make_unique<CudaDenoiser>(model::upload_model(m), o, fp8_dynamic, std::move(lora));
 #else
@@ -155,6 +166,34 @@ std::unique_ptr<Denoiser> place(H3Model m, const DenoiserOptions& o) {
 }
 
 }  // namespace
+
+ForwardOutputs Denoiser::run_checked(const ForwardInputs& in,
+                                     const std::function<ForwardOutputs(bool)>& run) {
+  const bool first = in.step == 0 || forwards_ == 0;  // a resumed run checks its first step
+  ++forwards_;
+  const bool check = check_finite_ == CheckFinite::every_step ||
+                     (check_finite_ == CheckFinite::first_step && first);
+  if (!check) return run(false);
+  const H3Config& c = config();
+  const SequenceLayout& L = in.layout;
+  try {
+    check_rows_finite(in.video_rows, L.video_rows(), c.video_features(),
+                      "the input video latents (patch rows)");
+    check_rows_finite(in.audio_rows, L.audio_rows(), c.audio_channels,
+                      "the input audio latents (rows)");
+    check_rows_finite(in.text, L.text_len, c.text_dim, "the input text embeddings");
+    ForwardOutputs out = run(true);
+    check_rows_finite(out.video_velocity.data(), L.video_rows(), c.video_features(),
+                      "the video velocity (final_layer.video_out)");
+    check_rows_finite(out.audio_velocity.data(), L.audio_rows(), c.audio_channels,
+                      "the audio velocity (final_layer.audio_out)");
+    return out;
+  } catch (const NonFinite& e) {
+    const std::string when =
+        in.step >= 0 ? "step " + std::to_string(in.step + 1) : std::string("forward");
+    throw NonFinite(when + ": " + e.what());
+  }
+}
 
 std::string ModelSource::describe() const {
   if (!checkpoint.empty()) return checkpoint;

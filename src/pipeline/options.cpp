@@ -27,4 +27,11 @@ Fp8Activations parse_fp8_activations(const std::string& s, const char* what) {
   return Fp8Activations::dynamic;
 }
 
+CheckFinite parse_check_finite(const std::string& s, const char* what) {
+  if (s.empty() || s == "first") return CheckFinite::first_step;
+  if (s == "off") return CheckFinite::off;
+  H3RT_CHECK(s == "all", what, " must be off, first or all, got '", s, "'");
+  return CheckFinite::every_step;
+}
+
 }  // namespace h3rt

@@ -107,15 +107,23 @@ Request make_request(const H3Config& config, const RequestOptions& o) {
 
 FloatVec text_embeddings_from_file(const std::string& path, const H3Config& config,
                                    int64_t* length) {
-  SafetensorsFile f = SafetensorsFile::open(path);
+  return text_embeddings_from_file(SafetensorsFile::open(path), config, length);
+}
+
+FloatVec text_embeddings_from_file(const SafetensorsFile& f, const H3Config& config,
+                                   int64_t* length) {
   Tensor t = text_tensor(f, config);
   *length = t.size(-2);
-  H3RT_CHECK(*length >= 1, path, ": text embeddings have no tokens");
+  H3RT_CHECK(*length >= 1, f.path(), ": text embeddings have no tokens");
   return to_floatvec(t);
 }
 
 Request request_from_inputs(const std::string& path, const H3Config& config) {
-  SafetensorsFile f = SafetensorsFile::open(path);
+  return request_from_inputs(SafetensorsFile::open(path), config);
+}
+
+Request request_from_inputs(const SafetensorsFile& f, const H3Config& config) {
+  const std::string& path = f.path();
   Tensor text = text_tensor(f, config);
   Tensor video = f.get("input/video_latents");
   H3RT_CHECK(video.dtype() == DType::f32 && video.dim() == 5 && video.size(0) == 1 &&

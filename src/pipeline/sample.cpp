@@ -73,14 +73,15 @@ class Stepper {
     const float* video_in = comfy ? video_in_.data() : st.video_rows.data();
     const float* audio_in = comfy ? audio_in_.data() : st.audio_rows.data();
     const TimestepPlan tplan = step_plan(req_, plan_.steps[i]);
-    const ForwardInputs in{req_.layout,
-                           tplan,
-                           video_in,
-                           audio_in,
-                           req_.text.data(),
-                           &schedule,
-                           or_null(req_.cond.video),
-                           or_null(req_.cond.audio)};
+    ForwardInputs in{req_.layout,
+                     tplan,
+                     video_in,
+                     audio_in,
+                     req_.text.data(),
+                     &schedule,
+                     or_null(req_.cond.video),
+                     or_null(req_.cond.audio)};
+    in.step = i;  // names the step in finite-check errors; check_finite first checks step 0
     t.packing = seconds_since(t0);
     t0 = Clock::now();
     const ForwardOutputs v = d_.forward(in);

@@ -203,3 +203,40 @@ TEST(ModelWeights, SyntheticIsDeterministicAndRuns) {
 
 }  // namespace
 }  // namespace h3rt
+
+namespace h3rt {
+namespace {
+
+// Config inference on shapes the fuzz target found crashing (regressions): a video projection
+// with no input features divided by zero, a block index beyond int64 escaped as
+// std::out_of_range; both are now errors naming the file.
+TEST(ModelWeights, InferenceRejectsDegenerateShapesAndIndices) {
+  const SafetensorsFile f = SafetensorsFile::open(weights_path());
+  TempDir dir;
+  auto modified = [&](const std::string& key, const Tensor& t) {
+    NamedTensors all = all_tensors(f);
+    bool replaced = false;
+    for (auto& [name, tensor] : all)
+      if (name == key) tensor = t, replaced = true;
+    if (!replaced) all.emplace_back(key, t);
+    const std::string path = dir.file("m.safetensors");
+    write_safetensors(path, all);
+    try {
+      load_model(path);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  std::string msg = modified("video_patch_proj.weight", Tensor::zeros(DType::f32, {192, 0}));
+  EXPECT_NE(msg.find("video_patch_proj has 0 input features, expected 4 x latent channels"),
+            std::string::npos)
+      << msg;
+  msg = modified("blocks.123456789012345678901234.norm1.weight", Tensor::zeros(DType::bf16, {192}));
+  EXPECT_NE(msg.find("unexpected key 'blocks.123456789012345678901234.norm1.weight'"),
+            std::string::npos)
+      << msg;
+}
+
+}  // namespace
+}  // namespace h3rt

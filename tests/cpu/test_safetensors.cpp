@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 
 #include "h3rt/safetensors.h"
@@ -106,6 +107,39 @@ TEST(Safetensors, RejectsEveryMalformedHeader) {
       write_raw("field.st", R"({"t":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":1}})", 1),
       "unknown field");
   expect_error(temp_path("does_not_exist.st"), "cannot open");
+  // Found by the fuzz target (UBSan: signed overflow): strides of an empty tensor with huge
+  // dimensions, and offsets beyond int64.
+  expect_error(write_raw("strides.st",
+                         R"({"t":{"dtype":"F32","shape":[0,1099511627776,1099511627776],)"
+                         R"("data_offsets":[0,0]}})",
+                         0),
+               "implausibly large");
+  expect_error(write_raw("offsets.st",
+                         R"({"t":{"dtype":"U8","shape":[0],)"
+                         R"("data_offsets":[9223372036854775808,0]}})",
+                         0),
+               "below 2^62");
+}
+
+// parse() runs the same validation over bytes in memory, naming the given name.
+TEST(Safetensors, ParsesImagesInMemory) {
+  const std::string path = write_raw("mem.st",
+                                     R"({"t":{"dtype":"U8","shape":[3],)"
+                                     R"("data_offsets":[0,3]}})",
+                                     3);
+  std::ifstream in(path, std::ios::binary);
+  auto bytes = std::make_shared<std::string>((std::istreambuf_iterator<char>(in)),
+                                             std::istreambuf_iterator<char>());
+  const SafetensorsFile f = SafetensorsFile::parse("image", bytes, bytes->data(), bytes->size());
+  EXPECT_EQ(f.path(), "image");
+  EXPECT_EQ(f.get("t").to_f32(), (std::vector<float>{1, 1, 1}));
+  try {
+    SafetensorsFile::parse("short image", nullptr, bytes->data(), 5);
+    ADD_FAILURE() << "parsed 5 bytes";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("short image: not a safetensors file"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Safetensors, TruncatedGoldenCheckpointIsAnErrorNotACrash) {

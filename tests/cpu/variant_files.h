@@ -2,10 +2,12 @@
 // built here from their definitions (independently of prune-adaln). Shared by CPU and GPU tests.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
 #include "h3rt/model.h"
+#include "h3rt/pipeline.h"
 #include "h3rt/safetensors.h"
 #include "ops/swiglu/swiglu.h"
 #include "ops/time_embedding/time_embedding.h"
@@ -94,6 +96,30 @@ inline void write_pdd_file(const std::string& path, int64_t n, float scale = 0.0
     out.emplace_back(e.name, tensor_from_f32(v, s));
   }
   write_safetensors(path, out);
+}
+
+// The golden weights as owned host tensors (a state dict for Denoiser::create), element `index`
+// of `key` replaced by `value` (stored in the tensor's dtype): NaN/Inf injection.
+inline std::map<std::string, Tensor> golden_weights_with(const std::string& key, int64_t index,
+                                                         float value) {
+  const SafetensorsFile f = SafetensorsFile::open(golden_weights());
+  std::map<std::string, Tensor> t;
+  for (const auto& e : f.entries()) t[e.name] = f.get(e.name).contiguous_copy();
+  Tensor& w = t.at(key);
+  std::vector<float> v = w.to_f32();
+  v.at(static_cast<size_t>(index)) = value;
+  w = tensor_from_f32(v, w.shape(), w.dtype());
+  return t;
+}
+
+// A small request: 64 x 64 pixels, 5 frames, 3 stand-in text tokens (8 video, 18 audio rows).
+inline Request small_request(const H3Config& c) {
+  RequestOptions r;
+  r.width = 64;
+  r.height = 64;
+  r.frames = 5;
+  r.text_tokens = 3;
+  return make_request(c, r);
 }
 
 }  // namespace h3rt::test

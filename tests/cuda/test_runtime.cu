@@ -6,6 +6,7 @@
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
 #include "cuda_test_util.h"
+#include "h3rt/memory.h"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
 
 namespace h3rt {
@@ -87,6 +88,32 @@ TEST(CudaRuntime, DeviceArenaReusesBucketsAndCounts) {
   EXPECT_EQ(s.peak_reserved, 1024 + (4 << 20));
   arena.reset_peak();
   EXPECT_EQ(arena.stats().peak_allocated, 0);
+}
+
+// More than any GPU holds: OutOfMemory naming the scope, the size, the arena's use and peak, the
+// GPU's free memory and what needs less; the arena stays usable.
+TEST(CudaRuntime, DeviceOutOfMemoryNamesTheAllocation) {
+  H3RT_REQUIRE_GPU();
+  cuda::DeviceArena arena;
+  void* a = arena.allocate(1000);
+  try {
+    const MemoryScope scope("the weights of layer blocks.7.mlp.fc1");
+    arena.allocate(size_t(1) << 50);  // 1 PiB
+    ADD_FAILURE() << "allocated 1 PiB";
+  } catch (const OutOfMemory& e) {
+    const std::string m = e.what();
+    for (const char* part :
+         {"out of device memory allocating 1048576.00 GiB for the weights of "
+          "layer blocks.7.mlp.fc1",
+          "the arena holds 1024 B in use (peak 1024 B)", "reserved from the driver", "the GPU has ",
+          "quantize-checkpoint", "--frames"})
+      EXPECT_NE(m.find(part), std::string::npos) << "'" << part << "' missing in: " << m;
+  }
+  EXPECT_EQ(memory_scope(), "");
+  arena.free(a);
+  void* b = arena.allocate(1000);
+  EXPECT_NE(b, nullptr);
+  arena.free(b);
 }
 
 TEST(CudaRuntime, DeviceTensorReturnsItsBlockAndRoundTrips) {

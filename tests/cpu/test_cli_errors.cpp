@@ -1,0 +1,204 @@
+// Every CLI verb's bad-option and bad-file paths, through the h3rt binary: exit code 1, a
+// message naming the option or file, and no source location (those need --verbose).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "test_util.h"
+
+namespace h3rt {
+namespace {
+
+using test::CliRun;
+using test::run_cli;
+
+std::string tmp(const std::string& name) {
+  static const test::TempDir dir("h3rt_cli_errors");
+  return dir.file(name);
+}
+
+// A file that is not safetensors (and not JSON): 64 bytes of text.
+std::string garbage_file() {
+  const std::string p = tmp("garbage.safetensors");
+  std::ofstream(p) << "this is not a safetensors file; it only has some text in it......\n";
+  return p;
+}
+
+const std::string kWeights = test::golden_dir() + "/weights.safetensors";
+const std::string kGolden = test::golden_dir() + "/golden.safetensors";
+
+bool names_source_location(const std::string& out) {
+  for (const char* ext : {".cpp:", ".cu:", ".h:", ".cuh:"})
+    if (out.find(ext) != std::string::npos) return true;
+  return false;
+}
+
+// Runs `args`, expecting exit 1, `needle` in the output and no source location.
+void expect_error(const std::string& args, const std::string& needle) {
+  SCOPED_TRACE(args);
+  const CliRun r = run_cli(args);
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << "expected '" << needle << "' in:\n"
+                                                      << r.output;
+  EXPECT_FALSE(names_source_location(r.output)) << r.output;
+}
+
+const std::string kInt8 = test::shared_dir() + "/golden/int8_convrot/m9_k256_n24_g16.safetensors";
+
+// Every verb and sub-verb of `h3rt --help` / `h3rt bench --help`, with the arguments it needs to
+// get past its required options (valid files, outputs in the temp folder).
+std::vector<std::pair<std::string, std::string>> verbs() {
+  return {{"sample", ""},
+          {"forward", "--checkpoint " + kWeights + " --inputs " + kGolden + " --out " + tmp("f")},
+          {"info", kWeights},
+          {"quantize-nvfp4", "--in " + kGolden + " --out " + tmp("n")},
+          {"quantize-checkpoint", "--in " + kWeights + " --out " + tmp("q") + " --format fp8"},
+          {"int8-convrot", "--in " + kInt8 + " --out " + tmp("i")},
+          {"prune-adaln", "--in " + kWeights + " --out " + tmp("p")},
+          {"bench block", ""},
+          {"bench step", ""},
+          {"bench sample", ""},
+          {"bench compare", kWeights + " " + kWeights},
+          {"bench attention", ""},
+          {"bench quantize-nvfp4", ""},
+          {"bench kernels", ""},
+          {"bench nvfp4-gemm", ""},
+          {"bench nvfp4-fusion", ""},
+          {"bench int8-gemm", ""}};
+}
+
+// The subcommand names of a CLI11 help text ("Subcommands:" then "  name   description").
+std::vector<std::string> listed(const std::string& help, const std::string& prefix) {
+  std::vector<std::string> names;
+  const size_t sub = help.find("Subcommands:");
+  if (sub == std::string::npos) return names;
+  size_t pos = help.find('\n', sub);
+  while (pos != std::string::npos && pos + 1 < help.size()) {
+    const size_t end = help.find('\n', pos + 1);
+    const std::string line = help.substr(pos + 1, end - pos - 1);
+    if (line.rfind("  ", 0) == 0 && line.size() > 2 && line[2] != ' ')
+      names.push_back(prefix + line.substr(2, line.find(' ', 2) - 2));
+    pos = end;
+  }
+  return names;
+}
+
+TEST(CliErrors, HelpListsEveryVerbTested) {
+  const CliRun top = run_cli("--help", false), bench = run_cli("bench --help", false);
+  ASSERT_EQ(top.status, 0) << top.output;
+  ASSERT_EQ(bench.status, 0) << bench.output;
+  std::vector<std::string> all = listed(top.output, "");
+  for (const std::string& b : listed(bench.output, "bench ")) all.push_back(b);
+  EXPECT_GE(all.size(), 17u) << top.output << bench.output;
+  const auto tested = verbs();
+  for (const std::string& v : all) {
+    if (v == "bench") continue;
+    EXPECT_TRUE(
+        std::any_of(tested.begin(), tested.end(), [&](const auto& t) { return t.first == v; }))
+        << "verb '" << v << "' of --help has no error-path test here";
+  }
+}
+
+TEST(CliErrors, UnknownOptionOfEveryVerb) {
+  for (const auto& [verb, args] : verbs())
+    expect_error(verb + " " + args + " --no-such-option", "not expected: --no-such-option");
+  expect_error("no-such-verb", "A subcommand is required");
+  expect_error("bench no-such-bench", "A subcommand is required");
+}
+
+#ifndef H3RT_HAVE_CUDA
+// A CPU-only build names what is missing for every GPU benchmark.
+TEST(CliErrors, GpuVerbsOfACpuBuild) {
+  for (const auto& [verb, args] : verbs())
+    if (verb.rfind("bench ", 0) == 0 && verb != "bench compare") expect_error(verb, "CUDA");
+}
+#endif
+
+TEST(CliErrors, BadOptionValues) {
+  expect_error("sample --steps 0", "--steps must be in [1, 1000], got 0");
+  expect_error("sample --device gpu", "--device");
+  expect_error("sample --precision fp16", "--precision");
+  expect_error("sample --check-finite sometimes", "--check-finite");
+  expect_error("sample --frames 20", "nearest valid counts: 18 and 22");
+  expect_error("sample --preset huge", "--preset");
+  expect_error("sample --steps many", "--steps");
+  expect_error("forward --checkpoint " + kWeights + " --inputs " + kGolden + " --out " +
+                   tmp("f.st") + " --sigma 2",
+               "sigma must lie in [0, 1], got 2");
+  expect_error("quantize-checkpoint --in " + kWeights + " --out " + tmp("q.st") + " --format int4",
+               "--format");
+  expect_error("quantize-checkpoint --in " + kWeights + " --out " + tmp("q.st") +
+                   " --format int8_convrot --group-size 48",
+               "48");
+  expect_error("prune-adaln --in " + kWeights + " --out " + tmp("p.st") + " --grid 1", "grid");
+  expect_error("bench block --gemm int3", "--gemm");
+  expect_error("bench step --preset huge", "--preset");
+  expect_error("bench sample --cuda-graph maybe", "--cuda-graph");
+  for (const std::string& v : {"forward", "quantize-nvfp4", "quantize-checkpoint", "int8-convrot",
+                               "prune-adaln", "info", "bench compare"})
+    expect_error(v, "required");
+}
+
+TEST(CliErrors, MissingFiles) {
+  const std::string missing = tmp("missing.safetensors");
+  for (const std::string& args :
+       {"sample --checkpoint " + missing, "sample --inputs " + missing,
+        "sample --text-embeddings " + missing, "sample --qkv-override " + missing,
+        "forward --checkpoint " + missing + " --inputs " + kGolden + " --out " + tmp("f.st"),
+        "forward --checkpoint " + kWeights + " --inputs " + missing + " --out " + tmp("f.st"),
+        "info " + missing, "quantize-nvfp4 --in " + missing + " --out " + tmp("n.st"),
+        "quantize-checkpoint --in " + missing + " --out " + tmp("q.st") + " --format fp8",
+        "int8-convrot --in " + missing + " --out " + tmp("i.st"),
+        "prune-adaln --in " + missing + " --out " + tmp("p.st"),
+        "bench compare " + missing + " " + missing})
+    expect_error(args, missing);
+}
+
+TEST(CliErrors, FilesThatAreNotSafetensors) {
+  const std::string bad = garbage_file();
+  for (const std::string& args :
+       {"sample --checkpoint " + bad + " --steps 1 --out " + tmp("s.st"),
+        "sample --inputs " + bad + " --steps 1 --out " + tmp("s.st"),
+        "sample --text-embeddings " + bad + " --steps 1 --out " + tmp("s.st"),
+        "forward --checkpoint " + bad + " --inputs " + kGolden + " --out " + tmp("f.st"),
+        "forward --checkpoint " + kWeights + " --inputs " + bad + " --out " + tmp("f.st"),
+        "info " + bad, "quantize-nvfp4 --in " + bad + " --out " + tmp("n.st"),
+        "quantize-checkpoint --in " + bad + " --out " + tmp("q.st") + " --format nvfp4",
+        "int8-convrot --in " + bad + " --out " + tmp("i.st"),
+        "prune-adaln --in " + bad + " --out " + tmp("p.st"), "bench compare " + bad + " " + bad}) {
+    SCOPED_TRACE(args);
+    expect_error(args, bad);
+    EXPECT_FALSE(std::ifstream(tmp("s.st")).good()) << "an output was written";
+  }
+}
+
+// Safetensors files of the wrong kind: weights where inputs are expected and the reverse.
+TEST(CliErrors, WrongKindOfFile) {
+  expect_error("forward --checkpoint " + kGolden + " --inputs " + kGolden + " --out " + tmp("f.st"),
+               kGolden);
+  expect_error(
+      "forward --checkpoint " + kWeights + " --inputs " + kWeights + " --out " + tmp("f.st"),
+      kWeights);
+  expect_error("sample --text-embeddings " + kWeights + " --out " + tmp("s.st"), kWeights);
+  expect_error("quantize-nvfp4 --in " + kWeights + " --out " + tmp("n.st"), kWeights);
+  expect_error("int8-convrot --in " + kGolden + " --out " + tmp("i.st"), kGolden);
+  expect_error("prune-adaln --in " + kGolden + " --out " + tmp("p.st"), kGolden);
+}
+
+TEST(CliErrors, OutputFolderMissing) {
+  const std::string out = tmp("no_such_folder") + "/x";
+  for (const std::string& args :
+       {"sample --out " + out, "sample --report " + out,
+        "forward --checkpoint " + kWeights + " --inputs " + kGolden + " --out " + out,
+        "quantize-checkpoint --in " + kWeights + " --out " + out + " --format fp8",
+        "int8-convrot --in " + kWeights + " --out " + out,
+        "prune-adaln --in " + kWeights + " --out " + out})
+    expect_error(args, "does not exist");
+}
+
+}  // namespace
+}  // namespace h3rt
