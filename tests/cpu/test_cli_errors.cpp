@@ -68,7 +68,8 @@ std::vector<std::pair<std::string, std::string>> verbs() {
           {"bench kernels", ""},
           {"bench nvfp4-gemm", ""},
           {"bench nvfp4-fusion", ""},
-          {"bench int8-gemm", ""}};
+          {"bench int8-gemm", ""},
+          {"bench lora-merge", ""}};
 }
 
 // The subcommand names of a CLI11 help text ("Subcommands:" then "  name   description").
