@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "norm_test_util.h"
 #include "h3rt/formats.h"
 #include "h3rt/int8.h"
 #include "ops/int8_linear/int8_linear.h"
@@ -104,19 +105,8 @@ void run_norm(const NormCase& c) {
   Tensor y_ref = test::device_buffer(DType::bf16, {rows, dim});
   Tensor y_fused = test::device_buffer(DType::bf16, {rows, dim});
 
-  ops::RmsNormModulateCudaParams p;
-  p.weight = dptr<__nv_bfloat16>(w);
-  p.shift = dptr<__nv_bfloat16>(tab);
-  p.scale = p.shift + tables * dim;
-  p.row_table_index = dptr<int64_t>(di);
-  p.table_row_stride = dim;
-  p.rows = rows;
-  p.dim = dim;
-  p.eps = 1e-6f;
-  if (c.residual) {
-    p.residual = dptr<__nv_bfloat16>(res);
-    p.residual_gate = p.shift + 2 * tables * dim;
-  }
+  const ops::RmsNormModulateCudaParams p =
+      test::modulated_norm_params(w, tab, di, c.residual ? &res : nullptr, rows, dim, tables);
   ops::RmsNormModulateCudaParams pr = p;
   pr.x = dptr<__nv_bfloat16>(x_ref);
   pr.y = dptr<__nv_bfloat16>(y_ref);

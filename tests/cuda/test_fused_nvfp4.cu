@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "cuda_test_util.h"
+#include "norm_test_util.h"
 #include "formats/nvfp4_quantize.h"
 #include "formats/nvfp4_quantize_fused.h"
 #include "h3rt/nvfp4.h"
@@ -165,20 +166,9 @@ void run_norm_case(const NormCase& c) {
   Tensor y_ref = test::device_buffer(DType::bf16, {rows, dim});
   Tensor y_fused = test::device_buffer(DType::bf16, {rows, dim});
 
-  ops::RmsNormModulateCudaParams p;
-  p.weight = dptr<__nv_bfloat16>(w);
-  p.shift = dptr<__nv_bfloat16>(tab);
-  p.scale = p.shift + tables * dim;
-  p.row_table_index = dptr<int64_t>(di);
-  p.table_row_stride = dim;
-  p.rows = rows;
-  p.dim = dim;
-  p.eps = 1e-6f;
+  ops::RmsNormModulateCudaParams p =
+      test::modulated_norm_params(w, tab, di, c.residual ? &res : nullptr, rows, dim, tables);
   p.variant = c.variant;
-  if (c.residual) {
-    p.residual = dptr<__nv_bfloat16>(res);
-    p.residual_gate = p.shift + 2 * tables * dim;
-  }
   ops::RmsNormModulateCudaParams pr = p;  // unfused: bf16 y, then quantize
   pr.x = dptr<__nv_bfloat16>(x_ref);
   pr.y = dptr<__nv_bfloat16>(y_ref);
