@@ -94,7 +94,11 @@ DeviceLinear upload_linear(const LinearWeight& l, LinearPath path) {
     if (static_scale) d.x_scale = device_scalar(l.input_scale, l.name + ".input_scale");
     return d;
   }
+  // A quantized layer run densely (e.g. fp8 without an input scale) is dequantized for this
+  // upload only: its host copy is dropped again (kept, it would cost 4 bytes per weight).
+  const bool cached = !l.w.empty();
   d.w = upload_values(dense_weight(l), {l.out, l.in}, t);
+  if (!cached && l.quantized()) FloatVec().swap(l.w);
   return d;
 }
 
