@@ -144,20 +144,12 @@ std::vector<double> host_f64(const AnyArray& a, const char* name, int64_t count)
 
 Tensor tensor_view(const AnyArray& a, const std::string& key, bool cuda_model) {
   const auto d = a.dtype();
-  const bool bytes = (d == nb::dtype<int8_t>() || d == nb::dtype<uint8_t>()) &&
-                     key.size() > 7 && key.compare(key.size() - 7, 7, ".weight") == 0;
-  if (!on_host(a)) {
-    // Quantized weight bytes (int8 W8A8, packed NVFP4) are used in place by a CUDA model: no
-    // second copy of the bulk of a quantized checkpoint. Everything else is read on the host.
-    if (!cuda_model || a.device_type() != nb::device::cuda::value || !bytes)
-      raise_value(("state dict '" + key + "': a device tensor of " + dtype_str(a) +
-                             (cuda_model ? "; only int8/uint8 '.weight' tensors are used in "
-                                           "device memory (h3rt.load copies the others to the "
-                                           "host)"
-                                         : "; the model runs on the CPU") +
-                             ": pass tensor.cpu()")
-                                .c_str());
-  }
+  // A CUDA model takes CUDA tensors as device views; which of them may stay in device memory
+  // (the quantized '.weight' bytes) is the loader's rule (load_model), which names the others.
+  if (!on_host(a) && (!cuda_model || a.device_type() != nb::device::cuda::value))
+    raise_value("state dict '" + key + "': a device tensor of " + dtype_str(a) +
+                (cuda_model ? "; only CUDA device memory is read" : "; the model runs on the CPU") +
+                ": pass tensor.cpu()");
   DType t;
   if (d == nb::dtype<float>())
     t = DType::f32;

@@ -38,8 +38,8 @@ std::vector<double> host_f64(const AnyArray& a, const char* name, int64_t count)
 std::vector<float> host_f32_vector(const AnyArray& a, const char* name);
 
 // A view of a state-dict entry (no copy): host arrays, and for a CUDA model (`cuda_model`) also
-// int8/uint8 CUDA arrays (quantized weight bytes, used in place); TypeError for unsupported
-// dtypes, ValueError for other device arrays.
+// CUDA arrays, which the loader accepts only as quantized '.weight' bytes (used in place);
+// TypeError for unsupported dtypes, ValueError for other devices.
 Tensor tensor_view(const AnyArray& a, const std::string& key, bool cuda_model);
 
 NumpyF32 to_numpy(FloatVec values, std::vector<size_t> shape);
