@@ -98,8 +98,7 @@ std::vector<int64_t> check_shape(const AnyArray& a, const char* name,
 
 FloatVec host_f32(const AnyArray& a, const char* name, bool cuda_model) {
   if (a.dtype() != nb::dtype<float>())
-    raise_type(
-        (std::string(name) + ": expected float32 values, got " + dtype_str(a)).c_str());
+    raise_type((std::string(name) + ": expected float32 values, got " + dtype_str(a)).c_str());
   check_host(a, name, cuda_model);
   FloatVec out(a.size());
   copy_as<float>(a, out);
@@ -114,9 +113,9 @@ std::vector<float> host_f32_vector(const AnyArray& a, const char* name) {
 std::vector<int64_t> host_ints(const AnyArray& a, const char* name, int64_t count) {
   check_host(a, name, false);
   if (static_cast<int64_t>(a.size()) != count)
-    raise_value((std::string(name) + ": expected " + std::to_string(count) +
-                           " values, got shape " + dims_str(a))
-                              .c_str());
+    raise_value((std::string(name) + ": expected " + std::to_string(count) + " values, got shape " +
+                 dims_str(a))
+                    .c_str());
   std::vector<int64_t> out(a.size());
   if (a.dtype() == nb::dtype<int64_t>())
     copy_as<int64_t>(a, out);
@@ -131,12 +130,11 @@ std::vector<int64_t> host_ints(const AnyArray& a, const char* name, int64_t coun
 std::vector<double> host_f64(const AnyArray& a, const char* name, int64_t count) {
   check_host(a, name, false);
   if (a.dtype() != nb::dtype<double>())
-    raise_type(
-        (std::string(name) + ": expected float64 values, got " + dtype_str(a)).c_str());
+    raise_type((std::string(name) + ": expected float64 values, got " + dtype_str(a)).c_str());
   if (static_cast<int64_t>(a.size()) != count)
-    raise_value((std::string(name) + ": expected " + std::to_string(count) +
-                           " values, got shape " + dims_str(a))
-                              .c_str());
+    raise_value((std::string(name) + ": expected " + std::to_string(count) + " values, got shape " +
+                 dims_str(a))
+                    .c_str());
   std::vector<double> out(a.size());
   copy_as<double>(a, out);
   return out;
@@ -169,9 +167,9 @@ Tensor tensor_view(const AnyArray& a, const std::string& key, bool cuda_model) {
     t = DType::i64;
   else
     raise_type(("state dict '" + key + "': unsupported dtype " + dtype_str(a) +
-                          " (float32/64, bfloat16, float16, (u)int8, int32, int64; load fp8 "
-                          "checkpoints by path)")
-                             .c_str());
+                " (float32/64, bfloat16, float16, (u)int8, int32, int64; load fp8 "
+                "checkpoints by path)")
+                   .c_str());
   Shape shape(a.ndim()), strides(a.ndim());
   for (size_t i = 0; i < a.ndim(); ++i) {
     shape[i] = static_cast<int64_t>(a.shape(i));

@@ -82,8 +82,7 @@ nb::dict layout_dict(const SequenceLayout& l) {
 }
 
 int64_t int_item(const nb::dict& d, const char* key) {
-  if (!d.contains(key))
-    raise_value((std::string("layout: missing '") + key + "'").c_str());
+  if (!d.contains(key)) raise_value((std::string("layout: missing '") + key + "'").c_str());
   return nb::cast<int64_t>(d[key]);
 }
 
@@ -110,8 +109,7 @@ SequenceLayout layout_of(const nb::dict& d) {
         host_f64(nb::cast<AnyArray>(d["position_ids"]), "layout['position_ids']", 3 * l.seq_len());
   for (const auto* idx : {&l.text_indices, &l.audio_indices, &l.video_indices})
     for (int64_t r : *idx)
-      if (r < 0 || r >= l.seq_len())
-        raise_value("layout: a row index lies outside [0, S)");
+      if (r < 0 || r >= l.seq_len()) raise_value("layout: a row index lies outside [0, S)");
   return l;
 }
 
@@ -171,8 +169,8 @@ std::pair<NumpyF32, NumpyF32> forward(Model& m, const AnyArray& video_rows,
   const FloatVec t = text_rows(m, text, &L);
   if (L != l.text_len)
     raise_value(("text: " + std::to_string(L) + " tokens, the layout has text_len " +
-                           std::to_string(l.text_len))
-                              .c_str());
+                 std::to_string(l.text_len))
+                    .c_str());
   const FloatVec v = host_f32(video_rows, "video_rows", m.cuda());
   const FloatVec a = host_f32(audio_rows, "audio_rows", m.cuda());
   SigmaSchedule schedule{sigma.value_or(0.0f), sample_sigmas.value_or(std::vector<float>{})};
