@@ -12,6 +12,7 @@
 
 #include "h3rt/layout.h"
 #include "h3rt/memory.h"
+#include "h3rt/sparse.h"
 #include "h3rt/tensor.h"
 
 namespace h3rt {
@@ -228,6 +229,10 @@ struct ForwardInputs {
   const float* cond_video_rows = nullptr;
   const float* cond_audio_rows = nullptr;
   int step = -1;  // the sampling loop's step (0-based; -1: a forward outside one), for checks
+  // Block-sparse attention for this forward (h3rt/sparse.h; null or !enabled(): dense), and
+  // where to add what it computed (optional).
+  const SparseAttention* sparse = nullptr;
+  SparseStats* sparse_stats = nullptr;
 };
 
 struct ForwardOutputs {
