@@ -137,6 +137,9 @@ void condition_request(Request& r, const H3Config& config, Conditioning c);
 struct EvalOptions {
   std::vector<float> sample_sigmas;  // the sampler's video grid, for PDD head banks
   float audio_scale = 1.0f;
+  // false: the network's output as ComfyUI's _forward returns it (negated), before forward()'s
+  // mask multiply; the masks still set the per-row timesteps.
+  bool mask_outputs = true;
 };
 ForwardOutputs forward_request(Denoiser& denoiser, const Request& request, float sigma,
                                const EvalOptions& options = {});

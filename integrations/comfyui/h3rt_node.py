@@ -82,6 +82,62 @@ def _min_value(m):
     return float(np.min(m))
 
 
+# ---- the conditioning payload (comfy/model_base.py MiniMaxH3.extra_conds builds it) ----
+def comfy_noise(shape, seed):
+    """The augmentation noise ComfyUI's _forward draws for one condition: torch.randn of the
+    condition's row shape from a CPU generator seeded with `seed`, restarted per condition."""
+    try:
+        import torch
+    except ImportError:
+        raise Fallback("torch is needed to draw ComfyUI's condition noise") from None
+    g = torch.Generator("cpu").manual_seed(int(seed))
+    return torch.randn(tuple(shape), generator=g).numpy()
+
+
+def _rows_shape(latent, video):
+    """Row shape of a condition latent: video [1, C, vt, h, w] -> [vt*(h/2)*(w/2), 4C],
+    audio [1, C, 2, rt] -> [2*rt, C]."""
+    s = latent.shape
+    return (s[2] * (s[3] // 2) * (s[4] // 2), 4 * s[1]) if video else (2 * s[3], s[1])
+
+
+def _cond_item(src, aug_v, aug_a, seed, kind=None):
+    d = {} if kind is None else {"kind": kind}
+    for key, noise_key, video, aug, s in (("latent", "noise", True, aug_v, seed),
+                                          ("audio_latent", "audio_noise", False, aug_a, seed + 1)):
+        lat = src.get(key)
+        if lat is None:
+            continue
+        d[key] = _host_f32(lat)
+        if aug < 1.0:
+            d[noise_key] = comfy_noise(_rows_shape(d[key], video), s)
+    return d
+
+
+def _conditioning(payload, kwargs):
+    """forward_conditioned's keywords for this call, or None for a plain t2va call (which
+    forward_latents computes with the same bits)."""
+    tags = payload.get("text_token_tags")
+    amask = kwargs.get("audio_denoise_mask")
+    keyframes, refs = payload.get("keyframes") or (), payload.get("refs") or ()
+    mixed_tags = tags is not None and _min_value(tags) != 1
+    masked = amask is not None and _min_value(amask) < MASK_FULL
+    if not (keyframes or refs or mixed_tags or masked):
+        return None
+    aug_v = float(payload.get("visual_cond_noise_aug", 0.999))
+    aug_a = float(payload.get("audio_cond_noise_aug", 1.0))
+    seed = int(payload.get("seed", 0))
+    cond = {"keyframes": [dict(frame_index=int(k["resolved_frame_index"]),
+                               **_cond_item(k, aug_v, aug_a, seed)) for k in keyframes],
+            "refs": [_cond_item(r, aug_v, aug_a, seed, r["kind"]) for r in refs],
+            "visual_cond_noise_aug": aug_v, "audio_cond_noise_aug": aug_a, "noise_seed": seed}
+    if tags is not None:
+        cond["text_tags"] = np.asarray(tags.cpu() if _is_torch(tags) else tags, np.int64)
+    if masked:
+        cond["audio_mask"] = _host_f32(amask)
+    return cond
+
+
 class H3rtWrapper:
     """The DIFFUSION_MODEL wrapper, one per patched model; ComfyUI's clones of that model share it
     (and its engine). Called as wrapper(executor, x, timestep, context, transformer_options, **kw)
@@ -138,20 +194,20 @@ class H3rtWrapper:
         if hidden is not None and context.shape[-1] == hidden:
             self._refined(hidden)
         payload = kwargs.get("minimax_payload") or {}
-        for key in ("keyframes", "refs", "cond_video_latents", "cond_audio_latents"):
-            if payload.get(key):
-                raise Fallback(f"payload '{key}' (h3rt runs the t2va layout only)")
-        tags = payload.get("text_token_tags")
-        if tags is not None and _min_value(tags) != 1:
-            raise Fallback("payload text_token_tags mark vision-block tokens")
+        conds = len(payload.get("keyframes") or ()) + len(payload.get("refs") or ())
+        for key in ("cond_video_latents", "cond_audio_latents"):
+            if payload.get(key) and not conds:
+                raise Fallback(f"payload '{key}' without keyframes or refs")
         layout = payload.get("layout")
         kinds = {s[2] for s in getattr(layout, "segments", ())}
-        if kinds - {"text", "audio", "video"}:
-            raise Fallback(f"payload layout has {sorted(kinds - {'text', 'audio', 'video'})} rows")
-        for key in ("denoise_mask", "audio_denoise_mask"):
-            m = kwargs.get(key)
-            if m is not None and _min_value(m) < MASK_FULL:
-                raise Fallback(f"{key} present (per-row timesteps are not in h3rt's API yet)")
+        if not conds and kinds - {"text", "audio", "video"}:
+            raise Fallback(f"payload layout has {sorted(kinds - {'text', 'audio', 'video'})} rows "
+                           "but no keyframes or refs")
+        m = kwargs.get("denoise_mask")
+        if m is not None and _min_value(m) < MASK_FULL:
+            # ComfyUI's own _forward fails on video masks at the commit h3rt follows (golden
+            # h3_tiny_comfy README, section 7): its behaviour stays the user's.
+            raise Fallback("denoise_mask present (a video denoise mask)")
         for key, want in (("minimax_h3_sigma_shift_video", VIDEO_SHIFT),
                           ("minimax_h3_sigma_shift_audio", AUDIO_SHIFT)):
             if key in options and float(options[key]) != want:
@@ -202,8 +258,12 @@ class H3rtWrapper:
         sample_sigmas = None
         if config["pdd_heads"] > 1:
             sample_sigmas = [float(s) for s in _host_f32(options["sample_sigmas"]).reshape(-1)]
-        vel_v, vel_a = engine.forward_latents(_host_f32(video), _host_f32(audio), sigma,
-                                              _host_f32(context), sample_sigmas)
+        cond = _conditioning(kwargs.get("minimax_payload") or {}, kwargs)
+        args = (_host_f32(video), _host_f32(audio), sigma, _host_f32(context), sample_sigmas)
+        if cond is None:
+            vel_v, vel_a = engine.forward_latents(*args)
+        else:  # _forward's output: forward() around this wrapper applies masks and carry
+            vel_v, vel_a = engine.forward_conditioned(*args, mask_outputs=False, **cond)
         # h3rt: data-ward (x0 = x + sigma v); _forward returns -v.
         return [_like(np.negative(vel_v), video), _like(np.negative(vel_a), audio)]
 
@@ -316,7 +376,8 @@ class H3rtPatchModel:
     RETURN_TYPES = ("MODEL",)
     FUNCTION = "patch"
     CATEGORY = "advanced/model"
-    DESCRIPTION = ("Runs MiniMax H3's t2va forward in h3rt; other calls run ComfyUI's forward "
+    DESCRIPTION = ("Runs MiniMax H3's forward in h3rt (t2va, first/last-frame keyframes, "
+                   "references, text tags, audio masks); other calls run ComfyUI's forward "
                    "(one log line per reason).")
 
     def patch(self, model, attention="bf16", cuda_graphs=True, device="cuda",

@@ -49,6 +49,32 @@ class Model:
         t_video = 1 - sigma, t_audio = 1 - audio_sigma_from_video(sigma) (shifts 12 -> 3).
         Returns (video [1, 24, T, H, W], audio [1, 32, 2, N]) velocities, data-ward:
         x0 = x + sigma * v. ComfyUI's MiniMaxH3Model._forward returns -v for the same inputs."""
+    def forward_conditioned(self, video: ArrayLike, audio: ArrayLike, sigma: float,
+                            text: ArrayLike, sample_sigmas: Optional[Sequence[float]] = None, *,
+                            keyframes: Sequence[Mapping[str, Any]] = (),
+                            refs: Sequence[Mapping[str, Any]] = (),
+                            text_tags: Optional[ArrayLike] = None,
+                            video_mask: Optional[ArrayLike] = None,
+                            audio_mask: Optional[ArrayLike] = None,
+                            visual_cond_noise_aug: float = 0.999,
+                            audio_cond_noise_aug: float = 1.0, noise_seed: int = 0,
+                            audio_scale: float = 1.0, mask_outputs: bool = True
+                            ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+        """ComfyUI's MiniMaxH3Model.forward with a minimax_payload (first/last-frame keyframes,
+        references, text tags, denoise masks), on ComfyUI-layout latents as forward_latents;
+        same sign convention (data-ward). Its layout, per-row timesteps, condition noise
+        augmentation, output masks and audio carry follow ComfyUI (golden set h3_tiny_comfy).
+        keyframes: dicts {"frame_index" (or "resolved_frame_index"): pixel frame >= 0,
+        "latent": [1, 24, vt, H, W] or None, "audio_latent": [1, 32, 2, rt] or None,
+        "noise", "audio_noise": the augmentation noise in row layout (optional)}.
+        refs: dicts {"kind": "image" | "video" | "video_audio" | "audio", "latent",
+        "audio_latent", "noise", "audio_noise"}. Without noise h3rt draws its own (Philox from
+        noise_seed: not torch's bits; ComfyUI draws torch.randn(rows.shape) from a CPU
+        generator seeded with the payload seed, seed + 1 for audio, restarted per condition).
+        text_tags [L]: 1 text, 0 vision-block token. video_mask [T, H, W], audio_mask [2, N]
+        (leading 1-axes allowed: ComfyUI's [1, 1, 2, N]). audio_scale != 1: the audio given is
+        the sampler's carried variable (payload audio_scale). mask_outputs=False returns what
+        _forward returns (negated), before forward()'s mask multiply."""
 
 def load(path_or_state_dict: Union[str, os.PathLike, Mapping[str, ArrayLike]],
          device: str = "cpu", precision: Optional[str] = None, attention: str = "bf16",

@@ -7,6 +7,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "arrays.h"
+#include "conditioning.h"
 #include "h3rt/pipeline.h"
 
 namespace h3rt::py {
@@ -182,52 +183,88 @@ std::pair<NumpyF32, NumpyF32> forward(Model& m, const AnyArray& video_rows,
           to_numpy(std::move(out.audio_velocity), {size_t(na), size_t(c.audio_channels)})};
 }
 
-// ComfyUI's audio latent [1, C, 2, N] <-> h3rt's rows [2N, C] (row ch*N + j).
-FloatVec comfy_audio_to_rows(const FloatVec& a, int64_t C, int64_t N) {
-  FloatVec rows(a.size());
-  for (int64_t k = 0; k < C; ++k)
-    for (int64_t ch = 0; ch < 2; ++ch)
-      for (int64_t j = 0; j < N; ++j) rows[(ch * N + j) * C + k] = a[(k * 2 + ch) * N + j];
-  return rows;
+// A ComfyUI-layout target: video [1, C, T, H, W], audio [1, Ca, 2, N], text; as h3rt's rows.
+struct Target {
+  int64_t T = 0, H = 0, W = 0, N = 0, L = 0;
+  FloatVec video_rows, audio_rows, text;
+};
+
+Target target_of(const Model& m, const AnyArray& video, const AnyArray& audio,
+                 const AnyArray& text) {
+  const H3Config& c = m.config();
+  const std::string C = std::to_string(c.in_channels), Ca = std::to_string(c.audio_channels);
+  const auto vs = check_shape(video, "video", {1, c.in_channels, -1, -1, -1},
+                              "[1, " + C + ", T, H, W] (H and W even)");
+  Target t;
+  t.T = vs[2], t.H = vs[3], t.W = vs[4];
+  if (t.T < 1 || t.H < 2 || t.W < 2 || t.H % 2 || t.W % 2)
+    raise_value(
+        ("video: expected shape [1, " + C + ", T, H, W] with T >= 1 and even H, W >= 2").c_str());
+  t.N = check_shape(audio, "audio", {1, c.audio_channels, 2, -1},
+                    "[1, " + Ca + ", 2, N] (ComfyUI's audio latent)")[3];
+  t.text = text_rows(m, text, &t.L);
+  const FloatVec v = host_f32(video, "video", m.cuda()), a = host_f32(audio, "audio", m.cuda());
+  t.video_rows = patchify_video(v.data(), c.in_channels, t.T, t.H, t.W);
+  t.audio_rows = comfy_audio_to_rows(a, c.audio_channels, t.N);
+  return t;
 }
-FloatVec rows_to_comfy_audio(const FloatVec& rows, int64_t C, int64_t N) {
-  FloatVec a(rows.size());
-  for (int64_t k = 0; k < C; ++k)
-    for (int64_t ch = 0; ch < 2; ++ch)
-      for (int64_t j = 0; j < N; ++j) a[(k * 2 + ch) * N + j] = rows[(ch * N + j) * C + k];
-  return a;
+
+std::pair<NumpyF32, NumpyF32> comfy_outputs(const H3Config& c, const Target& t,
+                                            const ForwardOutputs& out) {
+  const size_t C = c.in_channels, Ca = c.audio_channels;
+  return {to_numpy(unpatchify_video(out.video_velocity.data(), C, t.T, t.H, t.W),
+                   {1, C, size_t(t.T), size_t(t.H), size_t(t.W)}),
+          to_numpy(rows_to_comfy_audio(out.audio_velocity, Ca, t.N), {1, Ca, 2, size_t(t.N)})};
 }
 
 std::pair<NumpyF32, NumpyF32> forward_latents(Model& m, const AnyArray& video,
                                               const AnyArray& audio, float sigma,
                                               const AnyArray& text,
                                               std::optional<std::vector<float>> sample_sigmas) {
-  const H3Config& c = m.config();
-  const std::string C = std::to_string(c.in_channels), Ca = std::to_string(c.audio_channels);
-  const auto vs = check_shape(video, "video", {1, c.in_channels, -1, -1, -1},
-                              "[1, " + C + ", T, H, W] (H and W even)");
-  const int64_t T = vs[2], H = vs[3], W = vs[4];
-  if (T < 1 || H < 2 || W < 2 || H % 2 || W % 2)
-    raise_value(
-        ("video: expected shape [1, " + C + ", T, H, W] with T >= 1 and even H, W >= 2").c_str());
-  const int64_t N = check_shape(audio, "audio", {1, c.audio_channels, 2, -1},
-                                "[1, " + Ca + ", 2, N] (ComfyUI's audio latent)")[3];
-  int64_t L = 0;
-  const FloatVec t = text_rows(m, text, &L);
-  const FloatVec v = host_f32(video, "video", m.cuda()), a = host_f32(audio, "audio", m.cuda());
-  const SequenceLayout l = make_t2va_layout(L, N, T, H, W);
-  const FloatVec vrows = patchify_video(v.data(), c.in_channels, T, H, W);
-  const FloatVec arows = comfy_audio_to_rows(a, c.audio_channels, N);
+  const Target t = target_of(m, video, audio, text);
+  const SequenceLayout l = make_t2va_layout(t.L, t.N, t.T, t.H, t.W);
   ForwardOutputs out;
   {
     nb::gil_scoped_release release;
-    out = forward_at_sigma(*m.denoiser, l, vrows.data(), arows.data(), t.data(), sigma,
-                           sample_sigmas.value_or(std::vector<float>{}));
+    out = forward_at_sigma(*m.denoiser, l, t.video_rows.data(), t.audio_rows.data(),
+                           t.text.data(), sigma, sample_sigmas.value_or(std::vector<float>{}));
   }
-  return {to_numpy(unpatchify_video(out.video_velocity.data(), c.in_channels, T, H, W),
-                   {1, size_t(c.in_channels), size_t(T), size_t(H), size_t(W)}),
-          to_numpy(rows_to_comfy_audio(out.audio_velocity, c.audio_channels, N),
-                   {1, size_t(c.audio_channels), 2, size_t(N)})};
+  return comfy_outputs(m.config(), t, out);
+}
+
+// ComfyUI's MiniMaxH3Model.forward with a payload: its layout, timesteps, condition rows, masks
+// and audio carry (forward_request), on ComfyUI-layout latents.
+std::pair<NumpyF32, NumpyF32> forward_conditioned(Model& m, const AnyArray& video,
+                                                  const AnyArray& audio, float sigma,
+                                                  const AnyArray& text,
+                                                  std::optional<std::vector<float>> sample_sigmas,
+                                                  const ConditioningArgs& args, float audio_scale,
+                                                  bool mask_outputs) {
+  Target t = target_of(m, video, audio, text);
+  if (!(sigma >= 0.0f && sigma <= 1.0f))
+    raise_value("sigma must lie in [0, 1], got " + std::to_string(sigma));
+  if (!(audio_scale > 0.0f)) raise_value("audio_scale must be > 0, got " + std::to_string(audio_scale));
+  Request r;
+  r.layout = make_t2va_layout(t.L, t.N, t.T, t.H, t.W);
+  r.video_rows = std::move(t.video_rows);
+  r.audio_rows = std::move(t.audio_rows);
+  r.text = std::move(t.text);
+  Conditioning k = conditioning_of(m.config(), args, t.L, m.cuda());
+  try {
+    condition_request(r, m.config(), std::move(k));
+  } catch (const Error& e) {
+    raise_value(e.what());
+  }
+  EvalOptions o;
+  o.sample_sigmas = sample_sigmas.value_or(std::vector<float>{});
+  o.audio_scale = audio_scale;
+  o.mask_outputs = mask_outputs;
+  ForwardOutputs out;
+  {
+    nb::gil_scoped_release release;
+    out = forward_request(*m.denoiser, r, sigma, o);
+  }
+  return comfy_outputs(m.config(), t, out);
 }
 
 // ---- sampling ----
@@ -389,7 +426,27 @@ NB_MODULE(_h3rt, m) {
            arg("sample_sigmas") = nb::none(), "Low-level forward on packed rows (see the .pyi).")
       .def("forward_latents", &forward_latents, arg("video"), arg("audio"), arg("sigma"),
            arg("text"), arg("sample_sigmas") = nb::none(),
-           "Velocities of ComfyUI-layout latents at video sigma (see the .pyi).");
+           "Velocities of ComfyUI-layout latents at video sigma (see the .pyi).")
+      .def(
+          "forward_conditioned",
+          [](Model& m, const AnyArray& video, const AnyArray& audio, float sigma,
+             const AnyArray& text, std::optional<std::vector<float>> sample_sigmas,
+             nb::list keyframes, nb::list refs, std::optional<AnyArray> text_tags,
+             std::optional<AnyArray> video_mask, std::optional<AnyArray> audio_mask,
+             double visual_aug, double audio_aug, uint64_t noise_seed, float audio_scale,
+             bool mask_outputs) {
+            const ConditioningArgs a{keyframes, refs,      text_tags, video_mask,
+                                     audio_mask, visual_aug, audio_aug, noise_seed};
+            return forward_conditioned(m, video, audio, sigma, text, std::move(sample_sigmas),
+                                       a, audio_scale, mask_outputs);
+          },
+          arg("video"), arg("audio"), arg("sigma"), arg("text"), arg("sample_sigmas") = nb::none(),
+          nb::kw_only(), arg("keyframes") = nb::list(), arg("refs") = nb::list(),
+          arg("text_tags") = nb::none(), arg("video_mask") = nb::none(),
+          arg("audio_mask") = nb::none(), arg("visual_cond_noise_aug") = h3rt::kVisualCondTimestep,
+          arg("audio_cond_noise_aug") = h3rt::kAudioCondTimestep, arg("noise_seed") = 0,
+          arg("audio_scale") = 1.0f, arg("mask_outputs") = true,
+          "ComfyUI's forward with a conditioning payload, on ComfyUI-layout latents (.pyi).");
 
   m.def("_load_path", &load_path, arg("path"), arg("device"), arg("precision").none(),
         arg("attention"), arg("cuda_graphs"), arg("fp8_activations"), arg("qkv_layout"),

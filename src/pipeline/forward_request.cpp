@@ -56,7 +56,7 @@ ForwardOutputs forward_request(Denoiser& d, const Request& r, float sigma, const
                    r.cond.video.empty() ? nullptr : r.cond.video.data(),
                    r.cond.audio.empty() ? nullptr : r.cond.audio.data()};
   ForwardOutputs v = d.forward(in);
-  apply_masks(r, c, v);
+  if (o.mask_outputs) apply_masks(r, c, v);
   if (carried)
     carry_audio_output(v.audio_velocity.data(), audio_net.data(),
                        static_cast<int64_t>(v.audio_velocity.size()), carry);
