@@ -83,13 +83,7 @@ Request make_cli_request(const SampleOptions& o, const H3Config& c) {
   int64_t length = 0;
   if (!o.text_embeddings.empty()) r.text = text_embeddings_from_file(o.text_embeddings, c, &length);
   Request req = make_request(c, r);
-  if (!o.conditioning.empty()) {
-    bool found = false;
-    Conditioning k = conditioning_from_inputs(o.conditioning, c, &found, r.seed);
-    H3RT_CHECK(found, o.conditioning, ": --conditioning holds no keyframe/<i>/..., ref/<i>/..., ",
-               "input/text_token_tags or denoise mask");
-    condition_request(req, c, std::move(k));
-  }
+  if (!o.conditioning.empty()) condition_request_from_file(req, c, o.conditioning, r.seed);
   return req;
 }
 

@@ -105,6 +105,9 @@ typedef struct h3rt_sample_request {
   int64_t text_len;
   h3rt_progress_fn progress; /* may be NULL */
   void* progress_user;
+  /* A conditioning file (first/last-frame keyframes, references, text tags, denoise masks), the
+     format of `h3rt sample --conditioning` (README "Inputs files"), or NULL: plain t2va. */
+  const char* conditioning;
 } h3rt_sample_request;
 void h3rt_sample_request_init(h3rt_sample_request* request);
 

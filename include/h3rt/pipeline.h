@@ -170,6 +170,10 @@ Request request_from_inputs(const std::string& path, const H3Config& config);
 // `found` tells whether any was present.
 Conditioning conditioning_from_inputs(const std::string& path, const H3Config& config, bool* found,
                                       uint64_t default_seed = 0);
+// Gives r the conditioning of a conditioning file (conditioning_from_inputs with the request's
+// seed as the default cond_seed); a file holding none is an error naming it and what it lacks.
+void condition_request_from_file(Request& r, const H3Config& config, const std::string& path,
+                                 uint64_t seed);
 Request request_from_inputs(const SafetensorsFile& file, const H3Config& config);
 // Text embeddings [1, L, text_dim] or [L, text_dim] (tensor `text_embeds` or
 // `input/text_embeds`, bf16 or f32) from a file; *length = L.

@@ -115,6 +115,12 @@ h3rt::RequestOptions request_of(const h3rt_sample_request& r, const h3rt::H3Conf
   return o;
 }
 
+h3rt::Request request_from(const h3rt_sample_request& r, const h3rt::H3Config& c) {
+  h3rt::Request req = h3rt::make_request(c, request_of(r, c));
+  if (r.conditioning) h3rt::condition_request_from_file(req, c, r.conditioning, r.seed);
+  return req;
+}
+
 }  // namespace
 
 extern "C" {
@@ -210,7 +216,8 @@ h3rt_status h3rt_forward_t2va(h3rt_model* m, int64_t text_len, int64_t audio_len
 }
 
 void h3rt_sample_request_init(h3rt_sample_request* r) {
-  if (r) *r = h3rt_sample_request{0, 0, 0, 0.0, 0, 440420, 8, nullptr, 0, nullptr, nullptr};
+  if (r)
+    *r = h3rt_sample_request{0, 0, 0, 0.0, 0, 440420, 8, nullptr, 0, nullptr, nullptr, nullptr};
 }
 
 h3rt_status h3rt_sample_shapes(const h3rt_model* m, const h3rt_sample_request* r,
@@ -218,7 +225,7 @@ h3rt_status h3rt_sample_shapes(const h3rt_model* m, const h3rt_sample_request* r
   return guarded([&] {
     C_CHECK(m && r && video_shape && audio_shape, "h3rt_sample_shapes: null argument");
     const h3rt::H3Config& c = m->denoiser->config();
-    const h3rt::SequenceLayout l = h3rt::make_request(c, request_of(*r, c)).layout;
+    const h3rt::SequenceLayout l = request_from(*r, c).layout;
     const int64_t v[5] = {1, c.in_channels, l.frames, l.height, l.width};
     const int64_t a[3] = {2, c.audio_channels, l.audio_len};
     std::memcpy(video_shape, v, sizeof v);
@@ -231,7 +238,7 @@ h3rt_status h3rt_sample(h3rt_model* m, const h3rt_sample_request* r, float* vide
   return guarded([&] {
     C_CHECK(m && r && video_latents && audio_latents, "h3rt_sample: null argument");
     const h3rt::H3Config& c = m->denoiser->config();
-    h3rt::Request req = h3rt::make_request(c, request_of(*r, c));
+    h3rt::Request req = request_from(*r, c);
     const int64_t nv = req.layout.video_rows() * c.video_features();
     const int64_t na = req.layout.audio_rows() * c.audio_channels;
     C_CHECK(video_capacity >= nv && audio_capacity >= na,

@@ -150,4 +150,13 @@ Request request_from_inputs(const SafetensorsFile& f, const H3Config& config) {
   return r;
 }
 
+void condition_request_from_file(Request& r, const H3Config& config, const std::string& path,
+                                 uint64_t seed) {
+  bool found = false;
+  Conditioning k = conditioning_from_inputs(path, config, &found, seed);
+  H3RT_CHECK(found, path, ": --conditioning holds no keyframe/<i>/..., ref/<i>/..., ",
+             "input/text_token_tags or denoise mask");
+  condition_request(r, config, std::move(k));
+}
+
 }  // namespace h3rt

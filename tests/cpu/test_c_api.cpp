@@ -141,5 +141,45 @@ TEST(CApi, SampleGivesTheCppBitsAndCancels) {
   h3rt_model_free(m);
 }
 
+TEST(CApi, ConditionedSampleGivesTheCppBits) {
+  static const test::TempDir dir("h3rt_c_api_tests");
+  const std::string cond = dir.file("kf.safetensors");
+  // One first-frame keyframe on the default request's 8 x 12 latent grid.
+  std::vector<float> kf(24 * 8 * 12);
+  for (size_t i = 0; i < kf.size(); ++i) kf[i] = 0.01f * static_cast<float>(i % 97) - 0.4f;
+  write_safetensors(cond, {{"keyframe/0/video", tensor_from_f32(kf, {1, 24, 1, 8, 12})}},
+                    {{"keyframe/0/frame_index", "0"}});
+  h3rt_model* m = nullptr;
+  ASSERT_EQ(h3rt_model_create_preset("tiny", 0, nullptr, &m), H3RT_OK) << h3rt_last_error();
+  h3rt_sample_request req;
+  h3rt_sample_request_init(&req);
+  req.steps = 2;
+  req.conditioning = cond.c_str();
+  FloatVec v(24 * 7 * 8 * 12), a(2 * 32 * 37);
+  ASSERT_EQ(h3rt_sample(m, &req, v.data(), static_cast<int64_t>(v.size()), a.data(),
+                        static_cast<int64_t>(a.size())),
+            H3RT_OK)
+      << h3rt_last_error();
+  auto d = Denoiser::create(ModelSource{});
+  Request r = make_request(d->config(), {});
+  condition_request_from_file(r, d->config(), cond, 440420);
+  SampleOptions o;
+  o.steps = 2;
+  const SampleResult want = sample(*d, std::move(r), o);
+  test::expect_same_bits(v, want.video_latents, "video_latents");
+  test::expect_same_bits(a, want.audio_latents, "audio_latents");
+  // The keyframe changes the result (the file was read, not ignored).
+  const SampleResult plain = sample(*d, make_request(d->config(), {}), o);
+  EXPECT_NE(plain.video_latents, want.video_latents);
+  req.conditioning = "/nonexistent/cond.safetensors";
+  EXPECT_NE(h3rt_sample(m, &req, v.data(), static_cast<int64_t>(v.size()), a.data(),
+                        static_cast<int64_t>(a.size())),
+            H3RT_OK);
+  EXPECT_NE(std::string(h3rt_last_error()).find("/nonexistent/cond.safetensors"),
+            std::string::npos)
+      << h3rt_last_error();
+  h3rt_model_free(m);
+}
+
 }  // namespace
 }  // namespace h3rt
