@@ -94,7 +94,7 @@ RunKeys run_keys(const Denoiser& d, const Request& r, const SampleOptions& o) {
     model = "config hidden " + std::to_string(c.hidden) + ", layers " + std::to_string(c.layers) +
             " (no model identity given)";
   }
-  return {{"model", model},
+  RunKeys keys = {{"model", model},
           {"device", d.device_name()},
           {"precision", d.precision() == Precision::bf16 ? "bf16" : "fp32"},
           {"scheduler", scheduler_name(o.scheduler)},
@@ -107,6 +107,19 @@ RunKeys run_keys(const Denoiser& d, const Request& r, const SampleOptions& o) {
                          std::to_string(L.audio_len) + ", latent " + std::to_string(L.frames) +
                          "x" + std::to_string(L.height) + "x" + std::to_string(L.width)},
           {"request", "starting latents and text fnv1a64 " + request_fingerprint(r)}};
+  // The hybrid changes the trajectory: recorded when on (files of dense runs stay as they were).
+  const SparseAttention& sp = o.hybrid.sparse;
+  if (sp.enabled())
+    keys.push_back({"sparse_attention",
+                    "tau " + f64_text(sp.tau) + ", dense steps " +
+                        std::to_string(o.hybrid.dense_steps) + ", dense blocks " +
+                        std::to_string(sp.dense_blocks) + ", band " + std::to_string(sp.band) +
+                        ", max blocks " + std::to_string(sp.max_blocks) +
+                        (sp.video_rows_only ? ", video rows only" : ", all rows")});
+  if (o.step_cache.enabled())
+    keys.push_back({"step_cache", "threshold " + f64_text(o.step_cache.threshold) +
+                                      ", max reuses " + std::to_string(o.step_cache.max_reuses)});
+  return keys;
 }
 
 void write(const std::string& path, const RunKeys& keys, const LoopState& st,
