@@ -356,8 +356,9 @@ void add_sample_command(CLI::App& app) {
                   "Block-sparse attention with router threshold TAU in [0, 10] (a z-score of each "
                   "key block's pooled score; 1.0 keeps about 16% of the blocks on Gaussian "
                   "scores); 0: off (dense). Steps from --dense-steps on, blocks from "
-                  "--dense-blocks on, video query rows only. An approximation: check it with "
-                  "--gate")
+                  "--dense-blocks on, video query rows only (a forward without sparse support "
+                  "runs dense; the report then has no sparse_fraction). An approximation: check "
+                  "it with --gate")
       ->capture_default_str();
   cmd->add_option("--dense-steps", o->dense_steps,
                   "With --sparse-attention: the first N steps stay dense, in [0, 1000]")
