@@ -143,17 +143,22 @@ std::string decisions(const SampleResult& r) {
 }
 
 TEST(StepCache, ThresholdZeroAndNeverReusedAreBitIdenticalToNoCache) {
-  auto d = Denoiser::create(ModelSource{});
-  const SampleResult plain = run(*d, 4, 0);
-  EXPECT_EQ(decisions(plain), "----");
-  // A threshold no step can pass: the cache is checked and refreshed every step, which must not
-  // change a bit of the trajectory.
-  const SampleResult checked = run(*d, 4, 1e-300);
-  EXPECT_EQ(decisions(checked), "CCCC");
-  EXPECT_TRUE(std::isnan(checked.hybrid_steps[0].cache.rel_l1));
-  for (int i = 1; i < 4; ++i) EXPECT_GT(checked.hybrid_steps[i].cache.rel_l1, 0) << i;
-  test::expect_same_bits(checked.video_latents, plain.video_latents, "video");
-  test::expect_same_bits(checked.audio_latents, plain.audio_latents, "audio");
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    SCOPED_TRACE(p == Precision::bf16 ? "bf16" : "fp32");
+    DenoiserOptions o;
+    o.precision = p;
+    auto d = Denoiser::create(ModelSource{}, o);
+    const SampleResult plain = run(*d, 4, 0);
+    EXPECT_EQ(decisions(plain), "----");
+    // A threshold no step can pass: the cache is checked and refreshed every step, which must
+    // not change a bit of the trajectory.
+    const SampleResult checked = run(*d, 4, 1e-300);
+    EXPECT_EQ(decisions(checked), "CCCC");
+    EXPECT_TRUE(std::isnan(checked.hybrid_steps[0].cache.rel_l1));
+    for (int i = 1; i < 4; ++i) EXPECT_GT(checked.hybrid_steps[i].cache.rel_l1, 0) << i;
+    test::expect_same_bits(checked.video_latents, plain.video_latents, "video");
+    test::expect_same_bits(checked.audio_latents, plain.audio_latents, "audio");
+  }
 }
 
 TEST(StepCache, HugeThresholdReusesUpToTheCap) {
