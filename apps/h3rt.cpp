@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   h3rt::cli::add_sample_command(app);
   h3rt::cli::add_forward_command(app);
   h3rt::cli::add_info_command(app);
+  h3rt::cli::add_compare_command(app);
   CLI::App* bench = app.add_subcommand("bench",
                                        "Benchmarks on the GPU (JSON reports shaped like the "
                                        "reference stack's measurements) and report comparison");

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <tuple>
@@ -14,6 +15,7 @@
 #include "cli/model_options.h"
 #include "cli/output_path.h"
 #include "cli/progress.h"
+#include "h3rt/quality.h"
 #include "h3rt/report.h"
 #include "h3rt/safetensors.h"
 
@@ -30,6 +32,12 @@ struct SampleOptions {
   int checkpoint_every = 0;
   std::string checkpoint_file, resume;
   std::string out = "latents.safetensors", report;
+  // The hybrid (off by default) and the gate.
+  float sparse_tau = 0;
+  int dense_steps = 10, dense_blocks = 2;
+  double step_cache = 0;
+  int step_cache_max = 3;
+  bool gate = false;
 };
 
 std::atomic<bool> g_interrupted{false};
@@ -66,7 +74,44 @@ h3rt::SampleOptions library_options(const SampleOptions& o, const ModelOptions& 
                            : (o.resume.empty() ? o.out + ".resume" : o.resume);
   so.model_identity = model_identity(m.source(), m.denoiser_options());
   so.cancel = &g_interrupted;
+  so.hybrid.sparse.tau = o.sparse_tau;
+  so.hybrid.sparse.dense_blocks = o.dense_blocks;
+  so.hybrid.dense_steps = o.dense_steps;
+  so.step_cache.threshold = o.step_cache;
+  so.step_cache.max_reuses = o.step_cache_max;
   return so;
+}
+
+void check_hybrid_cli(const SampleOptions& o) {
+  H3RT_CHECK(std::isfinite(o.sparse_tau) && o.sparse_tau >= 0 && o.sparse_tau <= 10,
+             "--sparse-attention must be in [0, 10] (0: off), got ", o.sparse_tau);
+  H3RT_CHECK(o.dense_steps >= 0 && o.dense_steps <= 1000,
+             "--dense-steps must be in [0, 1000], got ", o.dense_steps);
+  H3RT_CHECK(o.dense_blocks >= 0 && o.dense_blocks <= 1000,
+             "--dense-blocks must be in [0, 1000], got ", o.dense_blocks);
+  H3RT_CHECK(std::isfinite(o.step_cache) && o.step_cache >= 0 && o.step_cache <= 100,
+             "--step-cache must be in [0, 100] (0: off), got ", o.step_cache);
+  H3RT_CHECK(o.step_cache_max >= 1 && o.step_cache_max <= 1000,
+             "--step-cache-max must be in [1, 1000], got ", o.step_cache_max);
+  if (!o.gate) return;
+  H3RT_CHECK(o.sparse_tau > 0 || o.step_cache > 0,
+             "--gate compares the dense run with an approximate one: give --sparse-attention "
+             "TAU or --step-cache THRESH");
+  H3RT_CHECK(o.resume.empty() && o.checkpoint_every == 0,
+             "--gate runs both trajectories from the noise: no --resume or --checkpoint-every");
+}
+
+// What --gate writes next to --out: <stem>.dense.safetensors, <stem>.approx.safetensors and
+// <stem>.gate.json (stem: --out without .safetensors).
+struct GateFiles {
+  std::string dense, approx, comparison;
+};
+GateFiles gate_files(const std::string& out) {
+  const std::string ext = ".safetensors";
+  const bool has_ext =
+      out.size() > ext.size() && out.compare(out.size() - ext.size(), ext.size(), ext) == 0;
+  const std::string stem = has_ext ? out.substr(0, out.size() - ext.size()) : out;
+  return {stem + ".dense" + ext, stem + ".approx" + ext, stem + ".gate.json"};
 }
 
 int evaluations(const h3rt::SampleOptions& so, const SequenceLayout& L) {
@@ -114,6 +159,7 @@ nlohmann::json report_of(const SampleOptions& o, const h3rt::SampleOptions& so, 
                    {"sigmas", res.video_sigmas},
                    {"resumed_steps", res.resumed_steps},
                    {"resumed_from", o.resume}};
+  j["hybrid"] = hybrid_report(so, res);
   return j;
 }
 
@@ -127,6 +173,40 @@ void write_latents(const std::string& path, const SampleResult& res, uint64_t se
       {{"producer", "h3rt sample"}, {"seed", std::to_string(seed)}});
 }
 
+void print_hybrid(const h3rt::SampleOptions& so, const SampleResult& res) {
+  if (!so.hybrid.sparse.enabled() && !so.step_cache.enabled()) return;
+  const nlohmann::json h = hybrid_report(so, res);
+  std::fprintf(stderr, "h3rt sample: %d of %zu steps sparse, %d reused the step cache\n",
+               h["sparse_steps"].get<int>(), res.hybrid_steps.size(), h["reused_steps"].get<int>());
+}
+
+// --gate: the dense and the approximate run, both written, and their comparison.
+void run_gate(const SampleOptions& o, const h3rt::SampleOptions& so, Denoiser& d,
+              const Request& req, std::chrono::steady_clock::time_point t_start) {
+  const GateFiles f = gate_files(o.out);
+  for (const std::string* p : {&f.dense, &f.approx, &f.comparison})
+    check_output_path(*p, "--out (with --gate)");
+  GateResult g = sample_gate(d, req, so);
+  signal(SIGINT, SIG_DFL);
+  write_latents(f.dense, g.dense, o.request.seed);
+  write_latents(f.approx, g.approx, o.request.seed);
+  g.comparison.file_a = f.dense;
+  g.comparison.file_b = f.approx;
+  std::fputs(format_latent_comparison(g.comparison).c_str(), stdout);
+  write_json(f.comparison, to_json(g.comparison));
+  print_hybrid(so, g.approx);
+  std::fprintf(stderr, "h3rt sample: gate: dense %.2f s, approximate %.2f s; wrote %s, %s, %s\n",
+               g.dense_seconds, g.approx_seconds, f.dense.c_str(), f.approx.c_str(),
+               f.comparison.c_str());
+  if (o.report.empty()) return;
+  const double total =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  nlohmann::json rep = report_of(o, so, d, req.layout, g.approx, total);
+  rep["gate"] =
+      gate_report(g, {{"dense", f.dense}, {"approx", f.approx}, {"comparison", f.comparison}});
+  write_json(o.report, rep);
+}
+
 void run_sample(const SampleOptions& o) {
   const RequestOptions& r = o.request;
   H3RT_CHECK(
@@ -136,6 +216,7 @@ void run_sample(const SampleOptions& o) {
       "--frames, --width, --height, --audio-seconds, --text-embeddings or --conditioning");
   H3RT_CHECK(o.steps >= 1 && o.steps <= 1000, "--steps must be in [1, 1000], got ", o.steps);
   H3RT_CHECK(o.checkpoint_every >= 0, "--checkpoint-every must be >= 0, got ", o.checkpoint_every);
+  check_hybrid_cli(o);
   check_output_path(o.out, "--out");
   if (!o.report.empty()) check_output_path(o.report, "--report");
   h3rt::SampleOptions so = library_options(o, o.model);
@@ -161,7 +242,19 @@ void run_sample(const SampleOptions& o) {
     return true;
   };
   install_sigint_handler();
+  if (o.gate) {
+    progress = Progress("denoising (dense, then approximate)", 2 * evals);
+    int base = 0;  // steps of the dense run, once it is done
+    so.progress = [&](int step, int n, double) {
+      if (base == 0 || step > 0) progress.update(base + step);  // step 0 of run 2: shown
+      if (step == n) base = n;
+      return true;
+    };
+    run_gate(o, so, *denoiser, req, t_start);
+    return;
+  }
   const SampleResult res = sample(*denoiser, std::move(req), so);
+  print_hybrid(so, res);
   signal(SIGINT, SIG_DFL);
   write_latents(o.out, res, r.seed);
   // The run is complete: its resume file (checkpoints, or the one it resumed from) is stale.
@@ -253,6 +346,36 @@ void add_sample_command(CLI::App& app) {
                   "SageAttention2 numerics, --device cuda only; not bit-comparable)")
       ->check(CLI::IsMember({"bf16", "sage"}))
       ->capture_default_str();
+  cmd->add_option("--sparse-attention", o->sparse_tau,
+                  "Block-sparse attention with router threshold TAU in [0, 10] (a z-score of each "
+                  "key block's pooled score; 1.0 keeps about 16% of the blocks on Gaussian "
+                  "scores); 0: off (dense). Steps from --dense-steps on, blocks from "
+                  "--dense-blocks on, video query rows only (a forward without sparse support "
+                  "runs dense; the report then has no sparse_fraction). An approximation: check "
+                  "it with --gate")
+      ->capture_default_str();
+  cmd->add_option("--dense-steps", o->dense_steps,
+                  "With --sparse-attention: the first N steps stay dense, in [0, 1000]")
+      ->capture_default_str();
+  cmd->add_option("--dense-blocks", o->dense_blocks,
+                  "With --sparse-attention: the first N transformer blocks stay dense, in [0, "
+                  "1000]")
+      ->capture_default_str();
+  cmd->add_option("--step-cache", o->step_cache,
+                  "First-block step caching, threshold in [0, 100] (e.g. 0.08; 0: off): when "
+                  "block 0's residual differs from the last fully computed step's by a relative "
+                  "L1 below it, the step skips blocks 1..end and reuses that step's residual. "
+                  "An approximation: check it with --gate")
+      ->capture_default_str();
+  cmd->add_option("--step-cache-max", o->step_cache_max,
+                  "With --step-cache: at most N reused steps in a row, in [1, 1000]")
+      ->capture_default_str();
+  cmd->add_flag("--gate", o->gate,
+                "Run the dense trajectory and the approximate one (--sparse-attention / "
+                "--step-cache) for the same seed and request; write <out>.dense.safetensors, "
+                "<out>.approx.safetensors and the comparison <out>.gate.json (<out>: --out "
+                "without .safetensors; --out itself is not written), print the comparison "
+                "(as `h3rt compare`) and put it and both runs' times in --report");
   cmd->add_option("--seed", o->request.seed, "Noise seed (Philox4x32-10, same bits on CPU and GPU)")
       ->capture_default_str();
   cmd->add_option("--out", o->out,

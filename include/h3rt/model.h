@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "h3rt/hybrid.h"
 #include "h3rt/layout.h"
 #include "h3rt/memory.h"
 #include "h3rt/sparse.h"
@@ -233,6 +234,9 @@ struct ForwardInputs {
   // where to add what it computed (optional).
   const SparseAttention* sparse = nullptr;
   SparseStats* sparse_stats = nullptr;
+  // First-block step caching (h3rt/hybrid.h; null or !enabled(): every block runs). The
+  // sampling loop owns it; the forward reads and refreshes its state and records its decision.
+  StepCache* step_cache = nullptr;
 };
 
 struct ForwardOutputs {

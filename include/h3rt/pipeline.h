@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "h3rt/conditioning.h"
+#include "h3rt/hybrid.h"
 #include "h3rt/layout.h"
 #include "h3rt/lora.h"
 #include "h3rt/model.h"
@@ -222,6 +223,11 @@ struct SampleOptions {
   // Recorded in resume files and checked on resume (model_identity(): the weights' identity);
   // empty: a description of the config only.
   std::string model_identity;
+  // The hybrid (h3rt/hybrid.h; both off by default): sparse attention from step dense_steps
+  // on, and first-block step caching with a cache owned by this run (a resumed run starts
+  // with an empty cache).
+  HybridOptions hybrid;
+  StepCacheOptions step_cache;
 };
 
 struct SampleResult {
@@ -231,6 +237,7 @@ struct SampleResult {
   std::vector<StageSeconds> stages;  // one per step run here (output_transform on the last)
   int resumed_steps = 0;             // steps restored from resume_path (0: a fresh run)
   std::vector<float> video_sigmas;   // the schedule the run used, terminal 0 included
+  std::vector<HybridStep> hybrid_steps;  // one per step run here: sparse or dense, cache use
 };
 
 // The identity a resume file records for a model: for a checkpoint a hash of its safetensors

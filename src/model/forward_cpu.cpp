@@ -1,11 +1,13 @@
 // The CPU reference forward (README section 5): RoPE table, timestep embedding, input
 // projections and token refiner, packing, the transformer blocks, the final layer and heads.
 #include <algorithm>
+#include <functional>
 #include <string>
 
 #include "h3rt/formats.h"
 #include "model/forward_internal.h"
 #include "model/pdd_head.h"
+#include "model/step_cache_cpu.h"
 #include "ops/adaln_curve/adaln_curve.h"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
 #include "ops/rope_table/rope_table.h"
@@ -196,6 +198,27 @@ ForwardOutputs final_layer(const Ctx& ctx, const H3Model& m, const ForwardInputs
   return {head(w.video_out, in.layout.video_indices), head(w.audio_out, in.layout.audio_indices)};
 }
 
+// The transformer blocks on x, in place. With a step cache: block 0, then either the cached
+// residual of blocks 1..end (a reuse) or every block and a refresh of the cache.
+void run_blocks(const Ctx& ctx, StepCache* cache, FloatVec& x,
+                const std::function<void(int64_t)>& block) {
+  const int64_t layers = ctx.config.layers;
+  if (!cache || !cache->enabled() || layers < 2) {
+    for (int64_t i = 0; i < layers; ++i) block(i);
+    return;
+  }
+  const auto n = static_cast<int64_t>(x.size());
+  const FloatVec in0 = x;
+  block(0);
+  if (cache->decide(model::step_cache_rel_l1_cpu(*cache, in0.data(), x.data(), n))) {
+    model::step_cache_apply_cpu(*cache, x.data(), n, ctx.bf16());
+    return;
+  }
+  const FloatVec out0 = x;
+  for (int64_t i = 1; i < layers; ++i) block(i);
+  model::step_cache_refresh_cpu(*cache, in0.data(), out0.data(), x.data(), n);
+}
+
 }  // namespace
 
 ForwardOutputs forward_cpu(const H3Model& model, const ForwardInputs& in, Precision precision,
@@ -239,11 +262,12 @@ ForwardOutputs forward_cpu(const H3Model& model, const ForwardInputs& in, Precis
   scatter(ctx, x, audio, l.audio_indices);
   ctx.emit("packed_input", x.data(), {S, H});
 
-  for (int64_t i = 0; i < c.layers; ++i) {
+  const auto block = [&](int64_t i) {
     model::transformer_block(ctx, model.weights.blocks[i], i, x, silu_temb, M, adaln_rows.data(),
                              rope);
     ctx.emit("block" + std::to_string(i) + "_out", x.data(), {S, H});
-  }
+  };
+  run_blocks(ctx, in.step_cache, x, block);
   return final_layer(ctx, model, in, x, silu_temb);
 }
 

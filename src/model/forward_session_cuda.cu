@@ -3,9 +3,11 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "model/block_cuda.h"
 #include "model/forward_session_cuda.h"
 #include "model/pdd_head.h"
+#include "model/step_cache_cuda.h"
 #include "ops/adaln_curve/adaln_curve.h"
 #include "ops/finite_check/finite_check.h"
 #include "ops/linear/linear.h"
@@ -273,8 +276,9 @@ struct ForwardSessionCuda::Impl {
   std::vector<int64_t> cached_tidx, row_index_host;
   bool text_valid = false, tables_valid = false;
 
-  std::map<int64_t, cudaGraphExec_t> graphs;  // by graph_key(M, finite checks in it)
-  std::map<int64_t, bool> warmed;
+  std::map<int64_t, cudaGraphExec_t> graphs;  // by graph_key(M, finite checks in it, part)
+  std::map<int64_t, bool> warmed;             // by warm_key(M, part)
+  bool timed_any = false;                     // this step ran a part eagerly with stage timing
   bool graph_failed = false;
   int64_t last_nodes = 0;
 
@@ -345,6 +349,7 @@ struct ForwardSessionCuda::Impl {
     for (auto& [M, g] : graphs) cudaGraphExecDestroy(g);
     if (ev0) cudaEventDestroy(ev0);
     if (ev1) cudaEventDestroy(ev1);
+    if (ev_rel) cudaEventDestroy(ev_rel);
   }
 
   bool pdd() const { return m.config.pdd_heads > 1; }
@@ -570,13 +575,21 @@ struct ForwardSessionCuda::Impl {
     H3RT_CUDA_CHECK(ops::adaln_curve_linear_cuda(p, s));
   }
 
+  void mark(bool timed, const char* stage) {
+    if (timed) timer.mark(stage);
+  }
+
   void enqueue_step(int64_t M, bool timed) {
+    enqueue_inputs(M, timed);
+    enqueue_blocks(0, static_cast<int64_t>(m.blocks.size()), M, timed);
+    enqueue_final(M, timed);
+  }
+
+  // Staged inputs -> device, text and condition rows into the packed stream, the projections.
+  void enqueue_inputs(int64_t M, bool timed) {
     const H3Config& c = m.config;
-    auto mark = [&](const char* st) {
-      if (timed) timer.mark(st);
-    };
     bf16* x = b.x.ptr<bf16>();
-    mark("inputs");
+    mark(timed, "inputs");
     H3RT_CUDA_CHECK(cudaMemcpyAsync(temb.data(), h_temb.as<void>(),
                                     M * c.adaln_in() * dtype_size(temb.dtype()),
                                     cudaMemcpyHostToDevice, s));
@@ -595,20 +608,29 @@ struct ForwardSessionCuda::Impl {
     project(m.audio_in, audio_in.ptr<float>(), Na, x + audio0 * H);
     project(m.video_in, video_in.ptr<float>(), Nv, x + video0 * H);
     flag_non_finite(x, S * H, kInputTag);
+  }
 
-    for (size_t i = 0; i < m.blocks.size(); ++i) {
-      mark("adaln_tables");
+  // Blocks [first, last) on the packed stream, each after its AdaLN table.
+  void enqueue_blocks(int64_t first, int64_t last, int64_t M, bool timed) {
+    bf16* x = b.x.ptr<bf16>();
+    for (int64_t i = first; i < last; ++i) {
+      mark(timed, "adaln_tables");
       // [M, 18H] is the [3M, 6H] table: row m*3 + modality.
       adaln_table(m.blocks[i].adaln, b.table.data(), M, false);
-      mark("blocks");
-      block_forward_cuda(c, m.blocks[i], b, s);
+      mark(timed, "blocks");
+      block_forward_cuda(m.config, m.blocks[i], b, s);
       flag_non_finite(x, S * H, kBlockTag + static_cast<int>(i));
     }
+  }
 
-    // Final layer: [shift | scale] rows chosen by timestep index only.
-    mark("adaln_tables");
+  // Final layer: [shift | scale] rows chosen by timestep index only, the norm, the heads and
+  // the velocities to pinned host memory.
+  void enqueue_final(int64_t M, bool timed) {
+    const H3Config& c = m.config;
+    bf16* x = b.x.ptr<bf16>();
+    mark(timed, "adaln_tables");
     adaln_table(m.final_adaln, final_table.data(), M, true);
-    mark("final_heads");
+    mark(timed, "final_heads");
     ops::RmsNormModulateCudaParams n;
     n.x = x;
     n.y = b.n.ptr<bf16>();
@@ -625,12 +647,117 @@ struct ForwardSessionCuda::Impl {
     H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(n, s));
     head(video_head, video0, Nv, video_v, h_video_v.as<void>());
     head(audio_head, audio0, Na, audio_v, h_audio_v.as<void>());
-    mark(nullptr);
+    mark(timed, nullptr);
+  }
+
+  // ---- first-block step caching (h3rt/hybrid.h) ---------------------------------------------
+  // The device buffers live here (fixed pointers, so the parts can be graphs); the run's
+  // StepCache holds a token naming this session and the refresh it made, so a cache refreshed
+  // by another run or session reads as "no cached step".
+  struct CacheToken : StepCache::State {
+    CacheToken(uint64_t o, uint64_t g) : owner(o), generation(g) {}
+    uint64_t owner;  // session_uid (not an address: a later session may reuse it)
+    uint64_t generation;
+  };
+  struct CacheBuffers {
+    Tensor in0, out0;             // [S, H] bf16: block 0's input and output of this step
+    Tensor block0_res, rest_res;  // [S, H] f32 of the refreshing step
+    Tensor partials, rel;         // the reduction's doubles
+    Pinned h_rel;                 // the one value the host waits for
+  };
+  std::unique_ptr<CacheBuffers> cb;
+  uint64_t cache_generation = 0;
+  const uint64_t session_uid = next_session_uid();
+  cudaEvent_t ev_rel = nullptr;
+
+  static uint64_t next_session_uid() {
+    static std::atomic<uint64_t> next{1};
+    return next++;
+  }
+
+  void ensure_cache_buffers() {
+    if (cb) return;
+    const MemoryScope scope("the step cache's buffers");
+    cb = std::make_unique<CacheBuffers>();
+    cb->in0 = cuda::device_empty(DType::bf16, {S, H});
+    cb->out0 = cuda::device_empty(DType::bf16, {S, H});
+    cb->block0_res = cuda::device_empty(DType::f32, {S, H});
+    cb->rest_res = cuda::device_empty(DType::f32, {S, H});
+    cb->partials = cuda::device_empty(DType::f64, {2 * kStepCacheReduceBlocks});
+    cb->rel = cuda::device_empty(DType::f64, {1});
+    cb->h_rel = Pinned(sizeof(double));
+    H3RT_CUDA_CHECK(cudaMemsetAsync(cb->block0_res.data(), 0, cb->block0_res.nbytes(), s));
+    H3RT_CUDA_CHECK(cudaEventCreateWithFlags(&ev_rel, cudaEventDisableTiming));
+  }
+
+  bool holds_cache_of(const StepCache& cache) const {
+    const auto* t = dynamic_cast<const CacheToken*>(cache.state.get());
+    return t && t->owner == session_uid && t->generation == cache_generation;
+  }
+
+  // Part A: the inputs, block 0 (its input and output kept), the relative L1 of its residual
+  // against the cached one, that double to pinned memory.
+  void enqueue_block0(int64_t M, bool timed) {
+    const int64_t n = S * H;
+    bf16* x = b.x.ptr<bf16>();
+    enqueue_inputs(M, timed);
+    H3RT_CUDA_CHECK(cudaMemcpyAsync(cb->in0.data(), x, n * 2, cudaMemcpyDeviceToDevice, s));
+    enqueue_blocks(0, 1, M, timed);
+    mark(timed, "step_cache");
+    H3RT_CUDA_CHECK(cudaMemcpyAsync(cb->out0.data(), x, n * 2, cudaMemcpyDeviceToDevice, s));
+    H3RT_CUDA_CHECK(step_cache_rel_l1_cuda(cb->in0.ptr<bf16>(), cb->out0.ptr<bf16>(),
+                                           cb->block0_res.ptr<float>(), n,
+                                           cb->partials.ptr<double>(), cb->rel.ptr<double>(), s));
+    H3RT_CUDA_CHECK(cudaMemcpyAsync(cb->h_rel.as<void>(), cb->rel.data(), sizeof(double),
+                                    cudaMemcpyDeviceToHost, s));
+    mark(timed, nullptr);
+  }
+
+  // Part B of a reuse: block 0's output plus the cached residual, then the final layer.
+  void enqueue_reuse(int64_t M, bool timed) {
+    mark(timed, "step_cache");
+    H3RT_CUDA_CHECK(step_cache_apply_cuda(b.x.ptr<bf16>(), cb->rest_res.ptr<float>(), S * H, s));
+    enqueue_final(M, timed);
+  }
+
+  // Part B of a computed step: blocks 1..end, the cache refresh, the final layer.
+  void enqueue_rest(int64_t M, bool timed) {
+    enqueue_blocks(1, static_cast<int64_t>(m.blocks.size()), M, timed);
+    mark(timed, "step_cache");
+    H3RT_CUDA_CHECK(step_cache_refresh_cuda(cb->in0.ptr<bf16>(), cb->out0.ptr<bf16>(),
+                                            b.x.ptr<bf16>(), cb->block0_res.ptr<float>(),
+                                            cb->rest_res.ptr<float>(), S * H, s));
+    enqueue_final(M, timed);
+  }
+
+  // A step with first-block caching: part A, one host wait for the relative L1 (the decision
+  // needs it), then part B. Each part is replayed from its own graph once warm. True when both
+  // parts ran from graphs.
+  bool cached_step(StepCache& cache, int64_t M) {
+    ensure_cache_buffers();
+    const bool have = holds_cache_of(cache);
+    bool graphed = launch(kPartBlock0, M, [&](bool t) { enqueue_block0(M, t); });
+    H3RT_CUDA_CHECK(cudaEventRecord(ev_rel, s));
+    H3RT_CUDA_CHECK(cudaEventSynchronize(ev_rel));
+    const double rel = have ? *cb->h_rel.as<double>() : NAN;
+    if (cache.decide(rel)) {
+      graphed &= launch(kPartReuse, M, [&](bool t) { enqueue_reuse(M, t); });
+      return graphed;
+    }
+    graphed &= launch(kPartRest, M, [&](bool t) { enqueue_rest(M, t); });
+    cache.state = std::make_unique<CacheToken>(session_uid, ++cache_generation);
+    cache.refreshed();
+    return graphed;
   }
 
   // ---- finite checks --------------------------------------------------------------------
 
-  static int64_t graph_key(int64_t M, bool checked) { return 2 * M + (checked ? 1 : 0); }
+  // A step is one graph (kWholeStep), or with step caching part A and one of two parts B.
+  static constexpr int kWholeStep = 0, kPartBlock0 = 1, kPartReuse = 2, kPartRest = 3;
+  static int64_t graph_key(int64_t M, bool checked, int part) {
+    return (2 * M + (checked ? 1 : 0)) * 4 + part;
+  }
+  static int64_t warm_key(int64_t M, int part) { return 4 * M + part; }
 
   void flag_non_finite(const bf16* x, int64_t n, int tag) {
     if (check)
@@ -667,12 +794,13 @@ struct ForwardSessionCuda::Impl {
                                    "Inf (the GPU check names the block, not the row)"));
   }
 
-  // Captures the step for table height M; false (and eager from then on) if that fails.
-  bool capture(int64_t M) {
+  // Captures what `enqueue` launches as graph `key`; false (and eager from then on) if that
+  // fails.
+  bool capture(int64_t key, const std::function<void(bool timed)>& enqueue) {
     cudaGraph_t g = nullptr;
     H3RT_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     try {
-      enqueue_step(M, false);
+      enqueue(false);
     } catch (const std::exception& e) {
       cudaStreamEndCapture(s, &g);
       if (g) cudaGraphDestroy(g);
@@ -697,8 +825,27 @@ struct ForwardSessionCuda::Impl {
       graph_failed = true;
       return false;
     }
-    graphs[graph_key(M, check)] = exec;
+    graphs[key] = exec;
     return true;
+  }
+
+  // Runs one part of a step (or the whole step): from its graph once the same part has run
+  // eagerly for this table height (captured on the second call), eagerly before. True when a
+  // graph ran.
+  bool launch(int part, int64_t M, const std::function<void(bool timed)>& enqueue) {
+    const int64_t key = graph_key(M, check, part);
+    const auto t_capture = Clock::now();
+    bool captured = false;
+    const bool use_graph = opt.cuda_graph && !graph_failed && warmed[warm_key(M, part)] &&
+                           (graphs.count(key) || (captured = capture(key, enqueue)));
+    if (captured) times.capture_ms += ms_since(t_capture);
+    if (use_graph)
+      H3RT_CUDA_CHECK(cudaGraphLaunch(graphs.at(key), s));
+    else
+      enqueue(opt.stage_timing);
+    timed_any |= opt.stage_timing && !use_graph;
+    warmed[warm_key(M, part)] = true;
+    return use_graph;
   }
 
   ForwardOutputs forward(const ForwardInputs& in) {
@@ -723,21 +870,15 @@ struct ForwardSessionCuda::Impl {
     if (Na) std::memcpy(h_audio.as<void>(), in.audio_rows, h_audio.bytes());
     times.host_prepare_ms = ms_since(t_start) - text_wall_ms;
 
-    const auto t_capture = Clock::now();
-    bool captured = false;
-    const bool use_graph = opt.cuda_graph && !graph_failed && warmed[M] &&
-                           (graphs.count(graph_key(M, check)) || (captured = capture(M)));
-    if (captured) times.capture_ms = ms_since(t_capture);
-    const bool timed = opt.stage_timing && !use_graph;
-    if (timed) timer.begin(s);
+    timed_any = false;
+    if (opt.stage_timing) timer.begin(s);
+    StepCache* cache = in.step_cache;
+    if (cache && (!cache->enabled() || m.blocks.size() < 2)) cache = nullptr;
     H3RT_CUDA_CHECK(cudaEventRecord(ev0, s));
-    if (use_graph)
-      H3RT_CUDA_CHECK(cudaGraphLaunch(graphs.at(graph_key(M, check)), s));
-    else
-      enqueue_step(M, timed);
+    const bool use_graph =
+        cache ? cached_step(*cache, M) : launch(kWholeStep, M, [&](bool t) { enqueue_step(M, t); });
     H3RT_CUDA_CHECK(cudaEventRecord(ev1, s));
     end_checks();
-    warmed[M] = true;
 
     const auto t_wait = Clock::now();
     s.synchronize();
@@ -750,7 +891,7 @@ struct ForwardSessionCuda::Impl {
     H3RT_CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
     times.device_ms = ms;
     times.graph = use_graph;
-    if (timed) times.stage_ms = timer.totals();
+    if (timed_any) times.stage_ms = timer.totals();
     times.wall_ms = ms_since(t_start);
     return out;
   }

@@ -20,6 +20,16 @@
 // which each step refills before the launch. If capture or instantiation fails the session
 // says so once on stderr and stays eager. Graph and eager steps give identical bits.
 //
+// First-block step caching (ForwardInputs::step_cache, h3rt/hybrid.h) splits a step in two:
+// part A (inputs, block 0, the relative L1 of block 0's residual against the cached one, that
+// one double copied to pinned memory), a host wait for that double (the decision needs it; the
+// only extra synchronisation), then part B: the cached residual added to block 0's output and
+// the final layer (a reuse), or blocks 1..end, the cache refresh and the final layer. Each part
+// is its own CUDA graph once warm (same bits as eager). The residual buffers (2 bf16 and 2 f32
+// copies of the [S, H] stream) belong to the session, allocated on the first cached forward;
+// the run's StepCache holds a token naming the session and its latest refresh. device_ms then
+// includes the host wait between the parts.
+//
 // Not thread-safe; one session per stream. The model must outlive the session.
 #pragma once
 

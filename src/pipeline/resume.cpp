@@ -77,6 +77,8 @@ FloatVec read_rows(const SafetensorsFile& f, const std::string& name, const Shap
   return FloatVec(v.begin(), v.end());
 }
 
+constexpr const char* kOff = "off";
+
 std::string meta(const SafetensorsFile& f, const std::string& key) {
   const auto it = f.metadata().find(key);
   H3RT_CHECK(it != f.metadata().end(), f.path(), ": not an h3rt resume file (no '", key,
@@ -94,7 +96,7 @@ RunKeys run_keys(const Denoiser& d, const Request& r, const SampleOptions& o) {
     model = "config hidden " + std::to_string(c.hidden) + ", layers " + std::to_string(c.layers) +
             " (no model identity given)";
   }
-  return {{"model", model},
+  RunKeys keys = {{"model", model},
           {"device", d.device_name()},
           {"precision", d.precision() == Precision::bf16 ? "bf16" : "fp32"},
           {"scheduler", scheduler_name(o.scheduler)},
@@ -107,6 +109,22 @@ RunKeys run_keys(const Denoiser& d, const Request& r, const SampleOptions& o) {
                          std::to_string(L.audio_len) + ", latent " + std::to_string(L.frames) +
                          "x" + std::to_string(L.height) + "x" + std::to_string(L.width)},
           {"request", "starting latents and text fnv1a64 " + request_fingerprint(r)}};
+  // The hybrid changes the trajectory ("off" also stands for a file written before these keys).
+  const SparseAttention& sp = o.hybrid.sparse;
+  keys.push_back({"sparse_attention",
+                  !sp.enabled() ? std::string(kOff)
+                                : "tau " + f64_text(sp.tau) + ", dense steps " +
+                                      std::to_string(o.hybrid.dense_steps) + ", dense blocks " +
+                                      std::to_string(sp.dense_blocks) + ", band " +
+                                      std::to_string(sp.band) + ", max blocks " +
+                                      std::to_string(sp.max_blocks) +
+                                      (sp.video_rows_only ? ", video rows only" : ", all rows")});
+  keys.push_back({"step_cache", !o.step_cache.enabled()
+                                    ? std::string(kOff)
+                                    : "threshold " + f64_text(o.step_cache.threshold) +
+                                          ", max reuses " +
+                                          std::to_string(o.step_cache.max_reuses)});
+  return keys;
 }
 
 void write(const std::string& path, const RunKeys& keys, const LoopState& st,
@@ -134,7 +152,9 @@ LoopState read(const std::string& path, const RunKeys& keys, const Shape& video_
              "', expected '", kFormat, "'");
   std::string diff;
   for (const auto& [key, here] : keys) {
-    const std::string there = meta(f, key);
+    const bool hybrid_key = key == "sparse_attention" || key == "step_cache";
+    const bool absent = f.metadata().find(key) == f.metadata().end();
+    const std::string there = hybrid_key && absent ? std::string(kOff) : meta(f, key);
     if (there != here)
       diff += std::string(diff.empty() ? "" : "; ") + key + " is '" + there + "' there, '" + here +
               "' here";

@@ -49,6 +49,7 @@ void check_options(const SampleOptions& o) {
   H3RT_CHECK(o.checkpoint_every >= 0, "checkpoint_every must be >= 0, got ", o.checkpoint_every);
   H3RT_CHECK(o.checkpoint_every == 0 || !o.checkpoint_path.empty(),
              "checkpoint_every needs a checkpoint path");
+  check_hybrid_options(o.hybrid, o.step_cache);
 }
 
 SamplerPlan plan_for(const SequenceLayout& L, const SampleOptions& o) {
@@ -61,8 +62,16 @@ SamplerPlan plan_for(const SequenceLayout& L, const SampleOptions& o) {
 // One step of either loop on the state's rows.
 class Stepper {
  public:
-  Stepper(Denoiser& d, const Request& r, const SamplerPlan& p, uint64_t seed)
-      : d_(d), req_(r), plan_(p), seed_(seed), bf16_(d.precision() == Precision::bf16) {}
+  Stepper(Denoiser& d, const Request& r, const SamplerPlan& p, const SampleOptions& o)
+      : d_(d),
+        req_(r),
+        plan_(p),
+        seed_(o.noise_seed),
+        bf16_(d.precision() == Precision::bf16),
+        hybrid_(o.hybrid),
+        cache_(o.step_cache) {}
+
+  const std::vector<HybridStep>& hybrid_steps() const { return records_; }
 
   StageSeconds run(int i, resume::LoopState& st) {
     StageSeconds t;
@@ -82,10 +91,21 @@ class Stepper {
                      or_null(req_.cond.video),
                      or_null(req_.cond.audio)};
     in.step = i;  // names the step in finite-check errors; check_finite first checks step 0
+    HybridStep rec;
+    SparseStats stats;
+    rec.sparse = sparse_step(hybrid_, i);
+    if (rec.sparse) {
+      in.sparse = &hybrid_.sparse;
+      in.sparse_stats = &stats;
+    }
+    if (cache_.enabled()) in.step_cache = &cache_;
     t.packing = seconds_since(t0);
     t0 = Clock::now();
     const ForwardOutputs v = d_.forward(in);
     t.denoiser = seconds_since(t0);
+    if (stats.key_blocks_total > 0) rec.sparse_fraction = stats.fraction();
+    if (cache_.enabled()) rec.cache = cache_.last();
+    records_.push_back(rec);
     t0 = Clock::now();
     const auto vn = static_cast<int64_t>(st.video_rows.size());
     const auto an = static_cast<int64_t>(st.audio_rows.size());
@@ -122,6 +142,9 @@ class Stepper {
   uint64_t seed_;
   bool bf16_;
   FloatVec video_in_, audio_in_;
+  const HybridOptions& hybrid_;
+  StepCache cache_;  // this run's: starts empty
+  std::vector<HybridStep> records_;
 };
 
 resume::LoopState initial_state(const Request& r, const SamplerPlan& p) {
@@ -205,7 +228,7 @@ SampleResult sample(Denoiser& denoiser, Request req, const SampleOptions& o) {
                                                               ctl.audio_rows, evals);
   const int first = st.steps_done;
   ctl.check(st, false);
-  Stepper stepper(denoiser, req, plan, o.noise_seed);
+  Stepper stepper(denoiser, req, plan, o);
   std::vector<StageSeconds> stages;
   for (int i = first; i < evals; ++i) {
     stages.push_back(stepper.run(i, st));
@@ -214,6 +237,7 @@ SampleResult sample(Denoiser& denoiser, Request req, const SampleOptions& o) {
   }
   SampleResult res = finish(plan, st, c, L, std::move(stages));
   res.resumed_steps = first;
+  res.hybrid_steps = stepper.hybrid_steps();
   return res;
 }
 

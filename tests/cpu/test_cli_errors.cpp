@@ -55,6 +55,7 @@ std::vector<std::pair<std::string, std::string>> verbs() {
   return {{"sample", ""},
           {"forward", "--checkpoint " + kWeights + " --inputs " + kGolden + " --out " + tmp("f")},
           {"info", kWeights},
+          {"compare", kWeights + " " + kWeights},
           {"quantize-nvfp4", "--in " + kGolden + " --out " + tmp("n")},
           {"quantize-checkpoint", "--in " + kWeights + " --out " + tmp("q") + " --format fp8"},
           {"int8-convrot", "--in " + kInt8 + " --out " + tmp("i")},
@@ -127,6 +128,14 @@ TEST(CliErrors, BadOptionValues) {
   expect_error("sample --frames 20", "nearest valid counts: 18 and 22");
   expect_error("sample --preset huge", "--preset");
   expect_error("sample --steps many", "--steps");
+  expect_error("sample --sparse-attention -1", "--sparse-attention must be in [0, 10]");
+  expect_error("sample --sparse-attention nan", "--sparse-attention");
+  expect_error("sample --dense-steps -1", "--dense-steps must be in [0, 1000], got -1");
+  expect_error("sample --dense-blocks 1001", "--dense-blocks must be in [0, 1000], got 1001");
+  expect_error("sample --step-cache -0.5", "--step-cache must be in [0, 100]");
+  expect_error("sample --step-cache-max 0", "--step-cache-max must be in [1, 1000], got 0");
+  expect_error("sample --gate", "--gate compares the dense run with an approximate one");
+  expect_error("sample --gate --step-cache 0.1 --checkpoint-every 2", "--gate runs both");
   expect_error("forward --checkpoint " + kWeights + " --inputs " + kGolden + " --out " +
                    tmp("f.st") + " --sigma 2",
                "sigma must lie in [0, 1], got 2");
@@ -140,7 +149,7 @@ TEST(CliErrors, BadOptionValues) {
   expect_error("bench step --preset huge", "--preset");
   expect_error("bench sample --cuda-graph maybe", "--cuda-graph");
   for (const std::string& v : {"forward", "quantize-nvfp4", "quantize-checkpoint", "int8-convrot",
-                               "prune-adaln", "info", "bench compare"})
+                               "prune-adaln", "info", "bench compare", "compare"})
     expect_error(v, "required");
 }
 
@@ -155,7 +164,7 @@ TEST(CliErrors, MissingFiles) {
         "quantize-checkpoint --in " + missing + " --out " + tmp("q.st") + " --format fp8",
         "int8-convrot --in " + missing + " --out " + tmp("i.st"),
         "prune-adaln --in " + missing + " --out " + tmp("p.st"),
-        "bench compare " + missing + " " + missing})
+        "bench compare " + missing + " " + missing, "compare " + missing + " " + kWeights})
     expect_error(args, missing);
 }
 
@@ -170,7 +179,8 @@ TEST(CliErrors, FilesThatAreNotSafetensors) {
         "info " + bad, "quantize-nvfp4 --in " + bad + " --out " + tmp("n.st"),
         "quantize-checkpoint --in " + bad + " --out " + tmp("q.st") + " --format nvfp4",
         "int8-convrot --in " + bad + " --out " + tmp("i.st"),
-        "prune-adaln --in " + bad + " --out " + tmp("p.st"), "bench compare " + bad + " " + bad}) {
+        "prune-adaln --in " + bad + " --out " + tmp("p.st"), "bench compare " + bad + " " + bad,
+        "compare " + bad + " " + bad}) {
     SCOPED_TRACE(args);
     expect_error(args, bad);
     EXPECT_FALSE(std::ifstream(tmp("s.st")).good()) << "an output was written";
@@ -188,6 +198,7 @@ TEST(CliErrors, WrongKindOfFile) {
   expect_error("quantize-nvfp4 --in " + kWeights + " --out " + tmp("n.st"), kWeights);
   expect_error("int8-convrot --in " + kGolden + " --out " + tmp("i.st"), kGolden);
   expect_error("prune-adaln --in " + kGolden + " --out " + tmp("p.st"), kGolden);
+  expect_error("compare " + kWeights + " " + kGolden, "holds video_latents or audio_latents");
 }
 
 TEST(CliErrors, OutputFolderMissing) {
@@ -197,7 +208,8 @@ TEST(CliErrors, OutputFolderMissing) {
         "forward --checkpoint " + kWeights + " --inputs " + kGolden + " --out " + out,
         "quantize-checkpoint --in " + kWeights + " --out " + out + " --format fp8",
         "int8-convrot --in " + kWeights + " --out " + out,
-        "prune-adaln --in " + kWeights + " --out " + out})
+        "prune-adaln --in " + kWeights + " --out " + out,
+        "compare " + kWeights + " " + kWeights + " --json " + out})
     expect_error(args, "does not exist");
 }
 

@@ -163,6 +163,10 @@ TEST(Resume, RefusesAnotherRunNamingTheDifference) {
                 r = make_request(*config_preset("tiny"), ro);
               }),
       "layout is");
+  has(refusal(run, [](SampleOptions& o, Request&) { o.step_cache.threshold = 0.08; }),
+      "step_cache is 'off' there, 'threshold 0.08");
+  has(refusal(run, [](SampleOptions& o, Request&) { o.hybrid.sparse.tau = 1; }),
+      "sparse_attention is 'off' there, 'tau 1, dense steps 10");
   // Not a resume file at all.
   SampleOptions o = options(Scheduler::simple, SamplerKind::euler);
   o.resume_path = test::golden_dir() + "/weights.safetensors";
