@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "cuda/arena.h"
@@ -16,6 +17,7 @@
 #include "model/forward_session_cuda.h"
 #include "model/pdd_head.h"
 #include "ops/adaln_curve/adaln_curve.h"
+#include "ops/attention_sparse/router.h"
 #include "ops/finite_check/finite_check.h"
 #include "ops/linear/linear.h"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
@@ -273,8 +275,16 @@ struct ForwardSessionCuda::Impl {
   std::vector<int64_t> cached_tidx, row_index_host;
   bool text_valid = false, tables_valid = false;
 
-  std::map<int64_t, cudaGraphExec_t> graphs;  // by graph_key(M, finite checks in it)
-  std::map<int64_t, bool> warmed;
+  // Graphs by (table height M, finite checks in it, the sparse configuration baked into it).
+  using GraphKey = std::tuple<int64_t, bool, bool, float, int, bool, int, int64_t>;
+  std::map<GraphKey, cudaGraphExec_t> graphs;
+  std::map<GraphKey, bool> warmed;
+
+  // Block-sparse attention of this step (set by forward; h3rt/sparse.h) and its counters' copy.
+  bool sparse = false;
+  SparseAttention sparse_cfg;
+  int64_t prefix_rows = 0;
+  Pinned h_sparse_stats;
   bool graph_failed = false;
   int64_t last_nodes = 0;
 
@@ -433,9 +443,8 @@ struct ForwardSessionCuda::Impl {
     text_valid = false;
     if (!rb) {
       const MemoryScope scope("the token refiner's activations");
-      rb = std::make_unique<BlockCudaBuffers>(
-          make_block_buffers(c, L, 3, m.has_fp8(), m.has_nvfp4(),
-                             ops::AttentionKernel::flash_bf16, m.has_int8()));
+      rb = std::make_unique<BlockCudaBuffers>(make_block_buffers(
+          c, L, 3, m.has_fp8(), m.has_nvfp4(), ops::AttentionKernel::flash_bf16, m.has_int8()));
       text_dev = cuda::device_empty(DType::bf16, {L, c.text_dim});
     }
     std::vector<uint16_t> bits(n);
@@ -596,12 +605,17 @@ struct ForwardSessionCuda::Impl {
     project(m.video_in, video_in.ptr<float>(), Nv, x + video0 * H);
     flag_non_finite(x, S * H, kInputTag);
 
+    const model::BlockSparse block_sparse{&sparse_cfg, prefix_rows};
+    if (sparse)
+      H3RT_CUDA_CHECK(cudaMemsetAsync(b.sparse_stats.data(), 0, b.sparse_stats.nbytes(), s));
     for (size_t i = 0; i < m.blocks.size(); ++i) {
       mark("adaln_tables");
       // [M, 18H] is the [3M, 6H] table: row m*3 + modality.
       adaln_table(m.blocks[i].adaln, b.table.data(), M, false);
       mark("blocks");
-      block_forward_cuda(c, m.blocks[i], b, s);
+      const bool sparse_block = sparse && static_cast<int64_t>(i) >= sparse_cfg.dense_blocks;
+      block_forward_cuda(c, m.blocks[i], b, s, nullptr, false,
+                         sparse_block ? &block_sparse : nullptr);
       flag_non_finite(x, S * H, kBlockTag + static_cast<int>(i));
     }
 
@@ -625,12 +639,44 @@ struct ForwardSessionCuda::Impl {
     H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(n, s));
     head(video_head, video0, Nv, video_v, h_video_v.as<void>());
     head(audio_head, audio0, Na, audio_v, h_audio_v.as<void>());
+    if (sparse)
+      H3RT_CUDA_CHECK(cudaMemcpyAsync(h_sparse_stats.as<void>(), b.sparse_stats.data(),
+                                      b.sparse_stats.nbytes(), cudaMemcpyDeviceToHost, s));
     mark(nullptr);
+  }
+
+  // ---- block-sparse attention -----------------------------------------------------------
+
+  // Before the step (outside any capture): the configuration and the buffers it needs.
+  void prepare_sparse(const SparseAttention* cfg) {
+    sparse = cfg && cfg->enabled();
+    if (!sparse) return;
+    H3RT_CHECK(b.attention == ops::AttentionKernel::sage_8bit,
+               "sparse attention needs --attention sage (this session runs the bf16 attention "
+               "kernel)");
+    sparse_cfg = *cfg;
+    prefix_rows = attention_sparse::prefix_rows_of(layout);
+    attention_sparse::check_router_args({S, m.config.heads, 128, 1, prefix_rows}, sparse_cfg);
+    ensure_sparse_buffers(b);
+    if (!h_sparse_stats.as<void>()) h_sparse_stats = Pinned(b.sparse_stats.nbytes());
+  }
+
+  // After the step's wait: what its sparse blocks computed.
+  void add_sparse_stats(SparseStats* out) const {
+    if (!sparse || !out) return;
+    const auto* n = h_sparse_stats.as<unsigned long long>();
+    out->key_blocks_computed += static_cast<int64_t>(n[0]);
+    out->key_blocks_total += static_cast<int64_t>(n[1]);
   }
 
   // ---- finite checks --------------------------------------------------------------------
 
-  static int64_t graph_key(int64_t M, bool checked) { return 2 * M + (checked ? 1 : 0); }
+  GraphKey graph_key(int64_t M) const {
+    const SparseAttention& c = sparse_cfg;
+    return sparse ? GraphKey{M,      check,       true, c.tau, c.dense_blocks, c.video_rows_only,
+                             c.band, c.max_blocks}
+                  : GraphKey{M, check, false, 0.0f, 0, false, 0, 0};
+  }
 
   void flag_non_finite(const bf16* x, int64_t n, int tag) {
     if (check)
@@ -697,7 +743,7 @@ struct ForwardSessionCuda::Impl {
       graph_failed = true;
       return false;
     }
-    graphs[graph_key(M, check)] = exec;
+    graphs[graph_key(M)] = exec;
     return true;
   }
 
@@ -716,6 +762,7 @@ struct ForwardSessionCuda::Impl {
     if (L) flag_non_finite(text_rows.ptr<bf16>(), L * H, kTextTag);
     const double text_wall_ms = times.text_refined ? ms_since(t_text) : 0.0;
     prepare_plan(in.plan);
+    prepare_sparse(in.sparse);
     prepare_heads(in.schedule);
     prepare_cond(in.cond_video_rows, Ncv, m.video_in, cond_video_emb, cached_cond_video, "video");
     prepare_cond(in.cond_audio_rows, Nca, m.audio_in, cond_audio_emb, cached_cond_audio, "audio");
@@ -725,23 +772,25 @@ struct ForwardSessionCuda::Impl {
 
     const auto t_capture = Clock::now();
     bool captured = false;
-    const bool use_graph = opt.cuda_graph && !graph_failed && warmed[M] &&
-                           (graphs.count(graph_key(M, check)) || (captured = capture(M)));
+    const GraphKey key = graph_key(M);
+    const bool use_graph = opt.cuda_graph && !graph_failed && warmed[key] &&
+                           (graphs.count(key) || (captured = capture(M)));
     if (captured) times.capture_ms = ms_since(t_capture);
     const bool timed = opt.stage_timing && !use_graph;
     if (timed) timer.begin(s);
     H3RT_CUDA_CHECK(cudaEventRecord(ev0, s));
     if (use_graph)
-      H3RT_CUDA_CHECK(cudaGraphLaunch(graphs.at(graph_key(M, check)), s));
+      H3RT_CUDA_CHECK(cudaGraphLaunch(graphs.at(key), s));
     else
       enqueue_step(M, timed);
     H3RT_CUDA_CHECK(cudaEventRecord(ev1, s));
     end_checks();
-    warmed[M] = true;
+    warmed[key] = true;
 
     const auto t_wait = Clock::now();
     s.synchronize();
     throw_if_flagged();
+    add_sparse_stats(in.sparse_stats);
     ForwardOutputs out;
     out.video_velocity.assign(h_video_v.as<float>(), h_video_v.as<float>() + Nv * m.video_out.out);
     out.audio_velocity.assign(h_audio_v.as<float>(), h_audio_v.as<float>() + Na * m.audio_out.out);
