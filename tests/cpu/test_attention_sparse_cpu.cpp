@@ -130,22 +130,6 @@ TEST(SparseRouter, RejectsBadOptions) {
   EXPECT_THROW(route_cpu(x.input(), shape_of(x, 128, 1000), cfg(1.0f, 1)), Error);
 }
 
-// Random lists: per (head, tile) a random non-empty ascending subset of the key blocks.
-HostBlockLists random_lists(const RouterShape& s, std::mt19937& rng) {
-  HostBlockLists l = full_block_lists(s);
-  const int64_t nk = s.n_kblocks();
-  l.stats.key_blocks_computed = 0;
-  for (size_t t = 0; t < l.count.size(); ++t) {
-    int32_t n = 0;
-    const int32_t forced = static_cast<int32_t>(rng() % nk);
-    for (int32_t j = 0; j < nk; ++j)
-      if (j == forced || rng() % 3 == 0) l.index[t * nk + n++] = j;
-    l.count[t] = n;
-    l.stats.key_blocks_computed += n;
-  }
-  return l;
-}
-
 struct Qkv {
   int64_t seq, heads, stride;
   std::vector<uint16_t> bits;
@@ -210,7 +194,7 @@ TEST(SparseAttentionCpu, FullListsEqualDenseBitForBit) {
 TEST(SparseAttentionCpu, SparseSageReferenceMatchesRestrictedExactAttention) {
   const Qkv x = random_qkv(520, 2, 12);
   std::mt19937 rng(13);
-  const HostBlockLists l = random_lists({x.seq, x.heads, 128, 64, 0}, rng);
+  const HostBlockLists l = test::random_block_lists({x.seq, x.heads, 128, 64, 0}, rng);
   const BlockList v = l.view();
   const attention_sage::Quantized z = attention_sage::quantize_reference(x.view(), 0.0883883f);
   const std::vector<float> sage =

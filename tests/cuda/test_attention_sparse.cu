@@ -152,6 +152,15 @@ RouterCudaParams router_params(const Qkv& x, const Tensor& qkv, const RouterShap
   return p;
 }
 
+// Elements whose bits differ (-1: other sizes).
+template <typename A, typename B>
+int64_t differing(const A& a, const B& b) {
+  if (a.size() != b.size()) return -1;
+  int64_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(a[i])) != 0;
+  return n;
+}
+
 RouterShape shape_for(const Qkv& x, as::SageVariant v, int64_t prefix = 0) {
   return {x.seq, x.heads, 128, as::sage_query_tile(v), prefix};
 }
@@ -178,7 +187,7 @@ TEST_F(SparseSageCuda, FullListsBitIdenticalToDense) {
       SCOPED_TRACE(testing::Message()
                    << "S=" << S << " H=" << H << " " << as::sage_variant_name(v));
       const DeviceLists full(full_block_lists(shape_for(x, v)));
-      EXPECT_EQ(run_sage(x, d, v, &full.view), run_sage(x, d, v, nullptr));
+      EXPECT_EQ(differing(run_sage(x, d, v, &full.view), run_sage(x, d, v, nullptr)), 0);
     }
   }
 }
@@ -194,15 +203,7 @@ TEST_F(SparseSageCuda, RandomListsMatchTheCpuSparseReference) {
   const as::Quantized z = as::quantize_reference(x.view(), kSmScale);
   for (as::SageVariant v : variants()) {
     SCOPED_TRACE(as::sage_variant_name(v));
-    HostBlockLists h = full_block_lists(shape_for(x, v));
-    const int64_t nk = h.shape.n_kblocks();
-    for (size_t t = 0; t < h.count.size(); ++t) {
-      int32_t n = 0;
-      const int32_t keep = static_cast<int32_t>(g() % nk);
-      for (int32_t j = 0; j < nk; ++j)
-        if (j == keep || g() % 3 == 0) h.index[t * nk + n++] = j;
-      h.count[t] = n;
-    }
+    const HostBlockLists h = test::random_block_lists(shape_for(x, v), g);
     const DeviceLists dl(h);
     const BlockList hv = h.view();
     const std::vector<float> ref = as::attention_reference(z, row_sum(v), &hv);
@@ -276,10 +277,11 @@ TEST(SparseRouterCuda, ChoosesTheCpuRoutersBlocks) {
 
 // Local attention (smooth Q = K on a 16 x 16 x 8 grid, 2048 rows, 16 key blocks): router +
 // sparse kernel against the dense kernel, tau 1, band 1. The CPU references of the same
-// computation (route_cpu + attention_reference) measured, for seeds 1-4 of this generator,
-// relative L1 BOUND_NOTE with 192-row tiles (pp3) at ~51% of the key blocks, and 0.019 with
-// 64-row tiles (w4) at 49%; the bound 0.1 leaves a ~2x margin. Rows of the 200-row prefix
-// are computed densely (video_rows_only) and must be bit-identical.
+// computation (route_cpu + attention_reference) measured, for fixed seeds of this generator, a
+// relative L1 of 0.038 / 0.042 / 0.033 (seeds 1, 3, 4) with 192-row tiles (pp3) at 51% of the
+// key blocks, and 0.019 with 64-row tiles (w4, seed 2) at 49%; the bound 0.1 leaves a ~2x
+// margin. Rows of the 200-row prefix are computed densely (video_rows_only) and must be
+// bit-identical.
 TEST_F(SparseSageCuda, SmoothLocalAttentionNearDenseAndPrefixRowsExact) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -342,7 +344,7 @@ TEST_F(SparseSageCuda, ForwardSessionRunsSparseEagerAndFromGraphs) {
   SparseAttention s = config(0.5f, 0, 0, true);
   s.dense_blocks = static_cast<int>(c.layers);  // every block dense: the dense output
   in.sparse = &s;
-  EXPECT_EQ(session.forward(in).video_velocity, dense.video_velocity);
+  EXPECT_EQ(differing(session.forward(in).video_velocity, dense.video_velocity), 0);
   s.dense_blocks = 1;
   SparseStats st[3];
   std::vector<FloatVec> out;
@@ -350,15 +352,13 @@ TEST_F(SparseSageCuda, ForwardSessionRunsSparseEagerAndFromGraphs) {
     in.sparse_stats = &st[i];
     out.push_back(session.forward(in).video_velocity);
   }
-  const int64_t S = x.layout.seq_len(),
-                nq =
-                    (S + as::sage_query_tile(as::sage_resolve_variant(as::SageVariant::automatic)) -
-                     1) /
-                    as::sage_query_tile(as::sage_resolve_variant(as::SageVariant::automatic));
+  const int64_t S = x.layout.seq_len();
+  const int64_t tile = as::sage_query_tile(as::sage_resolve_variant(as::SageVariant::automatic));
+  const int64_t nq = (S + tile - 1) / tile;
   EXPECT_EQ(st[0].key_blocks_total, (c.layers - 1) * c.heads * nq * ((S + 127) / 128));
   EXPECT_LE(st[0].key_blocks_computed, st[0].key_blocks_total);
   for (int i = 1; i < 3; ++i) {
-    EXPECT_EQ(out[i], out[0]) << "step " << i;
+    EXPECT_EQ(differing(out[i], out[0]), 0) << "step " << i;
     EXPECT_EQ(st[i].key_blocks_computed, st[0].key_blocks_computed);
   }
   for (float v : out[0]) ASSERT_TRUE(std::isfinite(v));
