@@ -94,7 +94,8 @@ struct SageAttentionParams {
   Nvfp4Out nvfp4;
   // Optional block-sparse form (device pointers, attention_sparse/router.h): q_tile must be
   // sage_query_tile(variant), n_qtiles = ceil(S / q_tile), n_kblocks = ceil(S / 128); every
-  // count >= 1 (the router guarantees it). Unset: dense.
+  // count >= 1 (the router guarantees it; the rows of a tile with count 0 are not written).
+  // Unset: dense.
   attention_sparse::BlockList blocks;
 };
 // Returns cudaErrorInvalidValue for bad arguments (a computed NVFP4 global scale included),

@@ -131,6 +131,7 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads) sage_attn_kernel(KernelArgs 
     const int64_t tile = static_cast<int64_t>(h) * a.blocks.n_qtiles + blockIdx.x;
     list = a.blocks.index + tile * a.blocks.n_kblocks;
     nblocks = __ldg(a.blocks.count + tile);
+    if (nblocks <= 0) return;  // an empty list (not made by the router): rows left unwritten
   }
   const auto key_block = [&](int b) { return kSparse ? __ldg(list + b) : b; };
   load_q<W>(a, h, q0, s_q);

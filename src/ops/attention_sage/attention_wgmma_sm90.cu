@@ -365,6 +365,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     const int64_t tile = static_cast<int64_t>(h) * a.blocks.n_qtiles + blockIdx.x;
     kb.list = a.blocks.index + tile * a.blocks.n_kblocks;
     n = __ldg(a.blocks.count + tile);
+    if (n <= 0) return;  // an empty list (not made by the router): rows left unwritten
   }
   if (threadIdx.x == 0) {
     bar_init(sm.q_full(), 1);
