@@ -17,6 +17,7 @@
 #include "h3rt/formats.h"
 #include "h3rt/layout.h"
 #include "h3rt/model.h"
+#include "h3rt/nvfp4.h"
 #include "model/forward_session_cuda.h"
 #include "model/model_cuda.h"
 #include "ops/attention_sage/attention_sage.h"
@@ -138,6 +139,26 @@ std::vector<uint16_t> run_sage(const Qkv& x, const DeviceQkv& d, as::SageVariant
   return h;
 }
 
+// The NVFP4 encoding (given global scale) of one kernel call: qdata then scales, as bytes.
+std::vector<uint8_t> run_sage_nvfp4(const Qkv& x, const DeviceQkv& d, as::SageVariant v,
+                                    const BlockList* lists) {
+  const int64_t span = x.heads * 128, qbytes = x.seq * span / 2;
+  const int64_t sbytes = nvfp4_scales_bytes(x.seq, span);
+  Tensor q = test::device_buffer(DType::u8, {qbytes}),
+         sc = test::device_buffer(DType::u8, {sbytes});
+  const Tensor g = test::upload(std::vector<float>{0.02f}, DType::f32, {1});
+  as::SageAttentionParams p{d.b, x.seq, x.heads, nullptr, span, v};
+  p.nvfp4.qdata = static_cast<uint8_t*>(q.data());
+  p.nvfp4.scales = static_cast<uint8_t*>(sc.data());
+  p.nvfp4.global_scale = g.ptr<float>();
+  if (lists) p.blocks = *lists;
+  H3RT_CUDA_CHECK(as::sage_attention(p, nullptr));
+  std::vector<uint8_t> h(qbytes + sbytes);
+  H3RT_CUDA_CHECK(cudaMemcpy(h.data(), q.data(), qbytes, cudaMemcpyDeviceToHost));
+  H3RT_CUDA_CHECK(cudaMemcpy(h.data() + qbytes, sc.data(), sbytes, cudaMemcpyDeviceToHost));
+  return h;
+}
+
 // The router on the device copy `qkv` of x.
 RouterCudaParams router_params(const Qkv& x, const Tensor& qkv, const RouterShape& s,
                                const SparseAttention& cfg, const Tensor& ws) {
@@ -188,6 +209,9 @@ TEST_F(SparseSageCuda, FullListsBitIdenticalToDense) {
                    << "S=" << S << " H=" << H << " " << as::sage_variant_name(v));
       const DeviceLists full(full_block_lists(shape_for(x, v)));
       EXPECT_EQ(differing(run_sage(x, d, v, &full.view), run_sage(x, d, v, nullptr)), 0);
+      // The NVFP4 epilogue (the out_proj input of the block) is its own sparse instantiation.
+      EXPECT_EQ(differing(run_sage_nvfp4(x, d, v, &full.view), run_sage_nvfp4(x, d, v, nullptr)),
+                0);
     }
   }
 }

@@ -309,6 +309,8 @@ __device__ __forceinline__ void consumer(const Args& a, const Smem& sm, const Lo
     const int prev = (t - 1) % kStages;
     b = kb[t];
     const float dq = qs * ksc[b * 4];  // loaded early: the wgmma fences below order memory
+    // The loader's next block index, read before the phase waits (sparse: a global load).
+    const int ahead = threadIdx.x == 0 && t + kAhead < n ? kb[t + kAhead] : 0;
     float ob[68];
     named_sync(my_bar, 256);
     pv_issue(sm, prev, pa, ob);
@@ -318,7 +320,7 @@ __device__ __forceinline__ void consumer(const Args& a, const Smem& sm, const Lo
     named_arrive(other_bar, 256);
     // Behind this phase's matrix products: the stage of position t + kAhead last held t - 3,
     // which every consumer released in its phase t - 2.
-    if (threadIdx.x == 0 && t + kAhead < n) ld.block(sm, t + kAhead, kb[t + kAhead]);
+    if (threadIdx.x == 0 && t + kAhead < n) ld.block(sm, t + kAhead, ahead);
     wg_wait<0>();
     reg_fence(acc);
     softmax_block(acc, dq, b * kBN, a.seq, lane, st, pa);
