@@ -1,5 +1,6 @@
 // `h3rt bench attention`: times the Sage attention pre-pass and every kernel variant at the seed
-// shape, next to the dense bf16 flash kernel on the same input.
+// shape, next to the dense bf16 flash kernel on the same input; with --sparse also the router and
+// the block-sparse kernel.
 #include <memory>
 #include <string>
 #include <utility>
@@ -12,11 +13,32 @@
 #endif
 
 namespace h3rt::cli {
+#ifdef H3RT_HAVE_CUDA
+namespace {
+
+// The Sage variants that exist, and a clear error for the retired ones.
+CLI::Validator sage_variant_check() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        if (v == "w4" || v == "wgmma_pp3") return {};
+        if (v == "w8" || v == "wgmma" || v == "wgmma_pingpong" || v == "wgmma_pp_overlap" ||
+            v == "wgmma3")
+          return "Sage variant '" + v +
+                 "' was retired (slower than wgmma_pp3 / w4 in bench/RESULTS.md); "
+                 "use w4 or wgmma_pp3";
+        return "unknown Sage variant '" + v + "' (w4, wgmma_pp3)";
+      },
+      "VARIANT");
+}
+
+}  // namespace
+#endif
 
 void add_bench_attention_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("attention",
                                  "Time the 8-bit Sage attention (pre-pass + each kernel "
-                                 "variant) and bf16 flash attention on the GPU");
+                                 "variant; with --sparse its block-sparse form) and bf16 flash "
+                                 "attention on the GPU");
 #ifdef H3RT_HAVE_CUDA
   auto opt = std::make_shared<bench::AttentionBenchOptions>();
   cmd->add_option("--seq", opt->seq, "sequence length")->capture_default_str();
@@ -24,9 +46,25 @@ void add_bench_attention_command(CLI::App& app) {
   cmd->add_option("--warmup", opt->warmup, "untimed runs")->capture_default_str();
   cmd->add_option("--iters", opt->iters, "timed runs (median reported)")->capture_default_str();
   cmd->add_option("--out", opt->json_path, "write results as JSON to this file");
-  cmd->add_option("--kernels", opt->kernels, "Sage variants to time (default: all)")
-      ->check(CLI::IsMember(
-          {"w4", "w8", "wgmma", "wgmma_pingpong", "wgmma_pp_overlap", "wgmma3", "wgmma_pp3"}));
+  cmd->add_option("--kernels", opt->kernels, "Sage variants to time: w4, wgmma_pp3 (default: all)")
+      ->check(sage_variant_check());
+  cmd->add_option("--sparse", opt->sparse_tau,
+                  "also time block-sparse Sage at this router tau (> 0): router, sparse kernel "
+                  "and the computed fraction of key blocks, beside dense Sage")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--sparse-prefix", opt->sparse_prefix_rows,
+                  "with --sparse: rows [0, N) are the prefix (keys always computed, rows dense)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--sparse-band", opt->sparse_band,
+                  "with --sparse: key blocks within +-N of a query tile always computed")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--sparse-max-blocks", opt->sparse_max_blocks,
+                  "with --sparse: cap on routed key blocks per query tile beyond the forced "
+                  "ones (0: none)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--prepass", opt->prepass, "pre-pass algorithms to time side by side")
       ->check(CLI::IsMember({"two_launch", "fused_l2"}))
       ->capture_default_str();

@@ -1,8 +1,11 @@
 // Benchmark of the Sage attention op at the seed shape: pre-pass and each kernel variant (mma.sync
-// w4/w8; wgmma, wgmma_pingpong, wgmma_pp_overlap, wgmma_pp3) timed separately with CUDA events
-// (warm-up, then the median of timed runs), next to the dense bf16 flash kernel on the same input;
-// FLOPs = 4*S^2*128*heads.
+// w4, wgmma_pp3) timed separately with CUDA events (warm-up, then the median of timed runs), next
+// to the dense bf16 flash kernel on the same input; FLOPs = 4*S^2*128*heads.
 // Each Sage output is compared with the bf16 flash output (rel. L2) as a sanity check.
+// With sparse_tau > 0: the block-sparse form side by side with dense Sage (the automatic kernel):
+// the router, the sparse kernel, the computed fraction of key blocks and the sparse output's
+// rel. L2 against the dense Sage output. On these N(0,1) inputs attention is not local, so that
+// error says nothing about quality on a trained model's attention.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +22,10 @@ struct AttentionBenchOptions {
   std::string json_path;             // optional: write the results as JSON here
   std::vector<std::string> kernels;  // Sage variants to time (names); empty: all
   std::vector<std::string> prepass = {"two_launch", "fused_l2"};  // pre-pass algorithms to time
+  float sparse_tau = 0.0f;         // > 0: also time the router + sparse kernel at this tau
+  int64_t sparse_prefix_rows = 0;  // rows [0, n) are the prefix (forced keys, dense rows)
+  int sparse_band = 1;             // SparseAttention::band
+  int64_t sparse_max_blocks = 0;   // SparseAttention::max_blocks
 };
 
 // Runs the Sage attention (pre-pass + the automatic kernel) on every tensor of `inputs`: each

@@ -105,8 +105,8 @@ void gemm_int8(const DeviceLinear& l, bf16* y, int64_t rows, BlockCudaBuffers& b
 }
 
 // int8 W8A8: rotate + quantize the activation rows, then the int8 GEMM with both scales.
-void project_int8(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows,
-                  BlockCudaBuffers& b, cudaStream_t s) {
+void project_int8(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows, BlockCudaBuffers& b,
+                  cudaStream_t s) {
   H3RT_CHECK(b.xi8.data() != nullptr, "int8 layer without int8 activation buffers");
   ops::Int8QuantizeCudaParams q;
   q.x = x;
@@ -299,8 +299,17 @@ BlockCudaBuffers make_block_buffers(const H3Config& c, int64_t rows, int64_t tab
   return b;
 }
 
+void ensure_sparse_buffers(BlockCudaBuffers& b) {
+  if (b.sparse_workspace.data()) return;
+  const size_t bytes = ops::attention_sparse_workspace_bytes(b.rows, b.heads);
+  b.sparse_workspace = cuda::device_empty(DType::u8, {int64_t(bytes)});
+  b.sparse_stats = cuda::device_empty(DType::u8, {2 * int64_t(sizeof(unsigned long long))});
+  H3RT_CUDA_CHECK(cudaMemset(b.sparse_stats.data(), 0, b.sparse_stats.nbytes()));
+}
+
 void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffers& b,
-                        cudaStream_t s, const StageHook* hook, bool refiner) {
+                        cudaStream_t s, const StageHook* hook, bool refiner,
+                        const BlockSparse* sparse) {
   const int64_t S = b.rows, H = c.hidden, I = c.inner(), F = c.ffn;
   // A refiner block has no modulation table: null shift/scale/gate select plain RMSNorm and
   // ungated residuals in the same kernels.
@@ -353,6 +362,16 @@ void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffer
   }
   at.workspace = b.attention_workspace.data();
   at.workspace_bytes = b.attention_workspace.nbytes();
+  if (sparse && sparse->cfg && sparse->cfg->enabled()) {
+    H3RT_CHECK(b.sparse_workspace.data(),
+               "block_forward_cuda: sparse attention without "
+               "ensure_sparse_buffers");
+    at.sparse = sparse->cfg;
+    at.sparse_prefix_rows = sparse->prefix_rows;
+    at.sparse_workspace = b.sparse_workspace.data();
+    at.sparse_workspace_bytes = b.sparse_workspace.nbytes();
+    at.sparse_stats = static_cast<unsigned long long*>(b.sparse_stats.data());
+  }
   H3RT_CUDA_CHECK(ops::attention_cuda(at, b.attention, s));
   stage(hook, "attention");
 

@@ -53,8 +53,8 @@ struct DeviceLinear {
   Tensor w4_scales;         // u8 block scales, 128x4 tiled
   Tensor w4_global;         // device float32 scalar (weight_scale_2)
   Tensor x4_global;         // device float32 scalar (input_scale), or empty: computed per call
-  Tensor wi8;        // [out, in] int8 (stored rotated when int8_group > 0), or empty
-  Tensor wi8_scale;  // device float32 [out]: the per-row weight scale
+  Tensor wi8;               // [out, in] int8 (stored rotated when int8_group > 0), or empty
+  Tensor wi8_scale;         // device float32 [out]: the per-row weight scale
   int int8_group = 0;
   bool int8() const { return wi8.data() != nullptr; }
   bool fp8() const { return w8.data() != nullptr; }
@@ -98,10 +98,23 @@ struct BlockCudaBuffers {
   // The attention kernel and its workspace (zeroed once; Sage only).
   ops::AttentionKernel attention = ops::AttentionKernel::flash_bf16;
   Tensor attention_workspace;
+  // Block-sparse attention (empty until ensure_sparse_buffers): the router's workspace and the
+  // device counters [2] (u64: computed, total key-block pairs) the sparse blocks add to.
+  Tensor sparse_workspace, sparse_stats;
 };
 BlockCudaBuffers make_block_buffers(
     const H3Config& c, int64_t rows, int64_t table_rows, bool fp8 = false, bool nvfp4 = false,
     ops::AttentionKernel attention = ops::AttentionKernel::flash_bf16, bool int8 = false);
+
+// Allocates b's sparse workspace and counters once (not during graph capture).
+void ensure_sparse_buffers(BlockCudaBuffers& b);
+
+// Block-sparse attention of one block (Sage only; h3rt/sparse.h): the forward's configuration
+// and its layout's prefix rows (attention_sparse::prefix_rows_of). Counts go to b.sparse_stats.
+struct BlockSparse {
+  const SparseAttention* cfg = nullptr;
+  int64_t prefix_rows = 0;
+};
 
 // Called after each stage with its name (the seeds' component names) when timing per component.
 using StageHook = std::function<void(const char* component)>;
@@ -115,7 +128,8 @@ using StageHook = std::function<void(const char* component)>;
 std::vector<std::string> fused_projection_inputs(const DeviceBlock& w);
 
 void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffers& b,
-                        cudaStream_t stream, const StageHook* hook = nullptr, bool refiner = false);
+                        cudaStream_t stream, const StageHook* hook = nullptr, bool refiner = false,
+                        const BlockSparse* sparse = nullptr);
 
 // Launches block_forward_cuda issues (kernels and cuBLASLt calls), for reports.
 constexpr int kBlockLaunches = 10;

@@ -3,6 +3,7 @@
 
 #include "model/forward_internal.h"
 #include "ops/attention/attention.h"
+#include "ops/attention_sparse/router.h"
 #include "ops/gated_residual/gated_residual.h"
 #include "ops/qk_norm_rope/qk_norm_rope.h"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
@@ -23,7 +24,8 @@ FloatVec columns(const FloatVec& buf, int64_t rows, int64_t stride, int64_t col,
 }  // namespace
 
 FloatVec attention_sublayer(const Ctx& ctx, const AttentionWeights& w, const float* n, int64_t rows,
-                            const RopeTables* rope, const std::string& prefix) {
+                            const RopeTables* rope, const std::string& prefix,
+                            const SparseRun* sparse) {
   const H3Config& c = ctx.config;
   const int64_t I = c.inner(), stride = 3 * I;
   FloatVec qkv = apply_linear(w.qkv, n, rows, ctx.bf16());  // [rows, 3I] = [q | k | v]
@@ -58,6 +60,18 @@ FloatVec attention_sublayer(const Ctx& ctx, const AttentionWeights& w, const flo
     ctx.emit(prefix + "q_rope", columns(qkv, rows, stride, 0, I).data(), qk_shape);
     ctx.emit(prefix + "k_rope", columns(qkv, rows, stride, I, I).data(), qk_shape);
   }
+  attention_sparse::HostBlockLists lists;
+  if (sparse) {
+    const attention_sparse::RouterShape shape{rows, c.heads, c.head_dim, SparseRun::kCpuSparseTile,
+                                              sparse->prefix_rows};
+    lists = attention_sparse::route_cpu({qkv.data(), qkv.data() + I, stride, stride}, shape,
+                                        *sparse->cfg);
+    if (sparse->stats) {
+      sparse->stats->key_blocks_total += lists.stats.key_blocks_total;
+      sparse->stats->key_blocks_computed += lists.stats.key_blocks_computed;
+    }
+  }
+  const attention_sparse::BlockList view = sparse ? lists.view() : attention_sparse::BlockList{};
   FloatVec heads(rows * I);
   ops::attention_cpu({.q = qkv.data(),
                       .k = qkv.data() + I,
@@ -69,7 +83,8 @@ FloatVec attention_sublayer(const Ctx& ctx, const AttentionWeights& w, const flo
                       .rows = rows,
                       .heads = c.heads,
                       .head_dim = c.head_dim,
-                      .round_bf16 = ctx.bf16()});
+                      .round_bf16 = ctx.bf16(),
+                      .blocks = sparse ? &view : nullptr});
   FloatVec out = apply_linear(w.out, heads.data(), rows, ctx.bf16());
   if (observe) ctx.emit(prefix + "attn_out", out.data(), {rows, c.hidden});
   return out;
@@ -157,7 +172,7 @@ void emit_adaln(const Ctx& ctx, const std::string& name, const FloatVec& table, 
 
 void transformer_block(const Ctx& ctx, const BlockWeights& w, int64_t index, FloatVec& x,
                        const FloatVec& silu_temb, int64_t num_timesteps, const int64_t* adaln_rows,
-                       const RopeTables& rope) {
+                       const RopeTables& rope, const SparseRun* sparse) {
   const int64_t H = ctx.config.hidden, S = static_cast<int64_t>(x.size()) / H;
   const std::string pre = "block" + std::to_string(index) + "/";
   // [M, 18H] is the [3M, 6H] table: row m*3 + tag, chunks of H in Chunk order.
@@ -166,7 +181,7 @@ void transformer_block(const Ctx& ctx, const BlockWeights& w, int64_t index, Flo
   const ModTable mod{table.data(), 6 * H, adaln_rows};
 
   FloatVec n = norm_modulate(ctx, x, w.norm1, mod, kShiftMsa, kScaleMsa, S, pre + "norm1_out");
-  const FloatVec a = attention_sublayer(ctx, w.attn, n.data(), S, &rope, pre);
+  const FloatVec a = attention_sublayer(ctx, w.attn, n.data(), S, &rope, pre, sparse);
   gate_add(ctx, x, a, mod, kGateMsa, S);
   n = norm_modulate(ctx, x, w.norm2, mod, kShiftMlp, kScaleMlp, S, pre + "norm2_out");
   const FloatVec m = mlp_sublayer(ctx, w.mlp, n.data(), S);

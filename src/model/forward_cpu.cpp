@@ -9,6 +9,7 @@
 #include "model/pdd_head.h"
 #include "model/step_cache_cpu.h"
 #include "ops/adaln_curve/adaln_curve.h"
+#include "ops/attention_sparse/router.h"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
 #include "ops/rope_table/rope_table.h"
 #include "ops/swiglu/swiglu.h"
@@ -262,9 +263,13 @@ ForwardOutputs forward_cpu(const H3Model& model, const ForwardInputs& in, Precis
   scatter(ctx, x, audio, l.audio_indices);
   ctx.emit("packed_input", x.data(), {S, H});
 
+  const bool sparse = in.sparse && in.sparse->enabled();
+  const model::SparseRun run{in.sparse, sparse ? attention_sparse::prefix_rows_of(l) : 0,
+                             in.sparse_stats};
   const auto block = [&](int64_t i) {
+    const bool sparse_block = sparse && i >= in.sparse->dense_blocks;
     model::transformer_block(ctx, model.weights.blocks[i], i, x, silu_temb, M, adaln_rows.data(),
-                             rope);
+                             rope, sparse_block ? &run : nullptr);
     ctx.emit("block" + std::to_string(i) + "_out", x.data(), {S, H});
   };
   run_blocks(ctx, in.step_cache, x, block);

@@ -37,10 +37,21 @@ struct ModTable {
   const float* chunk(int64_t c, int64_t hidden) const { return table + c * hidden; }
 };
 
+// Block-sparse attention of one block (h3rt/sparse.h): the router runs on the q/k after RoPE
+// with query tiles of kCpuSparseTile rows; what it computed is added to `stats` (optional).
+struct SparseRun {
+  static constexpr int64_t kCpuSparseTile = 64;  // the w4 kernel's tile (sm_120/121 builds)
+  const SparseAttention* cfg = nullptr;
+  int64_t prefix_rows = 0;
+  SparseStats* stats = nullptr;
+};
+
 // out_proj(attention(rope(qk_norm(qkv_proj(n))))) over all `rows` rows; no RoPE when `rope` is
 // null. Emits q_norm, k_norm, q_rope, k_rope and attn_out under `prefix` when it is non-empty.
+// With `sparse`, the attention is restricted to the routed key blocks.
 FloatVec attention_sublayer(const Ctx& ctx, const AttentionWeights& w, const float* n, int64_t rows,
-                            const RopeTables* rope, const std::string& prefix);
+                            const RopeTables* rope, const std::string& prefix,
+                            const SparseRun* sparse = nullptr);
 
 // fc2(silu(gate) * value) with [gate | value] = fc1(n).
 FloatVec mlp_sublayer(const Ctx& ctx, const MlpWeights& w, const float* n, int64_t rows);
@@ -52,6 +63,6 @@ void refiner_block(const Ctx& ctx, const RefinerBlockWeights& w, FloatVec& t, in
 // linear input (already cast to bf16 in bf16 mode); `adaln_rows` [S] picks each row's table row.
 void transformer_block(const Ctx& ctx, const BlockWeights& w, int64_t index, FloatVec& x,
                        const FloatVec& silu_temb, int64_t num_timesteps, const int64_t* adaln_rows,
-                       const RopeTables& rope);
+                       const RopeTables& rope, const SparseRun* sparse = nullptr);
 
 }  // namespace h3rt::model

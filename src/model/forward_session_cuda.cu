@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "cuda/arena.h"
@@ -19,6 +20,7 @@
 #include "model/pdd_head.h"
 #include "model/step_cache_cuda.h"
 #include "ops/adaln_curve/adaln_curve.h"
+#include "ops/attention_sparse/router.h"
 #include "ops/finite_check/finite_check.h"
 #include "ops/linear/linear.h"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
@@ -276,9 +278,18 @@ struct ForwardSessionCuda::Impl {
   std::vector<int64_t> cached_tidx, row_index_host;
   bool text_valid = false, tables_valid = false;
 
-  std::map<int64_t, cudaGraphExec_t> graphs;  // by graph_key(M, finite checks in it, part)
-  std::map<int64_t, bool> warmed;             // by warm_key(M, part)
-  bool timed_any = false;                     // this step ran a part eagerly with stage timing
+  // Graphs by (table height M, finite checks in it, the step's part, the sparse configuration
+  // baked into it); warmed by graph_key(M, false, part): that part has run eagerly once.
+  using GraphKey = std::tuple<int64_t, bool, int, bool, float, int, bool, int, int64_t>;
+  std::map<GraphKey, cudaGraphExec_t> graphs;
+  std::map<GraphKey, bool> warmed;
+  bool timed_any = false;  // this step ran a part eagerly with stage timing
+
+  // Block-sparse attention of this step (set by forward; h3rt/sparse.h) and its counters' copy.
+  bool sparse = false;
+  SparseAttention sparse_cfg;
+  int64_t prefix_rows = 0;
+  Pinned h_sparse_stats;
   bool graph_failed = false;
   int64_t last_nodes = 0;
 
@@ -438,9 +449,8 @@ struct ForwardSessionCuda::Impl {
     text_valid = false;
     if (!rb) {
       const MemoryScope scope("the token refiner's activations");
-      rb = std::make_unique<BlockCudaBuffers>(
-          make_block_buffers(c, L, 3, m.has_fp8(), m.has_nvfp4(),
-                             ops::AttentionKernel::flash_bf16, m.has_int8()));
+      rb = std::make_unique<BlockCudaBuffers>(make_block_buffers(
+          c, L, 3, m.has_fp8(), m.has_nvfp4(), ops::AttentionKernel::flash_bf16, m.has_int8()));
       text_dev = cuda::device_empty(DType::bf16, {L, c.text_dim});
     }
     std::vector<uint16_t> bits(n);
@@ -608,17 +618,22 @@ struct ForwardSessionCuda::Impl {
     project(m.audio_in, audio_in.ptr<float>(), Na, x + audio0 * H);
     project(m.video_in, video_in.ptr<float>(), Nv, x + video0 * H);
     flag_non_finite(x, S * H, kInputTag);
+    if (sparse)  // the step's sparse counters start at zero (read back after the final layer)
+      H3RT_CUDA_CHECK(cudaMemsetAsync(b.sparse_stats.data(), 0, b.sparse_stats.nbytes(), s));
   }
 
   // Blocks [first, last) on the packed stream, each after its AdaLN table.
   void enqueue_blocks(int64_t first, int64_t last, int64_t M, bool timed) {
     bf16* x = b.x.ptr<bf16>();
+    const model::BlockSparse block_sparse{&sparse_cfg, prefix_rows};
     for (int64_t i = first; i < last; ++i) {
       mark(timed, "adaln_tables");
       // [M, 18H] is the [3M, 6H] table: row m*3 + modality.
       adaln_table(m.blocks[i].adaln, b.table.data(), M, false);
       mark(timed, "blocks");
-      block_forward_cuda(m.config, m.blocks[i], b, s);
+      const bool sparse_block = sparse && i >= sparse_cfg.dense_blocks;
+      block_forward_cuda(m.config, m.blocks[i], b, s, nullptr, false,
+                         sparse_block ? &block_sparse : nullptr);
       flag_non_finite(x, S * H, kBlockTag + static_cast<int>(i));
     }
   }
@@ -647,6 +662,9 @@ struct ForwardSessionCuda::Impl {
     H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(n, s));
     head(video_head, video0, Nv, video_v, h_video_v.as<void>());
     head(audio_head, audio0, Na, audio_v, h_audio_v.as<void>());
+    if (sparse)
+      H3RT_CUDA_CHECK(cudaMemcpyAsync(h_sparse_stats.as<void>(), b.sparse_stats.data(),
+                                      b.sparse_stats.nbytes(), cudaMemcpyDeviceToHost, s));
     mark(timed, nullptr);
   }
 
@@ -750,14 +768,42 @@ struct ForwardSessionCuda::Impl {
     return graphed;
   }
 
+  // ---- block-sparse attention -----------------------------------------------------------
+
+  // Before the step (outside any capture): the configuration and the buffers it needs.
+  void prepare_sparse(const SparseAttention* cfg) {
+    sparse = cfg && cfg->enabled();
+    if (!sparse) return;
+    H3RT_CHECK(b.attention == ops::AttentionKernel::sage_8bit,
+               "sparse attention needs --attention sage (this session runs the bf16 attention "
+               "kernel)");
+    sparse_cfg = *cfg;
+    prefix_rows = attention_sparse::prefix_rows_of(layout);
+    attention_sparse::check_router_args({S, m.config.heads, 128, 1, prefix_rows}, sparse_cfg);
+    ensure_sparse_buffers(b);
+    if (!h_sparse_stats.as<void>()) h_sparse_stats = Pinned(b.sparse_stats.nbytes());
+  }
+
+  // After the step's wait: what its sparse blocks computed.
+  void add_sparse_stats(SparseStats* out) const {
+    if (!sparse || !out) return;
+    const auto* n = h_sparse_stats.as<unsigned long long>();
+    out->key_blocks_computed += static_cast<int64_t>(n[0]);
+    out->key_blocks_total += static_cast<int64_t>(n[1]);
+  }
+
   // ---- finite checks --------------------------------------------------------------------
 
   // A step is one graph (kWholeStep), or with step caching part A and one of two parts B.
   static constexpr int kWholeStep = 0, kPartBlock0 = 1, kPartReuse = 2, kPartRest = 3;
-  static int64_t graph_key(int64_t M, bool checked, int part) {
-    return (2 * M + (checked ? 1 : 0)) * 4 + part;
+  GraphKey graph_key(int64_t M, bool checked, int part) const {
+    const SparseAttention& c = sparse_cfg;
+    return sparse
+               ? GraphKey{M,      checked,     part, true, c.tau, c.dense_blocks, c.video_rows_only,
+                          c.band, c.max_blocks}
+               : GraphKey{M, checked, part, false, 0.0f, 0, false, 0, 0};
   }
-  static int64_t warm_key(int64_t M, int part) { return 4 * M + part; }
+  GraphKey warm_key(int64_t M, int part) const { return graph_key(M, false, part); }
 
   void flag_non_finite(const bf16* x, int64_t n, int tag) {
     if (check)
@@ -796,7 +842,7 @@ struct ForwardSessionCuda::Impl {
 
   // Captures what `enqueue` launches as graph `key`; false (and eager from then on) if that
   // fails.
-  bool capture(int64_t key, const std::function<void(bool timed)>& enqueue) {
+  bool capture(const GraphKey& key, const std::function<void(bool timed)>& enqueue) {
     cudaGraph_t g = nullptr;
     H3RT_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     try {
@@ -833,7 +879,7 @@ struct ForwardSessionCuda::Impl {
   // eagerly for this table height (captured on the second call), eagerly before. True when a
   // graph ran.
   bool launch(int part, int64_t M, const std::function<void(bool timed)>& enqueue) {
-    const int64_t key = graph_key(M, check, part);
+    const GraphKey key = graph_key(M, check, part);
     const auto t_capture = Clock::now();
     bool captured = false;
     const bool use_graph = opt.cuda_graph && !graph_failed && warmed[warm_key(M, part)] &&
@@ -863,6 +909,7 @@ struct ForwardSessionCuda::Impl {
     if (L) flag_non_finite(text_rows.ptr<bf16>(), L * H, kTextTag);
     const double text_wall_ms = times.text_refined ? ms_since(t_text) : 0.0;
     prepare_plan(in.plan);
+    prepare_sparse(in.sparse);
     prepare_heads(in.schedule);
     prepare_cond(in.cond_video_rows, Ncv, m.video_in, cond_video_emb, cached_cond_video, "video");
     prepare_cond(in.cond_audio_rows, Nca, m.audio_in, cond_audio_emb, cached_cond_audio, "audio");
@@ -883,6 +930,7 @@ struct ForwardSessionCuda::Impl {
     const auto t_wait = Clock::now();
     s.synchronize();
     throw_if_flagged();
+    add_sparse_stats(in.sparse_stats);
     ForwardOutputs out;
     out.video_velocity.assign(h_video_v.as<float>(), h_video_v.as<float>() + Nv * m.video_out.out);
     out.audio_velocity.assign(h_audio_v.as<float>(), h_audio_v.as<float>() + Na * m.audio_out.out);

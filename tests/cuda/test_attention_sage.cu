@@ -41,10 +41,10 @@ bool wgmma_supported() {
   return major == 9 && minor == 0;
 }
 
-// The wgmma kernels take the softmax denominator from the PV product (RowSum::p8); the mma.sync
-// kernels sum fp32 p. `automatic` is wgmma_pp3 on sm_90.
+// The wgmma kernel takes the softmax denominator from the PV product (RowSum::p8); the mma.sync
+// kernel sums fp32 p. `automatic` is wgmma_pp3 on sm_90.
 bool uses_p8_row_sums(SageVariant v, bool sm90) {
-  return v == SageVariant::automatic ? sm90 : v != SageVariant::w4 && v != SageVariant::w8;
+  return v == SageVariant::automatic ? sm90 : v == SageVariant::wgmma_pp3;
 }
 
 enum class Input { normal, k_offset, outliers };
@@ -265,10 +265,6 @@ TEST_F(SageAttentionCuda, TinySequences) {
   for (int64_t S : {1, 7, 65, 100}) check_case(S, 3, Input::normal, SageVariant::w4, seed());
 }
 
-TEST_F(SageAttentionCuda, EightWarpVariant) {
-  for (int64_t S : {1, 200, 777}) check_case(S, 2, Input::normal, SageVariant::w8, seed());
-}
-
 TEST_F(SageAttentionCuda, SharedKOffset) {
   check_case(700, 2, Input::k_offset, SageVariant::w4, seed());
 }
@@ -287,8 +283,8 @@ TEST_F(SageAttentionCuda, RepeatedCallsOnSameBuffers) {
   check_case(300, 2, Input::normal, SageVariant::w4, seed(), 3);
 }
 
-// The wgmma kernels (sm_90 only): every schedule, aligned, ragged and tiny S, a KV ring that
-// wraps many times, structured inputs, repeated calls and the automatic choice.
+// The wgmma kernel (sm_90 only): aligned, ragged and tiny S, a KV ring that wraps many times,
+// structured inputs, repeated calls and the automatic choice.
 class SageAttentionWgmma : public SageAttentionCuda {
  protected:
   void SetUp() override {
@@ -298,8 +294,7 @@ class SageAttentionWgmma : public SageAttentionCuda {
 };
 
 std::vector<SageVariant> wgmma_variants() {
-  return {SageVariant::wgmma, SageVariant::wgmma_pingpong, SageVariant::wgmma_pp_overlap,
-          SageVariant::wgmma3, SageVariant::wgmma_pp3};
+  return {SageVariant::wgmma_pp3};
 }
 
 TEST_F(SageAttentionWgmma, NormalInputsAlignedAndRagged) {
@@ -328,7 +323,7 @@ TEST_F(SageAttentionWgmma, OutlierChannels) {
 }
 
 TEST_F(SageAttentionWgmma, RepeatedCallsAndAutomatic) {
-  check_case(300, 2, Input::normal, SageVariant::wgmma_pp_overlap, seed(), 3);
+  check_case(300, 2, Input::normal, SageVariant::wgmma_pp3, seed(), 3);
   check_case(200, 2, Input::normal, SageVariant::automatic, seed());
 }
 

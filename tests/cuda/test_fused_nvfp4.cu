@@ -10,10 +10,10 @@
 #include <cstring>
 
 #include "cuda_test_util.h"
-#include "norm_test_util.h"
 #include "formats/nvfp4_quantize.h"
 #include "formats/nvfp4_quantize_fused.h"
 #include "h3rt/nvfp4.h"
+#include "norm_test_util.h"
 #include "ops/attention/attention.h"
 #include "ops/attention_sage/attention_sage_cuda.h"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
@@ -349,8 +349,7 @@ TEST(FusedNvfp4, SageEpilogueGivenScaleEveryVariant) {
   H3RT_REQUIRE_GPU();
   using V = attention_sage::SageVariant;
   int ran = 0;
-  for (V v :
-       {V::w4, V::w8, V::wgmma, V::wgmma_pingpong, V::wgmma_pp_overlap, V::wgmma3, V::wgmma_pp3})
+  for (V v : {V::w4, V::wgmma_pp3})
     for (int64_t rows : {1000, 77}) ran += run_sage_case(rows, v) ? 1 : 0;
   if (ran == 0) GTEST_SKIP() << "no Sage kernel runs on this device";
 }

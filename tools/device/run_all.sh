@@ -7,7 +7,8 @@
 #   H3RT_QUICK=1 bash tools/device/run_all.sh   # build, tests and the core benchmarks only
 #   H3RT_BUDGET_S=450 bash tools/device/run_all.sh  # skip benchmarks that would end past 450 s
 #   H3RT_GTEST_FILTER=..., H3RT_SAGE_KERNELS="wgmma_pp3 ...", H3RT_PREPASS=two_launch: narrower runs
-#   H3RT_NCU=1 [H3RT_NCU_KERNEL=wgmma3]: also profile one Sage kernel call with Nsight Compute
+#   H3RT_NCU=1 [H3RT_NCU_KERNEL=wgmma_pp3]: also profile one Sage kernel call with Nsight Compute
+#   H3RT_SPARSE_TAU=1.0: the router tau of the block-sparse Sage timing in bench attention
 # Each step has its own time limit so one slow step cannot take the rest down with it.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -51,7 +52,7 @@ bench() {  # name, limit in seconds, command... (skipped when it could end past 
 PRE=${H3RT_PREPASS:-two_launch fused_l2}
 bench block_fp8_sage 45 $B/h3rt bench block --gemm fp8 --attention sage --out "$R/bench_block_fp8_sage.json"
 TAIL=12 bench attention 60 $B/h3rt bench attention --prepass $PRE \
-  --kernels ${H3RT_SAGE_KERNELS:-w4 wgmma wgmma_pingpong wgmma3 wgmma_pp3} --out "$R/bench_attention.json"
+  --kernels ${H3RT_SAGE_KERNELS:-w4 wgmma_pp3} --sparse ${H3RT_SPARSE_TAU:-1.0} --out "$R/bench_attention.json"
 if [ -n "${H3RT_NCU:-}" ]; then  # Nsight Compute of one Sage kernel call, and its SASS
   log ncu
   cuobjdump -sass $B/CMakeFiles/h3rt.dir/src/ops/attention_sage/attention_wgmma_sm90.cu.o \

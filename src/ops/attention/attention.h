@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "ops/attention_sparse/router.h"
+
 namespace h3rt::ops {
 
 struct AttentionParams {
@@ -22,6 +24,10 @@ struct AttentionParams {
   int64_t rows = 0, heads = 0, head_dim = 128;
   double scale = 0.0;  // 0: 1/sqrt(head_dim)
   bool round_bf16 = false;
+  // Block-sparse form (attention_sparse/router.h): row i of head h attends only to the keys of
+  // the key blocks its tile lists (softmax over those keys). Null: every key. A full list gives
+  // the dense result bit for bit.
+  const attention_sparse::BlockList* blocks = nullptr;
 };
 
 void attention_cpu(const AttentionParams& p);
@@ -72,6 +78,17 @@ struct AttentionCudaParams {
   // only (a static input_scale): attention cannot be recomputed for an amax pass, so with a
   // computed g the caller keeps the unfused path (bf16 out, then nvfp4_quantize kTwoPass).
   Nvfp4Out nvfp4;
+  // Block-sparse attention (sage_8bit only; flash_bf16 throws): with sparse && sparse->enabled()
+  // the GPU router (attention_sparse/router_cuda.h) picks each (head, query tile)'s key blocks
+  // after the pre-pass, on the device, and the Sage kernel computes only those. Rows
+  // [0, sparse_prefix_rows) are the prefix; sparse_workspace holds attention_sparse_workspace_
+  // bytes(); sparse_stats (optional, device [2]) gets += computed and total (head, tile, key
+  // block) triples.
+  const SparseAttention* sparse = nullptr;
+  int64_t sparse_prefix_rows = 0;
+  void* sparse_workspace = nullptr;
+  size_t sparse_workspace_bytes = 0;
+  unsigned long long* sparse_stats = nullptr;
 };
 
 // q/k/v as the three column blocks of a fused QKV projection [rows, 3, heads, 128] (the
@@ -79,6 +96,8 @@ struct AttentionCudaParams {
 AttentionCudaParams attention_params_from_qkv(const __nv_bfloat16* qkv, int64_t rows, int64_t heads,
                                               __nv_bfloat16* out);
 size_t attention_workspace_bytes(const AttentionCudaParams& p, AttentionKernel kernel);
+// The router's workspace for the Sage kernel this device runs (its query tile) at rows x heads.
+size_t attention_sparse_workspace_bytes(int64_t rows, int64_t heads);
 cudaError_t attention_cuda(const AttentionCudaParams& p, AttentionKernel kernel,
                            cudaStream_t stream);
 cudaError_t attention_flash_bf16_cuda(const AttentionCudaParams& p, cudaStream_t stream);

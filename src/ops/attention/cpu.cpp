@@ -29,20 +29,37 @@ void score_keys(const AttentionParams& p, const Strides& s, const float* qi, int
   for (int64_t u = 0; u < n; ++u) score[j + u] = d[u] * s.scale;
 }
 
+// Block-sparse form: which keys the tile of row i attends to (all without a block list).
+void key_mask(const AttentionParams& p, int64_t h, int64_t i, std::vector<char>& mask) {
+  const attention_sparse::BlockList* b = p.blocks;
+  if (!b) return;
+  std::fill(mask.begin(), mask.end(), 0);
+  const int64_t t = h * b->n_qtiles + i / b->q_tile, kb = attention_sparse::kKeyBlock;
+  for (int32_t c = 0; c < b->count[t]; ++c) {
+    const int64_t j0 = b->index[t * b->n_kblocks + c] * kb;
+    std::fill(mask.begin() + j0, mask.begin() + std::min(j0 + kb, p.rows), 1);
+  }
+}
+
 // Output rows [i0, i1) of head h.
 void attend_rows(const AttentionParams& p, const Strides& s, int64_t h, int64_t i0, int64_t i1) {
   std::vector<double> score(p.rows), acc(p.head_dim);
+  std::vector<char> mask(p.rows, 1);
   const int64_t col = h * p.head_dim;
   for (int64_t i = i0; i < i1; ++i) {
     const float* qi = p.q + i * s.q + col;
     for (int64_t j = 0; j < p.rows; j += 4)
       score_keys(p, s, qi, col, j, std::min<int64_t>(4, p.rows - j), score.data());
+    key_mask(p, h, i, mask);
     double mx = -INFINITY;
-    for (int64_t j = 0; j < p.rows; ++j) mx = std::max(mx, score[j]);
+    for (int64_t j = 0; j < p.rows; ++j)
+      if (mask[j]) mx = std::max(mx, score[j]);
     double sum = 0.0;
-    for (int64_t j = 0; j < p.rows; ++j) sum += (score[j] = std::exp(score[j] - mx));
+    for (int64_t j = 0; j < p.rows; ++j)
+      if (mask[j]) sum += (score[j] = std::exp(score[j] - mx));
     std::fill(acc.begin(), acc.end(), 0.0);
     for (int64_t j = 0; j < p.rows; ++j) {
+      if (!mask[j]) continue;
       const float* vj = p.v + j * s.v + col;
       for (int64_t c = 0; c < p.head_dim; ++c) acc[c] += score[j] * vj[c];
     }
@@ -77,6 +94,14 @@ void attention_cpu(const AttentionParams& p) {
                   p.scale != 0.0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(p.head_dim))};
   H3RT_CHECK(s.q >= inner && s.k >= inner && s.v >= inner && s.out >= inner,
              "attention: row stride smaller than heads*head_dim");
+  if (p.blocks)
+    H3RT_CHECK(p.blocks->heads == p.heads && p.blocks->q_tile > 0 &&
+                   p.blocks->n_qtiles == (p.rows + p.blocks->q_tile - 1) / p.blocks->q_tile &&
+                   p.blocks->n_kblocks ==
+                       (p.rows + attention_sparse::kKeyBlock - 1) / attention_sparse::kKeyBlock,
+               "attention: block lists of ", p.blocks->heads, " heads x ", p.blocks->n_qtiles,
+               " tiles x ", p.blocks->n_kblocks, " key blocks do not fit ", p.rows, " rows, ",
+               p.heads, " heads");
   // Work units are heads x row blocks, one block per thread where there are few heads.
   const double work = 2.0 * static_cast<double>(p.rows) * p.rows * p.head_dim * p.heads;
   const int64_t threads = threads_for_work(work);

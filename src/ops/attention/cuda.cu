@@ -24,6 +24,7 @@
 #include "formats/nvfp4_quantize_fused.cuh"
 #include "ops/attention/attention.h"
 #include "ops/attention_sage/attention_sage_cuda.h"
+#include "ops/attention_sparse/router_cuda.h"
 
 namespace h3rt::ops {
 
@@ -237,6 +238,12 @@ AttentionCudaParams normalized(const AttentionCudaParams& in) {
   return p;
 }
 
+// The router's shape for the Sage kernel this device runs (its query tile).
+attention_sparse::RouterShape sparse_shape(int64_t rows, int64_t heads, int64_t prefix_rows) {
+  const auto v = attention_sage::sage_resolve_variant(attention_sage::SageVariant::automatic);
+  return {rows, heads, kD, attention_sage::sage_query_tile(v), prefix_rows};
+}
+
 }  // namespace
 
 AttentionCudaParams attention_params_from_qkv(const __nv_bfloat16* qkv, int64_t rows, int64_t heads,
@@ -255,6 +262,10 @@ AttentionCudaParams attention_params_from_qkv(const __nv_bfloat16* qkv, int64_t 
   return p;
 }
 
+size_t attention_sparse_workspace_bytes(int64_t rows, int64_t heads) {
+  return attention_sparse::router_workspace_bytes(sparse_shape(rows, heads, 0));
+}
+
 size_t attention_workspace_bytes(const AttentionCudaParams& p, AttentionKernel kernel) {
   switch (kernel) {
     case AttentionKernel::flash_bf16:
@@ -266,6 +277,22 @@ size_t attention_workspace_bytes(const AttentionCudaParams& p, AttentionKernel k
 }
 
 namespace {
+
+// The router on the bf16 q/k columns; returns the block lists it writes.
+attention_sparse::BlockList route(const AttentionCudaParams& p, cudaStream_t stream) {
+  attention_sparse::RouterCudaParams r;
+  r.q = p.q;
+  r.k = p.k;
+  r.q_row_stride = p.q_row_stride;
+  r.k_row_stride = p.k_row_stride;
+  r.shape = sparse_shape(p.rows, p.heads, p.sparse_prefix_rows);
+  r.cfg = *p.sparse;
+  r.workspace = p.sparse_workspace;
+  r.workspace_bytes = p.sparse_workspace_bytes;
+  r.stats = p.sparse_stats;
+  H3RT_CUDA_CHECK(attention_sparse::route_cuda(r, stream));
+  return attention_sparse::router_lists(p.sparse_workspace, r.shape);
+}
 
 // The Sage pre-pass and kernel on q/k/v that are the column blocks of one QKV buffer.
 cudaError_t attention_sage_cuda(const AttentionCudaParams& in, cudaStream_t stream) {
@@ -300,6 +327,7 @@ cudaError_t attention_sage_cuda(const AttentionCudaParams& in, cudaStream_t stre
   a.out = p.out;
   a.out_row_stride = p.out_row_stride;
   a.nvfp4 = p.nvfp4;
+  if (p.sparse && p.sparse->enabled()) a.blocks = route(p, stream);
   return attention_sage::sage_attention(a, stream);
 }
 
@@ -339,6 +367,9 @@ cudaError_t attention_flash_bf16_cuda(const AttentionCudaParams& in, cudaStream_
 
 cudaError_t attention_cuda(const AttentionCudaParams& p, AttentionKernel kernel,
                            cudaStream_t stream) {
+  H3RT_CHECK(kernel == AttentionKernel::sage_8bit || !p.sparse || !p.sparse->enabled(),
+             "sparse attention needs --attention sage (the bf16 attention kernel has no "
+             "block-sparse form)");
   switch (kernel) {
     case AttentionKernel::flash_bf16:
       return attention_flash_bf16_cuda(p, stream);

@@ -36,6 +36,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "ops/attention_sparse/router.h"
+
 namespace h3rt::attention_sage {
 
 constexpr int kHeadDim = 128;
@@ -114,8 +116,11 @@ Quantized quantize_reference(const QkvView& qkv, float sm_scale);
 enum class RowSum { fp32_p, p8 };
 
 // The Sage attention reference on quantized tensors: fp32 math mirroring the kernel (exact exp2).
-// Returns fp32 [S][H*128] (the kernel output before bf16 rounding).
-std::vector<float> attention_reference(const Quantized& qz, RowSum row_sum = RowSum::fp32_p);
+// Returns fp32 [S][H*128] (the kernel output before bf16 rounding). With `blocks` (block-sparse
+// form, attention_sparse/router.h), each row visits only its tile's listed key blocks, in list
+// order, each exactly as the dense loop computes it.
+std::vector<float> attention_reference(const Quantized& qz, RowSum row_sum = RowSum::fp32_p,
+                                       const attention_sparse::BlockList* blocks = nullptr);
 
 // Exact attention in fp64 on the bf16 inputs: softmax(q k^T * sm_scale) v, [S][H*128].
 std::vector<double> attention_exact_f64(const QkvView& qkv, float sm_scale);

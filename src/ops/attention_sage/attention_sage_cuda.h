@@ -14,11 +14,12 @@
 //                   (the out_proj input, given global scale only): bit-identical to the bf16
 //                   output followed by nvfp4_quantize (kIeee), the bf16 need not be written.
 //                   Kernels:
-//                   w4 / w8  sm_90a / sm_120a (attention_sm90.cu): mma.sync int8 QK, fp8 e4m3
-//                            PV, cp.async double buffering, 16*W query rows per CTA.
-//                   wgmma*   sm_90a only (attention_wgmma_sm90.cu): wgmma int8 QK / fp8 PV,
-//                            TMA loads (issued by one thread) into a 6-stage mbarrier ring,
-//                            2 or 3 warpgroups of 64 query rows each.
+//                   w4         sm_90a / sm_120a / sm_121a (attention_sm90.cu): mma.sync int8 QK,
+//                              fp8 e4m3 PV, cp.async double buffering, 64 query rows per CTA.
+//                   wgmma_pp3  sm_90a only (attention_wgmma_sm90.cu): wgmma int8 QK / fp8 PV,
+//                              TMA loads (issued by one thread) into a 6-stage mbarrier ring,
+//                              3 warpgroups of 64 query rows each taking turns (192 rows).
+//                   Either runs block-sparse with a block list (SageAttentionParams::blocks).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -27,6 +28,7 @@
 #include <cstdint>
 
 #include "formats/nvfp4_quantize_fused.h"
+#include "ops/attention_sparse/router.h"
 
 namespace h3rt::attention_sage {
 
@@ -69,24 +71,17 @@ struct SagePrepassParams {
 // where the fused kernel cannot run (see above); automatic then runs two_launch.
 cudaError_t sage_prepass(const SagePrepassParams& p, cudaStream_t stream);
 
-// Kernel variants. automatic: wgmma_pp3 on sm_90 (the fastest measured), w4 elsewhere.
-// wgmma_pingpong orders the tensor-core phases of the two consumer warpgroups alternately (named
-// barriers) so one's softmax overlaps the other's matrix products; wgmma leaves them
-// unsynchronized; wgmma_pp_overlap adds the overlap of the O update with the next QK product
-// inside each consumer; wgmma_pp3 runs three consumer warpgroups (192 query rows per CTA) in turn;
-// wgmma3 runs three unsynchronized. The wgmma kernels use RowSum::p8 (attention_sage.h), the
-// mma.sync kernels (w4, w8) RowSum::fp32_p.
-enum class SageVariant {
-  automatic,
-  w4,
-  w8,
-  wgmma,
-  wgmma_pingpong,
-  wgmma_pp_overlap,
-  wgmma3,
-  wgmma_pp3
-};
+// Kernel variants. automatic: wgmma_pp3 on sm_90 (the fastest measured), w4 elsewhere (and on
+// sm_90 with a binary lacking sm_90a code). wgmma_pp3 uses RowSum::p8 (attention_sage.h), w4
+// RowSum::fp32_p. Other schedules (w8, two-consumer and free-running wgmma) measured slower at
+// the seed shape and were retired (bench/RESULTS.md).
+enum class SageVariant { automatic, w4, wgmma_pp3 };
 const char* sage_variant_name(SageVariant v);
+// The variant `automatic` runs on the current device with this binary (w4 or wgmma_pp3; others
+// unchanged), and the query rows one CTA of a variant computes (its query tile: the router must
+// pool over the same tiles). Throws nothing; a device query failure gives w4.
+SageVariant sage_resolve_variant(SageVariant v);
+int64_t sage_query_tile(SageVariant v);  // v resolved: 192 (wgmma_pp3) or 64 (w4)
 
 struct SageAttentionParams {
   SageBuffers buf;  // filled by sage_prepass
@@ -97,6 +92,11 @@ struct SageAttentionParams {
   // Optional NVFP4 output of [S, H*128] (formats/nvfp4_quantize_fused.h), kGiven g only: qdata
   // 8-byte aligned. At least one of out and nvfp4 must be set.
   Nvfp4Out nvfp4;
+  // Optional block-sparse form (device pointers, attention_sparse/router.h): q_tile must be
+  // sage_query_tile(variant), n_qtiles = ceil(S / q_tile), n_kblocks = ceil(S / 128); every
+  // count >= 1 (the router guarantees it; the rows of a tile with count 0 are not written).
+  // Unset: dense.
+  attention_sparse::BlockList blocks;
 };
 // Returns cudaErrorInvalidValue for bad arguments (a computed NVFP4 global scale included),
 // cudaErrorNotSupported when the device is not sm_90 / sm_120 / sm_121 (wgmma*: sm_90) or the

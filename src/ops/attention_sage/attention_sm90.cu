@@ -1,8 +1,10 @@
 // Sage attention kernel for sm_90a (and the Blackwell-consumer sm_120a / sm_121a builds, where
 // the same mma.sync instructions exist; those cannot be run on the H200 used for testing).
 //
-// Algorithm (numerics: attention_sage.h): CTA = 16*W query rows of one head (W warps, 16 rows
-// each), loops over KV blocks of kBlockN = 128 keys with a 2-stage cp.async pipeline.
+// Algorithm (numerics: attention_sage.h): CTA = 64 query rows of one head (4 warps, 16 rows
+// each; the w4 variant), loops over KV blocks of kBlockN = 128 keys with a 2-stage cp.async
+// pipeline: every block, or (block-sparse form) the blocks of the CTA's list in list order,
+// each computed exactly as in the dense loop (a full list gives the dense output bit for bit).
 //   S = Q8 K8^T : mma.sync m16n8k32 s8 -> s32, Q fragments held in registers.
 //   online softmax in base 2 (ex2.approx), P -> e4m3 as 448*p.
 //   O_blk = P8 V8 : mma.sync m16n8k32 e4m3 -> f32 into a fresh per-block accumulator that is
@@ -57,7 +59,8 @@ struct KernelArgs {
   __nv_bfloat16* out;  // null: NVFP4 output only
   int64_t out_stride;
   int seq, padded, heads;
-  Nvfp4Out nvfp4;  // optional NVFP4 encoding of the output (given g)
+  Nvfp4Out nvfp4;                      // optional NVFP4 encoding of the output (given g)
+  attention_sparse::BlockList blocks;  // kSparse: the key blocks of each (head, query tile)
 };
 
 #ifdef H3RT_SAGE_KERNEL_ENABLED
@@ -111,7 +114,7 @@ __device__ __forceinline__ void qk_block(const uint32_t (&qf)[4][4], uint32_t s_
   }
 }
 
-template <int W, bool kNvfp4>
+template <int W, bool kNvfp4, bool kSparse>
 __global__ void __launch_bounds__(Cfg<W>::kThreads) sage_attn_kernel(KernelArgs a) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -122,9 +125,17 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads) sage_attn_kernel(KernelArgs 
   };
   auto s_v = [&](int st) { return s_k(st) + Cfg<W>::kKBytes; };
 
-  const int nblocks = (a.seq + kBlockN - 1) / kBlockN;
+  int nblocks = (a.seq + kBlockN - 1) / kBlockN;
+  const int32_t* list = nullptr;  // kSparse: the CTA's ascending key blocks
+  if constexpr (kSparse) {
+    const int64_t tile = static_cast<int64_t>(h) * a.blocks.n_qtiles + blockIdx.x;
+    list = a.blocks.index + tile * a.blocks.n_kblocks;
+    nblocks = __ldg(a.blocks.count + tile);
+    if (nblocks <= 0) return;  // an empty list (not made by the router): rows left unwritten
+  }
+  const auto key_block = [&](int b) { return kSparse ? __ldg(list + b) : b; };
   load_q<W>(a, h, q0, s_q);
-  load_kv<W>(a, h, 0, s_k(0), s_v(0));
+  load_kv<W>(a, h, key_block(0) * kBlockN, s_k(0), s_v(0));
   cp_async_commit();
 
   const float qs = a.q_scale[static_cast<int64_t>(h) * (a.padded / kQWarpRows * 8) +
@@ -140,9 +151,9 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads) sage_attn_kernel(KernelArgs 
   const int mat = lane / 8;
 
   for (int b = 0; b < nblocks; ++b) {
-    const int kv0 = b * kBlockN, st = b % kStages;
+    const int kv0 = key_block(b) * kBlockN, st = b % kStages;
     if (b + 1 < nblocks)
-      load_kv<W>(a, h, kv0 + kBlockN, s_k((b + 1) % kStages), s_v((b + 1) % kStages));
+      load_kv<W>(a, h, key_block(b + 1) * kBlockN, s_k((b + 1) % kStages), s_v((b + 1) % kStages));
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
@@ -251,13 +262,15 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads) sage_attn_kernel(KernelArgs 
 
 #else  // not an arch this kernel is built for: an empty body keeps the symbol.
 
-template <int W, bool kNvfp4>
+template <int W, bool kNvfp4, bool kSparse>
 __global__ void sage_attn_kernel(KernelArgs) {}
 
 #endif
 
-template <int W>
+constexpr int kW = 4;  // warps per CTA of the w4 variant
+
 cudaError_t launch(const SageAttentionParams& p, cudaStream_t stream) {
+  constexpr int W = kW;
   KernelArgs a{p.buf.q8,
                p.buf.k8,
                p.buf.v8t,
@@ -269,9 +282,14 @@ cudaError_t launch(const SageAttentionParams& p, cudaStream_t stream) {
                static_cast<int>(p.seq),
                static_cast<int>(padded_len(p.seq)),
                static_cast<int>(p.heads),
-               p.nvfp4};
-  // The NVFP4 epilogue is its own instantiation (see the wgmma launcher).
-  auto kernel = p.nvfp4.enabled() ? sage_attn_kernel<W, true> : sage_attn_kernel<W, false>;
+               p.nvfp4,
+               p.blocks};
+  // The NVFP4 epilogue and the sparse form are their own instantiations (see the wgmma launcher).
+  const bool sparse = p.blocks.enabled();
+  auto kernel =
+      p.nvfp4.enabled()
+          ? (sparse ? sage_attn_kernel<W, true, true> : sage_attn_kernel<W, true, false>)
+          : (sparse ? sage_attn_kernel<W, false, true> : sage_attn_kernel<W, false, false>);
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg<W>::kSmem);
   if (e != cudaSuccess) return e;
@@ -279,6 +297,21 @@ cudaError_t launch(const SageAttentionParams& p, cudaStream_t stream) {
             static_cast<unsigned>(p.heads));
   kernel<<<grid, Cfg<W>::kThreads, Cfg<W>::kSmem, stream>>>(a);
   return cudaGetLastError();
+}
+
+// automatic: wgmma_pp3 on sm_90 when the binary has sm_90a code (the fastest on the H200), else
+// w4.
+SageVariant resolve(SageVariant v, bool sm90) {
+  if (v != SageVariant::automatic) return v;
+  return sm90 && cuda::compiled_arch_listed("90a") ? SageVariant::wgmma_pp3 : SageVariant::w4;
+}
+
+// The block list's shape matches the variant's tiling of (S, H).
+bool blocks_fit(const SageAttentionParams& p, SageVariant v) {
+  const attention_sparse::BlockList& b = p.blocks;
+  const int64_t tile = sage_query_tile(v);
+  return b.count && b.heads == p.heads && b.q_tile == tile &&
+         b.n_qtiles == (p.seq + tile - 1) / tile && b.n_kblocks == (p.seq + kBlockN - 1) / kBlockN;
 }
 
 }  // namespace
@@ -303,33 +336,28 @@ cudaError_t sage_attention(const SageAttentionParams& p, cudaStream_t stream) {
   const std::string cc = std::to_string(major * 10 + minor);
   if (!arch_ok || !(cuda::compiled_arch_listed(cc) || cuda::compiled_arch_listed(cc + "a")))
     return cudaErrorNotSupported;
-  SageVariant v = p.variant;
-  if (v == SageVariant::automatic) {
-    // wgmma_pp3 was the fastest on the H200; a binary without sm_90a code falls back to w4.
-    if (sm90) {
-      SageAttentionParams q = p;
-      q.variant = SageVariant::wgmma_pp3;
-      cudaError_t w = detail::sage_attention_wgmma(q, stream);
-      if (w != cudaErrorNotSupported) return w;
-    }
-    v = SageVariant::w4;
+  const SageVariant v = resolve(p.variant, sm90);
+  if (p.blocks.enabled() && !blocks_fit(p, v)) return cudaErrorInvalidValue;
+  if (v == SageVariant::wgmma_pp3) {
+    if (!sm90) return cudaErrorNotSupported;
+    return detail::sage_attention_wgmma(p, stream);
   }
-  switch (v) {
-    case SageVariant::w8:
-      return launch<8>(p, stream);
-    case SageVariant::wgmma:
-    case SageVariant::wgmma_pingpong:
-    case SageVariant::wgmma_pp_overlap:
-    case SageVariant::wgmma3:
-    case SageVariant::wgmma_pp3: {
-      if (!sm90) return cudaErrorNotSupported;
-      SageAttentionParams q = p;
-      q.variant = v;
-      return detail::sage_attention_wgmma(q, stream);
-    }
-    default:
-      return launch<4>(p, stream);
+  return launch(p, stream);
+}
+
+SageVariant sage_resolve_variant(SageVariant v) {
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return v == SageVariant::automatic ? SageVariant::w4 : v;
   }
+  return resolve(v, major == 9 && minor == 0);
+}
+
+int64_t sage_query_tile(SageVariant v) {
+  return v == SageVariant::wgmma_pp3 ? 192 : 16 * kW;
 }
 
 const char* sage_variant_name(SageVariant v) {
@@ -338,18 +366,8 @@ const char* sage_variant_name(SageVariant v) {
       return "automatic";
     case SageVariant::w4:
       return "w4";
-    case SageVariant::w8:
-      return "w8";
-    case SageVariant::wgmma:
-      return "wgmma";
-    case SageVariant::wgmma_pingpong:
-      return "wgmma_pingpong";
-    case SageVariant::wgmma_pp_overlap:
-      return "wgmma_pp_overlap";
     case SageVariant::wgmma_pp3:
       return "wgmma_pp3";
-    case SageVariant::wgmma3:
-      return "wgmma3";
   }
   return "?";
 }

@@ -1,11 +1,10 @@
 // Sage attention kernel for sm_90a with warpgroup MMA (numerics: attention_sage.h).
 //
-// CTA = 64*C query rows of one head, C = 2 or 3 consumer warpgroups (128*C threads):
+// CTA = 192 query rows of one head, 3 consumer warpgroups (384 threads):
 //   Loads: thread 0 issues TMA loads (128B-swizzled tiles) of the Q tile once and of the K and
 //       V^T tiles of each 128-key block, kAhead blocks ahead, into a kStages-deep ring guarded
 //       by mbarriers (full: transaction bytes; empty: one arrival per consumer warp). There is
-//       no producer warp: with C = 2, 8 warps leave 255 registers per thread, 9 would cap them
-//       at 168 (register file per SM sub-partition), too few for the overlapped schedule.
+//       no producer warp (12 warps leave 168 registers per thread, a 13th would lower that).
 //   Consumer warpgroups, 64 query rows each, per KV block t:
 //       S = Q8 K8^T    wgmma m64n128k32 s8*s8 -> s32, both operands from shared memory;
 //       softmax in base 2 on the accumulator fragment (same per-thread rows/columns as the
@@ -19,11 +18,14 @@
 //       denominator is the row sum of P8 (RowSum::p8 of the contract), which costs the tensor
 //       cores 6% more PV work instead of one add per score.
 //   Each consumer runs phases p = 0..n: PV(p-1) with the O update and QK(p), then the softmax
-//   of block p. With kPingPong the phases of the consumers take turns (round robin through named
-//   barriers), so one consumer's softmax overlaps the others' matrix products; with kOverlap
-//   the O update of PV(p-1) overlaps QK(p) on the tensor cores.
-// Measured at the seed shape on an H200: wgmma_pp3 (3 consumers in turn) is the fastest; the
-// free-running wgmma3 is within a few percent; C = 2 loses 20-30% (bench/RESULTS.md).
+//   of block p. The phases of the consumers take turns (round robin through named barriers), so
+//   one consumer's softmax overlaps the others' matrix products.
+// Measured at the seed shape on an H200 this (wgmma_pp3) beat every other schedule we tried:
+// free-running consumers, two consumers of 64 rows with or without turns, and the O update
+// overlapped with the next QK product (bench/RESULTS.md; those variants were retired).
+// Block-sparse form (kSparse): the CTA visits only the key blocks its list names (ascending),
+// in list order; every visited block is computed exactly as in the dense kernel, so a full list
+// gives the dense output bit for bit. CTAs whose rows all lie past S exit at once.
 // Shared-memory tiles: rows of 128 bytes (Q/K: 128 channels; V^T: 128 tokens), 16-byte chunks
 // XOR-swizzled by (row % 8) = TMA SWIZZLE_128B = the wgmma 128B-swizzle K-major layout.
 // Padded keys (>= S) are masked; padded query rows are computed but not written.
@@ -64,9 +66,8 @@ constexpr int kTileBytes = 128 * 128;  // K and V^T tiles: 128 rows of 128 bytes
 constexpr int kOnesBytes = 8 * 128;
 constexpr int kStageBytes = 2 * kTileBytes + kOnesBytes;
 
-// Shape of a CTA with C consumer warpgroups (64 query rows each): 2 -> 255 registers per thread;
-// 3 -> 168 (12 warps), 192 query rows, one third less K/V traffic per query row.
-template <int C>
+// Shape of a CTA with C = 3 consumer warpgroups (64 query rows each): 168 registers per thread.
+constexpr int C = 3;
 struct Shape {
   static constexpr int kThreads = 128 * C;
   static constexpr int kBM = 64 * C;           // query rows per CTA
@@ -83,7 +84,8 @@ struct Args {
   __nv_bfloat16* out;  // null: NVFP4 output only
   int64_t out_stride;
   int seq, padded, heads;
-  Nvfp4Out nvfp4;  // optional NVFP4 encoding of the output (given g)
+  Nvfp4Out nvfp4;                      // optional NVFP4 encoding of the output (given g)
+  attention_sparse::BlockList blocks;  // kSparse: the key blocks of each (head, query tile)
 };
 
 #ifdef H3RT_SAGE_WGMMA_ENABLED
@@ -144,18 +146,25 @@ struct Smem {
   __device__ uint32_t empty(int s) const { return bars + 8 * (1 + kStages + s); }
 };
 
-// TMA loads, issued by one thread (thread 0). Block b goes to stage b % kStages once both
-// consumers released the block that used the stage before (b - kStages).
+// The key blocks a CTA visits, by position t: all of them in order (dense), or its list.
+template <bool kSparse>
+struct KeyBlocks {
+  const int32_t* list;  // kSparse: the CTA's ascending key-block indices
+  __device__ int operator[](int t) const { return kSparse ? __ldg(list + t) : t; }
+};
+
+// TMA loads, issued by one thread (thread 0). The block at position t goes to stage
+// t % kStages once every consumer released the block that used the stage before (t - kStages).
 struct Loader {
   const CUtensorMap* k;
   const CUtensorMap* v;
   int row0, v_row0;  // first K row of the head (h * Sp), first V^T row (h * 128)
-  __device__ void block(const Smem& sm, int b) const {
-    const int s = b % kStages;
-    bar_wait(sm.empty(s), ((b / kStages) & 1) ^ 1);
+  __device__ void block(const Smem& sm, int t, int kb) const {
+    const int s = t % kStages;
+    bar_wait(sm.empty(s), ((t / kStages) & 1) ^ 1);
     bar_expect_tx(sm.full(s), 2 * kTileBytes);
-    tma_load_2d(sm.k(s), k, sm.full(s), 0, row0 + b * kBN);
-    tma_load_2d(sm.v(s), v, sm.full(s), b * kBN, v_row0);
+    tma_load_2d(sm.k(s), k, sm.full(s), 0, row0 + kb * kBN);
+    tma_load_2d(sm.v(s), v, sm.full(s), kb * kBN, v_row0);
   }
 };
 
@@ -263,13 +272,12 @@ __device__ __forceinline__ void qk_issue(const Smem& sm, int t, uint64_t dq_desc
   wg_commit();
 }
 
-// Consumer c (0..C-1) of the CTA. Phases: QK(0) | PV(t-1), QK(t) for t = 1..n-1 | PV(n-1); the
-// softmax of block t follows the phase that issued QK(t). kOverlap issues PV(t-1) and QK(t)
-// back to back and does the O update while QK(t) runs; otherwise PV(t-1) completes and O is
-// updated before QK(t) is issued (fewer live registers).
-template <int C, bool kPingPong, bool kOverlap, bool kNvfp4>
+// Consumer c (0..C-1) of the CTA over the n key blocks of `kb` (positions t = 0..n-1).
+// Phases: QK(0) | PV(t-1), QK(t) for t = 1..n-1 | PV(n-1); the softmax of block t follows the
+// phase that issued QK(t). PV(t-1) completes and O is updated before QK(t) is issued.
+template <bool kNvfp4, bool kSparse>
 __device__ __forceinline__ void consumer(const Args& a, const Smem& sm, const Loader& ld, int c,
-                                         int h, int q0, int ntiles) {
+                                         int h, int q0, KeyBlocks<kSparse> kb, int n) {
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int64_t hq = static_cast<int64_t>(h) * (a.padded / kQWarpRows * 8);
   // Rows past the padded length (last CTA of a 192-row tiling) use a valid scale; not written.
@@ -283,50 +291,47 @@ __device__ __forceinline__ void consumer(const Args& a, const Smem& sm, const Lo
   Softmax st{{-INFINITY, -INFINITY}, {0.0f, 0.0f}, {0.0f, 0.0f}};
   uint32_t pa[4][4];
   int acc[64];
-  // Ping-pong (round robin): consumer c waits on barrier 1+c before a phase, then releases the
-  // next consumer. The last consumer opens the first phase of consumer 0 and skips its final
+  // Round robin: consumer c waits on barrier 1+c before a phase, then releases the next
+  // consumer. The last consumer opens the first phase of consumer 0 and skips its final
   // release, so every barrier sees as many arrivals as waits.
   const int my_bar = 1 + c, other_bar = 1 + (c + 1) % C;
-  if (kPingPong && c == C - 1) named_arrive(1, 256);
+  if (c == C - 1) named_arrive(1, 256);
   bar_wait(sm.q_full(), 0);
 
-  if (kPingPong) named_sync(my_bar, 256);
+  named_sync(my_bar, 256);
   qk_issue(sm, 0, dq_desc, acc);
-  if (kPingPong) named_arrive(other_bar, 256);
+  named_arrive(other_bar, 256);
+  int b = kb[0];
   wg_wait<0>();
   reg_fence(acc);
-  softmax_block(acc, qs * ksc[0], 0, a.seq, lane, st, pa);
-  for (int t = 1; t < ntiles; ++t) {
+  softmax_block(acc, qs * ksc[b * 4], b * kBN, a.seq, lane, st, pa);
+  for (int t = 1; t < n; ++t) {
     const int prev = (t - 1) % kStages;
-    const float dq = qs * ksc[t * 4];  // loaded early: the wgmma fences below order memory
+    b = kb[t];
+    const float dq = qs * ksc[b * 4];  // loaded early: the wgmma fences below order memory
+    // The loader's next block index, read before the phase waits (sparse: a global load).
+    const int ahead = threadIdx.x == 0 && t + kAhead < n ? kb[t + kAhead] : 0;
     float ob[68];
-    if (kPingPong) named_sync(my_bar, 256);
+    named_sync(my_bar, 256);
     pv_issue(sm, prev, pa, ob);
-    if (kOverlap) {
-      qk_issue(sm, t, dq_desc, acc);
-      if (kPingPong) named_arrive(other_bar, 256);
-      wg_wait<1>();
-      pv_finish(sm, prev, lane, st, ob, o);
-    } else {
-      wg_wait<0>();
-      pv_finish(sm, prev, lane, st, ob, o);
-      qk_issue(sm, t, dq_desc, acc);
-      if (kPingPong) named_arrive(other_bar, 256);
-    }
-    // Behind this phase's matrix products: the stage of block t + kAhead last held block t - 3,
+    wg_wait<0>();
+    pv_finish(sm, prev, lane, st, ob, o);
+    qk_issue(sm, t, dq_desc, acc);
+    named_arrive(other_bar, 256);
+    // Behind this phase's matrix products: the stage of position t + kAhead last held t - 3,
     // which every consumer released in its phase t - 2.
-    if (threadIdx.x == 0 && t + kAhead < ntiles) ld.block(sm, t + kAhead);
+    if (threadIdx.x == 0 && t + kAhead < n) ld.block(sm, t + kAhead, ahead);
     wg_wait<0>();
     reg_fence(acc);
-    softmax_block(acc, dq, t * kBN, a.seq, lane, st, pa);
+    softmax_block(acc, dq, b * kBN, a.seq, lane, st, pa);
   }
   {
     float ob[68];
-    if (kPingPong) named_sync(my_bar, 256);
-    pv_issue(sm, (ntiles - 1) % kStages, pa, ob);
-    if (kPingPong && c != C - 1) named_arrive(other_bar, 256);
+    named_sync(my_bar, 256);
+    pv_issue(sm, (n - 1) % kStages, pa, ob);
+    if (c != C - 1) named_arrive(other_bar, 256);
     wg_wait<0>();
-    pv_finish(sm, (ntiles - 1) % kStages, lane, st, ob, o);
+    pv_finish(sm, (n - 1) % kStages, lane, st, ob, o);
   }
 
   // Normalize: o * v_scale / l (l sums P8 = 448 p in e4m3, whole rows); bf16 pairs, written
@@ -344,18 +349,26 @@ __device__ __forceinline__ void consumer(const Args& a, const Smem& sm, const Lo
                                     word);
 }
 
-template <int C, bool kPingPong, bool kOverlap, bool kNvfp4>
-__global__ void __launch_bounds__(Shape<C>::kThreads, 1)
+template <bool kNvfp4, bool kSparse>
+__global__ void __launch_bounds__(Shape::kThreads, 1)
     sage_wgmma_kernel(const __grid_constant__ CUtensorMap tm_q,
                       const __grid_constant__ CUtensorMap tm_k,
                       const __grid_constant__ CUtensorMap tm_v, Args a) {
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023) & ~1023u;
-  const Smem sm{base, base + Shape<C>::kStageOff, base + Shape<C>::kBarOff};
+  const Smem sm{base, base + Shape::kStageOff, base + Shape::kBarOff};
   // Broadcast so the compiler sees a warp-uniform warpgroup index (keeps wgmma unserialized).
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
-  const int h = blockIdx.y, q0 = blockIdx.x * Shape<C>::kBM;
-  const int ntiles = (a.seq + kBN - 1) / kBN;
+  const int h = blockIdx.y, q0 = blockIdx.x * Shape::kBM;
+  int n = (a.seq + kBN - 1) / kBN;
+  KeyBlocks<kSparse> kb{nullptr};
+  if constexpr (kSparse) {
+    if (q0 >= a.seq) return;  // the whole CTA: no rows to write, no barrier touched yet
+    const int64_t tile = static_cast<int64_t>(h) * a.blocks.n_qtiles + blockIdx.x;
+    kb.list = a.blocks.index + tile * a.blocks.n_kblocks;
+    n = __ldg(a.blocks.count + tile);
+    if (n <= 0) return;  // an empty list (not made by the router): rows left unwritten
+  }
   if (threadIdx.x == 0) {
     bar_init(sm.q_full(), 1);
     for (int s = 0; s < kStages; ++s) {
@@ -376,16 +389,16 @@ __global__ void __launch_bounds__(Shape<C>::kThreads, 1)
   __syncthreads();
   const Loader ld{&tm_k, &tm_v, h * a.padded, h * kD};
   if (threadIdx.x == 0) {
-    bar_expect_tx(sm.q_full(), Shape<C>::kBM * 128);
+    bar_expect_tx(sm.q_full(), Shape::kBM * 128);
     tma_load_2d(sm.q, &tm_q, sm.q_full(), 0, h * a.padded + q0);
-    for (int b = 0; b <= kAhead && b < ntiles; ++b) ld.block(sm, b);
+    for (int t = 0; t <= kAhead && t < n; ++t) ld.block(sm, t, kb[t]);
   }
-  consumer<C, kPingPong, kOverlap, kNvfp4>(a, sm, ld, wg, h, q0, ntiles);
+  consumer<kNvfp4, kSparse>(a, sm, ld, wg, h, q0, kb, n);
 }
 
 #else  // not sm_90a: an empty body keeps the symbol.
 
-template <int C, bool kPingPong, bool kOverlap, bool kNvfp4>
+template <bool kNvfp4, bool kSparse>
 __global__ void sage_wgmma_kernel(const __grid_constant__ CUtensorMap,
                                   const __grid_constant__ CUtensorMap,
                                   const __grid_constant__ CUtensorMap, Args) {}
@@ -400,9 +413,8 @@ bool make_map(CUtensorMap* map, const void* base, uint64_t cols, uint64_t rows,
                                   box_rows, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
-template <int C, bool kPingPong, bool kOverlap>
 cudaError_t launch(const SageAttentionParams& p, cudaStream_t stream) {
-  using Sh = Shape<C>;
+  using Sh = Shape;
   const uint64_t sp = static_cast<uint64_t>(padded_len(p.seq));
   const uint64_t heads = static_cast<uint64_t>(p.heads);
   CUtensorMap maps[3];
@@ -418,11 +430,15 @@ cudaError_t launch(const SageAttentionParams& p, cudaStream_t stream) {
                static_cast<int>(p.seq),
                static_cast<int>(sp),
                static_cast<int>(p.heads),
-               p.nvfp4};
+               p.nvfp4,
+               p.blocks};
   // The NVFP4 epilogue is its own instantiation: kept out of the plain kernel, whose main loop
-  // it would otherwise crowd (more spills measured with ptxas -v).
-  auto kernel = p.nvfp4.enabled() ? sage_wgmma_kernel<C, kPingPong, kOverlap, true>
-                                  : sage_wgmma_kernel<C, kPingPong, kOverlap, false>;
+  // it would otherwise crowd (more spills measured with ptxas -v); so is the sparse form, which
+  // leaves the dense kernel's code as it was.
+  const bool sparse = p.blocks.enabled();
+  auto kernel = p.nvfp4.enabled()
+                    ? (sparse ? sage_wgmma_kernel<true, true> : sage_wgmma_kernel<true, false>)
+                    : (sparse ? sage_wgmma_kernel<false, true> : sage_wgmma_kernel<false, false>);
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::kSmem);
   if (e != cudaSuccess) return e;
@@ -438,18 +454,7 @@ namespace detail {
 
 cudaError_t sage_attention_wgmma(const SageAttentionParams& p, cudaStream_t stream) {
   if (!cuda::compiled_arch_listed("90a")) return cudaErrorNotSupported;
-  switch (p.variant) {
-    case SageVariant::wgmma:
-      return launch<2, false, false>(p, stream);
-    case SageVariant::wgmma_pingpong:
-      return launch<2, true, false>(p, stream);
-    case SageVariant::wgmma_pp3:
-      return launch<3, true, false>(p, stream);
-    case SageVariant::wgmma3:
-      return launch<3, false, false>(p, stream);
-    default:
-      return launch<2, true, true>(p, stream);
-  }
+  return launch(p, stream);
 }
 
 }  // namespace detail

@@ -122,15 +122,30 @@ Quantized quantize_reference(const QkvView& x, float sm_scale) {
 
 namespace {
 
+// The key blocks row r of head h visits: its tile's list, or all of them.
+std::vector<int64_t> row_blocks(const Quantized& z, int64_t h, int64_t r,
+                                const attention_sparse::BlockList* blocks) {
+  std::vector<int64_t> out;
+  if (!blocks) {
+    for (int64_t b = 0; b * kBlockN < z.seq; ++b) out.push_back(b);
+    return out;
+  }
+  const int64_t t = h * blocks->n_qtiles + r / blocks->q_tile;
+  for (int32_t c = 0; c < blocks->count[t]; ++c)
+    out.push_back(blocks->index[t * blocks->n_kblocks + c]);
+  return out;
+}
+
 // One query row of one head through the blocked online softmax with fp8 P and fp8 V.
-void attention_row(const Quantized& z, int64_t h, int64_t r, RowSum row_sum, float* out) {
+void attention_row(const Quantized& z, int64_t h, int64_t r, RowSum row_sum,
+                   const attention_sparse::BlockList* blocks, float* out) {
   const int64_t S = z.seq, Sp = z.padded;
   const int8_t* q = &z.q8[(h * Sp + r) * kD];
   float qs = z.q_scale[h * q_scales_per_head(S) + q_scale_index(r)];
   float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
   std::vector<float> o(kD, 0.0f), ob(kD), s(kBlockN);
-  for (int64_t k0 = 0; k0 < S; k0 += kBlockN) {
-    int64_t n = std::min<int64_t>(kBlockN, S - k0);
+  for (int64_t b : row_blocks(z, h, r, blocks)) {
+    const int64_t k0 = b * kBlockN, n = std::min<int64_t>(kBlockN, S - k0);
     float mb = -std::numeric_limits<float>::infinity();
     for (int64_t j = 0; j < n; ++j) {
       const int8_t* k = &z.k8[(h * Sp + k0 + j) * kD];
@@ -161,12 +176,20 @@ void attention_row(const Quantized& z, int64_t h, int64_t r, RowSum row_sum, flo
 
 }  // namespace
 
-std::vector<float> attention_reference(const Quantized& z, RowSum row_sum) {
+std::vector<float> attention_reference(const Quantized& z, RowSum row_sum,
+                                       const attention_sparse::BlockList* blocks) {
   H3RT_CHECK(z.seq > 0 && z.heads > 0, "attention_reference: empty quantized tensors");
+  if (blocks)
+    H3RT_CHECK(blocks->heads == z.heads && blocks->q_tile > 0 &&
+                   blocks->n_qtiles == (z.seq + blocks->q_tile - 1) / blocks->q_tile &&
+                   blocks->n_kblocks == (z.seq + kBlockN - 1) / kBlockN,
+               "attention_reference: block lists of ", blocks->heads, " heads x ", blocks->n_qtiles,
+               " tiles x ", blocks->n_kblocks, " key blocks do not fit S = ", z.seq,
+               ", H = ", z.heads);
   std::vector<float> out(z.seq * z.heads * kD);
   for (int64_t h = 0; h < z.heads; ++h)
     for (int64_t r = 0; r < z.seq; ++r)
-      attention_row(z, h, r, row_sum, &out[(r * z.heads + h) * kD]);
+      attention_row(z, h, r, row_sum, blocks, &out[(r * z.heads + h) * kD]);
   return out;
 }
 

@@ -1,0 +1,41 @@
+// Helpers of the CPU and GPU tests of sparse attention: a SparseAttention configuration in one
+// call, random block lists.
+#pragma once
+
+#include <cstdint>
+
+#include "h3rt/sparse.h"
+#include "ops/attention_sparse/router.h"
+
+namespace h3rt::test {
+
+inline SparseAttention sparse_config(float tau, int band, int64_t max_blocks = 0,
+                                     bool video_rows_only = true) {
+  SparseAttention c;
+  c.tau = tau;
+  c.band = band;
+  c.max_blocks = max_blocks;
+  c.video_rows_only = video_rows_only;
+  return c;
+}
+
+// Per (head, tile) a random non-empty ascending subset of the key blocks (each kept with
+// probability 1/3, one always).
+template <class Rng>
+attention_sparse::HostBlockLists random_block_lists(const attention_sparse::RouterShape& s,
+                                                    Rng& rng) {
+  attention_sparse::HostBlockLists l = attention_sparse::full_block_lists(s);
+  const int64_t nk = s.n_kblocks();
+  l.stats.key_blocks_computed = 0;
+  for (size_t t = 0; t < l.count.size(); ++t) {
+    int32_t n = 0;
+    const int32_t kept = static_cast<int32_t>(rng() % nk);
+    for (int32_t j = 0; j < nk; ++j)
+      if (j == kept || rng() % 3 == 0) l.index[t * nk + n++] = j;
+    l.count[t] = n;
+    l.stats.key_blocks_computed += n;
+  }
+  return l;
+}
+
+}  // namespace h3rt::test
