@@ -15,8 +15,10 @@ namespace h3rt::cli {
 void add_bench_compare_command(CLI::App& bench) {
   auto files = std::make_shared<std::vector<std::string>>();
   auto* cmd = bench.add_subcommand("compare",
-                                   "Print two reports' timings side by side with "
-                                   "speedups (first = before, second = after)");
+                                   "Print two reports' timings (and telemetry energies) "
+                                   "side by side with the ratio before / after: speedups, "
+                                   "and for joules above 1 when after used less (first = "
+                                   "before, second = after)");
   cmd->add_option("reports", *files, "two JSON reports (bench block, sample --report, ...)")
       ->required()
       ->expected(2)
