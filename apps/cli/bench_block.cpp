@@ -27,7 +27,8 @@ void add_bench_block_command(CLI::App& bench) {
   auto* cmd = bench.add_subcommand("block",
                                    "Time one DiT block on the GPU (bf16, synthetic "
                                    "weights) at the seed shape: 1344x768, 124 frames, "
-                                   "37,810 rows; JSON report");
+                                   "37,810 rows; JSON report, with SM clock, power and joules "
+                                   "per block and component from NVML where available");
   cmd->add_option("--preset", o->preset, "h3 (release dims) or tiny")
       ->check(CLI::IsMember({"h3", "tiny"}))
       ->capture_default_str();

@@ -115,7 +115,8 @@ void add_bench_step_command(CLI::App& bench) {
   auto* step = bench.add_subcommand(
       "step",
       "Time one whole denoising step's model evaluation on the GPU (synthetic weights) "
-      "through a reusable forward session, eager and as a CUDA graph; JSON report");
+      "through a reusable forward session, eager and as a CUDA graph; JSON report, with SM "
+      "clock, power and joules per step from NVML where available");
   add_common(step, *o);
   step->add_option("--reps", o->reps, "Timed steps of each kind (medians)")
       ->check(CLI::PositiveNumber)
@@ -136,7 +137,8 @@ void add_bench_step_command(CLI::App& bench) {
   auto* sample = bench.add_subcommand(
       "sample",
       "Time the whole Euler sampling loop on the GPU (synthetic weights, the request `h3rt "
-      "sample` builds for the same seed): per-step stages and the final latents' checksums");
+      "sample` builds for the same seed): per-step stages, the final latents' checksums, and "
+      "SM clock, power and joules per step from NVML where available");
   add_common(sample, *s);
   sample->add_option("--steps", s->steps, "Model evaluations")
       ->check(CLI::Range(1, 1000))
