@@ -2,10 +2,12 @@
 #include <cstdio>
 #include <memory>
 
+#include "bench/plot.h"
 #include "cli/commands.h"
 #include "cli/output_path.h"
-#include "h3rt/pipeline.h"
 #include "h3rt/check.h"
+#include "h3rt/compare.h"
+#include "h3rt/pipeline.h"
 #include "h3rt/report.h"
 #ifdef H3RT_HAVE_CUDA
 #include "bench/block_bench.h"
@@ -15,7 +17,7 @@ namespace h3rt::cli {
 
 void add_bench_block_command(CLI::App& bench) {
   struct Opts {
-    std::string preset = "h3", out = "-";
+    std::string preset = "h3", out = "-", plot, peer;
     int reps = 10;
     std::string gemm = "bf16", attention = "bf16";
     int64_t width = 0, height = 0, frames = 0;
@@ -25,7 +27,8 @@ void add_bench_block_command(CLI::App& bench) {
   auto* cmd = bench.add_subcommand("block",
                                    "Time one DiT block on the GPU (bf16, synthetic "
                                    "weights) at the seed shape: 1344x768, 124 frames, "
-                                   "37,810 rows; JSON report");
+                                   "37,810 rows; JSON report, with SM clock, power and joules "
+                                   "per block and component from NVML where available");
   cmd->add_option("--preset", o->preset, "h3 (release dims) or tiny")
       ->check(CLI::IsMember({"h3", "tiny"}))
       ->capture_default_str();
@@ -55,9 +58,26 @@ void add_bench_block_command(CLI::App& bench) {
                   "video frames (default: the seed's 124; 864x480x124 is ComfyUI's default)");
   cmd->add_option("--reps", o->reps, "Timed repetitions (medians)")->capture_default_str();
   cmd->add_option("--out", o->out, "JSON report path, - for stdout")->capture_default_str();
+  cmd->add_option("--plot", o->plot,
+                  "Also draw the block breakdown as SVG: one bar per component (the seeds' "
+                  "names beside ours), the block total, clock and power per component when NVML "
+                  "is available, and the peer's bars with --peer");
+  cmd->add_option("--peer", o->peer,
+                  "A peer block's JSON (bench/torch_block.py --json) to put in the report as "
+                  "\"peer\" and beside ours in --plot (its result for this --gemm, else its "
+                  "first)")
+      ->check(CLI::ExistingFile);
   cmd->callback([o] {
 #ifdef H3RT_HAVE_CUDA
     check_output_path(o->out, "--out");
+    if (!o->plot.empty()) check_output_path(o->plot, "--plot");
+    // The peer's names (bench/torch_block.py --gemm): bf16, fp8, int8_convrot.
+    const std::string peer_gemm = o->gemm == "int8"              ? "int8_convrot"
+                                  : o->gemm.rfind("fp8", 0) == 0 ? "fp8"
+                                                                 : o->gemm;
+    const nlohmann::json peer =
+        o->peer.empty() ? nlohmann::json()
+                        : bench::peer_for_block_report(read_json(o->peer), o->peer, peer_gemm);
     bench::BlockBenchOptions b;
     b.h3_dims = o->preset == "h3";
     if (!b.h3_dims) b = {false, 10, 9, 7, 8, 12};
@@ -71,7 +91,10 @@ void add_bench_block_command(CLI::App& bench) {
     const LatentShape sh = latent_shape_for(o->width, o->height, o->frames,
                                             {b.frames, b.height, b.width, b.audio_len});
     b.frames = sh.frames, b.height = sh.height, b.width = sh.width, b.audio_len = sh.audio;
-    write_json(o->out, bench::run_block_bench(b));
+    nlohmann::json report = bench::run_block_bench(b);
+    if (!peer.is_null()) report["peer"] = peer;
+    write_json(o->out, report);
+    if (!o->plot.empty()) bench::write_svg(o->plot, bench::plot_report_svg(report));
 #else
     H3RT_FAIL("this h3rt was built without CUDA (cmake -DH3RT_CUDA=ON needs nvcc)");
 #endif

@@ -13,10 +13,8 @@ namespace h3rt::cli {
 
 void add_bench_nvfp4_gemm_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("nvfp4-gemm",
-                                 "Time the NVFP4 GEMMs (dequantize + cuBLASLt, the Hopper mainloop "
-                                 "kernel with both operands or with A only dequantized in its "
-                                 "mainloop, Blackwell block-scaled) against cuBLASLt bf16 (JSON "
-                                 "report)");
+                                 "Time the NVFP4 GEMMs (dequantize + cuBLASLt, Blackwell "
+                                 "block-scaled) against cuBLASLt bf16 (JSON report)");
 #ifdef H3RT_HAVE_CUDA
   auto opt = std::make_shared<bench::Nvfp4GemmBenchOptions>();
   cmd->add_option("--rows", opt->rows, "packed rows M")->capture_default_str();
@@ -27,12 +25,8 @@ void add_bench_nvfp4_gemm_command(CLI::App& app) {
   cmd->add_option("--warmup", opt->warmup, "untimed calls first")->capture_default_str();
   cmd->add_option("--iters", opt->iters, "timed calls (median reported)")->capture_default_str();
   cmd->add_option("--out", opt->json_path, "write the report as JSON to this file");
-  auto no_mainloop = std::make_shared<bool>(false);
-  cmd->add_flag("--no-mainloop", *no_mainloop,
-                "leave out the sm_90a mainloop kernel (both of its variants)");
-  cmd->callback([opt, no_mainloop] {
+  cmd->callback([opt] {
     if (!opt->json_path.empty()) check_output_path(opt->json_path, "--out");
-    opt->mainloop = !*no_mainloop;
     bench::run_nvfp4_gemm_bench(*opt);
   });
 #else

@@ -2,10 +2,11 @@
 #include <memory>
 #include <string>
 
+#include "bench/plot.h"
 #include "cli/commands.h"
 #include "cli/output_path.h"
-#include "h3rt/pipeline.h"
 #include "h3rt/check.h"
+#include "h3rt/pipeline.h"
 #include "h3rt/report.h"
 #ifdef H3RT_HAVE_CUDA
 #include "bench/step_bench.h"
@@ -15,7 +16,7 @@ namespace h3rt::cli {
 namespace {
 
 struct Opts {
-  std::string preset = "h3", gemm = "bf16", cuda_graph = "on", out = "-", attention = "bf16";
+  std::string preset = "h3", gemm = "bf16", cuda_graph = "on", out = "-", attention = "bf16", plot;
   int reps = 3, warmup = 1, steps = 8, group = 256;
   int64_t width = 0, height = 0, frames = 0;
   uint64_t seed = 440420, weights_seed = 0;
@@ -50,7 +51,23 @@ void add_common(CLI::App* cmd, Opts& o) {
   cmd->add_option("--weights-seed", o.weights_seed, "Synthetic weights seed")
       ->capture_default_str();
   cmd->add_option("--out", o.out, "JSON report path, - for stdout")->capture_default_str();
+  cmd->add_option("--plot", o.plot,
+                  "Also draw the timeline as SVG (step: the eager step's stages along time and "
+                  "the CUDA graph step; sample: every step's stages along the run)");
 }
+
+#ifdef H3RT_HAVE_CUDA
+// Writes the report, and its picture with --plot.
+void write_outputs(const Opts& o, const nlohmann::json& report) {
+  write_json(o.out, report);
+  if (!o.plot.empty()) bench::write_svg(o.plot, bench::plot_report_svg(report));
+}
+
+void check_outputs(const Opts& o) {
+  check_output_path(o.out, "--out");
+  if (!o.plot.empty()) check_output_path(o.plot, "--plot");
+}
+#endif
 
 #ifdef H3RT_HAVE_CUDA
 bench::StepBenchOptions to_bench(const Opts& o) {
@@ -65,8 +82,8 @@ bench::StepBenchOptions to_bench(const Opts& o) {
   b.frames = latent_frames_for(b.pixel_frames);
   b.height = b.pixel_height / 16;
   b.width = b.pixel_width / 16;
-  const LatentShape sh = latent_shape_for(o.width, o.height, o.frames,
-                                          {b.frames, b.height, b.width, b.audio_len});
+  const LatentShape sh =
+      latent_shape_for(o.width, o.height, o.frames, {b.frames, b.height, b.width, b.audio_len});
   b.frames = sh.frames, b.height = sh.height, b.width = sh.width, b.audio_len = sh.audio;
   if (o.width) b.pixel_width = o.width;
   if (o.height) b.pixel_height = o.height;
@@ -98,7 +115,8 @@ void add_bench_step_command(CLI::App& bench) {
   auto* step = bench.add_subcommand(
       "step",
       "Time one whole denoising step's model evaluation on the GPU (synthetic weights) "
-      "through a reusable forward session, eager and as a CUDA graph; JSON report");
+      "through a reusable forward session, eager and as a CUDA graph; JSON report, with SM "
+      "clock, power and joules per step from NVML where available");
   add_common(step, *o);
   step->add_option("--reps", o->reps, "Timed steps of each kind (medians)")
       ->check(CLI::PositiveNumber)
@@ -108,8 +126,8 @@ void add_bench_step_command(CLI::App& bench) {
       ->capture_default_str();
   step->callback([o] {
 #ifdef H3RT_HAVE_CUDA
-    check_output_path(o->out, "--out");
-    write_json(o->out, bench::run_step_bench(to_bench(*o)));
+    check_outputs(*o);
+    write_outputs(*o, bench::run_step_bench(to_bench(*o)));
 #else
     no_cuda();
 #endif
@@ -119,7 +137,8 @@ void add_bench_step_command(CLI::App& bench) {
   auto* sample = bench.add_subcommand(
       "sample",
       "Time the whole Euler sampling loop on the GPU (synthetic weights, the request `h3rt "
-      "sample` builds for the same seed): per-step stages and the final latents' checksums");
+      "sample` builds for the same seed): per-step stages, the final latents' checksums, and "
+      "SM clock, power and joules per step from NVML where available");
   add_common(sample, *s);
   sample->add_option("--steps", s->steps, "Model evaluations")
       ->check(CLI::Range(1, 1000))
@@ -132,8 +151,8 @@ void add_bench_step_command(CLI::App& bench) {
       ->capture_default_str();
   sample->callback([s] {
 #ifdef H3RT_HAVE_CUDA
-    check_output_path(s->out, "--out");
-    write_json(s->out, bench::run_sample_bench(to_bench(*s)));
+    check_outputs(*s);
+    write_outputs(*s, bench::run_sample_bench(to_bench(*s)));
 #else
     no_cuda();
 #endif

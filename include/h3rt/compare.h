@@ -1,5 +1,6 @@
 // Side-by-side comparison of two timing reports (JSON): every numeric value whose path names
-// a time ("...seconds..." or "...milliseconds..."), present in both, with the speedup old/new.
+// a time ("...seconds..." or "...milliseconds...") or an energy ("...joules..."), present in
+// both, with the ratio old/new (for an energy: above 1 means the new run used less).
 #pragma once
 
 #include <nlohmann/json.hpp>

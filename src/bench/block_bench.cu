@@ -8,6 +8,7 @@
 #include "bench/block_bench.h"
 #include "bench/block_report.h"
 #include "bench/launch_count.h"
+#include "bench/telemetry.h"
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
 #include "h3rt/layout.h"
@@ -136,6 +137,14 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
   for (int i = 0; i < o.warmup; ++i) model::block_forward_cuda(c, w, b, s);
   s.synchronize();
 
+  // Clock and power samples are matched to components and blocks by host time: a repetition's
+  // device work ends just before the synchronize that waits for it returns.
+  const DeviceInfo device = current_device_info();
+  TelemetrySampler telemetry(make_nvml_telemetry(device.pci_bus_id));
+  telemetry.start();
+  std::map<std::string, std::vector<Interval>> comp_windows;
+  std::vector<Interval> block_windows;
+
   // Per-component times: events recorded between stages in stream order.
   std::map<std::string, std::vector<double>> comp;
   std::vector<double> instrumented, plain, graph;
@@ -153,16 +162,22 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
     };
     model::block_forward_cuda(c, w, b, s, &hook);
     s.synchronize();
-    for (size_t j = 0; j < names.size(); ++j) {
-      float ms;
-      H3RT_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[j], ev[j + 1]));
-      comp[names[j]].push_back(ms);
-    }
+    const double t_end = telemetry.now_ms();
     float total;
     H3RT_CUDA_CHECK(cudaEventElapsedTime(&total, ev[0], ev[names.size()]));
+    for (size_t j = 0; j < names.size(); ++j) {
+      float ms, from_start;
+      H3RT_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[j], ev[j + 1]));
+      H3RT_CUDA_CHECK(cudaEventElapsedTime(&from_start, ev[0], ev[j]));
+      comp[names[j]].push_back(ms);
+      const double begin = t_end - total + from_start;
+      comp_windows[names[j]].push_back({begin, begin + ms});
+    }
     instrumented.push_back(total);
   }
-  // Uninstrumented block, then a captured CUDA graph of it.
+  // Uninstrumented block (the energy counter around these), then a captured CUDA graph of it.
+  BlockTelemetry tm;
+  tm.block_energy.begin_mj = telemetry.energy_mj();
   for (int r = 0; r < o.reps; ++r) {
     reset_x();
     float ms;
@@ -170,9 +185,21 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
     model::block_forward_cuda(c, w, b, s);
     H3RT_CUDA_CHECK(cudaEventRecord(ev[1], s));
     s.synchronize();
+    const double t_end = telemetry.now_ms();
     H3RT_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
     plain.push_back(ms);
+    block_windows.push_back({t_end - ms, t_end});
   }
+  tm.block_energy.end_mj = telemetry.energy_mj();
+  tm.block_energy.units = o.reps;
+  telemetry.stop();
+  const std::vector<TelemetrySample> samples = telemetry.samples();
+  tm.header = telemetry.header_json();
+  tm.block = summarize(samples, block_windows);
+  for (const auto& [name, windows] : comp_windows)
+    tm.components[name] = summarize(samples, windows);
+  std::fprintf(stderr, "bench block: %s\n",
+               telemetry_line(tm.header, tm.block, tm.block_energy, "block").c_str());
   cudaGraph_t g;
   cudaGraphExec_t ge;
   H3RT_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
@@ -213,17 +240,17 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
   // otherwise.
   // int8: one per projection whose producer does not quantize the input.
   m.fused_inputs = model::fused_projection_inputs(w);
-  m.launcher_calls =
-      model::kBlockLaunches +
-      (o.fp8 || (o.nvfp4 && !o.nvfp4_static_input_scale) ? 4 : 0) +
-      (o.int8_group >= 0 ? 4 - static_cast<int>(m.fused_inputs.size()) : 0) +
-      (o.sage_attention ? 1 : 0);  // Sage: pre-pass and kernel
+  m.launcher_calls = model::kBlockLaunches +
+                     (o.fp8 || (o.nvfp4 && !o.nvfp4_static_input_scale) ? 4 : 0) +
+                     (o.int8_group >= 0 ? 4 - static_cast<int>(m.fused_inputs.size()) : 0) +
+                     (o.sage_attention ? 1 : 0);  // Sage: pre-pass and kernel
   m.graph_nodes = static_cast<int64_t>(graph_nodes);
   m.cupti_kernels = cupti_kernels;
   const auto mem = cuda::default_arena().stats();
   m.peak_allocated = mem.peak_allocated;
   m.peak_reserved = mem.peak_reserved;
-  m.device = current_device_info();
+  m.device = device;
+  m.telemetry = std::move(tm);
   m.fp8 = o.fp8;
   m.nvfp4 = o.nvfp4;
   m.int8_group = o.int8_group;

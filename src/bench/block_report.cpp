@@ -70,15 +70,15 @@ std::string gemm_description(const BlockMeasurements& m) {
 
 // The format each block projection ran in (the bench runs all four in one format).
 nlohmann::json projection_formats(const BlockMeasurements& m) {
-  const std::string f = m.int8_group > 0 ? "int8_convrot G=" + std::to_string(m.int8_group)
+  const std::string f = m.int8_group > 0    ? "int8_convrot G=" + std::to_string(m.int8_group)
                         : m.int8_group == 0 ? "int8"
                         : m.nvfp4           ? "nvfp4"
                         : m.fp8             ? "fp8_scaled"
                                             : "bf16";
   nlohmann::json j;
   for (const char* name : {"qkv", "out", "fc1", "fc2"}) {
-    const bool fused = std::find(m.fused_inputs.begin(), m.fused_inputs.end(), name) !=
-                       m.fused_inputs.end();
+    const bool fused =
+        std::find(m.fused_inputs.begin(), m.fused_inputs.end(), name) != m.fused_inputs.end();
     j[name] = fused ? f + " (input from its producer, fused)" : f;
   }
   return j;
@@ -116,10 +116,12 @@ nlohmann::json block_report(const H3Config& c, const SequenceLayout& layout,
   nlohmann::json p50 = nlohmann::json::object(), moved = nlohmann::json::object(),
                  roof = nlohmann::json::object();
   double gemm_ms = 0, memory_bound_ms = 0, attention_ms = 0;
+  std::map<std::string, double> component_p50;
   for (const auto& [name, v] : m.component_ms) {
     H3RT_CHECK(bytes.count(name), "block report: unknown component '", name, "'");
     const double ms = median(v), by = bytes.at(name);
     p50[name] = ms;
+    component_p50[name] = ms;
     moved[name] = by;
     roof[name] = {{"h200_hbm_4.8TBps_ms", by / 4.8e9},
                   {"gb10_273GBps_ms", by / 273e6},
@@ -171,6 +173,7 @@ nlohmann::json block_report(const H3Config& c, const SequenceLayout& layout,
       {"roofline", roof},
       {"peak_device_bytes", {{"allocated", m.peak_allocated}, {"reserved", m.peak_reserved}}},
       {"reps", m.uninstrumented_ms.size()},
+      {"telemetry", block_telemetry_json(m.telemetry, block_ms, component_p50)},
   };
   if (m.nvfp4) report["nvfp4_fusion"] = nvfp4_fusion_report(c, S, m.nvfp4_static_input_scale);
   add_device_fields(report, m.device);

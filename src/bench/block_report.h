@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bench/device_info.h"
+#include "bench/telemetry.h"
 #include "h3rt/layout.h"
 #include "h3rt/model.h"
 
@@ -31,11 +32,12 @@ struct BlockMeasurements {
   int64_t graph_nodes = 0, cupti_kernels = -1;  // -1: not counted (built without CUPTI)
   int64_t peak_allocated = 0, peak_reserved = 0;
   DeviceInfo device;
+  BlockTelemetry telemetry;  // SM clock, power and energy (unavailable without NVML)
   bool fp8 = false;
   bool nvfp4 = false, nvfp4_static_input_scale = false;
   int int8_group = -1;  // int8 W8A8 projections: the convrot group (0: plain int8); -1: none
   bool sage_attention = false;
-  std::string nvfp4_algo;  // the NVFP4 GEMM algorithm that ran
+  std::string nvfp4_algo;                 // the NVFP4 GEMM algorithm that ran
   std::vector<std::string> fused_inputs;  // projections whose producer quantized the input
   uint64_t seed = 0;
 };

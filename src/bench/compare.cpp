@@ -8,9 +8,9 @@
 namespace h3rt {
 namespace {
 
-bool names_a_time(const std::string& path) {
+bool names_a_time(const std::string& path) {  // or an energy (bench telemetry)
   return path.find("seconds") != std::string::npos ||
-         path.find("milliseconds") != std::string::npos;
+         path.find("milliseconds") != std::string::npos || path.find("joules") != std::string::npos;
 }
 
 void walk(const nlohmann::json& a, const nlohmann::json& b, const std::string& path,

@@ -13,6 +13,8 @@ DeviceInfo current_device_info() {
   d.compute_capability = std::to_string(prop.major) + std::to_string(prop.minor);
   cudaDriverGetVersion(&d.driver_version);
   cudaRuntimeGetVersion(&d.runtime_version);
+  char bus[32] = {};
+  if (cudaDeviceGetPCIBusId(bus, sizeof bus, dev) == cudaSuccess) d.pci_bus_id = bus;
   return d;
 }
 

@@ -75,9 +75,6 @@ nlohmann::json run_nvfp4_gemm_bench(const Nvfp4GemmBenchOptions& o) {
       {"bf16_cublaslt", false, A::kAuto, true},
       {"w4a4_dequant_cublas", true, A::kDequantCublas, false},
       {"w4a16_dequant_cublas", false, A::kDequantCublas, false},
-      {"w4a4_mainloop_sm90", true, A::kMainloopSm90, false},
-      {"w4a16_mainloop_sm90", false, A::kMainloopSm90, false},
-      {"w4a4_mainloop_sm90_expanded_w", true, A::kMainloopSm90ExpandedW, false},
       {"w4a4_block_scaled_sm100", true, A::kBlockScaledSm100, false},
   };
   std::map<std::string, double> total;
@@ -127,11 +124,6 @@ nlohmann::json run_nvfp4_gemm_bench(const Nvfp4GemmBenchOptions& o) {
     const double flop = 2.0 * double(m) * double(n) * double(k);
     nlohmann::json algos = nlohmann::json::object();
     for (const Variant& v : variants) {
-      if (!o.mainloop && (v.algo == A::kMainloopSm90 || v.algo == A::kMainloopSm90ExpandedW)) {
-        algos[v.name] = {{"skipped", true}};
-        complete[v.name] = false;
-        continue;
-      }
       if (v.bf16_reference) {
         ops::LinearCudaParams lp;
         lp.x = a16.as<__nv_bfloat16>();
@@ -194,7 +186,7 @@ nlohmann::json run_nvfp4_gemm_bench(const Nvfp4GemmBenchOptions& o) {
   std::printf("totals over the four projections (M = %lld):\n", (long long)m);
   for (const Variant& v : variants) {
     if (!complete[v.name]) {
-      totals[v.name] = {{"complete", false}};  // not supported or skipped on some shape
+      totals[v.name] = {{"complete", false}};  // not supported on some shape
       continue;
     }
     totals[v.name] = {{"total_ms", total[v.name]}, {"ratio_vs_bf16", total[v.name] / ref}};

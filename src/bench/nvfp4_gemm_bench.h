@@ -4,8 +4,7 @@
 //
 // Per shape and algorithm: CUDA-event time of each call after a warm-up, median over `iters`.
 // Algorithms: cuBLASLt bf16 (the speed reference, bf16 W and A), kDequantCublas W4A4 and W4A16,
-// kMainloopSm90 W4A4 and W4A16 and kBlockScaledSm100 W4A4 where they run on this device (else
-// recorded as not supported). The NVFP4 operands come from our GPU quantizer applied to the same
+// and kBlockScaledSm100 W4A4 where it runs on this device (else recorded as not supported). The NVFP4 operands come from our GPU quantizer applied to the same
 // synthetic bf16 data. The dequantization kernel is also timed alone (weights and activations).
 // Totals per algorithm over the four shapes and their ratio to the bf16 total.
 #pragma once
@@ -23,7 +22,6 @@ struct Nvfp4GemmBenchOptions {
   int64_t ffn = 14336;
   int warmup = 3;
   int iters = 10;         // median over these
-  bool mainloop = true;   // include kMainloopSm90 (off: a faulting kernel cannot spoil the rest)
   std::string json_path;  // optional: write the report here
 };
 

@@ -8,6 +8,7 @@
 #include "bench/launch_count.h"
 #include "bench/step_bench.h"
 #include "bench/step_report.h"
+#include "bench/telemetry.h"
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
 #include "h3rt/formats.h"
@@ -64,10 +65,10 @@ Setup setup(const StepBenchOptions& o, const char* verb) {
                "bench %s: preset %s, %lld rows (text %lld, audio %lld, video %lld), %s GEMMs\n",
                verb, o.preset.c_str(), (long long)L.seq_len(), (long long)L.text_len,
                (long long)L.audio_rows(), (long long)L.video_rows(),
-               o.fp8                 ? "fp8"
-               : o.nvfp4             ? "NVFP4"
-               : o.int8_group >= 0   ? "int8 W8A8"
-                                     : "bf16");
+               o.fp8               ? "fp8"
+               : o.nvfp4           ? "NVFP4"
+               : o.int8_group >= 0 ? "int8 W8A8"
+                                   : "bf16");
   cuda::default_arena().reset_peak();
   const auto t0 = Clock::now();
   st.dev = model::make_synthetic_device_model(st.c, o.weights_seed);
@@ -177,6 +178,12 @@ nlohmann::json run_step_bench(const StepBenchOptions& o) {
     std::fprintf(stderr, "bench step: warm-up %d: %.1f ms%s\n", w + 1, t.wall_ms,
                  t.text_refined ? " (text refiner included)" : "");
   }
+  // Telemetry over the timed steps: samples in each call's wall time, energy around the runs.
+  m.device = current_device_info();
+  TelemetrySampler telemetry(make_nvml_telemetry(m.device.pci_bus_id));
+  telemetry.start();
+  std::vector<Interval> eager_windows, graph_windows;
+  m.eager_telemetry.energy.begin_mj = telemetry.energy_mj();
   for (int r = 0; r < o.reps; ++r) {
     ForwardOutputs v;
 #ifdef H3RT_HAVE_CUPTI
@@ -188,15 +195,27 @@ nlohmann::json run_step_bench(const StepBenchOptions& o) {
     v = session.forward(inputs(r));
 #endif
     m.eager.push_back(repetition(session.last_times(), v, plan.steps[1 + r]));
+    const double t_end = telemetry.now_ms();
+    eager_windows.push_back({t_end - session.last_times().wall_ms, t_end});
     std::fprintf(stderr, "bench step: eager %d/%d: %.1f ms (device %.1f ms)\n", r + 1, o.reps,
                  m.eager.back().wall_ms, m.eager.back().device_ms);
   }
+  m.eager_telemetry.energy.end_mj = telemetry.energy_mj();
+  m.eager_telemetry.energy.units = o.reps;
   session.set_stage_timing(false);
   session.set_cuda_graph(true);
+  m.graph_telemetry.energy.begin_mj = telemetry.energy_mj();
   for (int r = 0; r < o.reps; ++r) {
     ForwardOutputs v = session.forward(inputs(r));
     const auto& t = session.last_times();
-    if (t.capture_ms > 0) m.capture_ms = t.capture_ms;  // reported apart from the step
+    const double t_end = telemetry.now_ms();
+    if (t.capture_ms > 0) {  // reported apart from the step; its energy too
+      m.capture_ms = t.capture_ms;
+      m.graph_telemetry.energy.begin_mj = telemetry.energy_mj();
+    } else if (t.graph) {
+      graph_windows.push_back({t_end - t.wall_ms, t_end});
+      ++m.graph_telemetry.energy.units;
+    }
     if (!t.graph) {
       std::fprintf(stderr, "bench step: no CUDA graph (capture failed); graph figures omitted\n");
       break;
@@ -206,12 +225,20 @@ nlohmann::json run_step_bench(const StepBenchOptions& o) {
     std::fprintf(stderr, "bench step: graph %d/%d: %.1f ms (device %.1f ms)\n", r + 1, o.reps,
                  m.graph.back().wall_ms, m.graph.back().device_ms);
   }
+  m.graph_telemetry.energy.end_mj = telemetry.energy_mj();
+  telemetry.stop();
+  m.telemetry_header = telemetry.header_json();
+  m.eager_telemetry.power = summarize(telemetry.samples(), eager_windows);
+  m.graph_telemetry.power = summarize(telemetry.samples(), graph_windows);
+  std::fprintf(
+      stderr, "bench step: graph steps: %s\n",
+      telemetry_line(m.telemetry_header, m.graph_telemetry.power, m.graph_telemetry.energy, "step")
+          .c_str());
   m.graph_captured = session.graph_count() > 0;
   m.graph_nodes = session.graph_nodes();
   const auto mem = cuda::default_arena().stats();
   m.peak_allocated = mem.peak_allocated;
   m.peak_reserved = mem.peak_reserved;
-  m.device = current_device_info();
   return step_report(st.c, L, m);
 }
 
@@ -233,6 +260,14 @@ nlohmann::json run_sample_bench(const StepBenchOptions& o) {
   SampleReport rep;
   nlohmann::json per_step = nlohmann::json::array();
   const int evals = static_cast<int>(plan.steps.size());
+  const DeviceInfo device = current_device_info();
+  TelemetrySampler telemetry(make_nvml_telemetry(device.pci_bus_id));
+  telemetry.start();
+  StepTelemetry run_t;
+  run_t.name = "run";
+  run_t.energy.begin_mj = telemetry.energy_mj();
+  run_t.energy.units = evals;
+  const double t_loop = telemetry.now_ms();
   for (int i = 0; i < evals; ++i) {
     const ForwardInputs in{L, plan.steps[i].plan, video_rows.data(), audio_rows.data(),
                            st.text.data()};
@@ -254,13 +289,17 @@ nlohmann::json run_sample_bench(const StepBenchOptions& o) {
     std::fprintf(stderr, "bench sample: step %d/%d: %.1f ms%s\n", i + 1, evals, t.wall_ms,
                  t.graph ? " (graph)" : "");
   }
+  run_t.energy.end_mj = telemetry.energy_mj();
+  telemetry.stop();
+  run_t.power = summarize(telemetry.samples(), {{t_loop, telemetry.now_ms()}});
+  std::fprintf(stderr, "bench sample: %s\n",
+               telemetry_line(telemetry.header_json(), run_t.power, run_t.energy, "step").c_str());
   auto t0 = Clock::now();
   FloatVec video = unpatchify_video(video_rows.data(), c.in_channels, L.frames, L.height, L.width);
   FloatVec audio = audio_rows_to_latents(audio_rows.data(), c.audio_channels, L.audio_len);
   rep.stages.back().output_transform = seconds_since(t0);
   rep.total_seconds = seconds_since(t_start);
 
-  const DeviceInfo device = current_device_info();
   rep.device = device.name;
   rep.model = o.preset + " (synthetic, weights seed " + std::to_string(o.weights_seed) + ")";
   rep.precision = o.fp8     ? "bf16 + fp8 e4m3 block GEMMs"
@@ -288,7 +327,9 @@ nlohmann::json run_sample_bench(const StepBenchOptions& o) {
   j["per_step"] = per_step;
   std::vector<double> ms;
   for (const auto& s : rep.stages) ms.push_back(s.step_total() * 1e3);
-  j["step_ms_p50"] = median(ms);
+  run_t.step_ms = median(ms);
+  j["step_ms_p50"] = run_t.step_ms;
+  j["telemetry"] = steps_telemetry_json(telemetry.header_json(), {run_t});
   return j;
 }
 

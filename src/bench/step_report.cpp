@@ -147,6 +147,10 @@ nlohmann::json step_report(const H3Config& c, const SequenceLayout& layout,
         {"audio_latents", checksum_json(m.one_step_audio)}}},
       {"reps", m.eager.size()},
   };
+  StepTelemetry eager_t = m.eager_telemetry, graph_t = m.graph_telemetry;
+  eager_t.name = "eager", eager_t.step_ms = eager_ms;
+  graph_t.name = "cuda_graph", graph_t.step_ms = graph_ms;
+  report["telemetry"] = steps_telemetry_json(m.telemetry_header, {eager_t, graph_t});
   add_device_fields(report, m.device);
   return report;
 }

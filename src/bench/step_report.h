@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bench/device_info.h"
+#include "bench/telemetry.h"
 #include "h3rt/layout.h"
 #include "h3rt/model.h"
 #include "h3rt/report.h"
@@ -33,7 +34,7 @@ struct StepRepetition {
 struct StepMeasurements {
   std::string preset;  // "h3" / "tiny"
   bool fp8 = false;
-  int int8_group = -1;  // int8 W8A8 block GEMMs with this convrot group (0: none); -1: not int8
+  int int8_group = -1;     // int8 W8A8 block GEMMs with this convrot group (0: none); -1: not int8
   std::string nvfp4_algo;  // NVFP4 W4A4 block GEMMs with this algorithm; empty: none
   bool sage_attention = false;
   uint64_t seed = 0, weights_seed = 0;
@@ -52,6 +53,10 @@ struct StepMeasurements {
   int64_t weight_bytes = 0;    // device bytes of the model
   int64_t peak_allocated = 0, peak_reserved = 0;
   DeviceInfo device;
+  // SM clock, power, energy: TelemetrySampler::header_json, and the eager and graph steps
+  // (names "eager", "cuda_graph"; step_ms is filled in by step_report).
+  nlohmann::json telemetry_header = {{"available", false}, {"reason", "not measured"}};
+  StepTelemetry eager_telemetry, graph_telemetry;
 };
 
 // Launcher calls of one step's device work (kernels, GEMMs and copies it enqueues), from the

@@ -112,6 +112,11 @@ TEST(CliErrors, UnknownOptionOfEveryVerb) {
   expect_error("bench no-such-bench", "A subcommand is required");
 }
 
+// The NVFP4 mainloop kernels were retired (#18): their bench flag is gone, and says so.
+TEST(CliErrors, RetiredNvfp4MainloopFlag) {
+  expect_error("bench nvfp4-gemm --no-mainloop", "not expected: --no-mainloop");
+}
+
 #ifndef H3RT_HAVE_CUDA
 // A CPU-only build names what is missing for every GPU benchmark.
 TEST(CliErrors, GpuVerbsOfACpuBuild) {

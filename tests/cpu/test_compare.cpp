@@ -25,5 +25,17 @@ TEST(CompareTimings, PairsTimeFieldsPresentInBothAndComputesSpeedups) {
   EXPECT_NE(table.find("4.000x"), std::string::npos) << table;
 }
 
+// Energies from the bench telemetry pair like times: old / new, above 1 when the new used less.
+TEST(CompareTimings, PairsEnergies) {
+  const auto before = nlohmann::json::parse(
+      R"({"telemetry": {"block": {"joules_per_block": 46.0, "power_w_mean": 650}}})");
+  const auto after = nlohmann::json::parse(
+      R"({"telemetry": {"block": {"joules_per_block": 40.0, "power_w_mean": 600}}})");
+  const auto rows = compare_timings(before, after);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].path, "telemetry/block/joules_per_block");
+  EXPECT_DOUBLE_EQ(rows[0].speedup(), 46.0 / 40.0);
+}
+
 }  // namespace
 }  // namespace h3rt

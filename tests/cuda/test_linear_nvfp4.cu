@@ -16,7 +16,7 @@
 // bf16 activations, filled with NaN) must stay untouched / unread.
 //
 // Each algorithm is a test parameter; an algorithm that returns cudaErrorNotSupported for every
-// case (kBlockScaledSm100 on an H200, kMainloopSm90 off sm_90a) is reported as skipped.
+// case (kBlockScaledSm100 on an H200) is reported as skipped.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -274,12 +274,8 @@ const char* name_of(Nvfp4GemmAlgo a) {
       return "Auto";
     case Nvfp4GemmAlgo::kDequantCublas:
       return "DequantCublas";
-    case Nvfp4GemmAlgo::kMainloopSm90:
-      return "MainloopSm90";
     case Nvfp4GemmAlgo::kBlockScaledSm100:
       return "BlockScaledSm100";
-    case Nvfp4GemmAlgo::kMainloopSm90ExpandedW:
-      return "MainloopSm90ExpandedW";
   }
   return "?";
 }
@@ -337,9 +333,7 @@ TEST_P(LinearNvfp4Algo, H3ProjectionShapes) {
 
 INSTANTIATE_TEST_SUITE_P(Algos, LinearNvfp4Algo,
                          ::testing::Values(Nvfp4GemmAlgo::kDequantCublas,
-                                           Nvfp4GemmAlgo::kMainloopSm90,
                                            Nvfp4GemmAlgo::kBlockScaledSm100,
-                                           Nvfp4GemmAlgo::kMainloopSm90ExpandedW,
                                            Nvfp4GemmAlgo::kAuto),
                          [](const auto& info) { return std::string(name_of(info.param)); });
 

@@ -2,8 +2,8 @@
 # One device call that builds h3rt for sm_90a and profiles chosen kernels with Nsight Compute:
 # per kernel the details page (throughputs, pipe utilization, stalls) and the SASS source view
 # with per-instruction counts, under $OUT/ncu.tar.gz (device tool, carry [".deps"]).
-#   bash tools/device/ncu_kernels.sh fused gemm modulate   # any of: prepass (two_launch) fused gemm
-#                                                          # modulate int8
+#   bash tools/device/ncu_kernels.sh fused modulate   # any of: prepass (two_launch) fused
+#                                                     # modulate int8
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/out}
@@ -30,8 +30,6 @@ for what in "$@"; do
       profile prepass_quant "attention_sage::.*quantize_kernel" 1 $B bench attention --kernels wgmma_pp3 --prepass two_launch --warmup 1 --iters 1 ;;
     fused)
       profile prepass_fused "attention_sage::.*fused_kernel" 1 $B bench attention --kernels wgmma_pp3 --prepass fused_l2 --warmup 1 --iters 1 ;;
-    gemm)
-      profile gemm_w4a4 "nvfp4_mainloop_kernel<\\(bool\\)1>" 1 $B bench nvfp4-gemm --warmup 1 --iters 1 ;;
     modulate)
       profile modulate "ring_kernel<.*\\(int\\)4, \\(bool\\)0, \\(int\\)4>" 0 $B bench kernels --no-gemm --no-attention --warmup 1 --iters 1 ;;
     int8)  # the standalone team quantizer on the fc2 input, and the fused int8 producers (864x480)

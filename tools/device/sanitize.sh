@@ -18,8 +18,8 @@ mkdir -p "$OUT"
 BIN=build-device/tests/h3rt_cuda_tests
 # Small shapes of the kernels that use shared memory, barriers and async copies: the Sage
 # pre-pass (both algorithms) and mma.sync kernels, the wgmma Sage kernels on tiny sequences, the
-# bf16 flash attention, the NVFP4 mainloop on small shapes, and a few quick ones.
-DEFAULT_FILTER='SageAttentionCuda.*:SageAttentionWgmma.TinySequences:CudaAttentionBf16.TinyRagged:CudaAttentionBf16.ExactTiles:LinearNvfp4Mainloop.W4A4SmallAndOddShapes:CudaFusedOps.PlainRmsNormSmallWidthBitExact:Fp8Quantize.AllZeroInputUsesScaleOne:CudaRuntime.*'
+# bf16 flash attention, the NVFP4 dequantize + cuBLASLt GEMM on small shapes, and a few quick ones.
+DEFAULT_FILTER='SageAttentionCuda.*:SageAttentionWgmma.TinySequences:CudaAttentionBf16.TinyRagged:CudaAttentionBf16.ExactTiles:Algos/LinearNvfp4Algo.SmallShapesStridesBias/DequantCublas:CudaFusedOps.PlainRmsNormSmallWidthBitExact:Fp8Quantize.AllZeroInputUsesScaleOne:CudaRuntime.*'
 FILTER=${1:-${H3RT_SANITIZE_FILTER:-$DEFAULT_FILTER}}
 TOOLS=${H3RT_SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}
 LIMIT=${H3RT_SANITIZE_TIMEOUT:-280}

@@ -7,11 +7,9 @@
 // (cudaErrorNotSupported: W4A16 on the block-scaled path, shapes cuBLASLt rejects, an algorithm
 // not built in). linear_nvfp4_workspace_bytes(kAuto) therefore covers both. An explicitly named
 // algorithm never falls back: it runs or returns cudaErrorNotSupported.
-// On the H200 (bench/RESULTS.md, session 7), over the four H3 projections against cuBLASLt bf16:
-// dequantize + cuBLASLt 0.90-0.91x, the wgmma kernel with A dequantized in its mainloop and W
-// expanded to scratch first (kMainloopSm90ExpandedW) 1.01-1.02x, the same kernel dequantizing
-// both operands in its mainloop (kMainloopSm90) 1.25-1.27x; so the mainloop kernels are opt-in.
-// Expanded W needs scratch for W only (out x in x 2 bytes); dequantize + cuBLASLt for A too.
+// Hopper has no NVFP4 tensor-core path; dequantize + cuBLASLt is its one algorithm. The sm_90a
+// wgmma kernels that dequantized inside their mainloop always lost to it and were retired
+// (bench/RESULTS.md, "NVFP4 mainloop kernels retired").
 #include <algorithm>
 
 #include "cuda/runtime.h"
@@ -63,12 +61,8 @@ cudaError_t run(Nvfp4GemmAlgo algo, const LinearNvfp4CudaParams& p, cudaStream_t
   switch (algo) {
     case Nvfp4GemmAlgo::kDequantCublas:
       return nvfp4_gemm::dequant_cublas(p, s);
-    case Nvfp4GemmAlgo::kMainloopSm90:
-      return nvfp4_gemm::mainloop_sm90(p, s);
     case Nvfp4GemmAlgo::kBlockScaledSm100:
       return nvfp4_gemm::block_scaled_sm100(p, s);
-    case Nvfp4GemmAlgo::kMainloopSm90ExpandedW:
-      return nvfp4_gemm::mainloop_sm90_expanded_w(p, s);
     case Nvfp4GemmAlgo::kAuto:
       break;
   }
@@ -81,9 +75,6 @@ size_t workspace_of(Nvfp4GemmAlgo algo, const LinearNvfp4CudaParams& p) {
       return nvfp4_gemm::dequant_cublas_workspace_bytes(p);
     case Nvfp4GemmAlgo::kBlockScaledSm100:
       return nvfp4_gemm::block_scaled_sm100_workspace_bytes(p);
-    case Nvfp4GemmAlgo::kMainloopSm90ExpandedW:
-      return nvfp4_gemm::mainloop_sm90_expanded_w_workspace_bytes(p);
-    case Nvfp4GemmAlgo::kMainloopSm90:  // works in registers and shared memory
     case Nvfp4GemmAlgo::kAuto:
       break;
   }

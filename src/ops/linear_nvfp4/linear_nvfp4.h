@@ -47,11 +47,7 @@ namespace h3rt::ops {
 enum class Nvfp4GemmAlgo : uint8_t {
   kAuto,              // best compiled one for this device (block-scaled on Blackwell, else Hopper)
   kDequantCublas,     // any sm_80+: dequantize the operands to bf16 scratch, cuBLASLt bf16 GEMM
-  kMainloopSm90,      // sm_90a: dequantize inside the GEMM mainloop (wgmma, fp32 accumulation)
   kBlockScaledSm100,  // sm_100/sm_120/sm_121: native block-scaled NVFP4 (cuBLASLt VEC16_UE4M3)
-  // sm_90a, W4A4 only: W expanded to f16 scratch by a first kernel, A dequantized in the
-  // mainloop of the same wgmma kernel as kMainloopSm90
-  kMainloopSm90ExpandedW
 };
 
 struct LinearNvfp4CudaParams {
@@ -83,12 +79,8 @@ inline const char* linear_nvfp4_algo_name(Nvfp4GemmAlgo a) {
   switch (a) {
     case Nvfp4GemmAlgo::kDequantCublas:
       return "dequantize to bf16 scratch + cuBLASLt bf16";
-    case Nvfp4GemmAlgo::kMainloopSm90:
-      return "sm_90a wgmma, dequantized in the mainloop";
     case Nvfp4GemmAlgo::kBlockScaledSm100:
       return "cuBLASLt block-scaled NVFP4";
-    case Nvfp4GemmAlgo::kMainloopSm90ExpandedW:
-      return "sm_90a wgmma, A dequantized in the mainloop, W expanded to f16 scratch";
     default:
       return "auto";
   }

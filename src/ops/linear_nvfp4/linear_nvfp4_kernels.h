@@ -26,10 +26,6 @@ inline lt::Gemm lt_gemm_base(const LinearNvfp4CudaParams& p, lt::Operands kind, 
 cudaError_t dequant_cublas(const LinearNvfp4CudaParams& p, cudaStream_t stream);
 size_t dequant_cublas_workspace_bytes(const LinearNvfp4CudaParams& p);
 
-cudaError_t mainloop_sm90(const LinearNvfp4CudaParams& p, cudaStream_t stream);
-cudaError_t mainloop_sm90_expanded_w(const LinearNvfp4CudaParams& p, cudaStream_t stream);
-size_t mainloop_sm90_expanded_w_workspace_bytes(const LinearNvfp4CudaParams& p);
-
 cudaError_t block_scaled_sm100(const LinearNvfp4CudaParams& p, cudaStream_t stream);
 size_t block_scaled_sm100_workspace_bytes(const LinearNvfp4CudaParams& p);
 
