@@ -53,7 +53,8 @@ void add_bench_attention_command(CLI::App& app) {
                   "and the computed fraction of key blocks, beside dense Sage")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--sparse-prefix", opt->sparse_prefix_rows,
-                  "with --sparse: rows [0, N) are the prefix (keys always computed, rows dense)")
+                  "with --sparse: rows [0, N) are the prefix (keys always computed, rows dense; "
+                  "default: the seed shape's text + audio rows; capped at --seq)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--sparse-band", opt->sparse_band,

@@ -116,7 +116,8 @@ nlohmann::json sparse_bench(const AttentionBenchOptions& opt, const attention_sa
   r.q = static_cast<const __nv_bfloat16*>(qkv);
   r.k = r.q + span;
   r.q_row_stride = r.k_row_stride = 3 * span;
-  r.shape = {S, H, kHeadDim, sage_query_tile(v), opt.sparse_prefix_rows};
+  const int64_t prefix = std::min(opt.sparse_prefix_rows, S);
+  r.shape = {S, H, kHeadDim, sage_query_tile(v), prefix};
   r.cfg = cfg;
   const Tensor ws = device_bytes(sp::router_workspace_bytes(r.shape));
   const Tensor stats = device_bytes(2 * sizeof(unsigned long long));
@@ -147,13 +148,13 @@ nlohmann::json sparse_bench(const AttentionBenchOptions& opt, const attention_sa
       "blocks\n  dense kernel %.3f ms | router %.3f ms (%.1f%% of dense) | sparse kernel %.3f ms | "
       "pre-pass + router + sparse %.3f ms vs pre-pass + dense %.3f ms: %.2fx | rel L2 vs dense "
       "Sage %.4f (N(0,1) inputs: not a quality figure)\n",
-      sage_variant_name(v), double(cfg.tau), static_cast<long long>(opt.sparse_prefix_rows),
-      cfg.band, static_cast<long long>(cfg.max_blocks), 100.0 * fraction, dense_ms, route_ms,
+      sage_variant_name(v), double(cfg.tau), static_cast<long long>(prefix), cfg.band,
+      static_cast<long long>(cfg.max_blocks), 100.0 * fraction, dense_ms, route_ms,
       100.0 * route_ms / dense_ms, sparse_ms, pre_ms + route_ms + sparse_ms, pre_ms + dense_ms,
       speedup, err);
   return {{"variant", sage_variant_name(v)},
           {"tau", cfg.tau},
-          {"prefix_rows", opt.sparse_prefix_rows},
+          {"prefix_rows", prefix},
           {"band", cfg.band},
           {"max_blocks", cfg.max_blocks},
           {"computed_fraction", fraction},

@@ -22,10 +22,12 @@ struct AttentionBenchOptions {
   std::string json_path;             // optional: write the results as JSON here
   std::vector<std::string> kernels;  // Sage variants to time (names); empty: all
   std::vector<std::string> prepass = {"two_launch", "fused_l2"};  // pre-pass algorithms to time
-  float sparse_tau = 0.0f;         // > 0: also time the router + sparse kernel at this tau
-  int64_t sparse_prefix_rows = 0;  // rows [0, n) are the prefix (forced keys, dense rows)
-  int sparse_band = 1;             // SparseAttention::band
-  int64_t sparse_max_blocks = 0;   // SparseAttention::max_blocks
+  float sparse_tau = 0.0f;  // > 0: also time the router + sparse kernel at this tau
+  // Rows [0, n) are the prefix (forced keys, dense rows): by default the seed shape's 100 text
+  // + 414 audio rows; capped at seq.
+  int64_t sparse_prefix_rows = 514;
+  int sparse_band = 1;            // SparseAttention::band
+  int64_t sparse_max_blocks = 0;  // SparseAttention::max_blocks
 };
 
 // Runs the Sage attention (pre-pass + the automatic kernel) on every tensor of `inputs`: each

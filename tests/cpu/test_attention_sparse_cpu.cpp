@@ -130,6 +130,24 @@ TEST(SparseRouter, RejectsBadOptions) {
   EXPECT_THROW(route_cpu(x.input(), shape_of(x, 128, 1000), cfg(1.0f, 1)), Error);
 }
 
+TEST(SparseRouter, PrefixRowsAreThoseBeforeTheTargetVideo) {
+  EXPECT_EQ(prefix_rows_of(make_t2va_layout(8, 4, 9, 16, 16)), 8 + 2 * 4);
+  LayoutSpec spec;
+  spec.text_len = 5;
+  spec.audio_len = 3;
+  spec.frames = 2;
+  spec.height = 8;
+  spec.width = 8;
+  spec.keyframes = {KeyframeSlot{0, 1, 0}};
+  const SequenceLayout l = make_layout(spec);
+  ASSERT_FALSE(l.cond_video_indices.empty());
+  EXPECT_EQ(prefix_rows_of(l), l.video_indices.front());
+  EXPECT_GT(prefix_rows_of(l), l.cond_video_indices.back());  // conditioning rows are prefix
+  SequenceLayout text_only;  // no target video: every row is prefix
+  text_only.text_len = 5;
+  EXPECT_EQ(prefix_rows_of(text_only), 5);
+}
+
 struct Qkv {
   int64_t seq, heads, stride;
   std::vector<uint16_t> bits;

@@ -186,6 +186,12 @@ RouterShape shape_for(const Qkv& x, as::SageVariant v, int64_t prefix = 0) {
   return {x.seq, x.heads, 128, as::sage_query_tile(v), prefix};
 }
 
+// std::mt19937_64 `g` from a fresh seed, recorded in the test's trace.
+#define H3RT_FRESH_RNG(g)                           \
+  const uint64_t g##_seed = test::fresh_seed();     \
+  SCOPED_TRACE("seed " + std::to_string(g##_seed)); \
+  std::mt19937_64 g(g##_seed)
+
 class SparseSageCuda : public testing::Test {
  protected:
   void SetUp() override {
@@ -195,9 +201,7 @@ class SparseSageCuda : public testing::Test {
 };
 
 TEST_F(SparseSageCuda, FullListsBitIdenticalToDense) {
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 g(seed);
+  H3RT_FRESH_RNG(g);
   // Ragged and tiny S; 130 x 3 heads: pp3's 192-row tiles reach past the padded length; 2000:
   // the KV ring wraps.
   for (auto [S, H] :
@@ -219,9 +223,7 @@ TEST_F(SparseSageCuda, FullListsBitIdenticalToDense) {
 // Random non-empty ascending lists against the CPU sparse Sage reference; the tolerance of the
 // dense kernel test (test_attention_sage.cu: rel L2 <= 4e-3 against the CPU Sage reference).
 TEST_F(SparseSageCuda, RandomListsMatchTheCpuSparseReference) {
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 g(seed);
+  H3RT_FRESH_RNG(g);
   const Qkv x = normal_qkv(900, 2, g);
   const DeviceQkv d(x);
   const as::Quantized z = as::quantize_reference(x.view(), kSmScale);
@@ -284,9 +286,7 @@ SparseAttention config(float tau, int band, int64_t max_blocks, bool video_rows_
 
 TEST(SparseRouterCuda, ChoosesTheCpuRoutersBlocks) {
   H3RT_REQUIRE_GPU();
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 g(seed);
+  H3RT_FRESH_RNG(g);
   const Qkv a = normal_qkv(3000, 2, g);
   for (int64_t tile : {192, 64}) {
     expect_router_matches(a, {a.seq, a.heads, 128, tile, 0}, config(1.0f, 1, 0, true));
@@ -307,9 +307,7 @@ TEST(SparseRouterCuda, ChoosesTheCpuRoutersBlocks) {
 // margin. Rows of the 200-row prefix are computed densely (video_rows_only) and must be
 // bit-identical.
 TEST_F(SparseSageCuda, SmoothLocalAttentionNearDenseAndPrefixRowsExact) {
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 g(seed);
+  H3RT_FRESH_RNG(g);
   const Qkv x = smooth_qkv(8, 2, g);
   const DeviceQkv d(x);
   for (as::SageVariant v : variants()) {
@@ -353,11 +351,9 @@ struct TinyInputs {
 };
 
 TEST_F(SparseSageCuda, ForwardSessionRunsSparseEagerAndFromGraphs) {
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 g(seed);
+  H3RT_FRESH_RNG(g);
   const H3Config c = H3Config::tiny();
-  const model::DeviceModel dev = model::make_synthetic_device_model(c, seed);
+  const model::DeviceModel dev = model::make_synthetic_device_model(c, g_seed);
   const TinyInputs x(c, g);
   const TimestepPlan plan = make_timestep_plan(x.layout, 0.6f, 0.6f);
   model::ForwardSessionOptions o;
