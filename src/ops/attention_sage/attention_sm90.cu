@@ -131,7 +131,11 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads) sage_attn_kernel(KernelArgs 
     const int64_t tile = static_cast<int64_t>(h) * a.blocks.n_qtiles + blockIdx.x;
     list = a.blocks.index + tile * a.blocks.n_kblocks;
     nblocks = __ldg(a.blocks.count + tile);
-    if (nblocks <= 0) return;  // an empty list (not made by the router): rows left unwritten
+    if (nblocks <= 0) {      // an empty list (not made by the router): rows left unwritten,
+      if constexpr (kNvfp4)  // this CTA's share of the NVFP4 scale padding still zeroed
+        nvfp4_detail::fused_scale_padding(a.nvfp4, a.seq, static_cast<int64_t>(a.heads) * 128);
+      return;
+    }
   }
   const auto key_block = [&](int b) { return kSparse ? __ldg(list + b) : b; };
   load_q<W>(a, h, q0, s_q);

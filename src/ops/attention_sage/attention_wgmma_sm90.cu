@@ -180,10 +180,14 @@ struct Softmax {
 // commutes with it), s = float(a) * dq as in the contract (I2FP converts exactly: |a| <=
 // 128*127*127 < 2^24; dq is per thread: q scale x this thread's K scale group), and
 // 448 p = exp2(float(a) * dq - (m - log2(448))). Masked keys (>= seq, last block) give p = 0.
-__device__ __forceinline__ void softmax_block(const int (&acc)[64], float dq, int kv0, int seq,
-                                              int lane, Softmax& st, uint32_t (&pa)[4][4]) {
+// kTail: the block may reach past seq (the masking code); false: a block before the last, for
+// which the masking is left out: the compiler did not always split the two forms itself (without
+// the split the dense kernel ran 21% slower at the seed shape, bench/RESULTS.md session 11).
+template <bool kTail>
+__device__ __forceinline__ void softmax_block_as(const int (&acc)[64], float dq, int kv0, int seq,
+                                                 int lane, Softmax& st, uint32_t (&pa)[4][4]) {
   constexpr float kLog2PScale = 8.807354922057604f;  // log2(448)
-  const bool tail = kv0 + kBN > seq;
+  const bool tail = kTail && kv0 + kBN > seq;
   auto masked = [&](int i) { return kv0 + (i / 4) * 8 + (lane % 4) * 2 + (i % 2) >= seq; };
   float rmax[2];
 #pragma unroll
@@ -304,13 +308,17 @@ __device__ __forceinline__ void consumer(const Args& a, const Smem& sm, const Lo
   int b = kb[0];
   wg_wait<0>();
   reg_fence(acc);
-  softmax_block(acc, qs * ksc[b * 4], b * kBN, a.seq, lane, st, pa);
+  softmax_block_as<true>(acc, qs * ksc[b * 4], b * kBN, a.seq, lane, st, pa);  // may be the tail
   for (int t = 1; t < n; ++t) {
     const int prev = (t - 1) % kStages;
-    b = kb[t];
+    // Dense: block t, written with t itself (with b = kb[t] the compiler no longer split off
+    // the masked tail block and ran the masking on every block: 21% slower at the seed shape,
+    // bench/RESULTS.md session 11).
+    b = kSparse ? kb[t] : t;
     const float dq = qs * ksc[b * 4];  // loaded early: the wgmma fences below order memory
-    // The loader's next block index, read before the phase waits (sparse: a global load).
-    const int ahead = threadIdx.x == 0 && t + kAhead < n ? kb[t + kAhead] : 0;
+    // Sparse: the loader's next block index, a global load issued before the phase waits.
+    int ahead = 0;
+    if constexpr (kSparse) ahead = threadIdx.x == 0 && t + kAhead < n ? kb[t + kAhead] : 0;
     float ob[68];
     named_sync(my_bar, 256);
     pv_issue(sm, prev, pa, ob);
@@ -320,10 +328,13 @@ __device__ __forceinline__ void consumer(const Args& a, const Smem& sm, const Lo
     named_arrive(other_bar, 256);
     // Behind this phase's matrix products: the stage of position t + kAhead last held t - 3,
     // which every consumer released in its phase t - 2.
-    if (threadIdx.x == 0 && t + kAhead < n) ld.block(sm, t + kAhead, ahead);
+    if (threadIdx.x == 0 && t + kAhead < n) ld.block(sm, t + kAhead, kSparse ? ahead : t + kAhead);
     wg_wait<0>();
     reg_fence(acc);
-    softmax_block(acc, dq, b * kBN, a.seq, lane, st, pa);
+    if (t == n - 1)  // only the last position can hold the tail block (lists ascend)
+      softmax_block_as<true>(acc, dq, (kSparse ? b : t) * kBN, a.seq, lane, st, pa);
+    else
+      softmax_block_as<false>(acc, dq, (kSparse ? b : t) * kBN, a.seq, lane, st, pa);
   }
   {
     float ob[68];
@@ -363,11 +374,17 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   int n = (a.seq + kBN - 1) / kBN;
   KeyBlocks<kSparse> kb{nullptr};
   if constexpr (kSparse) {
-    if (q0 >= a.seq) return;  // the whole CTA: no rows to write, no barrier touched yet
+    // A CTA leaving early still writes its share of the NVFP4 scale padding (zeroed by a
+    // grid-stride loop over every CTA's threads).
+    const auto leave = [&] {
+      if constexpr (kNvfp4)
+        nvfp4_detail::fused_scale_padding(a.nvfp4, a.seq, static_cast<int64_t>(a.heads) * kD);
+    };
+    if (q0 >= a.seq) return leave();  // the whole CTA: no rows to write, no barrier touched yet
     const int64_t tile = static_cast<int64_t>(h) * a.blocks.n_qtiles + blockIdx.x;
     kb.list = a.blocks.index + tile * a.blocks.n_kblocks;
     n = __ldg(a.blocks.count + tile);
-    if (n <= 0) return;  // an empty list (not made by the router): rows left unwritten
+    if (n <= 0) return leave();  // an empty list (not made by the router): rows left unwritten
   }
   if (threadIdx.x == 0) {
     bar_init(sm.q_full(), 1);
