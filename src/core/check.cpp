@@ -3,18 +3,10 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <ios>
 
 namespace h3rt {
 
 namespace {
-
-// The standard streams and the classic locale, set up when the library loads. Messages are
-// formatted with ostringstream; in a shared module linked against a static libstdc++ (a
-// toolchain default on some machines) nothing else constructs ios_base::Init, and formatting a
-// number then dereferences an uninitialized locale facet: the Python extension crashed that way
-// on the GPU test machine (bench/RESULTS.md, session 11).
-const std::ios_base::Init streams_ready;
 
 bool debug_env() {
   const char* v = std::getenv("H3RT_DEBUG");
