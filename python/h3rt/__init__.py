@@ -86,7 +86,9 @@ def preset(name="tiny", weights_seed=0, device="cpu", precision=None, attention=
 
 def sample(model, width=0, height=0, frames=0, steps=8, seed=440420, text=None, progress=None,
            audio_seconds=0.0, text_tokens=0, sampler="euler", scheduler="diffusers", shift=12.0,
-           audio_shift=3.0, checkpoint=None, checkpoint_every=0, resume=None):
+           audio_shift=3.0, checkpoint=None, checkpoint_every=0, resume=None,
+           sparse_attention=0.0, dense_steps=10, dense_blocks=2, step_cache=0.0,
+           step_cache_max=3):
     """The whole denoising loop, the same noise and bits as `h3rt sample` with the same
     options. Returns {"video_latents": [1,24,T,H/16,W/16], "audio_latents": [2,32,N],
     "stages": [per-step seconds], "sigmas": the schedule, "resumed_steps"}.
@@ -95,8 +97,16 @@ def sample(model, width=0, height=0, frames=0, steps=8, seed=440420, text=None, 
     default) or "simple" (ComfyUI's schedule and loop) with sampler "euler", "res_multistep" or
     "euler_ancestral"; shift / audio_shift the sigma shifts. checkpoint: a resume file written
     every checkpoint_every steps and when cancelled; resume: continue from one (refused,
-    naming the difference, when it comes from another model or request)."""
+    naming the difference, when it comes from another model or request).
+    The hybrid (off by default; `h3rt sample --sparse-attention/--dense-steps/--dense-blocks/
+    --step-cache/--step-cache-max`): sparse_attention tau > 0 runs block-sparse attention
+    (CUDA, attention="sage") from step dense_steps on, in blocks from dense_blocks on;
+    step_cache > 0 reuses the rest of the network when block 0's residual moved by less than
+    that relative L1, at most step_cache_max steps in a row. out["hybrid"] says per step what
+    ran ({"attention", "sparse_fraction", "step_cache", "relative_l1"})."""
     return _h3rt._sample(model, width, height, frames, steps, seed, text, progress,
                          audio_seconds, text_tokens, sampler, scheduler, float(shift),
                          float(audio_shift), None if checkpoint is None else str(checkpoint),
-                         checkpoint_every, None if resume is None else str(resume))
+                         checkpoint_every, None if resume is None else str(resume),
+                         float(sparse_attention), int(dense_steps), int(dense_blocks),
+                         float(step_cache), int(step_cache_max))

@@ -91,7 +91,9 @@ def sample(model: Model, width: int = 0, height: int = 0, frames: int = 0, steps
            audio_seconds: float = 0.0, text_tokens: int = 0, sampler: str = "euler",
            scheduler: str = "diffusers", shift: float = 12.0, audio_shift: float = 3.0,
            checkpoint: Optional[Union[str, os.PathLike]] = None, checkpoint_every: int = 0,
-           resume: Optional[Union[str, os.PathLike]] = None) -> dict[str, Any]:
+           resume: Optional[Union[str, os.PathLike]] = None, sparse_attention: float = 0.0,
+           dense_steps: int = 10, dense_blocks: int = 2, step_cache: float = 0.0,
+           step_cache_max: int = 3) -> dict[str, Any]:
     """{"video_latents": [1, 24, T, H/16, W/16], "audio_latents": [2, 32, N], "stages": [...],
     "sigmas": [...], "resumed_steps": int}; the same bits as `h3rt sample` with the same
     options (scheduler diffusers|simple, sampler euler|res_multistep|euler_ancestral)."""

@@ -1,5 +1,7 @@
 // h3rt._h3rt: the Python binding of h3rt/pipeline.h. Thin: argument checks with errors naming
 // the argument, latent <-> row conversions, and the GIL released around model work.
+#include <cmath>
+
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
@@ -274,6 +276,11 @@ struct SamplingKeywords {
   double shift, audio_shift;
   std::optional<std::string> checkpoint, resume;
   int checkpoint_every;
+  // The hybrid (h3rt/hybrid.h): sparse attention from step dense_steps on, step caching.
+  float sparse_attention;
+  int dense_steps, dense_blocks;
+  double step_cache;
+  int step_cache_max;
 };
 
 SampleOptions sample_options(const Model& m, int steps, uint64_t seed, const SamplingKeywords& k) {
@@ -296,7 +303,32 @@ SampleOptions sample_options(const Model& m, int steps, uint64_t seed, const Sam
   so.resume_path = k.resume.value_or("");
   so.checkpoint_every = k.checkpoint_every;
   so.model_identity = m.identity;
+  so.hybrid.sparse.tau = k.sparse_attention;
+  so.hybrid.sparse.dense_blocks = k.dense_blocks;
+  so.hybrid.dense_steps = k.dense_steps;
+  so.step_cache.threshold = k.step_cache;
+  so.step_cache.max_reuses = k.step_cache_max;
+  try {
+    check_hybrid_options(so.hybrid, so.step_cache);
+  } catch (const Error& e) {
+    raise_value(e.what());
+  }
   return so;
+}
+
+// SampleResult::hybrid_steps as dicts (None for figures a step did not have).
+nb::list hybrid_list(const std::vector<HybridStep>& steps) {
+  nb::list out;
+  const auto number = [](double v) { return std::isnan(v) ? nb::none() : nb::cast(v); };
+  for (const HybridStep& h : steps) {
+    nb::dict d;
+    d["attention"] = h.sparse ? "sparse" : "dense";
+    d["sparse_fraction"] = number(h.sparse_fraction);
+    d["step_cache"] = !h.cache.checked ? "off" : h.cache.reused ? "reused" : "computed";
+    d["relative_l1"] = number(h.cache.rel_l1);
+    out.append(d);
+  }
+  return out;
 }
 
 nb::dict sample(Model& m, int64_t width, int64_t height, int64_t frames, int steps, uint64_t seed,
@@ -342,6 +374,7 @@ nb::dict sample(Model& m, int64_t width, int64_t height, int64_t frames, int ste
   out["stages"] = stages;
   out["sigmas"] = res.video_sigmas;
   out["resumed_steps"] = res.resumed_steps;
+  out["hybrid"] = hybrid_list(res.hybrid_steps);
   return out;
 }
 
@@ -463,16 +496,19 @@ NB_MODULE(_h3rt, m) {
          std::optional<AnyArray> text, nb::object progress, double audio_seconds,
          int64_t text_tokens, const std::string& sampler, const std::string& scheduler,
          double shift, double audio_shift, std::optional<std::string> checkpoint,
-         int checkpoint_every, std::optional<std::string> resume) {
-        return sample(
-            model, width, height, frames, steps, seed, std::move(text), progress, audio_seconds,
-            text_tokens,
-            {sampler, scheduler, shift, audio_shift, checkpoint, resume, checkpoint_every});
+         int checkpoint_every, std::optional<std::string> resume, float sparse_attention,
+         int dense_steps, int dense_blocks, double step_cache, int step_cache_max) {
+        return sample(model, width, height, frames, steps, seed, std::move(text), progress,
+                      audio_seconds, text_tokens,
+                      {sampler, scheduler, shift, audio_shift, checkpoint, resume,
+                       checkpoint_every, sparse_attention, dense_steps, dense_blocks, step_cache,
+                       step_cache_max});
       },
       arg("model"), arg("width"), arg("height"), arg("frames"), arg("steps"), arg("seed"),
       arg("text").none(), arg("progress").none(), arg("audio_seconds"), arg("text_tokens"),
       arg("sampler"), arg("scheduler"), arg("shift"), arg("audio_shift"), arg("checkpoint").none(),
-      arg("checkpoint_every"), arg("resume").none());
+      arg("checkpoint_every"), arg("resume").none(), arg("sparse_attention"),
+      arg("dense_steps"), arg("dense_blocks"), arg("step_cache"), arg("step_cache_max"));
   m.def("simple_sigmas", &h3rt::simple_sigmas, arg("steps"), arg("shift") = h3rt::kVideoShift,
         "ComfyUI's simple schedule at `shift` (ModelSamplingAV's table): steps + 1 sigmas.");
   m.def(

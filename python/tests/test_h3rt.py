@@ -227,3 +227,30 @@ def test_loras_merge_on_load_from_a_path_or_a_state_dict(golden, tmp_path):
     assert c.lora_report["pairs"] == 1
     with pytest.raises(TypeError, match="loras"):
         h3rt.load(WEIGHTS, loras=[1])
+
+
+def test_sample_hybrid_equals_cli_and_reports_steps(tmp_path):
+    opts = dict(steps=4, seed=7, sparse_attention=1.0, dense_steps=2, dense_blocks=1,
+                step_cache=50.0, step_cache_max=1)
+    res = h3rt.sample(h3rt.preset("tiny"), **opts)
+    h = res["hybrid"]
+    assert [s["attention"] for s in h] == ["dense", "dense", "sparse", "sparse"]
+    # A threshold no step misses: computed, then reused at most once in a row.
+    assert [s["step_cache"] for s in h] == ["computed", "reused", "computed", "reused"]
+    assert h[0]["relative_l1"] is None and h[1]["relative_l1"] >= 0
+    assert h[0]["sparse_fraction"] is None
+    assert h[2]["sparse_fraction"] is None or 0 < h[2]["sparse_fraction"] <= 1
+    plain = h3rt.sample(h3rt.preset("tiny"), steps=4, seed=7)
+    assert not np.array_equal(plain["video_latents"], res["video_latents"])
+    with pytest.raises(ValueError, match="max_reuses"):
+        h3rt.sample(h3rt.preset("tiny"), steps=2, step_cache=0.1, step_cache_max=0)
+    cli = find_cli()
+    if cli is None:
+        return
+    out = tmp_path / "latents.safetensors"
+    subprocess.run([cli, "sample", "--steps", "4", "--seed", "7", "--sparse-attention", "1",
+                    "--dense-steps", "2", "--dense-blocks", "1", "--step-cache", "50",
+                    "--step-cache-max", "1", "--out", str(out)], check=True, capture_output=True)
+    ref = read_safetensors(out)
+    for key in ("video_latents", "audio_latents"):
+        np.testing.assert_array_equal(res[key].view(np.uint32), ref[key].view(np.uint32))
