@@ -108,6 +108,15 @@ typedef struct h3rt_sample_request {
   /* A conditioning file (first/last-frame keyframes, references, text tags, denoise masks), the
      format of `h3rt sample --conditioning` (README "Inputs files"), or NULL: plain t2va. */
   const char* conditioning;
+  /* The hybrid (h3rt/hybrid.h, `h3rt sample --sparse-attention ...`; off by default): block-sparse
+     attention at router threshold sparse_attention (> 0; CUDA with Sage attention) from step
+     dense_steps on, in blocks from dense_blocks on; first-block step caching at relative-L1
+     threshold step_cache (> 0), at most step_cache_max reused steps in a row. */
+  float sparse_attention;      /* 0 */
+  int dense_steps;             /* 10 */
+  int dense_blocks;            /* 2 */
+  double step_cache;           /* 0 */
+  int step_cache_max;          /* 3 */
 } h3rt_sample_request;
 void h3rt_sample_request_init(h3rt_sample_request* request);
 

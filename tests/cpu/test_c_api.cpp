@@ -141,6 +141,47 @@ TEST(CApi, SampleGivesTheCppBitsAndCancels) {
   h3rt_model_free(m);
 }
 
+TEST(CApi, HybridSampleGivesTheCppBits) {
+  h3rt_model* m = nullptr;
+  ASSERT_EQ(h3rt_model_create_preset("tiny", 0, nullptr, &m), H3RT_OK) << h3rt_last_error();
+  h3rt_sample_request req;
+  h3rt_sample_request_init(&req);
+  EXPECT_EQ(req.dense_steps, 10);
+  EXPECT_EQ(req.dense_blocks, 2);
+  EXPECT_EQ(req.step_cache_max, 3);
+  req.steps = 3;
+  req.sparse_attention = 1.0f;
+  req.dense_steps = 1;
+  req.dense_blocks = 1;
+  req.step_cache = 50.0;
+  req.step_cache_max = 1;
+  FloatVec v(24 * 7 * 8 * 12), a(2 * 32 * 37);
+  ASSERT_EQ(h3rt_sample(m, &req, v.data(), static_cast<int64_t>(v.size()), a.data(),
+                        static_cast<int64_t>(a.size())),
+            H3RT_OK)
+      << h3rt_last_error();
+  auto d = Denoiser::create(ModelSource{});
+  SampleOptions o;
+  o.steps = 3;
+  o.hybrid.sparse.tau = 1.0f;
+  o.hybrid.sparse.dense_blocks = 1;
+  o.hybrid.dense_steps = 1;
+  o.step_cache.threshold = 50.0;
+  o.step_cache.max_reuses = 1;
+  const SampleResult want = sample(*d, make_request(d->config(), {}), o);
+  test::expect_same_bits(v, want.video_latents, "video_latents");
+  test::expect_same_bits(a, want.audio_latents, "audio_latents");
+  ASSERT_EQ(want.hybrid_steps.size(), 3u);
+  EXPECT_TRUE(want.hybrid_steps[1].cache.reused);  // the options reached the loop
+  req.step_cache_max = 0;
+  EXPECT_EQ(h3rt_sample(m, &req, v.data(), static_cast<int64_t>(v.size()), a.data(),
+                        static_cast<int64_t>(a.size())),
+            H3RT_ERROR_INVALID_ARGUMENT)
+      << h3rt_last_error();
+  EXPECT_NE(std::string(h3rt_last_error()).find("max_reuses"), std::string::npos);
+  h3rt_model_free(m);
+}
+
 TEST(CApi, ConditionedSampleGivesTheCppBits) {
   static const test::TempDir dir("h3rt_c_api_tests");
   const std::string cond = dir.file("kf.safetensors");
@@ -175,8 +216,7 @@ TEST(CApi, ConditionedSampleGivesTheCppBits) {
   EXPECT_NE(h3rt_sample(m, &req, v.data(), static_cast<int64_t>(v.size()), a.data(),
                         static_cast<int64_t>(a.size())),
             H3RT_OK);
-  EXPECT_NE(std::string(h3rt_last_error()).find("/nonexistent/cond.safetensors"),
-            std::string::npos)
+  EXPECT_NE(std::string(h3rt_last_error()).find("/nonexistent/cond.safetensors"), std::string::npos)
       << h3rt_last_error();
   h3rt_model_free(m);
 }
