@@ -36,6 +36,8 @@ typedef struct h3rt_model_options {
   const char* attention;       /* "bf16" (default) or "sage" (cuda only) */
   int cuda_graphs;             /* nonzero (default): replay warm steps from CUDA graphs */
   const char* fp8_activations; /* "static" (default) or "dynamic" */
+  const char* check_finite;    /* NaN/Inf checks: "first" (default: the first forward), "all"
+                                  (every forward, and the weights once) or "off" */
 } h3rt_model_options;
 void h3rt_model_options_init(h3rt_model_options* options);
 

@@ -37,7 +37,8 @@ def _lora_list(loras):
 
 
 def load(path_or_state_dict, device="cpu", precision=None, attention="bf16", cuda_graphs=True,
-         fp8_activations="static", qkv_layout="auto", loras=(), lora_skip_unmatched=False):
+         fp8_activations="static", qkv_layout="auto", loras=(), lora_skip_unmatched=False,
+         check_finite="first"):
     """Loads an H3 checkpoint: a .safetensors path (memory-mapped) or a state dict of arrays under
     the original/ComfyUI key names, viewed (not copied) where the dtype is used as stored; the
     model keeps them alive, and they must not change while it runs. With device="cuda",
@@ -46,17 +47,19 @@ def load(path_or_state_dict, device="cpu", precision=None, attention="bf16", cud
     host first (h3rt keeps its own device copy of those). The config is inferred from the
     shapes. loras: LoRA files (ComfyUI key forms) as paths or (path, strength) pairs, merged in
     order after loading; pairs that do not fit raise unless lora_skip_unmatched (then a warning
-    each)."""
+    each). check_finite: NaN/Inf checks of the inputs and every stage's output on the first
+    forward ("first", default), on every forward plus the weights once ("all"), or "off"; a
+    check that fails raises RuntimeError naming what holds the value (as --check-finite)."""
     lora_list = _lora_list(loras)
     if isinstance(path_or_state_dict, (str, os.PathLike)):
         model = _h3rt._load_path(os.fspath(path_or_state_dict), device, precision, attention,
                                  cuda_graphs, fp8_activations, qkv_layout, lora_list,
-                                 lora_skip_unmatched)
+                                 lora_skip_unmatched, check_finite)
     elif isinstance(path_or_state_dict, Mapping):
         state = {k: _placed(k, v, device) for k, v in path_or_state_dict.items()}
         model = _h3rt._load_state_dict(state, device, precision, attention, cuda_graphs,
                                        fp8_activations, qkv_layout, lora_list,
-                                       lora_skip_unmatched)
+                                       lora_skip_unmatched, check_finite)
     else:
         raise TypeError("path_or_state_dict: expected a path or a mapping of name -> array, got "
                         + type(path_or_state_dict).__name__)
@@ -78,10 +81,11 @@ def _placed(key, v, device):
 
 
 def preset(name="tiny", weights_seed=0, device="cpu", precision=None, attention="bf16",
-           cuda_graphs=True):
+           cuda_graphs=True, check_finite="first"):
     """A built-in model with deterministic synthetic weights: "tiny" (the golden set's
     dimensions) or "h3" (the release's; GPU only in practice)."""
-    return _h3rt._load_preset(name, weights_seed, device, precision, attention, cuda_graphs)
+    return _h3rt._load_preset(name, weights_seed, device, precision, attention, cuda_graphs,
+                              check_finite)
 
 
 def sample(model, width=0, height=0, frames=0, steps=8, seed=440420, text=None, progress=None,

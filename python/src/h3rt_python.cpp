@@ -1,12 +1,12 @@
 // h3rt._h3rt: the Python binding of h3rt/pipeline.h. Thin: argument checks with errors naming
 // the argument, latent <-> row conversions, and the GIL released around model work.
-#include <cmath>
-
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
+
+#include <cmath>
 
 #include "arrays.h"
 #include "conditioning.h"
@@ -25,13 +25,14 @@ struct Model {
 
 DenoiserOptions options(const std::string& device, const std::optional<std::string>& precision,
                         const std::string& attention, bool cuda_graphs,
-                        const std::string& fp8_activations) {
+                        const std::string& fp8_activations, const std::string& check_finite) {
   DenoiserOptions o;
   try {
     o.device = parse_device(device);
     if (precision) o.precision = parse_precision(*precision);
     o.attention = parse_attention(attention);
     o.fp8_activations = parse_fp8_activations(fp8_activations);
+    o.check_finite = parse_check_finite(check_finite);
   } catch (const Error& e) {
     raise_value(e.what());
   }
@@ -228,8 +229,8 @@ std::pair<NumpyF32, NumpyF32> forward_latents(Model& m, const AnyArray& video,
   ForwardOutputs out;
   {
     nb::gil_scoped_release release;
-    out = forward_at_sigma(*m.denoiser, l, t.video_rows.data(), t.audio_rows.data(),
-                           t.text.data(), sigma, sample_sigmas.value_or(std::vector<float>{}));
+    out = forward_at_sigma(*m.denoiser, l, t.video_rows.data(), t.audio_rows.data(), t.text.data(),
+                           sigma, sample_sigmas.value_or(std::vector<float>{}));
   }
   return comfy_outputs(m.config(), t, out);
 }
@@ -245,7 +246,8 @@ std::pair<NumpyF32, NumpyF32> forward_conditioned(Model& m, const AnyArray& vide
   Target t = target_of(m, video, audio, text);
   if (!(sigma >= 0.0f && sigma <= 1.0f))
     raise_value("sigma must lie in [0, 1], got " + std::to_string(sigma));
-  if (!(audio_scale > 0.0f)) raise_value("audio_scale must be > 0, got " + std::to_string(audio_scale));
+  if (!(audio_scale > 0.0f))
+    raise_value("audio_scale must be > 0, got " + std::to_string(audio_scale));
   Request r;
   r.layout = make_t2va_layout(t.L, t.N, t.T, t.H, t.W);
   r.video_rows = std::move(t.video_rows);
@@ -381,11 +383,11 @@ nb::dict sample(Model& m, int64_t width, int64_t height, int64_t frames, int ste
 Model* load_path(const std::string& path, const std::string& device,
                  std::optional<std::string> precision, const std::string& attention,
                  bool cuda_graphs, const std::string& fp8, const std::string& qkv,
-                 const LoraList& loras, bool lora_skip_unmatched) {
+                 const LoraList& loras, bool lora_skip_unmatched, const std::string& check_finite) {
   ModelSource s;
   s.checkpoint = path;
   s.qkv_layout = qkv_layout_of(qkv);
-  auto o = options(device, precision, attention, cuda_graphs, fp8);
+  auto o = options(device, precision, attention, cuda_graphs, fp8, check_finite);
   add_loras(o, loras, lora_skip_unmatched);
   nb::gil_scoped_release release;
   return new Model{Denoiser::create(s, o), {}, model_identity(s, o)};
@@ -393,11 +395,11 @@ Model* load_path(const std::string& path, const std::string& device,
 
 Model* load_preset(const std::string& name, uint64_t weights_seed, const std::string& device,
                    std::optional<std::string> precision, const std::string& attention,
-                   bool cuda_graphs) {
+                   bool cuda_graphs, const std::string& check_finite) {
   ModelSource s;
   s.preset = name;
   s.weights_seed = weights_seed;
-  auto o = options(device, precision, attention, cuda_graphs, "static");
+  auto o = options(device, precision, attention, cuda_graphs, "static", check_finite);
   nb::gil_scoped_release release;
   return new Model{Denoiser::create(s, o), {}, model_identity(s, o)};
 }
@@ -405,7 +407,8 @@ Model* load_preset(const std::string& name, uint64_t weights_seed, const std::st
 Model* load_state_dict(const nb::dict& state, const std::string& device,
                        std::optional<std::string> precision, const std::string& attention,
                        bool cuda_graphs, const std::string& fp8, const std::string& qkv,
-                       const LoraList& loras, bool lora_skip_unmatched) {
+                       const LoraList& loras, bool lora_skip_unmatched,
+                       const std::string& check_finite) {
   std::map<std::string, Tensor> tensors;
   std::vector<nb::object> keep;
   for (auto [k, v] : state) {
@@ -417,7 +420,7 @@ Model* load_state_dict(const nb::dict& state, const std::string& device,
     keep.push_back(nb::borrow(v));
   }
   const QkvLayout layout = qkv == "auto" ? QkvLayout::fused_thirds : qkv_layout_of(qkv);
-  auto o = options(device, precision, attention, cuda_graphs, fp8);
+  auto o = options(device, precision, attention, cuda_graphs, fp8, check_finite);
   add_loras(o, loras, lora_skip_unmatched);
   std::unique_ptr<Denoiser> d;
   {
@@ -468,10 +471,10 @@ NB_MODULE(_h3rt, m) {
              std::optional<AnyArray> video_mask, std::optional<AnyArray> audio_mask,
              double visual_aug, double audio_aug, uint64_t noise_seed, float audio_scale,
              bool mask_outputs) {
-            const ConditioningArgs a{keyframes, refs,      text_tags, video_mask,
+            const ConditioningArgs a{keyframes,  refs,       text_tags, video_mask,
                                      audio_mask, visual_aug, audio_aug, noise_seed};
-            return forward_conditioned(m, video, audio, sigma, text, std::move(sample_sigmas),
-                                       a, audio_scale, mask_outputs);
+            return forward_conditioned(m, video, audio, sigma, text, std::move(sample_sigmas), a,
+                                       audio_scale, mask_outputs);
           },
           arg("video"), arg("audio"), arg("sigma"), arg("text"), arg("sample_sigmas") = nb::none(),
           nb::kw_only(), arg("keyframes") = nb::list(), arg("refs") = nb::list(),
@@ -483,13 +486,15 @@ NB_MODULE(_h3rt, m) {
 
   m.def("_load_path", &load_path, arg("path"), arg("device"), arg("precision").none(),
         arg("attention"), arg("cuda_graphs"), arg("fp8_activations"), arg("qkv_layout"),
-        arg("loras"), arg("lora_skip_unmatched"), nb::rv_policy::take_ownership);
+        arg("loras"), arg("lora_skip_unmatched"), arg("check_finite"),
+        nb::rv_policy::take_ownership);
   m.def("_load_preset", &load_preset, arg("name"), arg("weights_seed"), arg("device"),
-        arg("precision").none(), arg("attention"), arg("cuda_graphs"),
+        arg("precision").none(), arg("attention"), arg("cuda_graphs"), arg("check_finite"),
         nb::rv_policy::take_ownership);
   m.def("_load_state_dict", &load_state_dict, arg("state_dict"), arg("device"),
         arg("precision").none(), arg("attention"), arg("cuda_graphs"), arg("fp8_activations"),
-        arg("qkv_layout"), arg("loras"), arg("lora_skip_unmatched"), nb::rv_policy::take_ownership);
+        arg("qkv_layout"), arg("loras"), arg("lora_skip_unmatched"), arg("check_finite"),
+        nb::rv_policy::take_ownership);
   m.def(
       "_sample",
       [](Model& model, int64_t width, int64_t height, int64_t frames, int steps, uint64_t seed,
@@ -500,15 +505,14 @@ NB_MODULE(_h3rt, m) {
          int dense_steps, int dense_blocks, double step_cache, int step_cache_max) {
         return sample(model, width, height, frames, steps, seed, std::move(text), progress,
                       audio_seconds, text_tokens,
-                      {sampler, scheduler, shift, audio_shift, checkpoint, resume,
-                       checkpoint_every, sparse_attention, dense_steps, dense_blocks, step_cache,
-                       step_cache_max});
+                      {sampler, scheduler, shift, audio_shift, checkpoint, resume, checkpoint_every,
+                       sparse_attention, dense_steps, dense_blocks, step_cache, step_cache_max});
       },
       arg("model"), arg("width"), arg("height"), arg("frames"), arg("steps"), arg("seed"),
       arg("text").none(), arg("progress").none(), arg("audio_seconds"), arg("text_tokens"),
       arg("sampler"), arg("scheduler"), arg("shift"), arg("audio_shift"), arg("checkpoint").none(),
-      arg("checkpoint_every"), arg("resume").none(), arg("sparse_attention"),
-      arg("dense_steps"), arg("dense_blocks"), arg("step_cache"), arg("step_cache_max"));
+      arg("checkpoint_every"), arg("resume").none(), arg("sparse_attention"), arg("dense_steps"),
+      arg("dense_blocks"), arg("step_cache"), arg("step_cache_max"));
   m.def("simple_sigmas", &h3rt::simple_sigmas, arg("steps"), arg("shift") = h3rt::kVideoShift,
         "ComfyUI's simple schedule at `shift` (ModelSamplingAV's table): steps + 1 sigmas.");
   m.def(

@@ -254,3 +254,15 @@ def test_sample_hybrid_equals_cli_and_reports_steps(tmp_path):
     ref = read_safetensors(out)
     for key in ("video_latents", "audio_latents"):
         np.testing.assert_array_equal(res[key].view(np.uint32), ref[key].view(np.uint32))
+
+
+def test_check_finite_names_the_input_and_can_be_off():
+    video = np.zeros((1, 24, 7, 8, 12), np.float32)
+    video[0, 3, 2, 1, 5] = np.nan
+    audio, text = np.zeros((1, 32, 2, 9), np.float32), np.zeros((1, 10, 64), np.float32)
+    with pytest.raises(RuntimeError, match="input video latents"):
+        h3rt.load(WEIGHTS).forward_latents(video, audio, 0.5, text)
+    vv, _ = h3rt.load(WEIGHTS, check_finite="off").forward_latents(video, audio, 0.5, text)
+    assert np.isnan(vv).any()  # unchecked: the NaN flows through
+    with pytest.raises(ValueError, match="check_finite"):
+        h3rt.preset("tiny", check_finite="sometimes")

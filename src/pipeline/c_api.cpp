@@ -58,6 +58,8 @@ h3rt::DenoiserOptions options_of(const h3rt_model_options* o) {
     if (o->fp8_activations)
       d.fp8_activations =
           h3rt::parse_fp8_activations(o->fp8_activations, "options.fp8_activations");
+    if (o->check_finite)
+      d.check_finite = h3rt::parse_check_finite(o->check_finite, "options.check_finite");
   } catch (const h3rt::Error& e) {
     throw InvalidArgument(e.what());
   }
@@ -136,7 +138,7 @@ const char* h3rt_last_error(void) {
 }
 
 void h3rt_model_options_init(h3rt_model_options* o) {
-  if (o) *o = h3rt_model_options{nullptr, nullptr, nullptr, 1, nullptr};
+  if (o) *o = h3rt_model_options{nullptr, nullptr, nullptr, 1, nullptr, nullptr};
 }
 
 h3rt_status h3rt_model_create(const char* path, const h3rt_model_options* options,

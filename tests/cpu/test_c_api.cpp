@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,35 @@ TEST(CApi, VersionAndErrors) {
       << h3rt_last_error();
   EXPECT_EQ(h3rt_model_create(nullptr, nullptr, &m), H3RT_ERROR_INVALID_ARGUMENT);
   h3rt_model_free(nullptr);
+}
+
+TEST(CApi, CheckFiniteOption) {
+  h3rt_model_options o;
+  h3rt_model_options_init(&o);
+  h3rt_model* m = nullptr;
+  o.check_finite = "sometimes";
+  EXPECT_EQ(h3rt_model_create(kWeights.c_str(), &o, &m), H3RT_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(h3rt_last_error()).find("options.check_finite"), std::string::npos)
+      << h3rt_last_error();
+  // The golden t2va shape (text 10, audio 9, 7 x 8 x 12 latents) with one NaN input value.
+  std::vector<float> v(7 * 4 * 6 * 96, 0.0f), a(18 * 32, 0.0f), t(10 * 64, 0.0f);
+  std::vector<float> vv(v.size()), va(a.size());
+  v[100] = NAN;
+  for (const char* mode : {"first", "off"}) {
+    o.check_finite = mode;
+    ASSERT_EQ(h3rt_model_create(kWeights.c_str(), &o, &m), H3RT_OK) << h3rt_last_error();
+    const h3rt_status st = h3rt_forward_t2va(m, 10, 9, 7, 8, 12, 0.5f, v.data(), a.data(), t.data(),
+                                             vv.data(), va.data());
+    if (std::string(mode) == "first") {
+      EXPECT_EQ(st, H3RT_ERROR_RUNTIME);
+      EXPECT_NE(std::string(h3rt_last_error()).find("input video latents"), std::string::npos)
+          << h3rt_last_error();
+    } else {
+      EXPECT_EQ(st, H3RT_OK) << h3rt_last_error();
+      EXPECT_TRUE(std::any_of(vv.begin(), vv.end(), [](float x) { return std::isnan(x); }));
+    }
+    h3rt_model_free(m);
+  }
 }
 
 TEST(CApi, ForwardsGiveTheCppBits) {
