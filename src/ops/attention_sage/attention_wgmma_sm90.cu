@@ -311,10 +311,7 @@ __device__ __forceinline__ void consumer(const Args& a, const Smem& sm, const Lo
   softmax_block_as<true>(acc, qs * ksc[b * 4], b * kBN, a.seq, lane, st, pa);  // may be the tail
   for (int t = 1; t < n; ++t) {
     const int prev = (t - 1) % kStages;
-    // Dense: block t, written with t itself (with b = kb[t] the compiler no longer split off
-    // the masked tail block and ran the masking on every block: 21% slower at the seed shape,
-    // bench/RESULTS.md session 11).
-    b = kSparse ? kb[t] : t;
+    b = kb[t];
     const float dq = qs * ksc[b * 4];  // loaded early: the wgmma fences below order memory
     // Sparse: the loader's next block index, a global load issued before the phase waits.
     int ahead = 0;
@@ -332,9 +329,9 @@ __device__ __forceinline__ void consumer(const Args& a, const Smem& sm, const Lo
     wg_wait<0>();
     reg_fence(acc);
     if (t == n - 1)  // only the last position can hold the tail block (lists ascend)
-      softmax_block_as<true>(acc, dq, (kSparse ? b : t) * kBN, a.seq, lane, st, pa);
+      softmax_block_as<true>(acc, dq, b * kBN, a.seq, lane, st, pa);
     else
-      softmax_block_as<false>(acc, dq, (kSparse ? b : t) * kBN, a.seq, lane, st, pa);
+      softmax_block_as<false>(acc, dq, b * kBN, a.seq, lane, st, pa);
   }
   {
     float ob[68];
