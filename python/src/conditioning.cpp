@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "h3rt/layout.h"
+
 namespace h3rt::py {
 namespace {
 
@@ -33,12 +35,7 @@ AudioLatent audio_item(const nb::dict& d, const std::string& name, int64_t C, bo
   if (!a) return {};
   const std::string want = "[1, " + std::to_string(C) + ", 2, frames]";
   const int64_t rt = check_shape(*a, name.c_str(), {1, C, 2, -1}, want)[3];
-  const FloatVec v = host_f32(*a, name.c_str(), cuda);
-  FloatVec out(v.size());
-  for (int64_t k = 0; k < C; ++k)
-    for (int64_t ch = 0; ch < 2; ++ch)
-      for (int64_t j = 0; j < rt; ++j) out[(ch * C + k) * rt + j] = v[(k * 2 + ch) * rt + j];
-  return {std::move(out), rt};
+  return {swap_leading_axes(host_f32(*a, name.c_str(), cuda), C, 2, rt), rt};
 }
 
 ConditionNoise noise_item(const nb::dict& d, const char* list, size_t i, bool cuda) {
@@ -53,7 +50,8 @@ ConditionNoise noise_item(const nb::dict& d, const char* list, size_t i, bool cu
 
 nb::dict dict_item(const nb::handle& h, const char* list, size_t i) {
   nb::dict d;
-  if (!nb::try_cast(h, d)) raise_type(std::string(list) + "[" + std::to_string(i) + "]: not a dict");
+  if (!nb::try_cast(h, d))
+    raise_type(std::string(list) + "[" + std::to_string(i) + "]: not a dict");
   return d;
 }
 
@@ -114,19 +112,19 @@ Conditioning conditioning_of(const H3Config& c, const ConditioningArgs& a, int64
   return k;
 }
 
+FloatVec swap_leading_axes(const FloatVec& a, int64_t d0, int64_t d1, int64_t n) {
+  FloatVec out(a.size());
+  for (int64_t i = 0; i < d0; ++i)
+    for (int64_t j = 0; j < d1; ++j)
+      for (int64_t k = 0; k < n; ++k) out[(j * d0 + i) * n + k] = a[(i * d1 + j) * n + k];
+  return out;
+}
+
 FloatVec comfy_audio_to_rows(const FloatVec& a, int64_t C, int64_t N) {
-  FloatVec rows(a.size());
-  for (int64_t k = 0; k < C; ++k)
-    for (int64_t ch = 0; ch < 2; ++ch)
-      for (int64_t j = 0; j < N; ++j) rows[(ch * N + j) * C + k] = a[(k * 2 + ch) * N + j];
-  return rows;
+  return audio_latents_to_rows(swap_leading_axes(a, C, 2, N).data(), C, N);
 }
 FloatVec rows_to_comfy_audio(const FloatVec& rows, int64_t C, int64_t N) {
-  FloatVec a(rows.size());
-  for (int64_t k = 0; k < C; ++k)
-    for (int64_t ch = 0; ch < 2; ++ch)
-      for (int64_t j = 0; j < N; ++j) a[(k * 2 + ch) * N + j] = rows[(ch * N + j) * C + k];
-  return a;
+  return swap_leading_axes(audio_rows_to_latents(rows.data(), C, N), 2, C, N);
 }
 
 }  // namespace h3rt::py

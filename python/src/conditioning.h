@@ -22,6 +22,8 @@ struct ConditioningArgs {
 Conditioning conditioning_of(const H3Config& c, const ConditioningArgs& a, int64_t text_len,
                              bool cuda_model);
 
+// [d0][d1][n] -> [d1][d0][n]: ComfyUI's audio latent [1, C, 2, N] <-> h3rt's [2, C, N].
+FloatVec swap_leading_axes(const FloatVec& a, int64_t d0, int64_t d1, int64_t n);
 // ComfyUI's audio latent [1, C, 2, N] <-> h3rt's rows [2N, C] (row ch*N + j).
 FloatVec comfy_audio_to_rows(const FloatVec& a, int64_t C, int64_t N);
 FloatVec rows_to_comfy_audio(const FloatVec& rows, int64_t C, int64_t N);
