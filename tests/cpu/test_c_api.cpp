@@ -171,6 +171,19 @@ TEST(CApi, SampleGivesTheCppBitsAndCancels) {
   h3rt_model_free(m);
 }
 
+// h3rt_sample of `req` into buffers of the default request's size (video [1, 24, 7, 8, 12], audio
+// [2, 32, 37]: SampleGivesTheCppBitsAndCancels checks those shapes).
+struct CSample {
+  h3rt_status status;
+  FloatVec video, audio;
+};
+CSample run_c_sample(h3rt_model* m, const h3rt_sample_request& req) {
+  CSample c{H3RT_OK, FloatVec(24 * 7 * 8 * 12), FloatVec(2 * 32 * 37)};
+  c.status = h3rt_sample(m, &req, c.video.data(), static_cast<int64_t>(c.video.size()),
+                         c.audio.data(), static_cast<int64_t>(c.audio.size()));
+  return c;
+}
+
 TEST(CApi, HybridSampleGivesTheCppBits) {
   h3rt_model* m = nullptr;
   ASSERT_EQ(h3rt_model_create_preset("tiny", 0, nullptr, &m), H3RT_OK) << h3rt_last_error();
@@ -185,11 +198,8 @@ TEST(CApi, HybridSampleGivesTheCppBits) {
   req.dense_blocks = 1;
   req.step_cache = 50.0;
   req.step_cache_max = 1;
-  FloatVec v(24 * 7 * 8 * 12), a(2 * 32 * 37);
-  ASSERT_EQ(h3rt_sample(m, &req, v.data(), static_cast<int64_t>(v.size()), a.data(),
-                        static_cast<int64_t>(a.size())),
-            H3RT_OK)
-      << h3rt_last_error();
+  const CSample got = run_c_sample(m, req);
+  ASSERT_EQ(got.status, H3RT_OK) << h3rt_last_error();
   auto d = Denoiser::create(ModelSource{});
   SampleOptions o;
   o.steps = 3;
@@ -199,15 +209,12 @@ TEST(CApi, HybridSampleGivesTheCppBits) {
   o.step_cache.threshold = 50.0;
   o.step_cache.max_reuses = 1;
   const SampleResult want = sample(*d, make_request(d->config(), {}), o);
-  test::expect_same_bits(v, want.video_latents, "video_latents");
-  test::expect_same_bits(a, want.audio_latents, "audio_latents");
+  test::expect_same_bits(got.video, want.video_latents, "video_latents");
+  test::expect_same_bits(got.audio, want.audio_latents, "audio_latents");
   ASSERT_EQ(want.hybrid_steps.size(), 3u);
   EXPECT_TRUE(want.hybrid_steps[1].cache.reused);  // the options reached the loop
   req.step_cache_max = 0;
-  EXPECT_EQ(h3rt_sample(m, &req, v.data(), static_cast<int64_t>(v.size()), a.data(),
-                        static_cast<int64_t>(a.size())),
-            H3RT_ERROR_INVALID_ARGUMENT)
-      << h3rt_last_error();
+  EXPECT_EQ(run_c_sample(m, req).status, H3RT_ERROR_INVALID_ARGUMENT) << h3rt_last_error();
   EXPECT_NE(std::string(h3rt_last_error()).find("max_reuses"), std::string::npos);
   h3rt_model_free(m);
 }
@@ -226,26 +233,21 @@ TEST(CApi, ConditionedSampleGivesTheCppBits) {
   h3rt_sample_request_init(&req);
   req.steps = 2;
   req.conditioning = cond.c_str();
-  FloatVec v(24 * 7 * 8 * 12), a(2 * 32 * 37);
-  ASSERT_EQ(h3rt_sample(m, &req, v.data(), static_cast<int64_t>(v.size()), a.data(),
-                        static_cast<int64_t>(a.size())),
-            H3RT_OK)
-      << h3rt_last_error();
+  const CSample got = run_c_sample(m, req);
+  ASSERT_EQ(got.status, H3RT_OK) << h3rt_last_error();
   auto d = Denoiser::create(ModelSource{});
   Request r = make_request(d->config(), {});
   condition_request_from_file(r, d->config(), cond, 440420);
   SampleOptions o;
   o.steps = 2;
   const SampleResult want = sample(*d, std::move(r), o);
-  test::expect_same_bits(v, want.video_latents, "video_latents");
-  test::expect_same_bits(a, want.audio_latents, "audio_latents");
+  test::expect_same_bits(got.video, want.video_latents, "video_latents");
+  test::expect_same_bits(got.audio, want.audio_latents, "audio_latents");
   // The keyframe changes the result (the file was read, not ignored).
   const SampleResult plain = sample(*d, make_request(d->config(), {}), o);
   EXPECT_NE(plain.video_latents, want.video_latents);
   req.conditioning = "/nonexistent/cond.safetensors";
-  EXPECT_NE(h3rt_sample(m, &req, v.data(), static_cast<int64_t>(v.size()), a.data(),
-                        static_cast<int64_t>(a.size())),
-            H3RT_OK);
+  EXPECT_NE(run_c_sample(m, req).status, H3RT_OK);
   EXPECT_NE(std::string(h3rt_last_error()).find("/nonexistent/cond.safetensors"), std::string::npos)
       << h3rt_last_error();
   h3rt_model_free(m);
