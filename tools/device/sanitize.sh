@@ -8,6 +8,11 @@
 #   H3RT_TARGETS=h3rt_cuda_tests bash tools/device/build.sh && bash tools/device/sanitize.sh
 #   bash tools/device/sanitize.sh 'SageAttentionCuda.*'           # a filter of your own
 #   H3RT_SANITIZE_TOOLS=racecheck bash tools/device/sanitize.sh    # some tools only
+# initcheck does not see the stores of cuBLASLt's sm_90 GEMM kernels: every later read of a GEMM
+# output is reported as uninitialized although the values are right (tools/device/initcheck_probe.cu
+# shows it on a bare cuBLASLt call: all 115,200 outputs reported, 0 wrong; a kernel-written control
+# buffer: 0 reports). initcheck is therefore meaningful only on tests whose kernels read no cuBLASLt
+# output (not the forward sessions or blocks).
 # Environment: H3RT_SANITIZE_FILTER (the filter when no argument is given), H3RT_SANITIZE_TOOLS
 # (default all four), H3RT_SANITIZE_TIMEOUT (seconds per tool, default 280: racecheck is the slow
 # one; split the tools over calls when a call has less time), COMPUTE_SANITIZER (the binary).
