@@ -40,3 +40,18 @@ function(h3rt_configure_cuda_target target)
     target_compile_definitions(${target} PRIVATE H3RT_HAVE_CUTLASS=1)
   endif()
 endfunction()
+
+# CUDA sources without device code (no __global__, no <<<, no .cuh include: host code calling the
+# runtime, cuBLASLt and our kernels' launchers) are compiled by the host compiler with the
+# runtime header nvcc would include: nvcc would run its device front end once per arch for
+# nothing (about a third of CI's CUDA compile time). A misclassified file fails to compile; it
+# cannot compile into something else.
+function(h3rt_compile_host_only_cuda_sources)
+  foreach(f IN LISTS ARGN)
+    file(STRINGS "${f}" device_lines REGEX "__global__|<<<|\\.cuh\"")
+    if(NOT device_lines)
+      set_source_files_properties("${f}" PROPERTIES LANGUAGE CXX
+                                  COMPILE_OPTIONS "-include;cuda_runtime.h")
+    endif()
+  endforeach()
+endfunction()
