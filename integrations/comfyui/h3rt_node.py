@@ -71,12 +71,16 @@ def _device_result(v, ref):
 
 def _weight_for_h3rt(key, t, device):
     """An array h3rt.load can view: torch tensors go in through DLPack as stored (bf16, int8,
-    u8, ...), CPU ones without a copy. For a CUDA engine, int8/uint8 device tensors (the
-    quantized weight bytes) stay where they are; other device tensors are copied to the host."""
+    u8, ...), CPU ones without a copy. For a CUDA engine, int8/uint8 and 2-D bf16 '.weight'
+    device tensors (quantized weight bytes, bf16 linear weights) stay where they are (h3rt
+    uses them in place, or warns naming the few it copies); other device tensors are copied to
+    the host."""
     if _is_torch(t):
         t = t.detach()
-        keep = (device == "cuda" and str(t.dtype) in ("torch.int8", "torch.uint8")
-                and key.endswith(".weight"))
+        dtype = str(t.dtype)
+        keep = (device == "cuda" and key.endswith(".weight")
+                and (dtype in ("torch.int8", "torch.uint8")
+                     or (dtype == "torch.bfloat16" and t.dim() == 2)))
         if t.device.type != "cpu" and not keep:
             t = t.cpu()
         return t.contiguous()
@@ -335,7 +339,7 @@ class H3rtWrapper:
         moved = [k for k, t in orig.items() if _on_device(t) and not _on_device(state[k])]
         if moved:
             log.warning("h3rt: copied %d device tensors of the model to host memory for h3rt "
-                        "(h3rt then holds its own copy of those on %s; int8/uint8 weight bytes "
+                        "(h3rt then holds its own copy of those on %s; int8/uint8 and bf16 weights "
                         "are used in place)", len(moved), self.device)
         model = load(state, **opts)
         log.info("h3rt: engine built (%s, hidden %d, %d layers, %s)", model.device,

@@ -270,8 +270,10 @@ Outputs forward(Model& m, nb::handle video_rows, nb::handle audio_rows, nb::hand
               {na, c.audio_channels}, rows_shape(na, c.audio_channels));
   if (!dev && !out.is_none()) raise_value("out: only for CUDA inputs (a device forward)");
   const DeviceCall call = dev ? device_call(stream, dev->first, m.device) : DeviceCall{};
-  if (dev)
-    check_input(dev->first, "video_rows", call), check_input(dev->second, "audio_rows", call);
+  if (dev) {
+    check_input(dev->first, "video_rows", call);
+    check_input(dev->second, "audio_rows", call);
+  }
   const StreamScope scope(call.stream);
   int64_t L = 0;
   const FloatVec t = text_rows(m, array_arg(text_arg, "text"), &L);

@@ -2,6 +2,7 @@
 or a CUDA build of h3rt): int8_convrot weight bytes passed as CUDA tensors are used in place and
 give the same bits as the checkpoint loaded by path; device forwards (CUDA tensors in and out,
 float32/bfloat16, strided, out=, the caller's stream) give the host forward's bits."""
+import json
 import subprocess
 
 import numpy as np
@@ -39,19 +40,37 @@ def golden_inputs():
     return video, audio, g["input/text_embeds"]
 
 
-def test_int8_weight_bytes_on_the_device_are_used_in_place(int8_file):
-    state = {k: torch.from_numpy(v.copy()) for k, v in read_safetensors(int8_file).items()}
-    on_device = {k for k, v in state.items() if v.dtype == torch.int8 and k.endswith(".weight")}
-    assert on_device, "the int8 checkpoint has int8 weights"
+def expect_used_in_place(state, on_device, path):
+    """state with the on_device keys moved to the GPU: h3rt keeps those tensors where they are
+    (same pointers) and computes the bits of the checkpoint loaded by path."""
+    assert on_device
     state = {k: v.cuda() if k in on_device else v for k, v in state.items()}
     ptrs = {k: state[k].data_ptr() for k in on_device}
     m = h3rt.load(state, device="cuda")
     assert all(state[k].is_cuda and state[k].data_ptr() == ptrs[k] for k in on_device)
-    ref = h3rt.load(int8_file, device="cuda")
+    ref = h3rt.load(path, device="cuda")
     video, audio, text = golden_inputs()
     for a, b in zip(m.forward_latents(video, audio, 0.7, text),
                     ref.forward_latents(video, audio, 0.7, text)):
         np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def test_int8_weight_bytes_on_the_device_are_used_in_place(int8_file):
+    state = {k: torch.from_numpy(v.copy()) for k, v in read_safetensors(int8_file).items()}
+    on_device = {k for k, v in state.items() if v.dtype == torch.int8 and k.endswith(".weight")}
+    expect_used_in_place(state, on_device, int8_file)
+
+
+def test_bf16_weights_on_the_device_are_used_in_place():
+    # The golden checkpoint's block/refiner/AdaLN/condition_proj weights are bf16 (the rest f32).
+    raw = WEIGHTS.read_bytes()
+    header = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
+    state = {k: torch.from_numpy(v.copy()) for k, v in read_safetensors(WEIGHTS).items()}
+    state = {k: v.to(torch.bfloat16) if header[k]["dtype"] == "BF16" else v  # exact
+             for k, v in state.items()}
+    on_device = {k for k, v in state.items()
+                 if v.dtype == torch.bfloat16 and v.dim() == 2 and k.endswith(".weight")}
+    expect_used_in_place(state, on_device, WEIGHTS)
 
 
 def test_device_tensors_for_a_cpu_model_move_to_the_host(int8_file):
