@@ -65,7 +65,8 @@ struct ForwardStepTimes {
   double host_prepare_ms = 0;  // host work before the device work: time embedding, cache checks,
                                // staging copies, uploads of changed index tables
   double text_refiner_ms = 0;  // condition_proj + refiner + final norm (GPU), when it ran
-  double device_ms = 0;        // the step's device work (events around it)
+  double device_ms = 0;        // the step's device work (events around it); 0 for a device
+                               // forward that returned without waiting
   double host_finish_ms = 0;   // wait for the device + copy of the velocities out of staging
   double wall_ms = 0;          // the whole call
   double capture_ms = 0;       // graph capture + instantiation, when this call captured
