@@ -54,7 +54,9 @@ class Model:
         shapes, float32 or bfloat16, any strides). All work is ordered on `stream` (default:
         torch's current stream for torch inputs, else the legacy default stream) and the call
         returns without waiting for it. text stays a host array (a CUDA one is copied to the
-        host, which waits for the stream)."""
+        host, which waits for the stream). New torch results come from torch.empty on torch's
+        current stream: with stream= another stream, order their later use yourself (e.g.
+        tensor.record_stream or a synchronize)."""
     def forward_latents(self, video: ArrayLike, audio: ArrayLike, sigma: float,
                         text: ArrayLike, sample_sigmas: Optional[Sequence[float]] = None, *,
                         out: Optional[tuple[ArrayLike, ArrayLike]] = None, stream: Stream = None

@@ -203,11 +203,9 @@ std::pair<nb::handle, nb::handle> out_pair(nb::handle out) {
   return {t[0], t[1]};
 }
 
-// Result arrays of `shapes` for a device call: out= when given (checked), else new ones; and
-// contiguous float32 buffers the forward writes (the results themselves where they are such).
+// Result arrays of `shapes` for a device call: out= when given (checked), else new ones.
 struct Results {
   DeviceResult video, audio;
-  Tensor video_rows, audio_rows;
 };
 Results results(nb::handle out, const Shape& video, const Shape& audio, const DeviceCall& call) {
   Results r;
@@ -222,12 +220,11 @@ Results results(nb::handle out, const Shape& video, const Shape& audio, const De
   return r;
 }
 
-// A writable contiguous float32 buffer for `target` of `shape` (rows): `target` itself when
-// it is one, else a new buffer copied into it afterwards (finish).
-Tensor write_buffer(const Tensor& target, const Shape& shape, const DeviceCall& call) {
-  if (target.dtype() == DType::f32 && target.is_contiguous() && target.shape() == shape)
-    return target;
-  return device_f32(shape, call.stream);
+// A contiguous float32 buffer the forward writes for `target`: `target` itself when it is one,
+// else a new buffer, copied into it after the forward.
+Tensor write_buffer(const Tensor& target, const DeviceCall& call) {
+  if (target.dtype() == DType::f32 && target.is_contiguous()) return target;
+  return device_f32(target.shape(), call.stream);
 }
 
 Outputs device_forward(Model& m, const SequenceLayout& l, const TimestepPlan& plan,
@@ -238,8 +235,7 @@ Outputs device_forward(Model& m, const SequenceLayout& l, const TimestepPlan& pl
       results(out, {nv, m.config().video_features()}, {na, m.config().audio_channels}, call);
   const Tensor v = contiguous_f32(rows.first.view, call),
                a = contiguous_f32(rows.second.view, call);
-  const Tensor wv = write_buffer(r.video.view, r.video.view.shape(), call);
-  const Tensor wa = write_buffer(r.audio.view, r.audio.view.shape(), call);
+  const Tensor wv = write_buffer(r.video.view, call), wa = write_buffer(r.audio.view, call);
   const DeviceIO io{v.ptr<float>(), a.ptr<float>(), wv.ptr<float>(), wa.ptr<float>(), call.stream};
   ForwardInputs in{l, plan, nullptr, nullptr, text.data(), schedule};
   in.device = &io;
