@@ -217,6 +217,19 @@ struct SigmaSchedule {
   float shift_video = 12.0f, shift_audio = 3.0f;
 };
 
+// A forward whose target rows and velocities are in CUDA device memory (the CUDA denoiser only;
+// the CPU denoiser refuses it): float32, contiguous, on the current device. The work is ordered
+// after `stream`'s prior work and before its later work (events, no device-wide sync); text and
+// condition rows stay host arrays. The velocities are complete for work queued on `stream`
+// after forward() returns; forward() itself waits only for checks that need the host.
+struct DeviceIO {
+  const float* video_rows = nullptr;  // [Nv, 96]
+  const float* audio_rows = nullptr;  // [2N, 32]
+  float* video_velocity = nullptr;    // [Nv, 96], written
+  float* audio_velocity = nullptr;    // [2N, 32], written
+  uintptr_t stream = 0;               // the caller's cudaStream_t (0: the legacy default stream)
+};
+
 struct ForwardInputs {
   const SequenceLayout& layout;
   const TimestepPlan& plan;
@@ -237,6 +250,9 @@ struct ForwardInputs {
   // First-block step caching (h3rt/hybrid.h; null or !enabled(): every block runs). The
   // sampling loop owns it; the forward reads and refreshes its state and records its decision.
   StepCache* step_cache = nullptr;
+  // Rows and velocities in device memory (video_rows/audio_rows above then stay null, and the
+  // returned ForwardOutputs is empty); null: host rows in, host velocities out.
+  const DeviceIO* device = nullptr;
 };
 
 struct ForwardOutputs {

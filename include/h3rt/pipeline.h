@@ -141,6 +141,9 @@ struct EvalOptions {
   // false: the network's output as ComfyUI's _forward returns it (negated), before forward()'s
   // mask multiply; the masks still set the per-row timesteps.
   bool mask_outputs = true;
+  // Target rows and velocities in device memory (h3rt/model.h DeviceIO; the request's own rows
+  // are then unused). Refused with audio_scale != 1 or with masks to multiply (host steps).
+  const DeviceIO* device = nullptr;
 };
 ForwardOutputs forward_request(Denoiser& denoiser, const Request& request, float sigma,
                                const EvalOptions& options = {});

@@ -44,7 +44,7 @@ def _is_torch(t):
 
 
 def _host_f32(t):
-    """A float32 host numpy array of t (h3rt takes host arrays only today)."""
+    """A float32 host numpy array of t (for a CPU engine, and the host-side scalars)."""
     if _is_torch(t):
         return t.detach().float().cpu().contiguous().numpy()
     return np.ascontiguousarray(t, dtype=np.float32)
@@ -62,14 +62,25 @@ def _on_device(t):
     return _is_torch(t) and t.device.type != "cpu"
 
 
+def _device_result(v, ref):
+    """A device forward's float32 CUDA velocity as _forward returns it: negated in place, in
+    ref's dtype (one device cast when ref is not float32), on the device."""
+    v = v.neg_()
+    return v if v.dtype == ref.dtype else v.to(dtype=ref.dtype)
+
+
 def _weight_for_h3rt(key, t, device):
     """An array h3rt.load can view: torch tensors go in through DLPack as stored (bf16, int8,
-    u8, ...), CPU ones without a copy. For a CUDA engine, int8/uint8 device tensors (the
-    quantized weight bytes) stay where they are; other device tensors are copied to the host."""
+    u8, ...), CPU ones without a copy. For a CUDA engine, int8/uint8 and 2-D bf16 '.weight'
+    device tensors (quantized weight bytes, bf16 linear weights) stay where they are (h3rt
+    uses them in place, or warns naming the few it copies); other device tensors are copied to
+    the host."""
     if _is_torch(t):
         t = t.detach()
-        keep = (device == "cuda" and str(t.dtype) in ("torch.int8", "torch.uint8")
-                and key.endswith(".weight"))
+        dtype = str(t.dtype)
+        keep = (device == "cuda" and key.endswith(".weight")
+                and (dtype in ("torch.int8", "torch.uint8")
+                     or (dtype == "torch.bfloat16" and t.dim() == 2)))
         if t.device.type != "cpu" and not keep:
             t = t.cpu()
         return t.contiguous()
@@ -249,9 +260,12 @@ class H3rtWrapper:
         config = engine.config
         self._check_config(x, context, options, config)
         video, audio = x[0], x[1]
-        if _on_device(video):
+        # A CUDA engine takes ComfyUI's CUDA latents as they are (any dtype/strides h3rt reads:
+        # float32 or bfloat16), on torch's current stream; the results stay on the device.
+        on_device = _on_device(video) and _on_device(audio) and engine.device != "cpu"
+        if _on_device(video) and not on_device:
             self._once(logging.INFO, "latents and text are copied device -> host -> device each "
-                       "call (h3rt takes host arrays today)")
+                       "call (the h3rt engine runs on the CPU)")
         # _forward: sigma_v = float32(timestep / 1000) clamped at 1e-6.
         ts = _host_f32(timestep).reshape(-1)[0]
         sigma = float(max(np.float32(ts) / np.float32(1000.0), np.float32(1e-6)))
@@ -259,12 +273,18 @@ class H3rtWrapper:
         if config["pdd_heads"] > 1:
             sample_sigmas = [float(s) for s in _host_f32(options["sample_sigmas"]).reshape(-1)]
         cond = _conditioning(kwargs.get("minimax_payload") or {}, kwargs)
-        args = (_host_f32(video), _host_f32(audio), sigma, _host_f32(context), sample_sigmas)
+        if on_device:  # text: h3rt reads it on the host (it copies a CUDA context itself)
+            text = context if _on_device(context) else _host_f32(context)
+            args = (video, audio, sigma, text, sample_sigmas)
+        else:
+            args = (_host_f32(video), _host_f32(audio), sigma, _host_f32(context), sample_sigmas)
         if cond is None:
             vel_v, vel_a = engine.forward_latents(*args)
         else:  # _forward's output: forward() around this wrapper applies masks and carry
             vel_v, vel_a = engine.forward_conditioned(*args, mask_outputs=False, **cond)
         # h3rt: data-ward (x0 = x + sigma v); _forward returns -v.
+        if on_device:
+            return [_device_result(vel_v, video), _device_result(vel_a, audio)]
         return [_like(np.negative(vel_v), video), _like(np.negative(vel_a), audio)]
 
     # ---- the engine ----
@@ -319,7 +339,7 @@ class H3rtWrapper:
         moved = [k for k, t in orig.items() if _on_device(t) and not _on_device(state[k])]
         if moved:
             log.warning("h3rt: copied %d device tensors of the model to host memory for h3rt "
-                        "(h3rt then holds its own copy of those on %s; int8/uint8 weight bytes "
+                        "(h3rt then holds its own copy of those on %s; int8/uint8 and bf16 weights "
                         "are used in place)", len(moved), self.device)
         model = load(state, **opts)
         log.info("h3rt: engine built (%s, hidden %d, %d layers, %s)", model.device,

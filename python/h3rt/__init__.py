@@ -6,7 +6,10 @@
     out = h3rt.sample(m, width=192, height=128, frames=22, steps=8, seed=440420)
 
 Arrays go in through DLPack or the buffer protocol (numpy; torch and cupy when present) and come
-back as numpy arrays (torch.from_numpy shares them). Velocities are h3rt's: data-ward,
+back as numpy arrays (torch.from_numpy shares them). On a CUDA model, CUDA arrays (torch, cupy,
+__cuda_array_interface__; float32 or bfloat16) run a device forward: rows and velocities stay on
+the device, ordered on the caller's stream (torch's current one by default), results are CUDA
+tensors (or out=). Velocities are h3rt's: data-ward,
 x0 = x + sigma * v. ComfyUI's MiniMaxH3Model._forward returns -v (its denoised = x - sigma * out).
 See __init__.pyi for every signature.
 """
@@ -43,8 +46,11 @@ def load(path_or_state_dict, device="cpu", precision=None, attention="bf16", cud
     the original/ComfyUI key names, viewed (not copied) where the dtype is used as stored; the
     model keeps them alive, and they must not change while it runs. With device="cuda",
     int8/uint8 CUDA tensors (int8_convrot and NVFP4 weight bytes, the bulk of a quantized
-    checkpoint) are used in device memory without a copy; other CUDA tensors are copied to the
-    host first (h3rt keeps its own device copy of those). The config is inferred from the
+    checkpoint) and 2-D bf16 '.weight' CUDA tensors (a bf16 checkpoint's linear layers) are used
+    in device memory without a copy, except the few bf16 layers h3rt computes in float32 (patch
+    projections, output heads, time embedder, curve AdaLN), which it copies with one warning
+    line each; other CUDA tensors are copied to the host first (h3rt keeps its own device copy
+    of those). The config is inferred from the
     shapes. loras: LoRA files (ComfyUI key forms) as paths or (path, strength) pairs, merged in
     order after loading; pairs that do not fit raise unless lora_skip_unmatched (then a warning
     each). check_finite: NaN/Inf checks of the inputs and every stage's output on the first
@@ -69,13 +75,16 @@ def load(path_or_state_dict, device="cpu", precision=None, attention="bf16", cud
 
 
 def _placed(key, v, device):
-    """v where h3rt reads it: torch CUDA tensors stay on the device only as int8/uint8 '.weight'
-    bytes for a CUDA model; other CUDA tensors (scales, markers, bf16 layers) move to the host."""
+    """v where h3rt reads it: torch CUDA tensors stay on the device for a CUDA model as int8/uint8
+    '.weight' bytes and 2-D bf16 '.weight' tensors; other CUDA tensors (scales, markers, norms,
+    biases, f32/f16 layers) move to the host."""
     dev = getattr(v, "device", None)
     if getattr(dev, "type", "cpu") in ("cpu", None) or not hasattr(v, "cpu"):
         return v
     import torch
-    if device == "cuda" and v.dtype in (torch.int8, torch.uint8) and key.endswith(".weight"):
+    weight = device == "cuda" and key.endswith(".weight")
+    if weight and (v.dtype in (torch.int8, torch.uint8) or (v.dtype == torch.bfloat16
+                                                             and v.dim() == 2)):
         return v.detach().contiguous()
     return v.detach().cpu()
 

@@ -8,6 +8,10 @@ import numpy.typing as npt
 
 __version__: str
 ArrayLike = Any  # numpy arrays; torch / cupy tensors (DLPack); host memory on CPU models
+# On a CUDA model, CUDA arrays too (DLPack or __cuda_array_interface__), float32 or bfloat16.
+# Outputs of a device call: torch tensors for torch inputs, else DLPack-capable CUDA arrays.
+Result = Any
+Stream = Any  # None, an int cudaStream_t handle, or an object with .cuda_stream
 
 class Cancelled(RuntimeError):
     """The progress callback returned False."""
@@ -35,20 +39,36 @@ class Model:
         """What load(loras=...) merged: {"pairs": int, "layers": int, "warnings": [str]}."""
     def forward(self, video_rows: ArrayLike, audio_rows: ArrayLike, text: ArrayLike, *,
                 layout: Layout, timesteps: Timesteps, sigma: Optional[float] = None,
-                sample_sigmas: Optional[Sequence[float]] = None
-                ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+                sample_sigmas: Optional[Sequence[float]] = None,
+                out: Optional[tuple[ArrayLike, ArrayLike]] = None, stream: Stream = None
+                ) -> tuple[Result, Result]:
         """One forward on rows as h3rt packs them: video_rows [Nv, 96] (patchified, feature
         c*4 + iy*2 + ix), audio_rows [2N, 32] (row ch*N + j), text [L, text_dim] or
         [1, L, text_dim], float32. Returns the data-ward velocities [Nv, 96], [2N, 32].
-        sigma and sample_sigmas: the sampler's schedule, needed by PDD head banks only."""
+        sigma and sample_sigmas: the sampler's schedule, needed by PDD head banks only.
+
+        Device forward (a CUDA model, video_rows and audio_rows both CUDA arrays on the model's
+        device, float32 or bfloat16, any strides): the rows are read in place when float32 and
+        contiguous (else one device copy), the velocities are float32 CUDA arrays (torch
+        tensors for torch inputs), or written into out=(video, audio) (CUDA arrays of those
+        shapes, float32 or bfloat16, any strides). All work is ordered on `stream` (default:
+        torch's current stream for torch inputs, else the legacy default stream) and the call
+        returns without waiting for it. text stays a host array (a CUDA one is copied to the
+        host, which waits for the stream). New torch results come from torch.empty on torch's
+        current stream: with stream= another stream, order their later use yourself (e.g.
+        tensor.record_stream or a synchronize)."""
     def forward_latents(self, video: ArrayLike, audio: ArrayLike, sigma: float,
-                        text: ArrayLike, sample_sigmas: Optional[Sequence[float]] = None
-                        ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+                        text: ArrayLike, sample_sigmas: Optional[Sequence[float]] = None, *,
+                        out: Optional[tuple[ArrayLike, ArrayLike]] = None, stream: Stream = None
+                        ) -> tuple[Result, Result]:
         """Velocities of ComfyUI-layout latents on the t2va layout: video [1, 24, T, H, W],
         audio [1, 32, 2, N], text [1, L, text_dim] or [L, text_dim], float32, at video sigma.
         t_video = 1 - sigma, t_audio = 1 - audio_sigma_from_video(sigma) (shifts 12 -> 3).
         Returns (video [1, 24, T, H, W], audio [1, 32, 2, N]) velocities, data-ward:
-        x0 = x + sigma * v. ComfyUI's MiniMaxH3Model._forward returns -v for the same inputs."""
+        x0 = x + sigma * v. ComfyUI's MiniMaxH3Model._forward returns -v for the same inputs.
+        CUDA latents (float32 or bfloat16, any strides) run a device forward as forward():
+        patchify, the audio axis swap and back run on the device, results in the input
+        layout (float32, or out=)."""
     def forward_conditioned(self, video: ArrayLike, audio: ArrayLike, sigma: float,
                             text: ArrayLike, sample_sigmas: Optional[Sequence[float]] = None, *,
                             keyframes: Sequence[Mapping[str, Any]] = (),
@@ -58,8 +78,9 @@ class Model:
                             audio_mask: Optional[ArrayLike] = None,
                             visual_cond_noise_aug: float = 0.999,
                             audio_cond_noise_aug: float = 1.0, noise_seed: int = 0,
-                            audio_scale: float = 1.0, mask_outputs: bool = True
-                            ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+                            audio_scale: float = 1.0, mask_outputs: bool = True,
+                            out: Optional[tuple[ArrayLike, ArrayLike]] = None,
+                            stream: Stream = None) -> tuple[Result, Result]:
         """ComfyUI's MiniMaxH3Model.forward with a minimax_payload (first/last-frame keyframes,
         references, text tags, denoise masks), on ComfyUI-layout latents as forward_latents;
         same sign convention (data-ward). Its layout, per-row timesteps, condition noise
@@ -74,7 +95,10 @@ class Model:
         text_tags [L]: 1 text, 0 vision-block token. video_mask [T, H, W], audio_mask [2, N]
         (leading 1-axes allowed: ComfyUI's [1, 1, 2, N]). audio_scale != 1: the audio given is
         the sampler's carried variable (payload audio_scale). mask_outputs=False returns what
-        _forward returns (negated), before forward()'s mask multiply."""
+        _forward returns (negated), before forward()'s mask multiply.
+        CUDA latents run a device forward as forward_latents (condition items, masks and text
+        are read on the host: CUDA ones are copied); audio_scale must then be 1 and
+        mask_outputs False when masks are given (those steps run on host arrays only)."""
 
 def load(path_or_state_dict: Union[str, os.PathLike, Mapping[str, ArrayLike]],
          device: str = "cpu", precision: Optional[str] = None, attention: str = "bf16",

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "device_arrays.h"
+
 namespace h3rt::py {
 namespace {
 
@@ -30,16 +32,11 @@ bool on_host(const AnyArray& a) {
   return a.device_type() == nb::device::cpu::value;
 }
 
-[[noreturn]] void not_implemented(const std::string& msg) {
-  raise(PyExc_NotImplementedError, msg);
-}
-
 void check_host(const AnyArray& a, const char* name, bool cuda_model) {
   if (on_host(a)) return;
   if (cuda_model)
-    not_implemented(std::string(name) +
-                    ": device arrays are not supported yet (zero-copy GPU input is a "
-                    "follow-up); pass a host array, e.g. tensor.cpu()");
+    raise_value(std::string(name) + ": an array on device type " + std::to_string(a.device_type()) +
+                "; h3rt reads host or CUDA memory");
   raise_value(
       (std::string(name) + ": a device array, but the model runs on the CPU; pass a host array")
           .c_str());
@@ -85,18 +82,25 @@ void raise_type(const std::string& msg) {
 
 std::vector<int64_t> check_shape(const AnyArray& a, const char* name,
                                  const std::vector<int64_t>& want, const std::string& expected) {
-  bool ok = a.ndim() == want.size();
-  for (size_t i = 0; ok && i < want.size(); ++i)
-    ok = want[i] < 0 || static_cast<int64_t>(a.shape(i)) == want[i];
-  if (!ok)
-    raise_value(
-        (std::string(name) + ": expected shape " + expected + ", got " + dims_str(a)).c_str());
   std::vector<int64_t> s(a.ndim());
   for (size_t i = 0; i < a.ndim(); ++i) s[i] = static_cast<int64_t>(a.shape(i));
+  return check_shape(s, name, want, expected);
+}
+
+std::vector<int64_t> check_shape(const std::vector<int64_t>& s, const char* name,
+                                 const std::vector<int64_t>& want, const std::string& expected) {
+  bool ok = s.size() == want.size();
+  for (size_t i = 0; ok && i < want.size(); ++i) ok = want[i] < 0 || s[i] == want[i];
+  if (!ok) {
+    std::string got = "[";
+    for (size_t i = 0; i < s.size(); ++i) got += (i ? ", " : "") + std::to_string(s[i]);
+    raise_value(std::string(name) + ": expected shape " + expected + ", got " + got + "]");
+  }
   return s;
 }
 
 FloatVec host_f32(const AnyArray& a, const char* name, bool cuda_model) {
+  if (cuda_model && a.device_type() == nb::device::cuda::value) return device_to_host_f32(a, name);
   if (a.dtype() != nb::dtype<float>())
     raise_type((std::string(name) + ": expected float32 values, got " + dtype_str(a)).c_str());
   check_host(a, name, cuda_model);

@@ -29,8 +29,11 @@ using NumpyF32 = nb::ndarray<nb::numpy, float>;
 // `expected` spells the shape for the message, e.g. "[1, 24, T, H, W]".
 std::vector<int64_t> check_shape(const AnyArray& a, const char* name,
                                  const std::vector<int64_t>& want, const std::string& expected);
+std::vector<int64_t> check_shape(const std::vector<int64_t>& shape, const char* name,
+                                 const std::vector<int64_t>& want, const std::string& expected);
 // Host float32 values (any strides) of `a`: TypeError unless float32, ValueError for a device
-// array on a CPU model, NotImplementedError for one on a CUDA model (zero-copy is a follow-up).
+// array on a CPU model; a CUDA array on a CUDA model (float32 or bfloat16) is copied to the host
+// (device_to_host_f32: text and condition items, which h3rt reads on the host).
 FloatVec host_f32(const AnyArray& a, const char* name, bool cuda_model);
 // Host integer (int32/int64) or float64 values, for layouts and timestep plans.
 std::vector<int64_t> host_ints(const AnyArray& a, const char* name, int64_t count);

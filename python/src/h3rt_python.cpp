@@ -10,16 +10,25 @@
 
 #include "arrays.h"
 #include "conditioning.h"
+#include "device_arrays.h"
 #include "h3rt/pipeline.h"
 
 namespace h3rt::py {
 namespace {
 
 struct Model {
+  Model(std::unique_ptr<Denoiser> d, std::vector<nb::object> keep, std::string id)
+      : denoiser(std::move(d)),
+        keep_alive(std::move(keep)),
+        identity(std::move(id)),
+        on_cuda(denoiser->device_name() != "cpu"),
+        device(on_cuda ? cuda_current_device() : -1) {}
   std::unique_ptr<Denoiser> denoiser;
   std::vector<nb::object> keep_alive;  // the state dict's arrays the weights view
   std::string identity;                // model_identity() for resume files; "" for state dicts
-  bool cuda() const { return denoiser->device_name() != "cpu"; }
+  bool on_cuda;
+  int device;  // the CUDA device it runs on (the current one when loaded); -1 on the CPU
+  bool cuda() const { return on_cuda; }
   const H3Config& config() const { return denoiser->config(); }
 };
 
@@ -140,6 +149,8 @@ TimestepPlan plan_of(const nb::dict& d, int64_t S) {
 }
 
 // ---- forwards ----
+using Outputs = std::pair<nb::object, nb::object>;
+
 FloatVec text_rows(const Model& m, const AnyArray& text, int64_t* length) {
   const int64_t td = m.config().text_dim;
   const std::string want = "[1, L, " + std::to_string(td) + "] or [L, " + std::to_string(td) + "]";
@@ -151,109 +162,265 @@ FloatVec text_rows(const Model& m, const AnyArray& text, int64_t* length) {
   return host_f32(text, "text", m.cuda());
 }
 
-ForwardOutputs run(Model& m, const ForwardInputs& in) {
-  nb::gil_scoped_release release;
-  return m.denoiser->forward(in);
+AnyArray array_arg(nb::handle obj, const char* name) {
+  AnyArray a;
+  if (!nb::try_cast(obj, a))
+    raise_type(std::string(name) + ": expected an array (numpy, torch, cupy, ...), got " +
+               nb::cast<std::string>(nb::str(obj.type())));
+  return a;
 }
 
-std::pair<NumpyF32, NumpyF32> forward(Model& m, const AnyArray& video_rows,
-                                      const AnyArray& audio_rows, const AnyArray& text,
-                                      const nb::dict& layout, const nb::dict& timesteps,
-                                      std::optional<float> sigma,
-                                      std::optional<std::vector<float>> sample_sigmas) {
+// The shape of a call's array: the CUDA array's, or the host array's.
+std::vector<int64_t> dims_of(nb::handle obj, const char* name, const CudaArray* dev) {
+  if (dev) return dev->view.shape();
+  const AnyArray a = array_arg(obj, name);
+  std::vector<int64_t> s(a.ndim());
+  for (size_t i = 0; i < a.ndim(); ++i) s[i] = static_cast<int64_t>(a.shape(i));
+  return s;
+}
+
+// The target arrays of a call: both in CUDA memory (a device forward; a CUDA model only) or both
+// host arrays (nullopt).
+std::optional<std::pair<CudaArray, CudaArray>> device_pair(const Model& m, nb::handle video,
+                                                           nb::handle audio, const char* vname,
+                                                           const char* aname) {
+  std::optional<CudaArray> v = cuda_array(video, vname), a = cuda_array(audio, aname);
+  if (!v && !a) return std::nullopt;
+  if (!m.cuda())
+    raise_value(std::string(v ? vname : aname) +
+                ": a device array, but the model runs on the CPU; pass a host array");
+  if (!v || !a)
+    raise_value(std::string(vname) + " and " + aname +
+                ": one is a CUDA array and the other is not; pass both on the device (a device "
+                "forward) or both on the host");
+  return std::make_pair(*v, *a);
+}
+
+std::pair<nb::handle, nb::handle> out_pair(nb::handle out) {
+  nb::tuple t;
+  if (!nb::try_cast(out, t) || t.size() != 2)
+    raise_type("out: expected a pair (video, audio) of CUDA arrays");
+  return {t[0], t[1]};
+}
+
+// Result arrays of `shapes` for a device call: out= when given (checked), else new ones.
+struct Results {
+  DeviceResult video, audio;
+};
+Results results(nb::handle out, const Shape& video, const Shape& audio, const DeviceCall& call) {
+  Results r;
+  if (out.is_none()) {
+    r.video = new_result(video, call);
+    r.audio = new_result(audio, call);
+  } else {
+    const auto [v, a] = out_pair(out);
+    r.video = given_result(v, "out[0]", video, call);
+    r.audio = given_result(a, "out[1]", audio, call);
+  }
+  return r;
+}
+
+// A contiguous float32 buffer the forward writes for `target`: `target` itself when it is one,
+// else a new buffer, copied into it after the forward.
+Tensor write_buffer(const Tensor& target, const DeviceCall& call) {
+  if (target.dtype() == DType::f32 && target.is_contiguous()) return target;
+  return device_f32(target.shape(), call.stream);
+}
+
+Outputs device_forward(Model& m, const SequenceLayout& l, const TimestepPlan& plan,
+                       const std::pair<CudaArray, CudaArray>& rows, const FloatVec& text,
+                       const SigmaSchedule* schedule, const DeviceCall& call, nb::handle out) {
+  const int64_t nv = l.video_rows(), na = l.audio_rows();
+  Results r =
+      results(out, {nv, m.config().video_features()}, {na, m.config().audio_channels}, call);
+  const Tensor v = contiguous_f32(rows.first.view, call),
+               a = contiguous_f32(rows.second.view, call);
+  const Tensor wv = write_buffer(r.video.view, call), wa = write_buffer(r.audio.view, call);
+  const DeviceIO io{v.ptr<float>(), a.ptr<float>(), wv.ptr<float>(), wa.ptr<float>(), call.stream};
+  ForwardInputs in{l, plan, nullptr, nullptr, text.data(), schedule};
+  in.device = &io;
+  {
+    nb::gil_scoped_release release;
+    m.denoiser->forward(in);
+  }
+  if (wv.data() != r.video.view.data()) copy_strided(r.video.view, wv, call.stream);
+  if (wa.data() != r.audio.view.data()) copy_strided(r.audio.view, wa, call.stream);
+  return {r.video.obj, r.audio.obj};
+}
+
+Outputs forward(Model& m, nb::handle video_rows, nb::handle audio_rows, nb::handle text_arg,
+                const nb::dict& layout, const nb::dict& timesteps, std::optional<float> sigma,
+                std::optional<std::vector<float>> sample_sigmas, nb::handle out,
+                nb::handle stream) {
   const H3Config& c = m.config();
   const SequenceLayout l = layout_of(layout);
   const TimestepPlan plan = plan_of(timesteps, l.seq_len());
   const int64_t nv = l.video_rows(), na = l.audio_rows();
-  check_shape(video_rows, "video_rows", {nv, c.video_features()},
-              "[" + std::to_string(nv) + ", " + std::to_string(c.video_features()) + "]");
-  check_shape(audio_rows, "audio_rows", {na, c.audio_channels},
-              "[" + std::to_string(na) + ", " + std::to_string(c.audio_channels) + "]");
+  const auto dev = device_pair(m, video_rows, audio_rows, "video_rows", "audio_rows");
+  const auto rows_shape = [](int64_t n, int64_t f) {
+    return "[" + std::to_string(n) + ", " + std::to_string(f) + "]";
+  };
+  check_shape(dims_of(video_rows, "video_rows", dev ? &dev->first : nullptr), "video_rows",
+              {nv, c.video_features()}, rows_shape(nv, c.video_features()));
+  check_shape(dims_of(audio_rows, "audio_rows", dev ? &dev->second : nullptr), "audio_rows",
+              {na, c.audio_channels}, rows_shape(na, c.audio_channels));
+  if (!dev && !out.is_none()) raise_value("out: only for CUDA inputs (a device forward)");
+  const DeviceCall call = dev ? device_call(stream, dev->first, m.device) : DeviceCall{};
+  if (dev) {
+    check_input(dev->first, "video_rows", call);
+    check_input(dev->second, "audio_rows", call);
+  }
+  const StreamScope scope(call.stream);
   int64_t L = 0;
-  const FloatVec t = text_rows(m, text, &L);
+  const FloatVec t = text_rows(m, array_arg(text_arg, "text"), &L);
   if (L != l.text_len)
     raise_value(("text: " + std::to_string(L) + " tokens, the layout has text_len " +
                  std::to_string(l.text_len))
                     .c_str());
-  const FloatVec v = host_f32(video_rows, "video_rows", m.cuda());
-  const FloatVec a = host_f32(audio_rows, "audio_rows", m.cuda());
   SigmaSchedule schedule{sigma.value_or(0.0f), sample_sigmas.value_or(std::vector<float>{})};
   if (sample_sigmas && !sigma) raise_value("sample_sigmas needs sigma (this step's)");
-  const ForwardInputs in{l,        plan,     v.data(),
-                         a.data(), t.data(), sample_sigmas ? &schedule : nullptr};
-  ForwardOutputs out = run(m, in);
-  return {to_numpy(std::move(out.video_velocity), {size_t(nv), size_t(c.video_features())}),
-          to_numpy(std::move(out.audio_velocity), {size_t(na), size_t(c.audio_channels)})};
+  const SigmaSchedule* sched = sample_sigmas ? &schedule : nullptr;
+  if (dev) return device_forward(m, l, plan, *dev, t, sched, call, out);
+  const FloatVec v = host_f32(array_arg(video_rows, "video_rows"), "video_rows", m.cuda());
+  const FloatVec a = host_f32(array_arg(audio_rows, "audio_rows"), "audio_rows", m.cuda());
+  const ForwardInputs in{l, plan, v.data(), a.data(), t.data(), sched};
+  ForwardOutputs o;
+  {
+    nb::gil_scoped_release release;
+    o = m.denoiser->forward(in);
+  }
+  return {nb::cast(to_numpy(std::move(o.video_velocity), {size_t(nv), size_t(c.video_features())})),
+          nb::cast(to_numpy(std::move(o.audio_velocity), {size_t(na), size_t(c.audio_channels)}))};
 }
 
-// A ComfyUI-layout target: video [1, C, T, H, W], audio [1, Ca, 2, N], text; as h3rt's rows.
+// A ComfyUI-layout target: video [1, C, T, H, W], audio [1, Ca, 2, N], text; as h3rt's rows
+// (host rows; a device call keeps them on the device, in `dev`).
 struct Target {
   int64_t T = 0, H = 0, W = 0, N = 0, L = 0;
   FloatVec video_rows, audio_rows, text;
+  std::optional<std::pair<CudaArray, CudaArray>> dev;
+  DeviceCall call;
 };
 
-Target target_of(const Model& m, const AnyArray& video, const AnyArray& audio,
-                 const AnyArray& text) {
+Target target_of(const Model& m, nb::handle video, nb::handle audio, nb::handle text,
+                 nb::handle stream) {
   const H3Config& c = m.config();
   const std::string C = std::to_string(c.in_channels), Ca = std::to_string(c.audio_channels);
-  const auto vs = check_shape(video, "video", {1, c.in_channels, -1, -1, -1},
-                              "[1, " + C + ", T, H, W] (H and W even)");
   Target t;
+  t.dev = device_pair(m, video, audio, "video", "audio");
+  const auto vs =
+      check_shape(dims_of(video, "video", t.dev ? &t.dev->first : nullptr), "video",
+                  {1, c.in_channels, -1, -1, -1}, "[1, " + C + ", T, H, W] (H and W even)");
   t.T = vs[2], t.H = vs[3], t.W = vs[4];
   if (t.T < 1 || t.H < 2 || t.W < 2 || t.H % 2 || t.W % 2)
     raise_value(
         ("video: expected shape [1, " + C + ", T, H, W] with T >= 1 and even H, W >= 2").c_str());
-  t.N = check_shape(audio, "audio", {1, c.audio_channels, 2, -1},
+  t.N = check_shape(dims_of(audio, "audio", t.dev ? &t.dev->second : nullptr), "audio",
+                    {1, c.audio_channels, 2, -1},
                     "[1, " + Ca + ", 2, N] (ComfyUI's audio latent)")[3];
-  t.text = text_rows(m, text, &t.L);
-  const FloatVec v = host_f32(video, "video", m.cuda()), a = host_f32(audio, "audio", m.cuda());
+  if (t.dev) {
+    t.call = device_call(stream, t.dev->first, m.device);
+    check_input(t.dev->first, "video", t.call);
+    check_input(t.dev->second, "audio", t.call);
+  }
+  const StreamScope scope(t.call.stream);
+  t.text = text_rows(m, array_arg(text, "text"), &t.L);
+  if (t.dev) return t;
+  const FloatVec v = host_f32(array_arg(video, "video"), "video", m.cuda());
+  const FloatVec a = host_f32(array_arg(audio, "audio"), "audio", m.cuda());
   t.video_rows = patchify_video(v.data(), c.in_channels, t.T, t.H, t.W);
   t.audio_rows = comfy_audio_to_rows(a, c.audio_channels, t.N);
   return t;
 }
 
-std::pair<NumpyF32, NumpyF32> comfy_outputs(const H3Config& c, const Target& t,
-                                            const ForwardOutputs& out) {
+Outputs comfy_outputs(const H3Config& c, const Target& t, const ForwardOutputs& out) {
   const size_t C = c.in_channels, Ca = c.audio_channels;
-  return {to_numpy(unpatchify_video(out.video_velocity.data(), C, t.T, t.H, t.W),
-                   {1, C, size_t(t.T), size_t(t.H), size_t(t.W)}),
-          to_numpy(rows_to_comfy_audio(out.audio_velocity, Ca, t.N), {1, Ca, 2, size_t(t.N)})};
+  return {nb::cast(to_numpy(unpatchify_video(out.video_velocity.data(), C, t.T, t.H, t.W),
+                            {1, C, size_t(t.T), size_t(t.H), size_t(t.W)})),
+          nb::cast(
+              to_numpy(rows_to_comfy_audio(out.audio_velocity, Ca, t.N), {1, Ca, 2, size_t(t.N)}))};
 }
 
-std::pair<NumpyF32, NumpyF32> forward_latents(Model& m, const AnyArray& video,
-                                              const AnyArray& audio, float sigma,
-                                              const AnyArray& text,
-                                              std::optional<std::vector<float>> sample_sigmas) {
-  const Target t = target_of(m, video, audio, text);
+// One evaluation of `r` (layout, text, conditioning) on a device target: patchify and the audio
+// axis swap on the device (strided_copy), the forward into device rows, the inverse into the
+// results.
+Outputs device_request(Model& m, Request& r, const Target& t, float sigma, EvalOptions o,
+                       nb::handle out) {
+  const H3Config& c = m.config();
+  const int64_t C = c.in_channels, Ca = c.audio_channels, Nv = t.T * (t.H / 2) * (t.W / 2);
+  const DeviceCall& call = t.call;
+  const Shape six{t.T, t.H / 2, t.W / 2, C, 2, 2}, audio3{2, t.N, Ca};
+  const Tensor v = device_f32({Nv, 4 * C}, call.stream), a = device_f32({2 * t.N, Ca}, call.stream);
+  copy_strided(v.reshape(six), video_rows_view(t.dev->first.view), call.stream);
+  copy_strided(a.reshape(audio3), comfy_audio_rows_view(t.dev->second.view), call.stream);
+  const Tensor vv = device_f32({Nv, 4 * C}, call.stream),
+               av = device_f32({2 * t.N, Ca}, call.stream);
+  const DeviceIO io{v.ptr<float>(), a.ptr<float>(), vv.ptr<float>(), av.ptr<float>(), call.stream};
+  o.device = &io;
+  Results res = results(out, {1, C, t.T, t.H, t.W}, {1, Ca, 2, t.N}, call);
+  {
+    const StreamScope scope(call.stream);
+    nb::gil_scoped_release release;
+    forward_request(*m.denoiser, r, sigma, o);
+  }
+  copy_strided(video_rows_view(res.video.view), vv.reshape(six), call.stream);
+  copy_strided(comfy_audio_rows_view(res.audio.view), av.reshape(audio3), call.stream);
+  return {res.video.obj, res.audio.obj};
+}
+
+Outputs forward_latents(Model& m, nb::handle video, nb::handle audio, float sigma, nb::handle text,
+                        std::optional<std::vector<float>> sample_sigmas, nb::handle out,
+                        nb::handle stream) {
+  Target t = target_of(m, video, audio, text, stream);
+  if (!t.dev && !out.is_none()) raise_value("out: only for CUDA inputs (a device forward)");
   const SequenceLayout l = make_t2va_layout(t.L, t.N, t.T, t.H, t.W);
-  ForwardOutputs out;
+  if (t.dev) {
+    Request r;
+    r.layout = l;
+    r.text = std::move(t.text);
+    EvalOptions o;
+    o.sample_sigmas = sample_sigmas.value_or(std::vector<float>{});
+    return device_request(m, r, t, sigma, o, out);
+  }
+  ForwardOutputs o;
   {
     nb::gil_scoped_release release;
-    out = forward_at_sigma(*m.denoiser, l, t.video_rows.data(), t.audio_rows.data(), t.text.data(),
-                           sigma, sample_sigmas.value_or(std::vector<float>{}));
+    o = forward_at_sigma(*m.denoiser, l, t.video_rows.data(), t.audio_rows.data(), t.text.data(),
+                         sigma, sample_sigmas.value_or(std::vector<float>{}));
   }
-  return comfy_outputs(m.config(), t, out);
+  return comfy_outputs(m.config(), t, o);
 }
 
 // ComfyUI's MiniMaxH3Model.forward with a payload: its layout, timesteps, condition rows, masks
 // and audio carry (forward_request), on ComfyUI-layout latents.
-std::pair<NumpyF32, NumpyF32> forward_conditioned(Model& m, const AnyArray& video,
-                                                  const AnyArray& audio, float sigma,
-                                                  const AnyArray& text,
-                                                  std::optional<std::vector<float>> sample_sigmas,
-                                                  const ConditioningArgs& args, float audio_scale,
-                                                  bool mask_outputs) {
-  Target t = target_of(m, video, audio, text);
+Outputs forward_conditioned(Model& m, nb::handle video, nb::handle audio, float sigma,
+                            nb::handle text, std::optional<std::vector<float>> sample_sigmas,
+                            const ConditioningArgs& args, float audio_scale, bool mask_outputs,
+                            nb::handle out, nb::handle stream) {
+  Target t = target_of(m, video, audio, text, stream);
+  if (!t.dev && !out.is_none()) raise_value("out: only for CUDA inputs (a device forward)");
   if (!(sigma >= 0.0f && sigma <= 1.0f))
     raise_value("sigma must lie in [0, 1], got " + std::to_string(sigma));
   if (!(audio_scale > 0.0f))
     raise_value("audio_scale must be > 0, got " + std::to_string(audio_scale));
+  if (t.dev && audio_scale != 1.0f)
+    raise_value(
+        "audio_scale: the audio carry runs on host arrays only; pass audio_scale=1 "
+        "with CUDA inputs (ComfyUI's forward applies it around _forward)");
   Request r;
   r.layout = make_t2va_layout(t.L, t.N, t.T, t.H, t.W);
   r.video_rows = std::move(t.video_rows);
   r.audio_rows = std::move(t.audio_rows);
   r.text = std::move(t.text);
-  Conditioning k = conditioning_of(m.config(), args, t.L, m.cuda());
+  Conditioning k;
+  {
+    const StreamScope scope(t.call.stream);
+    k = conditioning_of(m.config(), args, t.L, m.cuda());
+  }
+  if (t.dev && mask_outputs && (!k.video_mask.empty() || !k.audio_mask.empty()))
+    raise_value(
+        "mask_outputs: the output mask multiply runs on host arrays only; pass "
+        "mask_outputs=False with CUDA inputs and denoise masks");
   try {
     condition_request(r, m.config(), std::move(k));
   } catch (const Error& e) {
@@ -263,12 +430,13 @@ std::pair<NumpyF32, NumpyF32> forward_conditioned(Model& m, const AnyArray& vide
   o.sample_sigmas = sample_sigmas.value_or(std::vector<float>{});
   o.audio_scale = audio_scale;
   o.mask_outputs = mask_outputs;
-  ForwardOutputs out;
+  if (t.dev) return device_request(m, r, t, sigma, o, out);
+  ForwardOutputs v;
   {
     nb::gil_scoped_release release;
-    out = forward_request(*m.denoiser, r, sigma, o);
+    v = forward_request(*m.denoiser, r, sigma, o);
   }
-  return comfy_outputs(m.config(), t, out);
+  return comfy_outputs(m.config(), t, v);
 }
 
 // ---- sampling ----
@@ -459,29 +627,32 @@ NB_MODULE(_h3rt, m) {
           "What load(loras=...) merged: pairs, layers, a warning per skipped pair.")
       .def("forward", &forward, arg("video_rows"), arg("audio_rows"), arg("text"), nb::kw_only(),
            arg("layout"), arg("timesteps"), arg("sigma") = nb::none(),
-           arg("sample_sigmas") = nb::none(), "Low-level forward on packed rows (see the .pyi).")
+           arg("sample_sigmas") = nb::none(), arg("out").none() = nb::none(),
+           arg("stream").none() = nb::none(), "Low-level forward on packed rows (see the .pyi).")
       .def("forward_latents", &forward_latents, arg("video"), arg("audio"), arg("sigma"),
-           arg("text"), arg("sample_sigmas") = nb::none(),
+           arg("text"), arg("sample_sigmas") = nb::none(), nb::kw_only(),
+           arg("out").none() = nb::none(), arg("stream").none() = nb::none(),
            "Velocities of ComfyUI-layout latents at video sigma (see the .pyi).")
       .def(
           "forward_conditioned",
-          [](Model& m, const AnyArray& video, const AnyArray& audio, float sigma,
-             const AnyArray& text, std::optional<std::vector<float>> sample_sigmas,
-             nb::list keyframes, nb::list refs, std::optional<AnyArray> text_tags,
-             std::optional<AnyArray> video_mask, std::optional<AnyArray> audio_mask,
-             double visual_aug, double audio_aug, uint64_t noise_seed, float audio_scale,
-             bool mask_outputs) {
+          [](Model& m, nb::handle video, nb::handle audio, float sigma, nb::handle text,
+             std::optional<std::vector<float>> sample_sigmas, nb::list keyframes, nb::list refs,
+             std::optional<AnyArray> text_tags, std::optional<AnyArray> video_mask,
+             std::optional<AnyArray> audio_mask, double visual_aug, double audio_aug,
+             uint64_t noise_seed, float audio_scale, bool mask_outputs, nb::handle out,
+             nb::handle stream) {
             const ConditioningArgs a{keyframes,  refs,       text_tags, video_mask,
                                      audio_mask, visual_aug, audio_aug, noise_seed};
             return forward_conditioned(m, video, audio, sigma, text, std::move(sample_sigmas), a,
-                                       audio_scale, mask_outputs);
+                                       audio_scale, mask_outputs, out, stream);
           },
           arg("video"), arg("audio"), arg("sigma"), arg("text"), arg("sample_sigmas") = nb::none(),
           nb::kw_only(), arg("keyframes") = nb::list(), arg("refs") = nb::list(),
           arg("text_tags") = nb::none(), arg("video_mask") = nb::none(),
           arg("audio_mask") = nb::none(), arg("visual_cond_noise_aug") = h3rt::kVisualCondTimestep,
           arg("audio_cond_noise_aug") = h3rt::kAudioCondTimestep, arg("noise_seed") = 0,
-          arg("audio_scale") = 1.0f, arg("mask_outputs") = true,
+          arg("audio_scale") = 1.0f, arg("mask_outputs") = true, arg("out").none() = nb::none(),
+          arg("stream").none() = nb::none(),
           "ComfyUI's forward with a conditioning payload, on ComfyUI-layout latents (.pyi).");
 
   m.def("_load_path", &load_path, arg("path"), arg("device"), arg("precision").none(),

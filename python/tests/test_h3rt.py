@@ -118,6 +118,37 @@ def test_bad_inputs_name_the_argument(model, golden):
                                  "timestep_indices": np.zeros(196, np.int64)})
 
 
+class CudaInterface:
+    """A device array through __cuda_array_interface__ only (as numba's): its pointer is never
+    read by these tests (a CPU model refuses it first)."""
+    def __init__(self, shape, typestr="<f4"):
+        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": typestr,
+                                         "data": (0x10000, False), "strides": None,
+                                         "version": 3}
+
+
+def test_device_arrays_and_out_are_refused_on_a_cpu_model(model, golden):
+    video = golden["input/video_latents"]
+    audio = golden["input/audio_latents"].transpose(1, 0, 2)[None].copy()
+    text = golden["input/text_embeds"]
+    with pytest.raises(ValueError, match="video: a device array, but the model runs on the CPU"):
+        model.forward_latents(CudaInterface(video.shape), audio, 0.7, text)
+    with pytest.raises(ValueError, match="audio_rows: a device array, but the model runs on"):
+        model.forward(golden["input/video_rows"], CudaInterface((18, 32)), text,
+                      layout=h3rt.t2va_layout(10, 9, 7, 8, 12),
+                      timesteps={"timestep": np.zeros(1, np.float32),
+                                 "timestep_indices": np.zeros(196, np.int64)})
+    with pytest.raises(TypeError, match="video: a __cuda_array_interface__ array of typestr "
+                                        "'<f8'; expected float32"):
+        model.forward_latents(CudaInterface(video.shape, "<f8"), audio, 0.7, text)
+    with pytest.raises(ValueError, match="out: only for CUDA inputs"):
+        model.forward_latents(video, audio, 0.7, text, out=(video, audio))
+    with pytest.raises(ValueError, match="out: only for CUDA inputs"):
+        model.forward_conditioned(video, audio, 0.7, text, out=(video, audio))
+    with pytest.raises(TypeError, match="video: expected an array"):
+        model.forward_latents("not an array", audio, 0.7, text)
+
+
 def find_cli():
     if os.environ.get("H3RT_CLI"):
         return os.environ["H3RT_CLI"]

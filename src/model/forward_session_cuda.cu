@@ -294,6 +294,10 @@ struct ForwardSessionCuda::Impl {
   int64_t last_nodes = 0;
 
   cudaEvent_t ev0 = nullptr, ev1 = nullptr;
+  // Device forwards (ForwardInputs::device): the caller's stream and h3rt's joined by events;
+  // `pending`: the last one returned without waiting (the next waits before refilling staging).
+  cudaEvent_t ev_caller = nullptr, ev_done = nullptr;
+  bool pending = false;
   StageTimer timer;
   ForwardStepTimes times;
 
@@ -352,6 +356,8 @@ struct ForwardSessionCuda::Impl {
         cudaMemcpyAsync(b.sin.data(), sinv.data(), b.sin.nbytes(), cudaMemcpyHostToDevice, s));
     H3RT_CUDA_CHECK(cudaEventCreate(&ev0));
     H3RT_CUDA_CHECK(cudaEventCreate(&ev1));
+    H3RT_CUDA_CHECK(cudaEventCreateWithFlags(&ev_caller, cudaEventDisableTiming));
+    H3RT_CUDA_CHECK(cudaEventCreateWithFlags(&ev_done, cudaEventDisableTiming));
     s.synchronize();  // cosv and sinv die here
   }
 
@@ -361,6 +367,8 @@ struct ForwardSessionCuda::Impl {
     if (ev0) cudaEventDestroy(ev0);
     if (ev1) cudaEventDestroy(ev1);
     if (ev_rel) cudaEventDestroy(ev_rel);
+    for (cudaEvent_t e : {ev_caller, ev_done})
+      if (e) cudaEventDestroy(e);
   }
 
   bool pdd() const { return m.config.pdd_heads > 1; }
@@ -541,7 +549,7 @@ struct ForwardSessionCuda::Impl {
 
   // Output head on the normed rows [row0, row0 + rows) of b.n: float32 rows (the bf16 values;
   // the curve form modulates them here in float32), the f32 GEMM, then the copy out.
-  void head(const DeviceLinear& l, int64_t row0, int64_t rows, const Tensor& v, void* host) {
+  void head(const DeviceLinear& l, int64_t row0, int64_t rows, const Tensor& v) {
     if (rows == 0) return;
     float* yf = scratch();
     const bf16* y = b.n.ptr<bf16>() + row0 * H;
@@ -561,7 +569,6 @@ struct ForwardSessionCuda::Impl {
       H3RT_CUDA_CHECK(cudaGetLastError());
     }
     linear_f32(l, yf, v.ptr<float>(), rows, cublas_ws.data(), s);
-    H3RT_CUDA_CHECK(cudaMemcpyAsync(host, v.data(), v.nbytes(), cudaMemcpyDeviceToHost, s));
   }
 
   // One AdaLN projection of the M timestep rows: the bf16 GEMM, or the curve form's float32
@@ -604,12 +611,6 @@ struct ForwardSessionCuda::Impl {
                                     M * c.adaln_in() * dtype_size(temb.dtype()),
                                     cudaMemcpyHostToDevice, s));
     upload_heads();
-    if (Nv)
-      H3RT_CUDA_CHECK(cudaMemcpyAsync(video_in.data(), h_video.as<void>(), video_in.nbytes(),
-                                      cudaMemcpyHostToDevice, s));
-    if (Na)
-      H3RT_CUDA_CHECK(cudaMemcpyAsync(audio_in.data(), h_audio.as<void>(), audio_in.nbytes(),
-                                      cudaMemcpyHostToDevice, s));
     if (L)
       H3RT_CUDA_CHECK(
           cudaMemcpyAsync(x, text_rows.data(), text_rows.nbytes(), cudaMemcpyDeviceToDevice, s));
@@ -620,6 +621,63 @@ struct ForwardSessionCuda::Impl {
     flag_non_finite(x, S * H, kInputTag);
     if (sparse)  // the step's sparse counters start at zero (read back after the final layer)
       H3RT_CUDA_CHECK(cudaMemsetAsync(b.sparse_stats.data(), 0, b.sparse_stats.nbytes(), s));
+  }
+
+  // ---- the target rows in and the velocities out (outside the graphs: their source and
+  // destination change per call; the graphs read and write the fixed video_in/.../audio_v) ----
+
+  // Host rows: pinned staging, then H2D. Device rows: after the caller's stream's prior work,
+  // one D2D copy each into the fixed input buffers.
+  void stage_rows(const ForwardInputs& in) {
+    const DeviceIO* d = in.device;
+    if (!d) {
+      H3RT_CHECK((!Nv || in.video_rows) && (!Na || in.audio_rows), "forward: no target rows");
+      if (Nv) std::memcpy(h_video.as<void>(), in.video_rows, h_video.bytes());
+      if (Na) std::memcpy(h_audio.as<void>(), in.audio_rows, h_audio.bytes());
+    } else {
+      H3RT_CHECK(!in.video_rows && !in.audio_rows,
+                 "forward: device rows are given in ForwardInputs::device, not as host rows");
+      H3RT_CHECK((!Nv || (d->video_rows && d->video_velocity)) &&
+                     (!Na || (d->audio_rows && d->audio_velocity)),
+                 "forward: a device forward needs device rows and velocity buffers for the ", Nv,
+                 " video and ", Na, " audio rows");
+      H3RT_CUDA_CHECK(cudaEventRecord(ev_caller, caller(in)));
+      H3RT_CUDA_CHECK(cudaStreamWaitEvent(s, ev_caller, 0));
+    }
+    const auto kind = d ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
+    if (Nv)
+      H3RT_CUDA_CHECK(cudaMemcpyAsync(video_in.data(), d ? d->video_rows : h_video.as<void>(),
+                                      video_in.nbytes(), kind, s));
+    if (Na)
+      H3RT_CUDA_CHECK(cudaMemcpyAsync(audio_in.data(), d ? d->audio_rows : h_audio.as<void>(),
+                                      audio_in.nbytes(), kind, s));
+  }
+
+  static cudaStream_t caller(const ForwardInputs& in) {
+    return reinterpret_cast<cudaStream_t>(in.device->stream);
+  }
+
+  // The velocities to pinned host memory, or (checked on the device when checks are on) into
+  // the caller's buffers, the caller's stream then ordered after them.
+  void download_velocities(const ForwardInputs& in) {
+    const DeviceIO* d = in.device;
+    if (d && check) {
+      const int tag = kBlockTag + static_cast<int>(m.blocks.size());
+      H3RT_CUDA_CHECK(ops::flag_non_finite_cuda(video_v.data(), false, video_v.numel(), tag,
+                                                finite_flag.ptr<int>(), s));
+      H3RT_CUDA_CHECK(ops::flag_non_finite_cuda(audio_v.data(), false, audio_v.numel(), tag,
+                                                finite_flag.ptr<int>(), s));
+    }
+    const auto kind = d ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost;
+    if (Nv)
+      H3RT_CUDA_CHECK(cudaMemcpyAsync(d ? d->video_velocity : h_video_v.as<void>(), video_v.data(),
+                                      video_v.nbytes(), kind, s));
+    if (Na)
+      H3RT_CUDA_CHECK(cudaMemcpyAsync(d ? d->audio_velocity : h_audio_v.as<void>(), audio_v.data(),
+                                      audio_v.nbytes(), kind, s));
+    if (!d) return;
+    H3RT_CUDA_CHECK(cudaEventRecord(ev_done, s));
+    H3RT_CUDA_CHECK(cudaStreamWaitEvent(caller(in), ev_done, 0));
   }
 
   // Blocks [first, last) on the packed stream, each after its AdaLN table.
@@ -660,8 +718,8 @@ struct ForwardSessionCuda::Impl {
     n.table_row_stride = 2 * H;
     n.eps = c.final_norm_eps;
     H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(n, s));
-    head(video_head, video0, Nv, video_v, h_video_v.as<void>());
-    head(audio_head, audio0, Na, audio_v, h_audio_v.as<void>());
+    head(video_head, video0, Nv, video_v);
+    head(audio_head, audio0, Na, audio_v);
     if (sparse)
       H3RT_CUDA_CHECK(cudaMemcpyAsync(h_sparse_stats.as<void>(), b.sparse_stats.data(),
                                       b.sparse_stats.nbytes(), cudaMemcpyDeviceToHost, s));
@@ -836,6 +894,8 @@ struct ForwardSessionCuda::Impl {
       throw NonFinite(
           "the packed input rows (patch projections and condition_proj) hold NaN or Inf");
     const int i = tag - kBlockTag;
+    if (i == static_cast<int>(m.blocks.size()))
+      throw NonFinite("the velocities (final_layer.video_out / audio_out) hold NaN or Inf");
     throw NonFinite(detail::concat("the output of block ", i, " (blocks.", i, ".*) holds NaN or ",
                                    "Inf (the GPU check names the block, not the row)"));
   }
@@ -902,6 +962,8 @@ struct ForwardSessionCuda::Impl {
     H3RT_NVTX_RANGE("forward_cuda");
     const MemoryScope scope(detail::concat("a forward step of ", S, " rows"));
     times = ForwardStepTimes{};
+    if (pending) s.synchronize();  // the last device forward still reads the staging buffers
+    pending = false;
     const int64_t M = static_cast<int64_t>(in.plan.timestep.size());
     const auto t_text = Clock::now();
     begin_checks();
@@ -913,8 +975,6 @@ struct ForwardSessionCuda::Impl {
     prepare_heads(in.schedule);
     prepare_cond(in.cond_video_rows, Ncv, m.video_in, cond_video_emb, cached_cond_video, "video");
     prepare_cond(in.cond_audio_rows, Nca, m.audio_in, cond_audio_emb, cached_cond_audio, "audio");
-    if (Nv) std::memcpy(h_video.as<void>(), in.video_rows, h_video.bytes());
-    if (Na) std::memcpy(h_audio.as<void>(), in.audio_rows, h_audio.bytes());
     times.host_prepare_ms = ms_since(t_start) - text_wall_ms;
 
     timed_any = false;
@@ -922,23 +982,34 @@ struct ForwardSessionCuda::Impl {
     StepCache* cache = in.step_cache;
     if (cache && (!cache->enabled() || m.blocks.size() < 2)) cache = nullptr;
     H3RT_CUDA_CHECK(cudaEventRecord(ev0, s));
+    stage_rows(in);
     const bool use_graph =
         cache ? cached_step(*cache, M) : launch(kWholeStep, M, [&](bool t) { enqueue_step(M, t); });
+    download_velocities(in);
     H3RT_CUDA_CHECK(cudaEventRecord(ev1, s));
     end_checks();
 
     const auto t_wait = Clock::now();
+    times.graph = use_graph;
+    if (in.device && !check && !(sparse && in.sparse_stats)) {  // nothing the host must read
+      pending = true;
+      times.wall_ms = ms_since(t_start);  // device_ms stays 0: not waited for
+      return {};
+    }
     s.synchronize();
     throw_if_flagged();
     add_sparse_stats(in.sparse_stats);
     ForwardOutputs out;
-    out.video_velocity.assign(h_video_v.as<float>(), h_video_v.as<float>() + Nv * m.video_out.out);
-    out.audio_velocity.assign(h_audio_v.as<float>(), h_audio_v.as<float>() + Na * m.audio_out.out);
+    if (!in.device) {
+      out.video_velocity.assign(h_video_v.as<float>(),
+                                h_video_v.as<float>() + Nv * m.video_out.out);
+      out.audio_velocity.assign(h_audio_v.as<float>(),
+                                h_audio_v.as<float>() + Na * m.audio_out.out);
+    }
     times.host_finish_ms = ms_since(t_wait);
     float ms = 0;
     H3RT_CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
     times.device_ms = ms;
-    times.graph = use_graph;
     if (timed_any) times.stage_ms = timer.totals();
     times.wall_ms = ms_since(t_start);
     return out;

@@ -13,6 +13,11 @@
 // A step then enqueues: staged inputs -> device, text rows copied into the packed stream, the
 // patch projections, per block the AdaLN table GEMM + the block, the final AdaLN + norm + heads,
 // velocities -> pinned host. The only host synchronisation is the wait for the velocities.
+// A device forward (ForwardInputs::device) copies the caller's rows into the fixed input buffers
+// and the velocities into the caller's buffers (D2D, outside the graphs), ordered after the
+// caller's stream's prior work and before its later work by events, and returns without
+// waiting unless finite checks or sparse counters need the host (the next forward then waits
+// for it before refilling the pinned staging buffers).
 //
 // With cuda_graph on, the first step of a given table height (number of distinct timesteps M)
 // runs eagerly (it creates the GEMM plans and workspaces) and the next one captures that
@@ -60,7 +65,8 @@ struct ForwardStepTimes {
   double host_prepare_ms = 0;  // host work before the device work: time embedding, cache checks,
                                // staging copies, uploads of changed index tables
   double text_refiner_ms = 0;  // condition_proj + refiner + final norm (GPU), when it ran
-  double device_ms = 0;        // the step's device work (events around it)
+  double device_ms = 0;        // the step's device work (events around it); 0 for a device
+                               // forward that returned without waiting
   double host_finish_ms = 0;   // wait for the device + copy of the velocities out of staging
   double wall_ms = 0;          // the whole call
   double capture_ms = 0;       // graph capture + instantiation, when this call captured

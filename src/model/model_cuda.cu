@@ -40,8 +40,9 @@ enum class LinearPath { f32_island, bf16, projection };
 // projections with a static input_scale, or opted into dynamic activation scales
 // (LinearWeight::fp8_dynamic_activations), which keep e4m3 weights for the fp8 GEMM.
 // NVFP4 block projections keep their packed weights for the W4A4 GEMM.
-// Quantized weight bytes already in device memory (a caller's state dict: Denoiser::create from
-// tensors) are used where they are, without a copy: the caller keeps them alive and unchanged.
+// Quantized weight bytes, and bf16 weights of layers computing in bf16, already in device memory
+// (a caller's state dict: Denoiser::create from tensors) are used where they are, without a
+// copy: the caller keeps them alive and unchanged.
 Tensor on_device(const Tensor& t) {
   return t.device() == Device::cuda ? t : cuda::to_device(t);
 }
@@ -92,6 +93,12 @@ DeviceLinear upload_linear(const LinearWeight& l, LinearPath path) {
     d.w8 = on_device(l.data);
     d.w_scale = device_scalar(l.scale, l.name + ".weight_scale");
     if (static_scale) d.x_scale = device_scalar(l.input_scale, l.name + ".input_scale");
+    return d;
+  }
+  // bf16 weights in the caller's device memory on a bf16 path: used where they are.
+  if (l.format == WeightFormat::bf16 && l.data.device() == Device::cuda && t == DType::bf16 &&
+      l.w.empty()) {
+    d.w = l.data;
     return d;
   }
   // A quantized layer run densely (e.g. fp8 without an input scale) is dequantized for this

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -10,6 +11,7 @@
 
 #include "formats/nvfp4_layout.h"
 #include "h3rt/check.h"
+#include "h3rt/device.h"
 #include "h3rt/formats.h"
 #include "h3rt/int8.h"
 #include "h3rt/nvfp4.h"
@@ -207,6 +209,18 @@ bool ends_with(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// A host copy of a caller's device tensor (a bf16 '.weight' of a state dict) for a use that reads
+// it on the host, with one warning line naming it (the layers a CUDA model uses as stored stay
+// in place; see load_model).
+Tensor host_copy(const Tensor& t, const std::string& name, const char* why) {
+  H3RT_CHECK(t.is_contiguous(), "tensor '", name, "': a non-contiguous device tensor");
+  Tensor h = Tensor::zeros(t.dtype(), t.shape());
+  copy_to_host(h.data(), t.data(), static_cast<size_t>(t.nbytes()), 0);
+  std::fprintf(stderr, "h3rt: warning: '%s' (%s, device memory) copied to the host: %s\n",
+               name.c_str(), dtype_name(t.dtype()), why);
+  return h;
+}
+
 // Exact float32 values of an f32 or bf16 tensor.
 FloatVec to_float(const Tensor& t) {
   const std::vector<float> v = t.to_f32();
@@ -296,8 +310,8 @@ class Assembler {
         lw.int8_group = int8_group(read_marker(src_, name), &unused);
         break;
       }
-      default:
-        lw.w = to_float(lw.data);
+      default:  // bf16 in device memory: used there as stored (dense_weight copies on demand)
+        if (lw.data.device() == Device::cpu) lw.w = to_float(lw.data);
     }
     if (auto b = src_.find(name + ".bias"); b != src_.end()) {
       lw.bias_data = b->second.tensor;
@@ -574,6 +588,11 @@ namespace h3rt {
 
 const FloatVec& dense_weight(const LinearWeight& lw) {
   if (!lw.w.empty() || lw.out * lw.in == 0) return lw.w;
+  if (lw.data.device() == Device::cuda && lw.format == WeightFormat::bf16) {
+    lw.w = model::to_float(
+        model::host_copy(lw.data, lw.name + ".weight", "this layer computes from float32 values"));
+    return lw.w;
+  }
   H3RT_CHECK(lw.data.device() == Device::cpu, "layer '", lw.name,
              "': its weights are in device memory, but this use needs them densely on the host "
              "(the CPU reference, or a ", weight_format_name(lw.format),
@@ -697,18 +716,29 @@ H3Model load_model(const std::map<std::string, Tensor>& tensors, const LoadOptio
   const QkvLayout layout =
       options.qkv_layout == QkvLayout::autodetect ? QkvLayout::fused_thirds : options.qkv_layout;
   model::TensorSource src;
+  const H3Config config = infer_config(tensors, origin);  // shapes only
   for (const auto& [name, t] : tensors) {
-    // Quantized weight bytes may stay in device memory (a CUDA model uses them in place; the
-    // loader reads only their shape and dtype); everything else is read on the host.
-    const bool weight_bytes = (t.dtype() == DType::i8 || t.dtype() == DType::u8) &&
-                              model::ends_with(name, ".weight") && t.is_contiguous();
-    H3RT_CHECK(t.device() == Device::cpu || weight_bytes, origin, ": tensor '", name,
-               "' is in device memory; only contiguous int8/uint8 '.weight' tensors may be, the "
-               "rest is read from host memory");
-    src[name] = {t.is_contiguous() ? t : t.contiguous_copy(), origin, layout};
+    // Quantized weight bytes and bf16 linear weights may stay in device memory (a CUDA model
+    // uses them in place; the loader reads only their shape and dtype); everything else is
+    // read on the host. bf16 that must be read here anyway is copied (one warning each).
+    const bool weight = model::ends_with(name, ".weight") && t.is_contiguous() && t.dim() == 2;
+    const bool weight_bytes = (t.dtype() == DType::i8 || t.dtype() == DType::u8) && weight;
+    const bool bf16_weight = t.dtype() == DType::bf16 && weight;
+    H3RT_CHECK(t.device() == Device::cpu || weight_bytes || bf16_weight, origin, ": tensor '", name,
+               "' is in device memory; only contiguous int8/uint8 and 2-D bf16 '.weight' "
+               "tensors may be, the rest is read from host memory");
+    Tensor v = t.is_contiguous() ? t : t.contiguous_copy();
+    if (t.device() == Device::cuda && bf16_weight) {
+      if (model::is_adaln_curve_key(config, name))
+        v = model::host_copy(t, name, "the curve-form AdaLN computes from float32 values");
+      else if (layout == QkvLayout::per_head_interleaved &&
+               model::ends_with(name, ".qkv_proj.weight"))
+        v = model::host_copy(t, name, "per-head qkv rows are reordered on the host");
+    }
+    src[name] = {v, origin, layout};
   }
   H3Model m;
-  m.config = infer_config(tensors, origin);
+  m.config = config;
   m.weights = model::assemble_weights(m.config, src);
   return m;
 }

@@ -29,6 +29,9 @@ class CpuDenoiser : public Denoiser {
   }
   const H3Config& config() const override { return model_.config; }
   ForwardOutputs forward(const ForwardInputs& in) override {
+    H3RT_CHECK(!in.device,
+               "device cpu: the rows are in CUDA device memory; a CPU model reads host arrays "
+               "(copy them to the host, or load the model with device cuda)");
     const MemoryScope scope(detail::concat("the CPU forward of ", in.layout.seq_len(), " rows"));
     return run_checked(in, [&](bool check) {
       const Probe probe = finite_probe(in.layout);
@@ -177,12 +180,17 @@ ForwardOutputs Denoiser::run_checked(const ForwardInputs& in,
   const H3Config& c = config();
   const SequenceLayout& L = in.layout;
   try {
-    check_rows_finite(in.video_rows, L.video_rows(), c.video_features(),
-                      "the input video latents (patch rows)");
-    check_rows_finite(in.audio_rows, L.audio_rows(), c.audio_channels,
-                      "the input audio latents (rows)");
+    // Device rows and velocities: the CUDA session checks them on the device (the packed
+    // input, the velocities) instead.
+    if (!in.device) {
+      check_rows_finite(in.video_rows, L.video_rows(), c.video_features(),
+                        "the input video latents (patch rows)");
+      check_rows_finite(in.audio_rows, L.audio_rows(), c.audio_channels,
+                        "the input audio latents (rows)");
+    }
     check_rows_finite(in.text, L.text_len, c.text_dim, "the input text embeddings");
     ForwardOutputs out = run(true);
+    if (in.device) return out;
     check_rows_finite(out.video_velocity.data(), L.video_rows(), c.video_features(),
                       "the video velocity (final_layer.video_out)");
     check_rows_finite(out.audio_velocity.data(), L.audio_rows(), c.audio_channels,

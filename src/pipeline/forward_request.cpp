@@ -18,6 +18,17 @@ void apply_masks(const Request& r, const H3Config& c, ForwardOutputs& v) {
     apply_audio_mask(v.audio_velocity.data(), k.audio_mask.data(), c.audio_channels, l.audio_len);
 }
 
+// The host-side steps a device evaluation does not run yet: refused, not skipped.
+void check_device_request(const Request& r, const EvalOptions& o) {
+  H3RT_CHECK(o.audio_scale == 1.0f, "audio_scale ", o.audio_scale,
+             " with device rows: the audio carry runs on host rows "
+             "only (pass host arrays, or apply the carry around the forward)");
+  H3RT_CHECK(
+      !o.mask_outputs || (r.conditioning.video_mask.empty() && r.conditioning.audio_mask.empty()),
+      "denoise masks with mask_outputs on device rows: the output mask multiply runs on "
+      "host rows only (pass mask_outputs=false and multiply, or host arrays)");
+}
+
 }  // namespace
 
 void condition_request(Request& r, const H3Config& config, Conditioning c) {
@@ -34,7 +45,8 @@ ForwardOutputs forward_request(Denoiser& d, const Request& r, float sigma, const
   H3RT_CHECK(std::isfinite(sigma) && sigma >= 0.0f && sigma <= 1.0f,
              "sigma must lie in [0, 1], got ", sigma);
   const bool carried = o.audio_scale != 1.0f;
-  if (!r.comfy && !carried)
+  if (o.device) check_device_request(r, o);
+  if (!r.comfy && !carried && !o.device)
     return forward_at_sigma(d, r.layout, r.video_rows.data(), r.audio_rows.data(), r.text.data(),
                             sigma, o.sample_sigmas);
   const H3Config& c = d.config();
@@ -49,13 +61,15 @@ ForwardOutputs forward_request(Denoiser& d, const Request& r, float sigma, const
   const SigmaSchedule schedule{sigma, o.sample_sigmas};
   ForwardInputs in{r.layout,
                    plan,
-                   r.video_rows.data(),
-                   audio_net.data(),
+                   o.device ? nullptr : r.video_rows.data(),
+                   o.device ? nullptr : audio_net.data(),
                    r.text.data(),
                    o.sample_sigmas.empty() ? nullptr : &schedule,
                    r.cond.video.empty() ? nullptr : r.cond.video.data(),
                    r.cond.audio.empty() ? nullptr : r.cond.audio.data()};
+  in.device = o.device;
   ForwardOutputs v = d.forward(in);
+  if (o.device) return v;  // velocities in the caller's device buffers (unmasked, uncarried)
   if (o.mask_outputs) apply_masks(r, c, v);
   if (carried)
     carry_audio_output(v.audio_velocity.data(), audio_net.data(),

@@ -2,7 +2,7 @@
 // memory (what the Python package and the ComfyUI node pass for a loaded quantized model): the
 // CUDA model uses those bytes in place (its weight tensors point at the caller's memory, and the
 // arena allocates less by at least their size) and the forward is bit-identical to the same
-// checkpoint loaded from its file.
+// checkpoint loaded from its file. bf16 linear weights likewise (Bf16WeightsUsedInPlace).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -23,6 +23,38 @@ bool is_weight_bytes(const std::string& key, const Tensor& t) {
   return t.dtype() == DType::i8 && key.size() > 7 && key.rfind(".weight") == key.size() - 7;
 }
 
+// Denoisers from `host` tensors and from `mixed` (the same with some in device memory, of
+// `in_place_bytes` the model must use where they are): the second allocates less by at least
+// those bytes, and both forwards give the same bits.
+void expect_used_in_place(const std::map<std::string, Tensor>& host,
+                          const std::map<std::string, Tensor>& mixed, int64_t in_place_bytes,
+                          const char* what) {
+  DenoiserOptions o;
+  o.device = Device::cuda;
+  auto& arena = cuda::default_arena();
+  const int64_t before = arena.stats().current_allocated;
+  auto from_host = Denoiser::create(host, o);
+  const int64_t host_bytes = arena.stats().current_allocated - before;
+  auto in_place = Denoiser::create(mixed, o);
+  const int64_t place_bytes = arena.stats().current_allocated - before - host_bytes;
+  std::printf(
+      "[ measured ] weights allocated: %lld bytes from host tensors, %lld with %s "
+      "(%lld bytes) in device memory\n",
+      static_cast<long long>(host_bytes), static_cast<long long>(place_bytes), what,
+      static_cast<long long>(in_place_bytes));
+  EXPECT_LE(place_bytes, host_bytes - in_place_bytes);
+  const ForwardInputs in = test::golden_inputs().inputs();
+  const ForwardOutputs a = from_host->forward(in), b = in_place->forward(in);
+  ASSERT_EQ(a.video_velocity.size(), b.video_velocity.size());
+  ASSERT_EQ(a.audio_velocity.size(), b.audio_velocity.size());
+  EXPECT_EQ(
+      std::memcmp(a.video_velocity.data(), b.video_velocity.data(), a.video_velocity.size() * 4),
+      0);
+  EXPECT_EQ(
+      std::memcmp(a.audio_velocity.data(), b.audio_velocity.data(), a.audio_velocity.size() * 4),
+      0);
+}
+
 TEST(DeviceWeights, Int8WeightBytesUsedInPlace) {
   H3RT_REQUIRE_GPU();
   const std::string file = ::testing::TempDir() + "/h3rt_device_weights_int8.safetensors";
@@ -33,40 +65,36 @@ TEST(DeviceWeights, Int8WeightBytesUsedInPlace) {
   const SafetensorsFile f = SafetensorsFile::open(file);
   std::map<std::string, Tensor> host, mixed;
   int64_t device_bytes = 0;
-  int moved = 0;
   for (const auto& e : f.entries()) {
     const Tensor t = f.get(e.name);
     host[e.name] = t;
-    if (!is_weight_bytes(e.name, t)) {
-      mixed[e.name] = t;
-      continue;
-    }
-    mixed[e.name] = cuda::to_device(t);  // the caller's device copy
-    device_bytes += t.nbytes();
-    ++moved;
+    mixed[e.name] = is_weight_bytes(e.name, t) ? cuda::to_device(t) : t;  // the caller's copy
+    if (is_weight_bytes(e.name, t)) device_bytes += t.nbytes();
   }
-  ASSERT_GT(moved, 0);
-  DenoiserOptions o;
-  o.device = Device::cuda;
-  auto& arena = cuda::default_arena();
-  const int64_t before = arena.stats().current_allocated;
-  auto from_file = Denoiser::create(host, o);
-  const int64_t file_bytes = arena.stats().current_allocated - before;
-  auto in_place = Denoiser::create(mixed, o);
-  const int64_t place_bytes = arena.stats().current_allocated - before - file_bytes;
-  std::printf("[ measured ] weights allocated: %lld bytes from host tensors, %lld with %d int8 "
-              "weights (%lld bytes) in device memory\n",
-              static_cast<long long>(file_bytes), static_cast<long long>(place_bytes), moved,
-              static_cast<long long>(device_bytes));
-  EXPECT_LE(place_bytes, file_bytes - device_bytes);
-  const ForwardInputs in = test::golden_inputs().inputs();
-  const ForwardOutputs a = from_file->forward(in), b = in_place->forward(in);
-  ASSERT_EQ(a.video_velocity.size(), b.video_velocity.size());
-  ASSERT_EQ(a.audio_velocity.size(), b.audio_velocity.size());
-  EXPECT_EQ(std::memcmp(a.video_velocity.data(), b.video_velocity.data(),
-                        a.video_velocity.size() * 4), 0);
-  EXPECT_EQ(std::memcmp(a.audio_velocity.data(), b.audio_velocity.data(),
-                        a.audio_velocity.size() * 4), 0);
+  ASSERT_GT(device_bytes, 0);
+  expect_used_in_place(host, mixed, device_bytes, "int8 weights");
+}
+
+// bf16 linear weights as CUDA tensors (a bf16 model loaded by the host, e.g. ComfyUI): those on
+// bf16 paths are used in place; one on a float32 island (video_patch_proj, stored bf16 here) is
+// copied (a warning line), and the forward has the bits of the same tensors in host memory.
+TEST(DeviceWeights, Bf16WeightsUsedInPlace) {
+  H3RT_REQUIRE_GPU();
+  const SafetensorsFile f = SafetensorsFile::open(test::golden_dir() + "/weights.safetensors");
+  const std::string island = "video_patch_proj.weight";
+  std::map<std::string, Tensor> host, mixed;
+  int64_t in_place_bytes = 0;
+  for (const auto& e : f.entries()) {
+    Tensor t = f.get(e.name);
+    if (e.name == island) t = tensor_from_f32(t.to_f32(), t.shape(), DType::bf16);
+    host[e.name] = t;
+    const bool bf16_weight =
+        t.dtype() == DType::bf16 && t.dim() == 2 && e.name.rfind(".weight") == e.name.size() - 7;
+    mixed[e.name] = bf16_weight ? cuda::to_device(t) : t;
+    if (bf16_weight && e.name != island) in_place_bytes += t.nbytes();
+  }
+  ASSERT_GT(in_place_bytes, 0);
+  expect_used_in_place(host, mixed, in_place_bytes, "bf16 weights");
 }
 
 // Device weight bytes for a CPU model: a clear error naming the tensor, not a crash.

@@ -133,6 +133,35 @@ class FakeEngine:
         return 4.0 * video, 5.0 * audio
 
 
+class DeviceArray(np.ndarray):
+    """Stands in for a CUDA torch tensor: .device.type "cuda" and detach(); cpu() fails (the node
+    must hand it to a CUDA engine as it is); neg_() and to(dtype=) as torch's."""
+    device = types.SimpleNamespace(type="cuda")
+
+    def detach(self):
+        return self
+
+    def cpu(self):
+        raise AssertionError("a device tensor was copied to the host")
+
+    def neg_(self):
+        np.negative(self, out=self)
+        return self
+
+    def to(self, dtype=None):
+        return self.astype(dtype).view(DeviceArray)
+
+
+class CudaEngine(FakeEngine):
+    """A CUDA h3rt engine: device forwards return float32 CUDA arrays."""
+    device, precision = "NVIDIA H200 (sm_90)", "bf16"
+
+    def forward_latents(self, video, audio, sigma, text, sample_sigmas=None):
+        self.calls.append((video, audio, sigma, text, sample_sigmas))
+        return ((2.0 * video).astype(np.float32).view(DeviceArray),
+                (3.0 * audio).astype(np.float32).view(DeviceArray))
+
+
 class Loader:
     def __init__(self, engine=None, error=None):
         self.engine, self.error, self.calls = engine or FakeEngine(), error, []
@@ -221,6 +250,21 @@ def test_output_dtype_follows_the_inputs():
     res = sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
     assert res[0].dtype == np.float16 and res[1].dtype == np.float16
     np.testing.assert_array_equal(res[1], (-3.0 * x[1].astype(np.float32)).astype(np.float16))
+
+
+def test_cuda_engine_takes_device_latents_without_host_copies():
+    loader = Loader(CudaEngine())
+    _, out, wrapper = patched(loader, device="cuda")
+    x, ts, ctx = inputs(dtype=np.float16)
+    x = [a.view(DeviceArray) for a in x]
+    ctx = ctx.view(DeviceArray)
+    res = sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+    (video, audio, _, text, _), = loader.engine.calls
+    assert video is x[0] and audio is x[1] and text is ctx  # as ComfyUI holds them
+    assert wrapper.calls == {"h3rt": 1, "comfyui": 0}
+    for r, a, k in zip(res, x, (2.0, 3.0)):
+        assert isinstance(r, DeviceArray) and r.dtype == np.float16 and r.shape == a.shape
+        np.testing.assert_array_equal(r, (-k * a.astype(np.float32)).astype(np.float16))
 
 
 def test_full_masks_and_outer_wrappers_still_run_in_h3rt():

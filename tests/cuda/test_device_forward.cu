@@ -1,0 +1,146 @@
+// Device-memory forwards (ForwardInputs::device) and the strided copies the Python package uses
+// around them: the kernel gives the host reference's bits; a device forward on a non-default
+// stream (eager, then graph-captured and replayed) gives the host forward's bits, reads the rows
+// the caller's stream wrote just before the call, and the host forwards after it still match.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "../cpu/golden_inputs.h"
+#include "cuda_test_util.h"
+#include "h3rt/device.h"
+#include "h3rt/pipeline.h"
+
+namespace h3rt {
+namespace {
+
+std::vector<float> random_values(size_t n, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> d(0.0f, 3.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  v[0] = std::numeric_limits<float>::infinity();
+  v[1] = std::nanf("");
+  v[2] = 1.0f + std::ldexp(1.0f, -8);
+  return v;
+}
+
+// The same strided copy on the host and on the device: equal bits.
+void expect_same_copy(DType src_t, DType dst_t, const Shape& view_shape,
+                      Tensor (*view)(const Tensor&), const Shape& latent_shape) {
+  const int64_t n = shape_numel(latent_shape);
+  std::vector<float> f = random_values(n, 7);
+  std::vector<uint16_t> b(n);
+  for (int64_t i = 0; i < n; ++i) b[i] = f32_to_bf16(f[i]);
+  void* hsrc = src_t == DType::f32 ? static_cast<void*>(f.data()) : b.data();
+  const Tensor host_src(hsrc, src_t, latent_shape, nullptr, Device::cpu);
+  std::vector<uint8_t> want(n * dtype_size(dst_t)), got(want.size());
+  copy_strided(Tensor(want.data(), dst_t, view_shape, nullptr, Device::cpu), view(host_src));
+
+  Tensor dsrc = cuda::device_empty(src_t, latent_shape),
+         ddst = cuda::device_empty(dst_t, view_shape);
+  H3RT_CUDA_CHECK(cudaMemcpy(dsrc.data(), hsrc, dsrc.nbytes(), cudaMemcpyHostToDevice));
+  copy_strided(ddst, view(dsrc), 0);
+  H3RT_CUDA_CHECK(cudaMemcpy(got.data(), ddst.data(), ddst.nbytes(), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0)
+      << dtype_name(src_t) << " -> " << dtype_name(dst_t);
+}
+
+TEST(DeviceForward, StridedCopyKernelMatchesHost) {
+  H3RT_REQUIRE_GPU();
+  const Shape lat{1, 24, 3, 6, 8}, rows{3, 3, 4, 24, 2, 2};
+  const Shape audio{1, 32, 2, 9}, arows{2, 9, 32};
+  for (DType s : {DType::f32, DType::bf16})
+    for (DType d : {DType::f32, DType::bf16}) {
+      expect_same_copy(s, d, rows, &video_rows_view, lat);
+      expect_same_copy(s, d, arows, &comfy_audio_rows_view, audio);
+    }
+}
+
+// Device rows and velocity buffers of the golden inputs.
+struct DeviceRun {
+  Tensor video, audio, video_v, audio_v;
+  explicit DeviceRun(const test::GoldenInputs& g)
+      : video(test::upload(g.video, DType::f32, {int64_t(g.video.size())})),
+        audio(test::upload(g.audio, DType::f32, {int64_t(g.audio.size())})),
+        video_v(test::device_buffer(DType::f32, {int64_t(g.video.size())})),
+        audio_v(test::device_buffer(DType::f32, {int64_t(g.audio.size())})) {}
+  DeviceIO io(cudaStream_t s) const {
+    return {video.ptr<float>(), audio.ptr<float>(), video_v.ptr<float>(), audio_v.ptr<float>(),
+            reinterpret_cast<uintptr_t>(s)};
+  }
+};
+
+void expect_bits(const std::vector<float>& got, const FloatVec& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << what;
+}
+
+TEST(DeviceForward, BitIdenticalToHostForwardOnACallerStream) {
+  H3RT_REQUIRE_GPU();
+  const test::GoldenInputs& g = test::golden_inputs();
+  DenoiserOptions o;
+  o.device = Device::cuda;
+  o.check_finite = CheckFinite::off;  // the waitless path (checks: the test below)
+  auto d = Denoiser::create(ModelSource{test::golden_dir() + "/weights.safetensors"}, o);
+  const ForwardOutputs want = d->forward(g.inputs());
+  cudaStream_t s;
+  H3RT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  DeviceRun run(g);
+  const Tensor zeros = test::device_buffer(DType::f32, run.video.shape(), false);
+  H3RT_CUDA_CHECK(cudaMemset(zeros.data(), 0, zeros.nbytes()));
+  for (int step = 0; step < 4; ++step) {  // eager, capture, replays
+    // The caller's stream writes the rows just before the call: the forward must see them.
+    H3RT_CUDA_CHECK(cudaMemcpyAsync(run.video.data(), zeros.data(), zeros.nbytes(),
+                                    cudaMemcpyDeviceToDevice, s));
+    H3RT_CUDA_CHECK(cudaMemcpyAsync(run.video.data(), g.video.data(), run.video.nbytes(),
+                                    cudaMemcpyHostToDevice, s));
+    const DeviceIO io = run.io(s);
+    ForwardInputs in = g.inputs();
+    in.video_rows = in.audio_rows = nullptr;
+    in.device = &io;
+    const ForwardOutputs none = d->forward(in);
+    EXPECT_TRUE(none.video_velocity.empty());
+    std::vector<float> v(g.video.size()), a(g.audio.size());
+    H3RT_CUDA_CHECK(cudaMemcpyAsync(v.data(), run.video_v.data(), run.video_v.nbytes(),
+                                    cudaMemcpyDeviceToHost, s));
+    H3RT_CUDA_CHECK(cudaMemcpyAsync(a.data(), run.audio_v.data(), run.audio_v.nbytes(),
+                                    cudaMemcpyDeviceToHost, s));
+    H3RT_CUDA_CHECK(cudaStreamSynchronize(s));  // the caller's stream only
+    expect_bits(v, want.video_velocity, "video");
+    expect_bits(a, want.audio_velocity, "audio");
+  }
+  const ForwardOutputs again = d->forward(g.inputs());  // a host forward after device ones
+  expect_bits({again.video_velocity.begin(), again.video_velocity.end()}, want.video_velocity,
+              "video (host after device)");
+  H3RT_CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+TEST(DeviceForward, ChecksNonFiniteRowsOnTheDevice) {
+  H3RT_REQUIRE_GPU();
+  const test::GoldenInputs& g = test::golden_inputs();
+  DenoiserOptions o;
+  o.device = Device::cuda;
+  auto d = Denoiser::create(ModelSource{test::golden_dir() + "/weights.safetensors"}, o);
+  std::vector<float> bad = g.video;
+  bad[5] = std::nanf("");
+  DeviceRun run(g);
+  run.video = test::upload(bad, DType::f32, {int64_t(bad.size())});
+  const DeviceIO io = run.io(nullptr);
+  ForwardInputs in = g.inputs();
+  in.video_rows = in.audio_rows = nullptr;
+  in.device = &io;
+  try {
+    d->forward(in);
+    FAIL() << "NaN rows passed the first-step check";
+  } catch (const NonFinite& e) {
+    EXPECT_NE(std::string(e.what()).find("packed input"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace h3rt

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Python forward overhead over the C++ forward (issue 16 targets: < 1% at the seed shape, < 50 us
+per call at the tiny shape). Reports only; no thresholds.
+
+On the GPU machine, from a CUDA build with H3RT_PYTHON=ON:
+  PYTHONPATH=build-device/python python3 tools/device/py_overhead.py --preset tiny \
+      --cli build-device/h3rt
+  PYTHONPATH=build-device/python python3 tools/device/py_overhead.py --preset h3 \
+      --width 1344 --height 768 --frames 124 --attention sage --reps 5 --cli build-device/h3rt
+
+Per call (CUDA graphs warm, the text unchanged so the refiner does not rerun):
+  - wall: a loop of calls with one torch.cuda.synchronize() at the end, divided by the calls
+    (torch CUDA latents in and out: the device forward, no host round trip of the latents);
+  - host: the time the Python call itself takes to return (it does not wait for the GPU);
+  - gpu: CUDA events on torch's current stream around each call (h3rt's work is ordered on it);
+  - the same wall for numpy (host) latents, for comparison;
+  - the C++ figure: `h3rt bench step` graph step_ms_p50 for the same shape when --cli is given.
+The overhead is python wall - C++ step (ms and % of the C++ step).
+"""
+import argparse
+import json
+import subprocess
+import time
+
+import numpy as np
+import torch
+
+import h3rt
+
+PATTERN = (1, 4, 4, 4, 4)  # video frames per latent frame, in turn (h3rt latent_frames_for)
+
+
+def latent_frames(frames):
+    t = n = 0
+    while n < frames:
+        n += PATTERN[t % 5]
+        t += 1
+    if n != frames:
+        raise SystemExit(f"--frames {frames} is not a whole number of latent frames")
+    return t
+
+
+def inputs(model, a):
+    c = model.config
+    T, H, W = latent_frames(a.frames), a.height // 16, a.width // 16
+    N = int(np.ceil(a.frames / 24.0 * 40.0 - 1e-9))
+    g = torch.Generator(device="cuda").manual_seed(0)
+    video = torch.randn(1, c["in_channels"], T, H, W, device="cuda", generator=g)
+    audio = torch.randn(1, c["audio_channels"], 2, N, device="cuda", generator=g)
+    text = np.random.default_rng(0).standard_normal((a.text, c["text_dim"])).astype(np.float32)
+    return video, audio, text
+
+
+def timed(call, reps):
+    for _ in range(3):  # eager, capture, replay
+        call()
+    torch.cuda.synchronize()
+    host, gpu = [], []
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        h0 = time.perf_counter()
+        call()
+        host.append(time.perf_counter() - h0)
+        e1.record()
+        gpu.append((e0, e1))
+    torch.cuda.synchronize()
+    wall = (time.perf_counter() - t0) / reps
+    return {"wall_ms": wall * 1e3, "host_ms": 1e3 * float(np.median(host)),
+            "gpu_ms": float(np.median([a.elapsed_time(b) for a, b in gpu]))}
+
+
+def cpp_step_ms(a):
+    if not a.cli:
+        return None
+    cmd = [a.cli, "bench", "step", "--preset", a.preset, "--attention", a.attention,
+           "--width", str(a.width), "--height", str(a.height), "--frames", str(a.frames),
+           "--reps", str(a.reps), "--out", "-"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["step_ms_p50_cuda_graph"]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="tiny", choices=["tiny", "h3"])
+    p.add_argument("--width", type=int, default=192)
+    p.add_argument("--height", type=int, default=128)
+    p.add_argument("--frames", type=int, default=22)
+    p.add_argument("--text", type=int, help="text tokens (default: 10, 100 for h3, as bench step)")
+    p.add_argument("--attention", default="bf16", choices=["bf16", "sage"])
+    p.add_argument("--reps", type=int, default=50)
+    p.add_argument("--cli", help="the h3rt CLI, for the C++ `bench step` figure")
+    a = p.parse_args()
+    a.text = a.text or (100 if a.preset == "h3" else 10)
+    model = h3rt.preset(a.preset, device="cuda", attention=a.attention)
+    video, audio, text = inputs(model, a)
+    out = (torch.empty_like(video), torch.empty_like(audio))
+    host_v, host_a = video.cpu().numpy(), audio.cpu().numpy()
+    r = {"shape": {"video": list(video.shape), "audio": list(audio.shape), "text": a.text},
+         "device_latents": timed(lambda: model.forward_latents(video, audio, 0.7, text), a.reps),
+         "device_latents_out": timed(
+             lambda: model.forward_latents(video, audio, 0.7, text, out=out), a.reps),
+         "host_latents": timed(lambda: model.forward_latents(host_v, host_a, 0.7, text),
+                               max(1, a.reps // 5))}
+    cpp = cpp_step_ms(a)
+    if cpp is not None:
+        r["cpp_bench_step_graph_ms"] = cpp
+        for k in ("device_latents", "device_latents_out"):
+            d = r[k]["wall_ms"] - cpp
+            r[k]["overhead_ms_vs_cpp"] = d
+            r[k]["overhead_pct_vs_cpp"] = 100.0 * d / cpp
+    print(json.dumps(r, indent=2))
+
+
+if __name__ == "__main__":
+    main()
