@@ -15,15 +15,7 @@ namespace h3rt {
 namespace {
 
 using model::LinearStorage;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 TEST(WeightStreamPlan, ParsesSizesInBothUnitSystems) {
   EXPECT_EQ(parse_memory_size("24GB"), 24000000000);
