@@ -4,6 +4,7 @@
 
 #include "bench/plot.h"
 #include "cli/commands.h"
+#include "cli/model_options.h"
 #include "cli/output_path.h"
 #include "h3rt/check.h"
 #include "h3rt/pipeline.h"
@@ -20,6 +21,8 @@ struct Opts {
   int reps = 3, warmup = 1, steps = 8, group = 256;
   int64_t width = 0, height = 0, frames = 0;
   uint64_t seed = 440420, weights_seed = 0;
+  std::string device_memory_limit = "0";
+  bool compare_resident = false;
 };
 
 void add_common(CLI::App* cmd, Opts& o) {
@@ -50,6 +53,7 @@ void add_common(CLI::App* cmd, Opts& o) {
       ->capture_default_str();
   cmd->add_option("--weights-seed", o.weights_seed, "Synthetic weights seed")
       ->capture_default_str();
+  add_device_memory_limit(cmd, o.device_memory_limit);
   cmd->add_option("--out", o.out, "JSON report path, - for stdout")->capture_default_str();
   cmd->add_option("--plot", o.plot,
                   "Also draw the timeline as SVG (step: the eager step's stages along time and "
@@ -98,6 +102,8 @@ bench::StepBenchOptions to_bench(const Opts& o) {
   b.sage_attention = o.attention == "sage";
   b.seed = o.seed;
   b.weights_seed = o.weights_seed;
+  b.device_memory_limit = parse_memory_size(o.device_memory_limit, "--device-memory-limit");
+  b.compare_resident = o.compare_resident;
   return b;
 }
 #endif
@@ -124,6 +130,10 @@ void add_bench_step_command(CLI::App& bench) {
   step->add_option("--warmup", o->warmup, "Untimed steps first (the first runs the text refiner)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  step->add_flag("--compare-resident", o->compare_resident,
+                 "With --device-memory-limit: run the same steps with resident weights first, "
+                 "then under the limit; the report adds the resident run under \"resident\" "
+                 "and the step time ratios and bit identity under \"streamed_vs_resident\"");
   step->callback([o] {
 #ifdef H3RT_HAVE_CUDA
     check_outputs(*o);

@@ -8,7 +8,9 @@
 #include "cli/commands.h"
 #include "h3rt/lora.h"
 #include "h3rt/model.h"
+#include "h3rt/pipeline.h"
 #include "h3rt/safetensors.h"
+#include "model/weight_stream_plan.h"
 #include "model/weights.h"
 #ifdef H3RT_HAVE_CUDA
 #include "cuda/runtime.h"
@@ -100,8 +102,52 @@ void print_layer_groups(const H3Config& c, const model::TensorSource& src) {
                   how[group + "|" + label].c_str());
 }
 
+// How the CUDA model stores the first block's projections (model_cuda.cu's upload rule).
+model::BlockStorage cuda_storage(const H3Config& c, const model::TensorSource& src) {
+  const std::string label = model::linear_format_label(src, "blocks.0.attn.qkv_proj");
+  model::LinearStorage s = model::LinearStorage::bf16;
+  if (label.rfind("int8", 0) == 0) s = model::LinearStorage::int8;
+  if (label == "nvfp4") s = model::LinearStorage::nvfp4;
+  if (label == "fp8_scaled" && src.count("blocks.0.attn.qkv_proj.input_scale"))
+    s = model::LinearStorage::fp8;
+  return model::uniform_storage(c, s);
+}
+
+// Device bytes on CUDA at ComfyUI's default shape (864x480, 124 frames, 100 text tokens, Sage
+// attention), and under --device-memory-limit whether the block weights would stream.
+void print_device_plan(const H3Config& c, const model::TensorSource& src, int64_t limit) {
+  const model::BlockStorage st = cuda_storage(c, src);
+  const LatentShape sh = latent_shape_for(864, 480, 124, {0, 0, 0, 0});
+  const SequenceLayout L = make_t2va_layout(100, sh.audio, sh.frames, sh.height, sh.width);
+  model::WeightStreamInput in;
+  in.limit = limit;
+  in.weight_bytes = model::model_weight_bytes(c, st);
+  in.slot_bytes = model::block_slot_layout(c, st).bytes;
+  in.blocks = c.layers;
+  in.working_set_bytes = model::estimate_working_set_bytes(c, st, true, model::forward_shape(L));
+  std::printf(
+      "CUDA: %.2f GB of weights (estimate, as uploaded); a step at 864x480, 124 frames "
+      "needs ~%.2f GB more (Sage attention)\n",
+      in.weight_bytes / 1e9, in.working_set_bytes / 1e9);
+  if (limit == 0) return;
+  try {
+    const model::WeightStreamPlan p = model::plan_weight_streaming(in);
+    if (p.stream)
+      std::printf(
+          "--device-memory-limit %.2f GB: the block weights stream (%.2f GB pinned host "
+          "memory, %d slots of %.3f GB, %.2f GB H2D per step, %.2f GB on the device)\n",
+          limit / 1e9, p.host_bytes / 1e9, p.slots, p.slot_bytes / 1e9, p.h2d_bytes_per_step / 1e9,
+          p.device_bytes / 1e9);
+    else
+      std::printf("--device-memory-limit %.2f GB: the weights stay resident (%.2f GB)\n",
+                  limit / 1e9, p.device_bytes / 1e9);
+  } catch (const Error& e) {
+    std::printf("--device-memory-limit %.2f GB: too small: %s\n", limit / 1e9, e.what());
+  }
+}
+
 // For files with H3 keys: the inferred config, the qkv row order and each linear layer's format.
-void print_h3(const SafetensorsFile& f) {
+void print_h3(const SafetensorsFile& f, int64_t limit) {
   if (!f.contains("blocks.0.attn.qkv_proj.weight")) {
     std::printf("not an H3 checkpoint (no blocks.0.attn.qkv_proj.weight)\n");
     return;
@@ -134,6 +180,7 @@ void print_h3(const SafetensorsFile& f) {
   print_layer_groups(c, src);
   WeightBytes b = estimate_weight_bytes(c);
   std::printf("%.3fB parameters\n", b.params / 1e9);
+  print_device_plan(c, src, limit);
 #ifdef H3RT_HAVE_CUDA
   std::printf("this machine: %s\n", cuda::cuda_device_available()
                                         ? "a CUDA device is present (--device cuda runs the CUDA "
@@ -198,8 +245,15 @@ void add_info_command(CLI::App& app) {
                                  "checkpoint format and inferred H3 config; for a LoRA file "
                                  "its pairs, ranks, alphas and targeted layers by group");
   auto path = std::make_shared<std::string>();
+  auto limit = std::make_shared<std::string>("0");
   cmd->add_option("file", *path, "a .safetensors file")->required();
-  cmd->callback([path] {
+  cmd->add_option("--device-memory-limit", *limit,
+                  "H3 checkpoints: also say whether under this limit (as `sample "
+                  "--device-memory-limit`: 24GB, 24GiB or bytes) the block weights would stream "
+                  "at 864x480, 124 frames, and the device bytes planned")
+      ->capture_default_str();
+  cmd->callback([path, limit] {
+    const int64_t bytes = parse_memory_size(*limit, "--device-memory-limit");
     SafetensorsFile f = SafetensorsFile::open(*path);
     std::printf("%s\n", path->c_str());
     for (const auto& [k, v] : f.metadata())
@@ -208,7 +262,7 @@ void add_info_command(CLI::App& app) {
     if (is_lora_file(f))
       print_lora(*path);
     else
-      print_h3(f);
+      print_h3(f, bytes);
   });
 }
 

@@ -23,6 +23,18 @@ ModelSource source_of(const ModelOptions& o) {
 
 }  // namespace
 
+void add_device_memory_limit(CLI::App* cmd, std::string& size) {
+  cmd->add_option("--device-memory-limit", size,
+                  "CUDA: the device bytes for the weights and a step's activations together; 0 "
+                  "(the default) is no limit. SIZE is bytes (2.5e10) or with a unit: GB/MB "
+                  "(powers of 1000, 24GB = 24e9 bytes) or GiB/MiB (powers of 1024). When the "
+                  "resident model and the request's activations exceed it, the transformer "
+                  "blocks' weight matrices stay in pinned host memory and stream into two device "
+                  "slots, each block's copy overlapped with the compute of the blocks before it "
+                  "(the same bits); below what that needs, an error says how many bytes it needs")
+      ->capture_default_str();
+}
+
 void ModelOptions::add_to(CLI::App* cmd, bool with_preset) {
   if (with_preset)
     cmd->add_option("--preset", preset,
@@ -83,6 +95,7 @@ void ModelOptions::add_to(CLI::App* cmd, bool with_preset) {
                   "and a scan of every weight when the model is loaded) or off")
       ->check(CLI::IsMember({"off", "first", "all"}))
       ->capture_default_str();
+  add_device_memory_limit(cmd, device_memory_limit);
 }
 
 std::string ModelOptions::precision_name() const {
@@ -108,6 +121,7 @@ DenoiserOptions ModelOptions::denoiser_options() const {
   for (const auto& l : loras) d.loras.push_back(parse_lora_spec(l));
   d.lora_skip_unmatched = lora_skip_unmatched;
   d.check_finite = parse_check_finite(check_finite, "--check-finite");
+  d.device_memory_limit = parse_memory_size(device_memory_limit, "--device-memory-limit");
   return d;
 }
 

@@ -12,6 +12,9 @@
 
 namespace h3rt::cli {
 
+// --device-memory-limit SIZE into `size` (parse_memory_size reads it): sample, forward, bench.
+void add_device_memory_limit(CLI::App* cmd, std::string& size);
+
 struct ModelOptions {
   std::string preset;      // "tiny" / "h3"; empty: tiny unless a checkpoint is given
   std::string checkpoint;  // a .safetensors file
@@ -26,9 +29,10 @@ struct ModelOptions {
   std::vector<std::string> loras;  // --lora F[:strength], repeatable
   bool lora_skip_unmatched = false;
   std::string check_finite = "first";
+  std::string device_memory_limit = "0";  // --device-memory-limit SIZE (0: none)
 
   // --preset (with_preset), --checkpoint, --qkv-*, --precision, --device, --fp8-activations,
-  // --lora, --lora-skip-unmatched, --check-finite.
+  // --lora, --lora-skip-unmatched, --check-finite, --device-memory-limit.
   void add_to(CLI::App* cmd, bool with_preset);
   std::string precision_name() const;  // as given, else the device's default
   std::string describe() const;

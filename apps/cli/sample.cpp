@@ -152,6 +152,7 @@ nlohmann::json report_of(const SampleOptions& o, const h3rt::SampleOptions& so, 
   rep.audio = checksum(res.audio_latents.data(), static_cast<int64_t>(res.audio_latents.size()));
   rep.total_seconds = total_seconds;
   nlohmann::json j = to_json(rep);
+  j["weight_streaming"] = to_json(d.weight_streaming());
   j["sampling"] = {{"sampler", sampler_name(so.sampler)},
                    {"scheduler", scheduler_name(so.scheduler)},
                    {"shift_video", so.video_shift},

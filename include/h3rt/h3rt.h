@@ -38,6 +38,9 @@ typedef struct h3rt_model_options {
   const char* fp8_activations; /* "static" (default) or "dynamic" */
   const char* check_finite;    /* NaN/Inf checks: "first" (default: the first forward), "all"
                                   (every forward, and the weights once) or "off" */
+  const char* device_memory_limit; /* cuda: device bytes for weights + activations, "24GB",
+                                      "24GiB" or "2.5e10"; NULL or "0" (default): no limit.
+                                      Above it the block weights stream from host memory */
 } h3rt_model_options;
 void h3rt_model_options_init(h3rt_model_options* options);
 

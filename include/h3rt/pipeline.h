@@ -45,7 +45,26 @@ struct DenoiserOptions {
   std::vector<LoraSpec> loras;
   bool lora_skip_unmatched = false;
   CheckFinite check_finite = CheckFinite::first_step;
+  // CUDA: the device bytes (weights + a forward's activations) to stay within; 0 = no limit.
+  // Where the resident model and a request's activations exceed it, the transformer blocks'
+  // weight matrices stream from pinned host memory into two device slots, each block's copy
+  // overlapped with the previous block's compute (same bits as resident). Below what
+  // streaming needs, forward() throws naming this option and the bytes needed.
+  int64_t device_memory_limit = 0;
 };
+
+// Whether and how a CUDA denoiser streams its block weights (Denoiser::weight_streaming).
+struct WeightStreaming {
+  int64_t limit = 0;                    // device_memory_limit (0: none)
+  bool streamed = false;                // the block weights live in pinned host memory
+  int slots = 0;                        // device slots of one block's weights
+  int64_t slot_bytes = 0;
+  int64_t host_bytes = 0;               // pinned host bytes of the streamed weights
+  int64_t h2d_bytes_per_step = 0;       // copied host -> device per forward
+  int64_t resident_weight_bytes = 0;    // weights kept on the device
+  int64_t planned_device_bytes = 0;     // the plan's estimate: weights + slots + activations
+};
+nlohmann::json to_json(const WeightStreaming& w);  // the reports' "weight_streaming"
 
 // Where the weights come from: a checkpoint file (memory-mapped) or a preset's synthetic weights.
 struct ModelSource {
@@ -79,6 +98,9 @@ class Denoiser {
   virtual Precision precision() const = 0;
   // Peak device bytes (allocated, reserved) of the caching arena; zeros on the CPU.
   virtual std::pair<int64_t, int64_t> device_peak_bytes() const { return {0, 0}; }
+  // The weight streaming plan of the latest forward's shape (DenoiserOptions::device_memory_limit);
+  // not streamed on the CPU and before the first forward without a limit.
+  virtual WeightStreaming weight_streaming() const { return {}; }
   // Layers that fp8_activations dynamic switched to per-call scales (0: the option changed
   // nothing, e.g. a bf16 checkpoint).
   int fp8_dynamic_layers() const { return fp8_dynamic_layers_; }
@@ -111,6 +133,9 @@ Attention parse_attention(const std::string& s, const char* what = "attention");
 Fp8Activations parse_fp8_activations(const std::string& s, const char* what = "fp8_activations");
 CheckFinite parse_check_finite(const std::string& s,
                                const char* what = "check_finite");  // off|first|all
+// A size in bytes: "2.5e10" (bytes), "24GB" (10^9), "24GiB" (2^30), also B, KB, MB, TB, KiB,
+// MiB, TiB (units case-insensitive); "0" is 0 (no limit).
+int64_t parse_memory_size(const std::string& s, const char* what = "device_memory_limit");
 
 // ---- requests -----------------------------------------------------------------------------
 // One request: its layout plus the starting rows and text embeddings, and optionally conditioning

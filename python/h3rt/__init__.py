@@ -41,7 +41,7 @@ def _lora_list(loras):
 
 def load(path_or_state_dict, device="cpu", precision=None, attention="bf16", cuda_graphs=True,
          fp8_activations="static", qkv_layout="auto", loras=(), lora_skip_unmatched=False,
-         check_finite="first"):
+         check_finite="first", device_memory_limit=0):
     """Loads an H3 checkpoint: a .safetensors path (memory-mapped) or a state dict of arrays under
     the original/ComfyUI key names, viewed (not copied) where the dtype is used as stored; the
     model keeps them alive, and they must not change while it runs. With device="cuda",
@@ -55,23 +55,38 @@ def load(path_or_state_dict, device="cpu", precision=None, attention="bf16", cud
     order after loading; pairs that do not fit raise unless lora_skip_unmatched (then a warning
     each). check_finite: NaN/Inf checks of the inputs and every stage's output on the first
     forward ("first", default), on every forward plus the weights once ("all"), or "off"; a
-    check that fails raises RuntimeError naming what holds the value (as --check-finite)."""
+    check that fails raises RuntimeError naming what holds the value (as --check-finite).
+    device_memory_limit (device="cuda"): device bytes for the weights and a step's activations,
+    bytes (int/float) or a string "24GB" / "24GiB"; 0: none. Over it the blocks' weights stream
+    from pinned host memory (same bits; as --device-memory-limit)."""
     lora_list = _lora_list(loras)
     if isinstance(path_or_state_dict, (str, os.PathLike)):
         model = _h3rt._load_path(os.fspath(path_or_state_dict), device, precision, attention,
                                  cuda_graphs, fp8_activations, qkv_layout, lora_list,
-                                 lora_skip_unmatched, check_finite)
+                                 lora_skip_unmatched, check_finite,
+                                 _size_word(device_memory_limit))
     elif isinstance(path_or_state_dict, Mapping):
         state = {k: _placed(k, v, device) for k, v in path_or_state_dict.items()}
         model = _h3rt._load_state_dict(state, device, precision, attention, cuda_graphs,
                                        fp8_activations, qkv_layout, lora_list,
-                                       lora_skip_unmatched, check_finite)
+                                       lora_skip_unmatched, check_finite,
+                                       _size_word(device_memory_limit))
     else:
         raise TypeError("path_or_state_dict: expected a path or a mapping of name -> array, got "
                         + type(path_or_state_dict).__name__)
     for w in model.lora_report["warnings"]:
         warnings.warn("h3rt: " + w)
     return model
+
+
+def _size_word(size):
+    """A device_memory_limit as the library parses it: a string as given, a number of bytes."""
+    if isinstance(size, str):
+        return size
+    if isinstance(size, bool) or not isinstance(size, (int, float)):
+        raise TypeError("device_memory_limit: expected bytes (int or float) or a string like "
+                        "'24GB', got " + type(size).__name__)
+    return repr(int(size)) if float(size).is_integer() else repr(float(size))
 
 
 def _placed(key, v, device):
@@ -90,11 +105,11 @@ def _placed(key, v, device):
 
 
 def preset(name="tiny", weights_seed=0, device="cpu", precision=None, attention="bf16",
-           cuda_graphs=True, check_finite="first"):
+           cuda_graphs=True, check_finite="first", device_memory_limit=0):
     """A built-in model with deterministic synthetic weights: "tiny" (the golden set's
-    dimensions) or "h3" (the release's; GPU only in practice)."""
+    dimensions) or "h3" (the release's; GPU only in practice). device_memory_limit: as load."""
     return _h3rt._load_preset(name, weights_seed, device, precision, attention, cuda_graphs,
-                              check_finite)
+                              check_finite, _size_word(device_memory_limit))
 
 
 def sample(model, width=0, height=0, frames=0, steps=8, seed=440420, text=None, progress=None,

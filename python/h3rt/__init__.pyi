@@ -105,10 +105,12 @@ def load(path_or_state_dict: Union[str, os.PathLike, Mapping[str, ArrayLike]],
          cuda_graphs: bool = True, fp8_activations: str = "static",
          qkv_layout: str = "auto",
          loras: Sequence[Union[str, os.PathLike, Tuple[Union[str, os.PathLike], float]]] = (),
-         lora_skip_unmatched: bool = False, check_finite: str = "first") -> Model: ...
+         lora_skip_unmatched: bool = False, check_finite: str = "first",
+         device_memory_limit: int | float | str = 0) -> Model: ...
 def preset(name: str = "tiny", weights_seed: int = 0, device: str = "cpu",
            precision: Optional[str] = None, attention: str = "bf16",
-           cuda_graphs: bool = True, check_finite: str = "first") -> Model: ...
+           cuda_graphs: bool = True, check_finite: str = "first",
+           device_memory_limit: int | float | str = 0) -> Model: ...
 def sample(model: Model, width: int = 0, height: int = 0, frames: int = 0, steps: int = 8,
            seed: int = 440420, text: Optional[ArrayLike] = None,
            progress: Optional[Callable[[int, int, float], Optional[bool]]] = None,

@@ -34,9 +34,11 @@ struct Model {
 
 DenoiserOptions options(const std::string& device, const std::optional<std::string>& precision,
                         const std::string& attention, bool cuda_graphs,
-                        const std::string& fp8_activations, const std::string& check_finite) {
+                        const std::string& fp8_activations, const std::string& check_finite,
+                        const std::string& device_memory_limit) {
   DenoiserOptions o;
   try {
+    o.device_memory_limit = parse_memory_size(device_memory_limit, "device_memory_limit");
     o.device = parse_device(device);
     if (precision) o.precision = parse_precision(*precision);
     o.attention = parse_attention(attention);
@@ -551,11 +553,12 @@ nb::dict sample(Model& m, int64_t width, int64_t height, int64_t frames, int ste
 Model* load_path(const std::string& path, const std::string& device,
                  std::optional<std::string> precision, const std::string& attention,
                  bool cuda_graphs, const std::string& fp8, const std::string& qkv,
-                 const LoraList& loras, bool lora_skip_unmatched, const std::string& check_finite) {
+                 const LoraList& loras, bool lora_skip_unmatched, const std::string& check_finite,
+                 const std::string& limit) {
   ModelSource s;
   s.checkpoint = path;
   s.qkv_layout = qkv_layout_of(qkv);
-  auto o = options(device, precision, attention, cuda_graphs, fp8, check_finite);
+  auto o = options(device, precision, attention, cuda_graphs, fp8, check_finite, limit);
   add_loras(o, loras, lora_skip_unmatched);
   nb::gil_scoped_release release;
   return new Model{Denoiser::create(s, o), {}, model_identity(s, o)};
@@ -563,11 +566,11 @@ Model* load_path(const std::string& path, const std::string& device,
 
 Model* load_preset(const std::string& name, uint64_t weights_seed, const std::string& device,
                    std::optional<std::string> precision, const std::string& attention,
-                   bool cuda_graphs, const std::string& check_finite) {
+                   bool cuda_graphs, const std::string& check_finite, const std::string& limit) {
   ModelSource s;
   s.preset = name;
   s.weights_seed = weights_seed;
-  auto o = options(device, precision, attention, cuda_graphs, "static", check_finite);
+  auto o = options(device, precision, attention, cuda_graphs, "static", check_finite, limit);
   nb::gil_scoped_release release;
   return new Model{Denoiser::create(s, o), {}, model_identity(s, o)};
 }
@@ -576,7 +579,7 @@ Model* load_state_dict(const nb::dict& state, const std::string& device,
                        std::optional<std::string> precision, const std::string& attention,
                        bool cuda_graphs, const std::string& fp8, const std::string& qkv,
                        const LoraList& loras, bool lora_skip_unmatched,
-                       const std::string& check_finite) {
+                       const std::string& check_finite, const std::string& limit) {
   std::map<std::string, Tensor> tensors;
   std::vector<nb::object> keep;
   for (auto [k, v] : state) {
@@ -588,7 +591,7 @@ Model* load_state_dict(const nb::dict& state, const std::string& device,
     keep.push_back(nb::borrow(v));
   }
   const QkvLayout layout = qkv == "auto" ? QkvLayout::fused_thirds : qkv_layout_of(qkv);
-  auto o = options(device, precision, attention, cuda_graphs, fp8, check_finite);
+  auto o = options(device, precision, attention, cuda_graphs, fp8, check_finite, limit);
   add_loras(o, loras, lora_skip_unmatched);
   std::unique_ptr<Denoiser> d;
   {
@@ -658,14 +661,14 @@ NB_MODULE(_h3rt, m) {
   m.def("_load_path", &load_path, arg("path"), arg("device"), arg("precision").none(),
         arg("attention"), arg("cuda_graphs"), arg("fp8_activations"), arg("qkv_layout"),
         arg("loras"), arg("lora_skip_unmatched"), arg("check_finite"),
-        nb::rv_policy::take_ownership);
+        arg("device_memory_limit"), nb::rv_policy::take_ownership);
   m.def("_load_preset", &load_preset, arg("name"), arg("weights_seed"), arg("device"),
         arg("precision").none(), arg("attention"), arg("cuda_graphs"), arg("check_finite"),
-        nb::rv_policy::take_ownership);
+        arg("device_memory_limit"), nb::rv_policy::take_ownership);
   m.def("_load_state_dict", &load_state_dict, arg("state_dict"), arg("device"),
         arg("precision").none(), arg("attention"), arg("cuda_graphs"), arg("fp8_activations"),
         arg("qkv_layout"), arg("loras"), arg("lora_skip_unmatched"), arg("check_finite"),
-        nb::rv_policy::take_ownership);
+        arg("device_memory_limit"), nb::rv_policy::take_ownership);
   m.def(
       "_sample",
       [](Model& model, int64_t width, int64_t height, int64_t frames, int steps, uint64_t seed,

@@ -297,3 +297,14 @@ def test_check_finite_names_the_input_and_can_be_off():
     assert np.isnan(vv).any()  # unchecked: the NaN flows through
     with pytest.raises(ValueError, match="check_finite"):
         h3rt.preset("tiny", check_finite="sometimes")
+
+
+def test_device_memory_limit_is_parsed_and_needs_cuda():
+    with pytest.raises(ValueError, match="device_memory_limit"):
+        h3rt.preset("tiny", device_memory_limit="24 elephants")
+    with pytest.raises(TypeError, match="device_memory_limit"):
+        h3rt.preset("tiny", device_memory_limit=[24])
+    for size in ("24GB", 24e9, 24 << 30):  # a limit on the CPU backend is refused
+        with pytest.raises(RuntimeError, match="device_memory_limit applies to device cuda"):
+            h3rt.preset("tiny", device_memory_limit=size)
+    assert h3rt.preset("tiny", device_memory_limit=0).config["hidden"] == 192

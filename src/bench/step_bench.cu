@@ -19,6 +19,7 @@
 #include "model/block_cuda.h"
 #include "model/forward_session_cuda.h"
 #include "model/model_cuda.h"
+#include "model/weight_stream_cuda.h"
 #include "ops/linear/linear.h"
 #include "ops/linear_nvfp4/linear_nvfp4.h"
 
@@ -107,6 +108,7 @@ StepRepetition repetition(const model::ForwardStepTimes& t, const ForwardOutputs
   r.host_prepare_ms = t.host_prepare_ms;
   r.host_finish_ms = t.host_finish_ms;
   r.stage_ms = t.stage_ms;
+  r.weight_copy_ms = t.weight_copy_ms;
   r.t_video = step.t_video;
   r.t_audio = step.t_audio;
   r.video = checksum(v.video_velocity.data(), static_cast<int64_t>(v.video_velocity.size()));
@@ -114,12 +116,28 @@ StepRepetition repetition(const model::ForwardStepTimes& t, const ForwardOutputs
   return r;
 }
 
-}  // namespace
+// Under --device-memory-limit: the plan for the bench's shape, streaming the blocks when it says
+// so (an error when the limit is too small).
+model::WeightStreamPlan apply_limit(const StepBenchOptions& o, Setup& st, const char* verb) {
+  if (o.device_memory_limit == 0) return {};
+  const model::WeightStreamPlan p =
+      model::apply_weight_streaming(st.dev, st.layout, o.device_memory_limit, o.sage_attention);
+  std::fprintf(stderr,
+               "bench %s: --device-memory-limit %.2f GB: %s (planned %.2f GB on the device%s)\n",
+               verb, o.device_memory_limit / 1e9,
+               p.stream ? "the block weights stream from pinned host memory" : "resident",
+               p.device_bytes / 1e9,
+               p.stream ? detail::concat(", ", p.slots, " slots of ", p.slot_bytes / 1e9, " GB, ",
+                                         p.h2d_bytes_per_step / 1e9, " GB H2D per step")
+                              .c_str()
+                        : "");
+  return p;
+}
 
-nlohmann::json run_step_bench(const StepBenchOptions& o) {
-  H3RT_CHECK(o.reps >= 1 && o.warmup >= 1, "bench step: --reps and --warmup must be >= 1");
-  Setup st = setup(o, "step");
+// The warm-up, eager and graph steps on a new session over st.dev as it is now.
+StepMeasurements measure_steps(const StepBenchOptions& o, Setup& st) {
   const SequenceLayout& L = st.layout;
+  cuda::default_arena().reset_peak();
   // Steps 1..reps of an Euler trajectory: two distinct timesteps each, in the same order.
   const SamplerPlan plan = make_sampler_plan(L, o.reps + 2);
   auto inputs = [&](int r) {
@@ -137,7 +155,7 @@ nlohmann::json run_step_bench(const StepBenchOptions& o) {
   m.seed = o.seed;
   m.weights_seed = o.weights_seed;
   m.model_setup_s = st.model_s;
-  m.weight_bytes = st.weight_bytes;
+  m.weight_bytes = cuda::default_arena().stats().current_allocated;
   m.block_launches =
       model::kBlockLaunches + (o.fp8 || o.int8_group >= 0 ? 4 : 0) + (o.sage_attention ? 1 : 0);
   m.sage_attention = o.sage_attention;
@@ -239,12 +257,32 @@ nlohmann::json run_step_bench(const StepBenchOptions& o) {
   const auto mem = cuda::default_arena().stats();
   m.peak_allocated = mem.peak_allocated;
   m.peak_reserved = mem.peak_reserved;
-  return step_report(st.c, L, m);
+  return m;
+}
+
+}  // namespace
+
+nlohmann::json run_step_bench(const StepBenchOptions& o) {
+  H3RT_CHECK(o.reps >= 1 && o.warmup >= 1, "bench step: --reps and --warmup must be >= 1");
+  H3RT_CHECK(!o.compare_resident || o.device_memory_limit > 0,
+             "bench step: --compare-resident needs --device-memory-limit");
+  Setup st = setup(o, "step");
+  StepMeasurements resident;
+  if (o.compare_resident) {
+    std::fprintf(stderr, "bench step: resident weights first (--compare-resident)\n");
+    resident = measure_steps(o, st);
+  }
+  const model::WeightStreamPlan plan = apply_limit(o, st, "step");
+  StepMeasurements m = measure_steps(o, st);
+  m.weight_streaming = model::weight_streaming_of(plan, o.device_memory_limit);
+  return o.compare_resident ? step_comparison_report(st.c, st.layout, m, resident)
+                            : step_report(st.c, st.layout, m);
 }
 
 nlohmann::json run_sample_bench(const StepBenchOptions& o) {
   H3RT_CHECK(o.steps >= 1 && o.steps <= 1000, "bench sample: --steps must be in [1, 1000]");
   Setup st = setup(o, "sample");
+  const model::WeightStreamPlan streaming = apply_limit(o, st, "sample");
   const SequenceLayout& L = st.layout;
   const H3Config& c = st.c;
   const auto t_start = Clock::now();
@@ -325,6 +363,7 @@ nlohmann::json run_sample_bench(const StepBenchOptions& o) {
   j["cuda_graph"] = o.cuda_graph && session.graph_enabled();
   j["setup"] = {{"model_seconds", st.model_s}, {"session_ms", session_ms}};
   j["per_step"] = per_step;
+  j["weight_streaming"] = to_json(model::weight_streaming_of(streaming, o.device_memory_limit));
   std::vector<double> ms;
   for (const auto& s : rep.stages) ms.push_back(s.step_total() * 1e3);
   run_t.step_ms = median(ms);

@@ -11,6 +11,9 @@
 // first). JSON: see step_report.h.
 // sample: the whole Euler loop (`steps` evaluations) end to end, with per-step stage seconds and
 // the final latents' checksums (the same as `h3rt sample --device cuda` for the same request).
+// With a device memory limit the model's blocks stream when the plan says so
+// (model/weight_stream_cuda.h); the report's "weight_streaming" says how, and step's eager
+// steps time the copies and the compute stream's waits for them.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +34,10 @@ struct StepBenchOptions {
   int int8_group = -1;          // >= 0: int8 W8A8 block GEMMs with this convrot group (0: none)
   bool sage_attention = false;  // the blocks' attention: Sage 8-bit instead of flash bf16
   uint64_t seed = 440420, weights_seed = 0;
+  // Weight streaming (DenoiserOptions::device_memory_limit); step: with compare_resident the
+  // same steps run first with resident weights, then streamed, in one run (the ratio).
+  int64_t device_memory_limit = 0;
+  bool compare_resident = false;
 };
 
 nlohmann::json run_step_bench(const StepBenchOptions& o);

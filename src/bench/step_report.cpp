@@ -1,12 +1,15 @@
 #include "bench/step_report.h"
 
+#include <algorithm>
+
 #include "bench/block_report.h"
 #include "h3rt/check.h"
 
 namespace h3rt::bench {
 
 const std::vector<std::string>& step_stages() {
-  static const std::vector<std::string> names = {"inputs", "adaln_tables", "blocks", "final_heads"};
+  static const std::vector<std::string> names = {"inputs", "weight_wait", "adaln_tables", "blocks",
+                                                 "final_heads"};
   return names;
 }
 
@@ -64,6 +67,31 @@ bool same_checksums(const StepRepetition& a, const StepRepetition& b) {
          a.audio.sum == b.audio.sum && a.audio.abs_sum == b.audio.abs_sum;
 }
 
+bool same_velocities(const std::vector<StepRepetition>& a, const std::vector<StepRepetition>& b) {
+  bool same = !a.empty() && a.size() == b.size();
+  for (size_t i = 0; same && i < a.size(); ++i) same = same_checksums(a[i], b[i]);
+  return same;
+}
+
+// The plan and, for a streamed model, the eager steps' copy time against the compute stream's
+// wait for it (the copies are hidden when that wait is a small part of them).
+nlohmann::json streaming_json(const StepMeasurements& m) {
+  nlohmann::json j = to_json(m.weight_streaming);
+  if (!m.weight_streaming.streamed) return j;
+  std::vector<double> wait;
+  for (const auto& r : m.eager) {
+    auto it = r.stage_ms.find("weight_wait");
+    wait.push_back(it == r.stage_ms.end() ? 0.0 : it->second);
+  }
+  const double copy = median(field(m.eager, &StepRepetition::weight_copy_ms));
+  const double waited = median(wait);
+  j["copy_ms_p50_eager"] = copy;
+  j["h2d_gb_per_s_eager"] = copy > 0 ? m.weight_streaming.h2d_bytes_per_step / copy / 1e6 : 0.0;
+  j["compute_waited_ms_p50_eager"] = waited;
+  j["copy_hidden_fraction"] = copy > 0 ? std::max(0.0, 1.0 - waited / copy) : 0.0;
+  return j;
+}
+
 }  // namespace
 
 nlohmann::json step_report(const H3Config& c, const SequenceLayout& layout,
@@ -83,9 +111,7 @@ nlohmann::json step_report(const H3Config& c, const SequenceLayout& layout,
   stages["host_finish"] = median(field(m.eager, &StepRepetition::host_finish_ms));
 
   // Eager and graph repetitions run the same inputs in the same order: equal checksums.
-  bool identical = !m.graph.empty() && m.graph.size() == m.eager.size();
-  for (size_t i = 0; identical && i < m.graph.size(); ++i)
-    identical = same_checksums(m.eager[i], m.graph[i]);
+  const bool identical = same_velocities(m.eager, m.graph);
 
   const double eager_ms = median(field(m.eager, &StepRepetition::wall_ms));
   const double graph_ms = m.graph.empty() ? 0.0 : median(field(m.graph, &StepRepetition::wall_ms));
@@ -146,6 +172,7 @@ nlohmann::json step_report(const H3Config& c, const SequenceLayout& layout,
         {"video_latents", checksum_json(m.one_step_video)},
         {"audio_latents", checksum_json(m.one_step_audio)}}},
       {"reps", m.eager.size()},
+      {"weight_streaming", streaming_json(m)},
   };
   StepTelemetry eager_t = m.eager_telemetry, graph_t = m.graph_telemetry;
   eager_t.name = "eager", eager_t.step_ms = eager_ms;
@@ -153,6 +180,24 @@ nlohmann::json step_report(const H3Config& c, const SequenceLayout& layout,
   report["telemetry"] = steps_telemetry_json(m.telemetry_header, {eager_t, graph_t});
   add_device_fields(report, m.device);
   return report;
+}
+
+nlohmann::json step_comparison_report(const H3Config& c, const SequenceLayout& layout,
+                                      const StepMeasurements& streamed,
+                                      const StepMeasurements& resident) {
+  nlohmann::json j = step_report(c, layout, streamed);
+  const nlohmann::json r = step_report(c, layout, resident);
+  auto ratio = [&](const char* key) {
+    const double base = r[key].get<double>();
+    return base > 0 ? j[key].get<double>() / base : 0.0;
+  };
+  j["streamed_vs_resident"] = {
+      {"eager_step_ratio", ratio("step_ms_p50_eager")},
+      {"cuda_graph_step_ratio", ratio("step_ms_p50_cuda_graph")},
+      {"velocities_bit_identical", same_velocities(streamed.eager, resident.eager) &&
+                                       same_velocities(streamed.graph, resident.graph)}};
+  j["resident"] = r;
+  return j;
 }
 
 }  // namespace h3rt::bench

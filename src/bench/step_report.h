@@ -14,6 +14,7 @@
 #include "bench/telemetry.h"
 #include "h3rt/layout.h"
 #include "h3rt/model.h"
+#include "h3rt/pipeline.h"
 #include "h3rt/report.h"
 
 namespace h3rt::bench {
@@ -27,6 +28,7 @@ struct StepRepetition {
   double host_prepare_ms = 0;              // host work before the device work
   double host_finish_ms = 0;               // wait for the device + velocities out of staging
   std::map<std::string, double> stage_ms;  // eager steps only
+  double weight_copy_ms = 0;               // eager steps of a streamed model: copy stream busy
   float t_video = 0, t_audio = 0;
   Checksum video, audio;  // of the velocities
 };
@@ -53,6 +55,7 @@ struct StepMeasurements {
   int64_t weight_bytes = 0;    // device bytes of the model
   int64_t peak_allocated = 0, peak_reserved = 0;
   DeviceInfo device;
+  WeightStreaming weight_streaming;  // the plan under device_memory_limit (h3rt/pipeline.h)
   // SM clock, power, energy: TelemetrySampler::header_json, and the eager and graph steps
   // (names "eager", "cuda_graph"; step_ms is filled in by step_report).
   nlohmann::json telemetry_header = {{"available", false}, {"reason", "not measured"}};
@@ -65,5 +68,11 @@ int64_t step_launcher_calls(const H3Config& c, const SequenceLayout& layout, int
 
 nlohmann::json step_report(const H3Config& c, const SequenceLayout& layout,
                            const StepMeasurements& m);
+// `streamed` beside `resident` (the same steps with resident weights): the streamed report with
+// the resident one under "resident" and the step time ratios and bit identity under
+// "streamed_vs_resident".
+nlohmann::json step_comparison_report(const H3Config& c, const SequenceLayout& layout,
+                                      const StepMeasurements& streamed,
+                                      const StepMeasurements& resident);
 
 }  // namespace h3rt::bench

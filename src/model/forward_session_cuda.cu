@@ -19,6 +19,7 @@
 #include "model/forward_session_cuda.h"
 #include "model/pdd_head.h"
 #include "model/step_cache_cuda.h"
+#include "model/weight_stream_cuda.h"
 #include "ops/adaln_curve/adaln_curve.h"
 #include "ops/attention_sparse/router.h"
 #include "ops/finite_check/finite_check.h"
@@ -247,6 +248,9 @@ struct ForwardSessionCuda::Impl {
   int64_t S, Nv, Na, L, H, video0, audio0;
   cuda::Stream s;
 
+  // The slots and copy stream when the model's blocks stream (DeviceModel::streamed).
+  std::unique_ptr<BlockWeightStream> weights;
+
   BlockCudaBuffers b;
   Tensor tidx;                           // [S] int64 timestep index per row (final layer)
   Tensor final_table;                    // [Mcap, 2H] bf16 (curve form: f32)
@@ -329,6 +333,7 @@ struct ForwardSessionCuda::Impl {
     cond_video_emb = cuda::device_empty(DType::bf16, {Ncv, H});
     cond_audio_emb = cuda::device_empty(DType::bf16, {Nca, H});
     b = make_block_buffers(c, S, 3 * 2, m.has_fp8(), m.has_nvfp4(), opt.attention, m.has_int8());
+    if (m.streamed) weights = std::make_unique<BlockWeightStream>(m);
     grow_tables(2);
     tidx = cuda::device_empty(DType::i64, {S});
     video_in = cuda::device_empty(DType::f32, {Nv, m.video_in.in});
@@ -680,18 +685,28 @@ struct ForwardSessionCuda::Impl {
     H3RT_CUDA_CHECK(cudaStreamWaitEvent(caller(in), ev_done, 0));
   }
 
+  // Block i's weights: the model's, or streamed into a slot (the wait for its copy timed as
+  // the stage "weight_wait": the time the compute stream stalled on the copy stream).
+  const DeviceBlock& block_weights(int64_t i, bool timed) {
+    if (!weights) return m.blocks[i];
+    mark(timed, "weight_wait");
+    return weights->acquire(i, s);
+  }
+
   // Blocks [first, last) on the packed stream, each after its AdaLN table.
   void enqueue_blocks(int64_t first, int64_t last, int64_t M, bool timed) {
     bf16* x = b.x.ptr<bf16>();
     const model::BlockSparse block_sparse{&sparse_cfg, prefix_rows};
+    if (weights) weights->begin(first, last, s, timed);
     for (int64_t i = first; i < last; ++i) {
+      const DeviceBlock& w = block_weights(i, timed);
       mark(timed, "adaln_tables");
       // [M, 18H] is the [3M, 6H] table: row m*3 + modality.
-      adaln_table(m.blocks[i].adaln, b.table.data(), M, false);
+      adaln_table(w.adaln, b.table.data(), M, false);
       mark(timed, "blocks");
       const bool sparse_block = sparse && i >= sparse_cfg.dense_blocks;
-      block_forward_cuda(m.config, m.blocks[i], b, s, nullptr, false,
-                         sparse_block ? &block_sparse : nullptr);
+      block_forward_cuda(m.config, w, b, s, nullptr, false, sparse_block ? &block_sparse : nullptr);
+      if (weights) weights->release(i, s);
       flag_non_finite(x, S * H, kBlockTag + static_cast<int>(i));
     }
   }
@@ -979,6 +994,7 @@ struct ForwardSessionCuda::Impl {
 
     timed_any = false;
     if (opt.stage_timing) timer.begin(s);
+    if (weights) weights->reset_timing();
     StepCache* cache = in.step_cache;
     if (cache && (!cache->enabled() || m.blocks.size() < 2)) cache = nullptr;
     H3RT_CUDA_CHECK(cudaEventRecord(ev0, s));
@@ -1011,6 +1027,10 @@ struct ForwardSessionCuda::Impl {
     H3RT_CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
     times.device_ms = ms;
     if (timed_any) times.stage_ms = timer.totals();
+    if (weights) {
+      times.weights_streamed = true;
+      times.weight_copy_ms = weights->copy_ms();
+    }
     times.wall_ms = ms_since(t_start);
     return out;
   }

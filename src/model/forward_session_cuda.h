@@ -35,6 +35,9 @@
 // the run's StepCache holds a token naming the session and its latest refresh. device_ms then
 // includes the host wait between the parts.
 //
+// Streamed models (model/weight_stream_cuda.h): the session holds two device slots and a copy
+// stream; block i + 2's weights copy while block i + 1 computes, in eager steps and graphs alike.
+//
 // Not thread-safe; one session per stream. The model must outlive the session.
 #pragma once
 
@@ -73,6 +76,10 @@ struct ForwardStepTimes {
   // Eager steps with stage_timing: GPU time per stage ("inputs", "adaln_tables", "blocks",
   // "final_heads"), summed over the step.
   std::map<std::string, double> stage_ms;
+  // Streamed block weights (DeviceModel::streamed): the copy stream's busy time of the eager
+  // timed parts (stage_ms["weight_wait"] is how long the compute stream waited for it).
+  bool weights_streamed = false;
+  double weight_copy_ms = 0;
 };
 
 class ForwardSessionCuda {

@@ -16,6 +16,7 @@
 
 #ifdef H3RT_HAVE_CUDA
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "h3rt/model.h"
@@ -23,6 +24,8 @@
 #include "model/block_cuda.h"
 
 namespace h3rt::model {
+
+struct StreamedBlocks;  // model/weight_stream_cuda.h
 
 struct DeviceModel {
   H3Config config;
@@ -36,6 +39,9 @@ struct DeviceModel {
   // PDD head bank (config.pdd_heads > 1): the banks' float32 values on the host (w and b only);
   // video_out / audio_out then carry the per-head shapes and no weights.
   LinearWeight video_bank, audio_bank;
+  // Set by stream_block_weights: the blocks' weight matrices live in pinned host memory (their
+  // DeviceBlock tensors are host views) and forward sessions stream them into device slots.
+  std::shared_ptr<const StreamedBlocks> streamed;
 
   bool has_fp8() const;    // any block projection on the fp8 GEMM path
   bool has_nvfp4() const;  // any block projection on the NVFP4 GEMM path

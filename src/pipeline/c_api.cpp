@@ -60,6 +60,9 @@ h3rt::DenoiserOptions options_of(const h3rt_model_options* o) {
           h3rt::parse_fp8_activations(o->fp8_activations, "options.fp8_activations");
     if (o->check_finite)
       d.check_finite = h3rt::parse_check_finite(o->check_finite, "options.check_finite");
+    if (o->device_memory_limit)
+      d.device_memory_limit =
+          h3rt::parse_memory_size(o->device_memory_limit, "options.device_memory_limit");
   } catch (const h3rt::Error& e) {
     throw InvalidArgument(e.what());
   }
@@ -138,7 +141,7 @@ const char* h3rt_last_error(void) {
 }
 
 void h3rt_model_options_init(h3rt_model_options* o) {
-  if (o) *o = h3rt_model_options{nullptr, nullptr, nullptr, 1, nullptr, nullptr};
+  if (o) *o = h3rt_model_options{nullptr, nullptr, nullptr, 1, nullptr, nullptr, nullptr};
 }
 
 h3rt_status h3rt_model_create(const char* path, const h3rt_model_options* options,

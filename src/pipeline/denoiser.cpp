@@ -13,6 +13,7 @@
 #include "model/forward_session_cuda.h"
 #include "model/lora_cuda.h"
 #include "model/model_cuda.h"
+#include "model/weight_stream_cuda.h"
 #endif
 
 namespace h3rt {
@@ -57,12 +58,14 @@ class CudaDenoiser : public Denoiser {
     fp8_dynamic_layers_ = fp8_dynamic;
     lora_report_ = std::move(lora);
     check_finite_ = o.check_finite;
+    limit_ = o.device_memory_limit;
   }
   const H3Config& config() const override { return model_.config; }
   // One session per request shape: a sampling loop pays the per-request work once.
   ForwardOutputs forward(const ForwardInputs& in) override {
     if (!session_ || !session_->matches(in.layout)) {
       session_.reset();  // its buffers return to the arena first
+      plan_streaming(in.layout);
       session_ = std::make_unique<model::ForwardSessionCuda>(model_, in.layout, options_);
     }
     return run_checked(in, [&](bool check) {
@@ -82,11 +85,23 @@ class CudaDenoiser : public Denoiser {
     const auto st = cuda::default_arena().stats();
     return {st.peak_allocated, st.peak_reserved};
   }
+  WeightStreaming weight_streaming() const override { return streaming_; }
 
  private:
+  // Before a session for `layout`: the plan under the limit; the blocks move to pinned host
+  // memory when the resident model and this shape's activations exceed it (once: they stay).
+  void plan_streaming(const SequenceLayout& layout) {
+    if (limit_ == 0 && !model_.streamed) return;
+    const model::WeightStreamPlan p = model::apply_weight_streaming(
+        model_, layout, limit_, options_.attention == ops::AttentionKernel::sage_8bit);
+    streaming_ = model::weight_streaming_of(p, limit_);
+  }
+
   model::DeviceModel model_;  // outlives session_ (declared first)
   model::ForwardSessionOptions options_;
   std::unique_ptr<model::ForwardSessionCuda> session_;
+  int64_t limit_ = 0;
+  WeightStreaming streaming_;
 };
 #endif
 
@@ -95,6 +110,11 @@ Precision precision_for(const DenoiserOptions& o) {
 }
 
 void check_options(const DenoiserOptions& o) {
+  H3RT_CHECK(o.device_memory_limit >= 0,
+             "device_memory_limit must be >= 0 bytes (0: no limit), got ", o.device_memory_limit);
+  H3RT_CHECK(o.device_memory_limit == 0 || o.device == Device::cuda,
+             "device_memory_limit applies to device cuda (the CPU backend holds its weights in "
+             "host memory)");
   H3RT_CHECK(o.attention == Attention::bf16 || o.device == Device::cuda,
              "attention sage runs on the GPU only (device cuda); the CPU runs the reference "
              "attention");

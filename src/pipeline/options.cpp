@@ -1,4 +1,8 @@
 // Option words shared by the CLI, the C API and Python.
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+
 #include "h3rt/pipeline.h"
 
 namespace h3rt {
@@ -32,6 +36,37 @@ CheckFinite parse_check_finite(const std::string& s, const char* what) {
   if (s == "off") return CheckFinite::off;
   H3RT_CHECK(s == "all", what, " must be off, first or all, got '", s, "'");
   return CheckFinite::every_step;
+}
+
+int64_t parse_memory_size(const std::string& s, const char* what) {
+  static const struct {
+    const char* unit;
+    double scale;
+  } units[] = {{"", 1},
+               {"b", 1},
+               {"kb", 1e3},
+               {"mb", 1e6},
+               {"gb", 1e9},
+               {"tb", 1e12},
+               {"kib", 1024.0},
+               {"mib", 1048576.0},
+               {"gib", 1073741824.0},
+               {"tib", 1099511627776.0}};
+  const char* begin = s.c_str();
+  char* end = nullptr;
+  const double v = std::strtod(begin, &end);
+  std::string unit(end);
+  for (char& ch : unit) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  const bool number = end != begin && !std::isspace(static_cast<unsigned char>(*begin));
+  for (const auto& u : units) {
+    if (!number || unit != u.unit) continue;
+    const double bytes = v * u.scale;
+    H3RT_CHECK(std::isfinite(bytes) && bytes >= 0 && bytes < 9.2e18, what,
+               " must be a size >= 0 (0: no limit), got '", s, "'");
+    return static_cast<int64_t>(std::llround(bytes));
+  }
+  H3RT_FAIL(what, " must be a size: a number of bytes (2.5e10) or with a unit GB/MB/TB (powers ",
+            "of 1000) or GiB/MiB/TiB (powers of 1024), e.g. 24GB or 24GiB; got '", s, "'");
 }
 
 }  // namespace h3rt

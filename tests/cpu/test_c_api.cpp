@@ -52,6 +52,25 @@ TEST(CApi, VersionAndErrors) {
   h3rt_model_free(nullptr);
 }
 
+TEST(CApi, DeviceMemoryLimitOption) {
+  h3rt_model_options o;
+  h3rt_model_options_init(&o);
+  EXPECT_EQ(o.device_memory_limit, nullptr);
+  h3rt_model* m = nullptr;
+  o.device_memory_limit = "24 elephants";
+  EXPECT_EQ(h3rt_model_create(kWeights.c_str(), &o, &m), H3RT_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(h3rt_last_error()).find("options.device_memory_limit"), std::string::npos)
+      << h3rt_last_error();
+  o.device_memory_limit = "24GB";  // the CPU backend has no device memory to limit
+  EXPECT_NE(h3rt_model_create(kWeights.c_str(), &o, &m), H3RT_OK);
+  EXPECT_NE(std::string(h3rt_last_error()).find("device_memory_limit applies to device cuda"),
+            std::string::npos)
+      << h3rt_last_error();
+  o.device_memory_limit = "0";
+  ASSERT_EQ(h3rt_model_create(kWeights.c_str(), &o, &m), H3RT_OK) << h3rt_last_error();
+  h3rt_model_free(m);
+}
+
 TEST(CApi, CheckFiniteOption) {
   h3rt_model_options o;
   h3rt_model_options_init(&o);

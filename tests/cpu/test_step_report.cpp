@@ -45,10 +45,11 @@ TEST(StepReport, SchemaMediansAndGraphComparison) {
   EXPECT_TRUE(g.at("velocities_bit_identical_to_eager").get<bool>());
   EXPECT_EQ(g.at("repetitions").size(), 3u);
 
-  // Stage k of repetition i holds 4 i + k + 1: the medians are repetition 1's values.
+  // Stage k of repetition i holds n i + k + 1 (n stages): the medians are repetition 1's.
   const auto& st = r.at("eager_stage_ms_p50");
+  const double n = static_cast<double>(bench::step_stages().size());
   for (size_t k = 0; k < bench::step_stages().size(); ++k)
-    EXPECT_DOUBLE_EQ(st.at(bench::step_stages()[k]).get<double>(), 4.0 + k + 1) << k;
+    EXPECT_DOUBLE_EQ(st.at(bench::step_stages()[k]).get<double>(), n + k + 1) << k;
   EXPECT_DOUBLE_EQ(st.at("host_prepare").get<double>(), 18.0);  // median of {10, 25, 18}
 
   EXPECT_EQ(r.at("workload").at("packed_tokens").get<int64_t>(), 37810);
@@ -94,6 +95,47 @@ TEST(StepReport, RejectsUnknownStagesAndMissingRepetitions) {
   EXPECT_THROW(bench::step_report(H3Config::tiny(), layout, m), Error);
   m.eager.clear();
   EXPECT_THROW(bench::step_report(H3Config::tiny(), layout, m), Error);
+}
+
+// A streamed run: the plan, the copy time against the compute stream's wait for it; beside a
+// resident run of the same steps: the ratios and the bit identity of the velocities.
+TEST(StepReport, WeightStreamingAndResidentComparison) {
+  const H3Config c = H3Config::tiny();
+  const SequenceLayout layout = make_t2va_layout(10, 9, 7, 8, 12);
+  bench::StepMeasurements resident = measurements();
+  EXPECT_FALSE(bench::step_report(c, layout, resident).at("weight_streaming").at("streamed"));
+  bench::StepMeasurements streamed = measurements();
+  streamed.weight_streaming.limit = 24000000000;
+  streamed.weight_streaming.streamed = true;
+  streamed.weight_streaming.slots = 2;
+  streamed.weight_streaming.slot_bytes = 1000;
+  streamed.weight_streaming.h2d_bytes_per_step = 2000000;
+  for (auto* reps : {&streamed.eager, &streamed.graph})
+    for (auto& r : *reps) r.wall_ms *= 1.25;
+  const double copies[] = {20, 40, 30};
+  for (int i = 0; i < 3; ++i) {
+    streamed.eager[i].weight_copy_ms = copies[i];
+    streamed.eager[i].stage_ms["weight_wait"] = 3.0 * (i + 1);  // median 6
+  }
+  const nlohmann::json r = bench::step_comparison_report(c, layout, streamed, resident);
+  const auto& w = r.at("weight_streaming");
+  EXPECT_TRUE(w.at("streamed").get<bool>());
+  EXPECT_EQ(w.at("device_memory_limit").get<int64_t>(), 24000000000);
+  EXPECT_EQ(w.at("slot_bytes").get<int64_t>(), 1000);
+  EXPECT_DOUBLE_EQ(w.at("copy_ms_p50_eager").get<double>(), 30.0);
+  EXPECT_DOUBLE_EQ(w.at("compute_waited_ms_p50_eager").get<double>(), 6.0);
+  EXPECT_DOUBLE_EQ(w.at("copy_hidden_fraction").get<double>(), 0.8);
+  EXPECT_DOUBLE_EQ(w.at("h2d_gb_per_s_eager").get<double>(), 2000000 / 30.0 / 1e6);
+  const auto& cmp = r.at("streamed_vs_resident");
+  EXPECT_DOUBLE_EQ(cmp.at("eager_step_ratio").get<double>(), 1.25);
+  EXPECT_DOUBLE_EQ(cmp.at("cuda_graph_step_ratio").get<double>(), 1.25);
+  EXPECT_TRUE(cmp.at("velocities_bit_identical").get<bool>());
+  EXPECT_DOUBLE_EQ(r.at("resident").at("step_ms_p50_eager").get<double>(), 110.0);
+  streamed.graph[1].audio.sum += 1;  // one velocity differs
+  EXPECT_FALSE(bench::step_comparison_report(c, layout, streamed, resident)
+                   .at("streamed_vs_resident")
+                   .at("velocities_bit_identical")
+                   .get<bool>());
 }
 
 }  // namespace

@@ -10,9 +10,22 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 
+#include "h3rt/check.h"
+
 namespace h3rt::test {
+
+// The message of the h3rt::Error f throws, or "" when it throws none.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 // The shared reference folder (golden/...). H3RT_SHARED_DIR in the environment overrides the
 // build-time default, so a copied tree can point elsewhere.

@@ -1,0 +1,92 @@
+// Block weights streamed from pinned host memory into device slots (the plan, what streams and
+// its cost: model/weight_stream_plan.h).
+//
+// stream_block_weights moves the streamed tensors of every transformer block into one pinned
+// host image per block (laid out as a slot) and frees their device memory; the DeviceBlocks
+// keep host views of them (Device::cpu), so formats and shapes read as before but no kernel
+// can take them. A forward session then holds a BlockWeightStream: `slots` device slots, a copy
+// stream and, per block, a DeviceBlock whose streamed tensors view its slot (the resident ones
+// as the model's). Per range of blocks [first, last) enqueued on the compute stream s:
+//   begin:   s records a fork event the copy stream waits on (this joins a graph capture and
+//            orders the copies after every earlier user of the slots), then copies the first
+//            `slots` blocks;
+//   acquire: s waits for block i's copy;
+//   release: s records that block i's work is enqueued; the copy stream waits for it and copies
+//            block i + slots into the freed slot, overlapped with blocks i+1 .. i+slots-1.
+// Every copy is waited on by an acquire on s, so a captured graph joins the copy stream again.
+// The bits are those of resident weights: the kernels read the same bytes from another address.
+#pragma once
+
+#ifdef H3RT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/model_cuda.h"
+#include "model/weight_stream_plan.h"
+
+namespace h3rt::model {
+
+// The pinned host images of a streamed model's blocks (DeviceModel::streamed).
+struct StreamedBlocks {
+  SlotLayout layout;                          // the same for every block
+  std::vector<std::shared_ptr<void>> images;  // per block, layout.bytes of pinned memory
+};
+
+// The streamed tensors of a block, in slot order (block_slot_layout's names).
+std::vector<std::pair<std::string, Tensor*>> streamed_tensors(DeviceBlock& b);
+// The slot layout of a block's streamed tensors as it holds them.
+SlotLayout block_slot_layout(const DeviceBlock& b);
+// How a device block stores its projections and AdaLN.
+BlockStorage block_storage(const DeviceBlock& b);
+// Bytes of every weight tensor of the model, on the device or streamed.
+int64_t model_weight_bytes(const DeviceModel& m);
+
+// Moves the blocks' streamed tensors to pinned host memory (once; a no-op when streamed).
+// Throws when the blocks store their linears differently (one slot layout serves all).
+void stream_block_weights(DeviceModel& m);
+
+// The plan for a session of `layout` on m under `limit` (m's weight bytes and block layout, the
+// shape's estimated working set); moves m's blocks to pinned memory when it says stream.
+// Throws as plan_weight_streaming when the limit is too small.
+WeightStreamPlan apply_weight_streaming(DeviceModel& m, const SequenceLayout& layout, int64_t limit,
+                                        bool sage_attention);
+
+class BlockWeightStream {
+ public:
+  explicit BlockWeightStream(const DeviceModel& m, int slots = 2);
+  ~BlockWeightStream();
+  BlockWeightStream(const BlockWeightStream&) = delete;
+  BlockWeightStream& operator=(const BlockWeightStream&) = delete;
+
+  // `timed` (eager steps only): events around each copy, summed by copy_ms().
+  void begin(int64_t first, int64_t last, cudaStream_t s, bool timed);
+  const DeviceBlock& acquire(int64_t i, cudaStream_t s);
+  void release(int64_t i, cudaStream_t s);
+
+  void reset_timing();
+  double copy_ms() const;  // copy stream busy time of the timed ranges (after they finished)
+  int slots() const { return static_cast<int>(slots_.size()); }
+  int64_t slot_bytes() const { return layout_.bytes; }
+
+ private:
+  void copy(int64_t block);
+  const DeviceModel& m_;
+  SlotLayout layout_;
+  std::vector<Tensor> slots_;
+  std::vector<DeviceBlock> views_;  // per block, its streamed tensors in slot (block % slots)
+  cudaStream_t copy_ = nullptr;
+  cudaEvent_t fork_ = nullptr;
+  std::vector<cudaEvent_t> copied_, done_;  // per slot
+  int64_t last_ = 0;
+  bool timed_ = false;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> timing_;  // per timed copy
+  size_t timing_used_ = 0;
+};
+
+}  // namespace h3rt::model
+#endif  // H3RT_HAVE_CUDA

@@ -1,0 +1,207 @@
+#include "model/weight_stream_plan.h"
+
+#include <algorithm>
+
+#include "h3rt/check.h"
+#include "h3rt/nvfp4.h"
+
+namespace h3rt::model {
+namespace {
+
+constexpr int64_t kAlign = 256;  // cudaMalloc's alignment, kept for every tensor in a slot
+
+int64_t align_up(int64_t x) {
+  return (x + kAlign - 1) / kAlign * kAlign;
+}
+
+double gb(int64_t bytes) {
+  return static_cast<double>(bytes) / 1e9;
+}
+
+// The weight matrix bytes of a linear [out, in] (nvfp4: the packed codes only).
+int64_t matrix_bytes(LinearStorage s, int64_t out, int64_t in) {
+  switch (s) {
+    case LinearStorage::f32:
+      return out * in * 4;
+    case LinearStorage::bf16:
+      return out * in * 2;
+    case LinearStorage::fp8:
+    case LinearStorage::int8:
+      return out * in;
+    case LinearStorage::nvfp4:
+      return out * in / 2;
+  }
+  return 0;
+}
+
+// The small per-layer tensors that stay resident (scales; not the bias).
+int64_t scale_bytes(LinearStorage s, int64_t out) {
+  if (s == LinearStorage::fp8) return 2 * 4;     // weight and input scale
+  if (s == LinearStorage::int8) return out * 4;  // per-row weight scale
+  if (s == LinearStorage::nvfp4) return 2 * 4;   // weight_scale_2, input_scale
+  return 0;
+}
+
+struct Shape2 {
+  const char* name;
+  LinearStorage s;
+  int64_t out, in;
+};
+
+std::vector<Shape2> block_linears(const H3Config& c, const BlockStorage& s, bool adaln) {
+  const int64_t H = c.hidden, I = c.inner(), F = c.ffn;
+  std::vector<Shape2> v = {{"qkv", s.qkv, 3 * I, H},
+                           {"out", s.out, H, I},
+                           {"fc1", s.fc1, 2 * F, H},
+                           {"fc2", s.fc2, H, F}};
+  if (adaln) v.push_back({"adaln", s.adaln, 18 * H, c.adaln_in()});
+  return v;
+}
+
+int64_t linear_bytes(const Shape2& l) {
+  int64_t b = matrix_bytes(l.s, l.out, l.in) + scale_bytes(l.s, l.out);
+  if (l.s == LinearStorage::nvfp4) b += nvfp4_scales_bytes(l.out, l.in);
+  return b;
+}
+
+// Activation bytes of make_block_buffers at `rows` (block_cuda.cu), with the GEMM scratch of
+// the formats present estimated from the kernels' sizing rules.
+int64_t block_buffer_bytes(const H3Config& c, const BlockStorage& s, bool sage, int64_t rows) {
+  const int64_t H = c.hidden, I = c.inner(), F = c.ffn, widest = std::max({H, I, F});
+  int64_t b = rows * (3 * H + 3 * I + I + 2 * F + F) * 2;  // x n y, qkv, attn, h, g (bf16)
+  b += 65536 * 2 + 6 * 6 * H * 2;                          // silu table, a 2-timestep table
+  b += rows * 8 + 2 * rows * c.rope_dim() * 4;             // row index, cos, sin
+  if (s.any(LinearStorage::fp8)) b += rows * widest;
+  if (s.any(LinearStorage::int8)) {  // quantized rows, their scales, int32 accumulator chunks
+    const int64_t out = std::max({3 * I, 2 * F, H});
+    b += rows * widest + rows * 4 + std::min(rows * out * 4, (int64_t(256) << 20) + 128 * out * 4);
+  }
+  if (s.any(LinearStorage::nvfp4))  // packed rows and scales; dequantized operands (bf16)
+    b += rows * widest / 2 + nvfp4_scales_bytes(rows, widest) + rows * widest * 2 + 2 * F * H * 2;
+  if (sage) b += 3 * c.heads * ((rows + 255) / 256 * 256) * c.head_dim + (int64_t(8) << 20);
+  return b;
+}
+
+}  // namespace
+
+BlockStorage uniform_storage(const H3Config& c, LinearStorage projections) {
+  BlockStorage s;
+  s.qkv = s.out = s.fc1 = s.fc2 = projections;
+  s.adaln = c.adaln_curve() ? LinearStorage::f32 : LinearStorage::bf16;
+  return s;
+}
+
+void SlotLayout::add(const std::string& name, int64_t n) {
+  const int64_t offset = align_up(bytes);
+  entries.push_back({name, offset, n});
+  bytes = align_up(offset + n);
+}
+
+SlotLayout block_slot_layout(const H3Config& c, const BlockStorage& s) {
+  SlotLayout l;
+  for (const Shape2& x : block_linears(c, s, true)) {
+    l.add(std::string(x.name) + ".weight", matrix_bytes(x.s, x.out, x.in));
+    if (x.s == LinearStorage::nvfp4)
+      l.add(std::string(x.name) + ".weight_scale", nvfp4_scales_bytes(x.out, x.in));
+  }
+  return l;
+}
+
+int64_t model_weight_bytes(const H3Config& c, const BlockStorage& s) {
+  const int64_t H = c.hidden;
+  const int64_t norms = 2 * H * 2 + 2 * c.head_dim * 2;
+  int64_t block = norms, refiner = norms;
+  for (const Shape2& l : block_linears(c, s, true)) block += linear_bytes(l);
+  for (const Shape2& l : block_linears(c, s, false)) refiner += linear_bytes(l);
+  block += 18 * H * (s.adaln == LinearStorage::f32 ? 4 : 2);  // the AdaLN bias
+  const int64_t adaln_elem = s.adaln == LinearStorage::f32 ? 4 : 2;
+  int64_t rest = (c.video_features() + c.audio_channels + 2) * H * 4;  // patch projections
+  rest += (H * c.text_dim + H) * 2;                                    // condition_proj
+  rest += (2 * H * c.adaln_in() + 2 * H) * adaln_elem;                 // final AdaLN
+  rest += (c.video_features() + c.audio_channels) * (H + 1) * 4;       // heads
+  rest += 2 * H * 2;                                                   // final norms
+  return c.layers * block + c.refiner_layers * refiner + rest;
+}
+
+ForwardShape forward_shape(const SequenceLayout& l) {
+  ForwardShape s;
+  s.rows = l.seq_len();
+  s.text = l.text_len;
+  s.video = l.video_rows();
+  s.audio = l.audio_rows();
+  s.cond_video = static_cast<int64_t>(l.cond_video_indices.size());
+  s.cond_audio = static_cast<int64_t>(l.cond_audio_indices.size());
+  return s;
+}
+
+int64_t estimate_working_set_bytes(const H3Config& c, const BlockStorage& s, bool sage,
+                                   const ForwardShape& f) {
+  const int64_t H = c.hidden, P = c.video_features(), A = c.audio_channels;
+  int64_t b = block_buffer_bytes(c, s, sage, f.rows);
+  if (f.text) b += block_buffer_bytes(c, s, false, f.text) + f.text * (c.text_dim + H) * 2;
+  b += (f.cond_video + f.cond_audio) * H * 2 + f.rows * 8;  // condition rows, timestep index
+  b += 2 * (f.video * P + f.audio * A) * 4;                 // patch inputs, velocities (f32)
+  const int64_t scratch = std::max({f.video, f.audio, f.cond_video, f.cond_audio}) * H * 4;
+  if (scratch > f.rows * 2 * c.ffn * 2) b += scratch;  // else the session borrows `h`
+  b += int64_t(32) << 20;                              // cuBLAS workspace
+  return b + kWorkingSetMarginBytes;
+}
+
+WeightStreamPlan plan_weight_streaming(const WeightStreamInput& in) {
+  H3RT_CHECK(in.limit >= 0, "device_memory_limit must be >= 0 bytes (0: no limit), got ", in.limit);
+  H3RT_CHECK(in.slots >= 2, "weight streaming needs >= 2 slots, got ", in.slots);
+  WeightStreamPlan p;
+  const int64_t streamable = in.blocks * in.slot_bytes;
+  const int64_t resident_all = in.weight_bytes + in.working_set_bytes;
+  if (!in.streamed && (in.limit == 0 || resident_all <= in.limit)) {
+    p.resident_weight_bytes = in.weight_bytes;
+    p.device_bytes = resident_all;
+    return p;
+  }
+  p.stream = true;
+  p.slots = in.slots;
+  p.slot_bytes = in.slot_bytes;
+  p.resident_weight_bytes = std::max<int64_t>(0, in.weight_bytes - streamable);
+  p.host_bytes = streamable;
+  p.h2d_bytes_per_step = streamable;
+  p.device_bytes = p.resident_weight_bytes + in.slots * in.slot_bytes + in.working_set_bytes;
+  H3RT_CHECK(in.limit == 0 || p.device_bytes <= in.limit, "device_memory_limit ", gb(in.limit),
+             " GB (", in.limit,
+             " bytes) is below what streaming the block weights needs: ", gb(p.device_bytes),
+             " GB (", p.device_bytes, " bytes: ", gb(p.resident_weight_bytes),
+             " GB of resident weights + ", in.slots, " slots of ", gb(in.slot_bytes), " GB + ",
+             gb(in.working_set_bytes),
+             " GB of activations and workspaces for this shape); raise the limit or use a "
+             "smaller shape");
+  return p;
+}
+
+WeightStreaming weight_streaming_of(const WeightStreamPlan& p, int64_t limit) {
+  WeightStreaming w;
+  w.limit = limit;
+  w.streamed = p.stream;
+  w.slots = p.slots;
+  w.slot_bytes = p.slot_bytes;
+  w.host_bytes = p.host_bytes;
+  w.h2d_bytes_per_step = p.h2d_bytes_per_step;
+  w.resident_weight_bytes = p.resident_weight_bytes;
+  w.planned_device_bytes = p.device_bytes;
+  return w;
+}
+
+}  // namespace h3rt::model
+
+namespace h3rt {
+
+nlohmann::json to_json(const WeightStreaming& w) {
+  return {{"device_memory_limit", w.limit},
+          {"streamed", w.streamed},
+          {"slots", w.slots},
+          {"slot_bytes", w.slot_bytes},
+          {"host_bytes", w.host_bytes},
+          {"h2d_bytes_per_step", w.h2d_bytes_per_step},
+          {"resident_weight_bytes", w.resident_weight_bytes},
+          {"planned_device_bytes", w.planned_device_bytes}};
+}
+
+}  // namespace h3rt

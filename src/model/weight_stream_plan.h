@@ -1,0 +1,102 @@
+// Weight streaming for GPUs smaller than the model (DenoiserOptions::device_memory_limit): the
+// plan, as pure arithmetic on a config and the formats the CUDA model stores its blocks in.
+//
+// Streamed: the weight matrices of each transformer block's five linears (qkv, out, fc1, fc2 and
+// the AdaLN projection): bf16/f32 `w`, fp8 `w8`, int8 `wi8`, nvfp4 `w4` and its block scales.
+// They live in pinned host memory, one image per block laid out exactly as a device slot; the
+// forward holds `slots` device slots of one image and copies block i+1 into a free slot on a copy
+// stream while block i computes (model/weight_stream_cuda.h). Resident: everything else (biases,
+// per-row and scalar scales, norms, the token refiner, patch projections, heads).
+//
+// Cost (h3: hidden 5376, inner 7168, ffn 14336): a block's four projections hold 385M weights,
+// 0.385 GB in int8/fp8 and 0.77 GB in bf16; the full AdaLN [96768, 2688] adds 0.52 GB bf16 (the
+// pruned curve form's f32 [96768, rank] is small). At ~50 GB/s of PCIe H2D the pruned int8 block
+// copies in ~8 ms against ~19 ms of compute per block at 864x480, 124 frames (15,499 rows):
+// hidden. There the pruned int8 model (20.3 GB) plus a step (~3.9 GB) just exceeds 24 GB;
+// streamed it plans 5.6 GB on the device and 19.4 GB of H2D per step.
+// With the full AdaLN (the synthetic `bench step --preset h3` model) an int8 block is 0.906 GB,
+// ~18 ms per block: about its compute, so only just hidden; bf16 1.29 GB, ~26 ms, roughly its
+// (slower) compute.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "h3rt/layout.h"
+#include "h3rt/model.h"
+#include "h3rt/pipeline.h"
+
+namespace h3rt::model {
+
+// How the CUDA model stores one linear (model_cuda.h, DeviceLinear).
+enum class LinearStorage { bf16, f32, fp8, int8, nvfp4 };
+
+// The storage of a block's projections and AdaLN (bf16, or f32 for the curve form).
+struct BlockStorage {
+  LinearStorage qkv = LinearStorage::bf16, out = LinearStorage::bf16, fc1 = LinearStorage::bf16,
+                fc2 = LinearStorage::bf16, adaln = LinearStorage::bf16;
+  bool any(LinearStorage s) const { return qkv == s || out == s || fc1 == s || fc2 == s; }
+};
+// All four projections stored as `projections`; the AdaLN as the config's form computes it.
+BlockStorage uniform_storage(const H3Config& c, LinearStorage projections);
+
+// One streamed tensor's place in a block's image (= its device slot).
+struct SlotEntry {
+  std::string name;  // "qkv.weight", "fc1.weight_scale" (nvfp4 block scales), ...
+  int64_t offset = 0, bytes = 0;
+};
+struct SlotLayout {
+  std::vector<SlotEntry> entries;
+  int64_t bytes = 0;                                 // the slot's size (entries aligned)
+  void add(const std::string& name, int64_t bytes);  // appends at the next 256-byte boundary
+};
+// The image of one transformer block stored as `s` (the order model/weight_stream_cuda.cu uses).
+SlotLayout block_slot_layout(const H3Config& c, const BlockStorage& s);
+
+// Device bytes of every weight of the model held resident, stored as `s` (blocks and refiner
+// alike; the patch projections and heads float32, condition_proj bf16).
+int64_t model_weight_bytes(const H3Config& c, const BlockStorage& s);
+
+// The rows a forward session holds activations for.
+struct ForwardShape {
+  int64_t rows = 0, text = 0, video = 0, audio = 0, cond_video = 0, cond_audio = 0;
+};
+ForwardShape forward_shape(const SequenceLayout& layout);
+
+// Estimated device bytes of one forward session's activations and workspaces (the block
+// buffers as make_block_buffers allocates them, the refiner's, staging and GEMM scratch), with
+// a fixed margin for GEMM plans and allocator rounding. Not including the step cache's 12 bytes
+// per element of the [rows, hidden] stream (allocated on the first cached step).
+int64_t estimate_working_set_bytes(const H3Config& c, const BlockStorage& s, bool sage_attention,
+                                   const ForwardShape& shape);
+constexpr int64_t kWorkingSetMarginBytes = int64_t(256) << 20;
+
+struct WeightStreamInput {
+  int64_t limit = 0;              // DenoiserOptions::device_memory_limit; 0: unlimited
+  int64_t weight_bytes = 0;       // every device weight, resident
+  int64_t slot_bytes = 0;         // one block's image
+  int64_t blocks = 0;             // transformer blocks
+  int64_t working_set_bytes = 0;  // the forward's (estimate_working_set_bytes)
+  int slots = 2;
+  bool streamed = false;  // the blocks already stream (a model streams once it has)
+};
+
+struct WeightStreamPlan {
+  bool stream = false;
+  int slots = 0;
+  int64_t slot_bytes = 0;
+  int64_t resident_weight_bytes = 0;  // weights kept on the device
+  int64_t host_bytes = 0;             // pinned host memory of the block images
+  int64_t device_bytes = 0;           // resident weights + slots + working set
+  int64_t h2d_bytes_per_step = 0;     // every block's image, once per forward
+};
+
+// Resident when there is no limit or everything fits it; else the blocks stream. Throws naming
+// device_memory_limit, the bytes streaming needs and their parts when even that exceeds it.
+WeightStreamPlan plan_weight_streaming(const WeightStreamInput& in);
+
+// The plan as the Denoiser and the reports give it (h3rt/pipeline.h).
+WeightStreaming weight_streaming_of(const WeightStreamPlan& p, int64_t limit);
+
+}  // namespace h3rt::model

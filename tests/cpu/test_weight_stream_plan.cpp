@@ -1,0 +1,198 @@
+// Weight streaming (DenoiserOptions::device_memory_limit): the size parser, the slot layout of
+// a block in each format, the model's weight bytes and the plan (resident / stream / too small)
+// on the tiny and the release shapes.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+
+#include "h3rt/nvfp4.h"
+#include "h3rt/pipeline.h"
+#include "model/weight_stream_plan.h"
+#include "test_util.h"
+
+namespace h3rt {
+namespace {
+
+using model::LinearStorage;
+using test::error_of;
+
+TEST(WeightStreamPlan, ParsesSizesInBothUnitSystems) {
+  EXPECT_EQ(parse_memory_size("24GB"), 24000000000);
+  EXPECT_EQ(parse_memory_size("24gb"), 24000000000);
+  EXPECT_EQ(parse_memory_size("24GiB"), int64_t(24) << 30);
+  EXPECT_EQ(parse_memory_size("2.5e10"), 25000000000);
+  EXPECT_EQ(parse_memory_size("512MiB"), int64_t(512) << 20);
+  EXPECT_EQ(parse_memory_size("1.5TB"), 1500000000000);
+  EXPECT_EQ(parse_memory_size("4096B"), 4096);
+  EXPECT_EQ(parse_memory_size("0"), 0);
+}
+
+TEST(WeightStreamPlan, RejectsMalformedSizesNamingTheOption) {
+  for (const char* bad : {"", "GB", "24 GB", "24XB", "-1GB", "abc", "1e30GB", " 24GB"}) {
+    const std::string e = error_of([&] { parse_memory_size(bad, "--device-memory-limit"); });
+    EXPECT_NE(e.find("--device-memory-limit"), std::string::npos) << bad << ": " << e;
+    EXPECT_NE(e.find(std::string("'") + bad + "'"), std::string::npos) << bad << ": " << e;
+  }
+}
+
+TEST(WeightStreamPlan, SlotEntriesAre256ByteAligned) {
+  model::SlotLayout l;
+  l.add("a", 10);
+  l.add("b", 256);
+  l.add("c", 1);
+  ASSERT_EQ(l.entries.size(), 3u);
+  EXPECT_EQ(l.entries[0].offset, 0);
+  EXPECT_EQ(l.entries[1].offset, 256);
+  EXPECT_EQ(l.entries[2].offset, 512);
+  EXPECT_EQ(l.bytes, 768);
+}
+
+TEST(WeightStreamPlan, TinyBf16BlockStreamsItsFiveMatrices) {
+  const H3Config c = H3Config::tiny();  // H 192, I 256, F 384, Tm 96
+  const model::SlotLayout l =
+      model::block_slot_layout(c, model::uniform_storage(c, LinearStorage::bf16));
+  ASSERT_EQ(l.entries.size(), 5u);
+  const char* names[] = {"qkv.weight", "out.weight", "fc1.weight", "fc2.weight", "adaln.weight"};
+  const int64_t bytes[] = {768 * 192 * 2, 192 * 256 * 2, 768 * 192 * 2, 192 * 384 * 2,
+                           18 * 192 * 96 * 2};
+  int64_t total = 0;
+  for (int k = 0; k < 5; ++k) {
+    EXPECT_EQ(l.entries[k].name, names[k]);
+    EXPECT_EQ(l.entries[k].bytes, bytes[k]);
+    EXPECT_EQ(l.entries[k].offset, total);  // every size here is a multiple of 256
+    total += bytes[k];
+  }
+  EXPECT_EQ(l.bytes, total);
+}
+
+TEST(WeightStreamPlan, Nvfp4BlocksStreamTheirBlockScalesToo) {
+  const H3Config c = H3Config::tiny();
+  const model::SlotLayout l =
+      model::block_slot_layout(c, model::uniform_storage(c, LinearStorage::nvfp4));
+  ASSERT_EQ(l.entries.size(), 9u);  // 4 x (codes, scales) + the bf16 AdaLN
+  EXPECT_EQ(l.entries[0].bytes, 768 * 192 / 2);
+  EXPECT_EQ(l.entries[1].name, "qkv.weight_scale");
+  EXPECT_EQ(l.entries[1].bytes, nvfp4_scales_bytes(768, 192));
+  EXPECT_EQ(l.entries[8].name, "adaln.weight");
+}
+
+TEST(WeightStreamPlan, ReleaseInt8BlockSizes) {
+  const H3Config c = H3Config::h3();
+  const int64_t projections = (3 * 7168 + 7168 + 2 * 14336 + 14336) * int64_t(5376);
+  EXPECT_EQ(projections, 385351680);  // 0.385 GB per block in int8 (the header's estimate)
+  const model::SlotLayout full =
+      model::block_slot_layout(c, model::uniform_storage(c, LinearStorage::int8));
+  EXPECT_EQ(full.bytes, projections + 18 * 5376 * int64_t(2688) * 2);  // + the bf16 AdaLN
+  H3Config pruned = c;
+  pruned.adaln_curve_grid = 64;
+  pruned.adaln_curve_rank = 8;
+  const model::BlockStorage s = model::uniform_storage(pruned, LinearStorage::int8);
+  EXPECT_EQ(s.adaln, LinearStorage::f32);
+  EXPECT_EQ(model::block_slot_layout(pruned, s).bytes, projections + 18 * 5376 * 8 * 4);
+}
+
+TEST(WeightStreamPlan, Bf16ModelBytesAgreeWithTheParameterEstimate) {
+  const H3Config c = H3Config::h3();
+  const int64_t ours = model::model_weight_bytes(c, model::uniform_storage(c, LinearStorage::bf16));
+  // estimate_weight_bytes also counts the time embedder (host-side on CUDA) and stores the
+  // patch projections and heads alike: within 1%.
+  const double theirs = static_cast<double>(estimate_weight_bytes(c).stored_bytes);
+  EXPECT_NEAR(ours / theirs, 1.0, 0.01) << ours << " vs " << theirs;
+}
+
+// 1000 bytes of weights, 800 of them in 8 block images of 100; 500 bytes of activations.
+model::WeightStreamInput eight_blocks() {
+  model::WeightStreamInput in;
+  in.weight_bytes = 1000;
+  in.slot_bytes = 100;
+  in.blocks = 8;
+  in.working_set_bytes = 500;
+  return in;
+}
+
+TEST(WeightStreamPlan, NoLimitOrRoomKeepsWeightsResident) {
+  model::WeightStreamInput in = eight_blocks();
+  model::WeightStreamPlan p = model::plan_weight_streaming(in);
+  EXPECT_FALSE(p.stream);
+  EXPECT_EQ(p.device_bytes, 1500);
+  in.limit = 1500;
+  p = model::plan_weight_streaming(in);
+  EXPECT_FALSE(p.stream);
+  EXPECT_EQ(p.resident_weight_bytes, 1000);
+  EXPECT_EQ(p.h2d_bytes_per_step, 0);
+}
+
+TEST(WeightStreamPlan, OverTheLimitStreamsTheBlocks) {
+  model::WeightStreamInput in = eight_blocks();
+  in.limit = 1499;
+  const model::WeightStreamPlan p = model::plan_weight_streaming(in);
+  EXPECT_TRUE(p.stream);
+  EXPECT_EQ(p.slots, 2);
+  EXPECT_EQ(p.slot_bytes, 100);
+  EXPECT_EQ(p.resident_weight_bytes, 200);
+  EXPECT_EQ(p.host_bytes, 800);
+  EXPECT_EQ(p.h2d_bytes_per_step, 800);
+  EXPECT_EQ(p.device_bytes, 200 + 2 * 100 + 500);
+  // A streamed model keeps streaming without a limit.
+  in.limit = 0;
+  in.streamed = true;
+  EXPECT_TRUE(model::plan_weight_streaming(in).stream);
+}
+
+TEST(WeightStreamPlan, TooSmallALimitNamesTheOptionAndTheBytes) {
+  model::WeightStreamInput in = eight_blocks();
+  in.limit = 899;  // streaming needs 900
+  const std::string e = error_of([&] { model::plan_weight_streaming(in); });
+  EXPECT_NE(e.find("device_memory_limit"), std::string::npos) << e;
+  EXPECT_NE(e.find("(899 bytes)"), std::string::npos) << e;
+  EXPECT_NE(e.find("(900 bytes"), std::string::npos) << e;
+  in.limit = 900;
+  EXPECT_TRUE(model::plan_weight_streaming(in).stream);
+  in.limit = -1;
+  EXPECT_NE(error_of([&] { model::plan_weight_streaming(in); }).find(">= 0"), std::string::npos);
+}
+
+// The target: the pruned int8 release model at 864x480, 124 frames under 24 GB streams
+// and fits; resident it does not.
+TEST(WeightStreamPlan, PrunedInt8ReleaseAt864x480StreamsWithin24GB) {
+  H3Config c = H3Config::h3();
+  c.adaln_curve_grid = 64;
+  c.adaln_curve_rank = 8;
+  const model::BlockStorage s = model::uniform_storage(c, LinearStorage::int8);
+  const LatentShape sh = latent_shape_for(864, 480, 124, {0, 0, 0, 0});
+  const SequenceLayout L = make_t2va_layout(100, sh.audio, sh.frames, sh.height, sh.width);
+  model::WeightStreamInput in;
+  in.limit = parse_memory_size("24GB");
+  in.weight_bytes = model::model_weight_bytes(c, s);
+  in.slot_bytes = model::block_slot_layout(c, s).bytes;
+  in.blocks = c.layers;
+  in.working_set_bytes = model::estimate_working_set_bytes(c, s, true, model::forward_shape(L));
+  EXPECT_GT(in.weight_bytes, int64_t(19e9));
+  EXPECT_LT(in.weight_bytes, int64_t(22e9));
+  EXPECT_GT(in.weight_bytes + in.working_set_bytes, in.limit);
+  const model::WeightStreamPlan p = model::plan_weight_streaming(in);
+  EXPECT_TRUE(p.stream);
+  EXPECT_LE(p.device_bytes, in.limit);
+  EXPECT_EQ(p.h2d_bytes_per_step, 50 * p.slot_bytes);
+}
+
+// `h3rt info --device-memory-limit`: the plan at 864x480 for a checkpoint, and the option's
+// parse error. The tiny model's two blocks save nothing by streaming (two slots hold both).
+TEST(WeightStreamPlan, InfoSaysWhetherTheWeightsWouldStream) {
+  const std::string w = test::golden_dir() + "/weights.safetensors";
+  const test::CliRun big = test::run_cli("info " + w + " --device-memory-limit 1TB", false);
+  ASSERT_EQ(big.status, 0) << big.output;
+  EXPECT_NE(big.output.find("CUDA: "), std::string::npos) << big.output;
+  EXPECT_NE(big.output.find("the weights stay resident"), std::string::npos) << big.output;
+  const test::CliRun small = test::run_cli("info " + w + " --device-memory-limit 1MB", false);
+  ASSERT_EQ(small.status, 0) << small.output;
+  EXPECT_NE(small.output.find("too small: device_memory_limit"), std::string::npos) << small.output;
+  const test::CliRun bad = test::run_cli("info " + w + " --device-memory-limit 1XB");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.output.find("--device-memory-limit must be a size"), std::string::npos)
+      << bad.output;
+}
+
+}  // namespace
+}  // namespace h3rt
