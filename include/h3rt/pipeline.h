@@ -33,6 +33,12 @@ enum class Attention { bf16, sage };  // sage: 8-bit SageAttention2 numerics, CU
 // (every_step, which also scans the weights once when the denoiser is created), or none.
 enum class CheckFinite { off, first_step, every_step };
 
+// The block GEMM format of a preset's synthetic weights on CUDA, quantized on the device as
+// `h3rt bench step --gemm` runs them: bf16 (as generated), fp8 (e4m3, static per-tensor
+// scales, as fp8_scaled with an input_scale), int8 (W8A8 as ComfyUI's int8_convrot) or nvfp4
+// (W4A4, static input scales). A checkpoint's layers run in the formats the file stores.
+enum class SyntheticGemm { bf16, fp8, int8, nvfp4 };
+
 struct DenoiserOptions {
   Device device = Device::cpu;
   std::optional<Precision> precision;     // default: fp32 on the CPU, bf16 on CUDA (its only one)
@@ -45,6 +51,9 @@ struct DenoiserOptions {
   std::vector<LoraSpec> loras;
   bool lora_skip_unmatched = false;
   CheckFinite check_finite = CheckFinite::first_step;
+  // A preset on device cuda only (an error with a checkpoint or on the CPU): its block GEMMs.
+  SyntheticGemm synthetic_gemm = SyntheticGemm::bf16;
+  int int8_group = 256;  // synthetic_gemm int8: the convrot group size (0: plain int8)
 };
 
 // Where the weights come from: a checkpoint file (memory-mapped) or a preset's synthetic weights.
@@ -111,6 +120,8 @@ Attention parse_attention(const std::string& s, const char* what = "attention");
 Fp8Activations parse_fp8_activations(const std::string& s, const char* what = "fp8_activations");
 CheckFinite parse_check_finite(const std::string& s,
                                const char* what = "check_finite");  // off|first|all
+SyntheticGemm parse_synthetic_gemm(const std::string& s, const char* what = "gemm");
+const char* synthetic_gemm_name(SyntheticGemm g);  // bf16|fp8|int8|nvfp4
 
 // ---- requests -----------------------------------------------------------------------------
 // One request: its layout plus the starting rows and text embeddings, and optionally conditioning

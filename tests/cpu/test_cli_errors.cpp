@@ -141,6 +141,11 @@ TEST(CliErrors, BadOptionValues) {
   expect_error("sample --step-cache-max 0", "--step-cache-max must be in [1, 1000], got 0");
   expect_error("sample --gate", "--gate compares the dense run with an approximate one");
   expect_error("sample --gate --step-cache 0.1 --checkpoint-every 2", "--gate runs both");
+  expect_error("sample --gemm int4", "--gemm");
+  expect_error("sample --gemm int8 --int8-group 48", "--int8-group");
+  expect_error("sample --gemm int8", "--gemm int8 runs on the GPU only (--device cuda)");
+  expect_error("sample --gemm fp8 --device cuda --checkpoint " + kWeights,
+               "--gemm fp8 quantizes a preset's synthetic weights (--preset)");
   expect_error("forward --checkpoint " + kWeights + " --inputs " + kGolden + " --out " +
                    tmp("f.st") + " --sigma 2",
                "sigma must lie in [0, 1], got 2");
