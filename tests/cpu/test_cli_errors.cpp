@@ -60,6 +60,7 @@ std::vector<std::pair<std::string, std::string>> verbs() {
           {"quantize-checkpoint", "--in " + kWeights + " --out " + tmp("q") + " --format fp8"},
           {"int8-convrot", "--in " + kInt8 + " --out " + tmp("i")},
           {"prune-adaln", "--in " + kWeights + " --out " + tmp("p")},
+          {"make-lora", "--out " + tmp("l")},
           {"bench block", ""},
           {"bench step", ""},
           {"bench sample", ""},
@@ -142,6 +143,8 @@ TEST(CliErrors, BadOptionValues) {
   expect_error("sample --gate", "--gate compares the dense run with an approximate one");
   expect_error("sample --gate --step-cache 0.1 --checkpoint-every 2", "--gate runs both");
   expect_error("sample --gemm int4", "--gemm");
+  expect_error("make-lora --rank 0 --out " + tmp("l"), "--rank");
+  expect_error("make-lora --preset huge --out " + tmp("l"), "--preset");
   expect_error("sample --gemm int8 --int8-group 48", "--int8-group");
   expect_error("sample --gemm int8", "--gemm int8 runs on the GPU only (--device cuda)");
   expect_error("sample --gemm fp8 --device cuda --checkpoint " + kWeights,

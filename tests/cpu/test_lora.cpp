@@ -537,7 +537,6 @@ TEST(Lora, MakeLoraWritesATurboShapedFileThatMerges) {
   ASSERT_EQ(test::run_cli(run + "--out " + without).status, 0);
   EXPECT_NE(SafetensorsFile::open(with).get("video_latents").to_f32(),
             SafetensorsFile::open(without).get("video_latents").to_f32());
-  EXPECT_EQ(test::run_cli("make-lora --rank 0 --out " + lp).status, 1);
 }
 
 }  // namespace
