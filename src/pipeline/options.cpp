@@ -34,24 +34,23 @@ CheckFinite parse_check_finite(const std::string& s, const char* what) {
   return CheckFinite::every_step;
 }
 
+namespace {
+constexpr std::pair<SyntheticGemm, const char*> kGemmNames[] = {{SyntheticGemm::bf16, "bf16"},
+                                                                {SyntheticGemm::fp8, "fp8"},
+                                                                {SyntheticGemm::int8, "int8"},
+                                                                {SyntheticGemm::nvfp4, "nvfp4"}};
+}  // namespace
+
 SyntheticGemm parse_synthetic_gemm(const std::string& s, const char* what) {
-  for (SyntheticGemm g :
-       {SyntheticGemm::bf16, SyntheticGemm::fp8, SyntheticGemm::int8, SyntheticGemm::nvfp4})
-    if (s == synthetic_gemm_name(g)) return g;
+  for (const auto& [g, name] : kGemmNames)
+    if (s == name) return g;
   H3RT_FAIL(what, " must be bf16, fp8, int8 or nvfp4, got '", s, "'");
 }
 
 const char* synthetic_gemm_name(SyntheticGemm g) {
-  switch (g) {
-    case SyntheticGemm::fp8:
-      return "fp8";
-    case SyntheticGemm::int8:
-      return "int8";
-    case SyntheticGemm::nvfp4:
-      return "nvfp4";
-    default:
-      return "bf16";
-  }
+  for (const auto& [k, name] : kGemmNames)
+    if (k == g) return name;
+  return "bf16";
 }
 
 }  // namespace h3rt

@@ -52,14 +52,20 @@ TEST(HybridPolicy, ReuseDecision) {
   EXPECT_FALSE(reuse_cached_step(o, true, 0.0, 3)) << "the cap of 3 reuses in a row";
 }
 
+// The message of the Error that f() throws, or "no error".
+template <typename F>
+std::string error_of(const F& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 TEST(HybridPolicy, OptionChecksNameTheField) {
   const auto msg = [](HybridOptions h, StepCacheOptions c) {
-    try {
-      check_hybrid_options(h, c);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return error_of([&] { check_hybrid_options(h, c); });
   };
   HybridOptions h;
   StepCacheOptions c;
@@ -88,12 +94,7 @@ TEST(HybridPolicy, SettingsMapOnceAndErrorsUseTheCallersNames) {
   EXPECT_FALSE(off.hybrid.sparse.enabled());
   EXPECT_FALSE(off.step_cache.enabled());
   const auto msg = [](const HybridSettings& s, const HybridNames& n) {
-    try {
-      hybrid_policy(s, n);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return error_of([&] { hybrid_policy(s, n); });
   };
   HybridSettings s;
   s.sparse_attention = 11;
