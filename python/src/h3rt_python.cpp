@@ -537,8 +537,8 @@ NB_MODULE(_h3rt, m) {
          int dense_steps, int dense_blocks, double step_cache, int step_cache_max,
          std::optional<AnyArray> video_mask, std::optional<AnyArray> audio_mask,
          std::optional<AnyArray> video_image, std::optional<AnyArray> audio_image) {
-        const HybridSettings hybrid{sparse_attention, dense_steps, dense_blocks, step_cache,
-                                    step_cache_max};
+        const h3rt::HybridSettings hybrid{sparse_attention, dense_steps, dense_blocks, step_cache,
+                                          step_cache_max};
         const SamplingKeywords k{sampler, scheduler,        shift, audio_shift, checkpoint,
                                  resume,  checkpoint_every, hybrid};
         return sample(model, width, height, frames, steps, seed, std::move(text), progress,
