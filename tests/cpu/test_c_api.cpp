@@ -275,14 +275,14 @@ TEST(CApi, MaskedSampleOnComfysLoopGivesTheCppBits) {
   h3rt_sample_request req;
   h3rt_sample_request_init(&req);
   EXPECT_EQ(req.sampler, nullptr);
-  req.steps = 2;
+  req.steps = 1;
   req.conditioning = cond.c_str();
   req.sampler = "res_multistep";
   req.scheduler = "simple";
   const CSample got = run_c_sample(m, req);
   ASSERT_EQ(got.status, H3RT_OK) << h3rt_last_error();
   SampleOptions o;
-  o.steps = 2;
+  o.steps = 1;
   o.sampler = SamplerKind::res_multistep;
   o.scheduler = Scheduler::simple;
   const SampleResult want = cpp_sample_with(cond, o);
