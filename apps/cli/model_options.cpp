@@ -92,8 +92,11 @@ std::string ModelOptions::precision_name() const {
 
 std::string ModelOptions::describe() const {
   std::string d = source_of(*this).describe();
-  if (gemm == "int8")
-    return d + ", int8 W8A8 block GEMMs (group " + std::to_string(int8_group) + ")";
+  if (gemm == "int8" && checkpoint.empty()) {
+    const int g =
+        synthetic_int8_group(*config_preset(preset.empty() ? "tiny" : preset), int8_group);
+    return d + ", int8 W8A8 block GEMMs (group " + std::to_string(g) + ")";
+  }
   return gemm == "bf16" ? d : d + ", " + gemm + " block GEMMs";
 }
 

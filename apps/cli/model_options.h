@@ -24,7 +24,7 @@ struct ModelOptions {
   std::string attention = "bf16";  // sample only
   std::string cuda_graph = "on";   // sample only
   std::string gemm = "bf16";       // sample only: a preset's block GEMMs on CUDA
-  int int8_group = 256;            // sample only: --gemm int8's convrot group
+  int int8_group = -1;             // sample only: --gemm int8's convrot group (-1: the preset's)
   std::vector<std::string> loras;  // --lora F[:strength], repeatable
   bool lora_skip_unmatched = false;
   std::string check_finite = "first";

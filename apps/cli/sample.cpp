@@ -335,9 +335,9 @@ void add_sample_command(CLI::App& app) {
       ->check(CLI::IsMember({"bf16", "fp8", "int8", "nvfp4"}))
       ->capture_default_str();
   cmd->add_option("--int8-group", o->model.int8_group,
-                  "--gemm int8: the convrot group size (0: no rotation)")
-      ->check(CLI::IsMember({0, 16, 64, 256}))
-      ->capture_default_str();
+                  "--gemm int8: the convrot group size (0: no rotation; default: 256 where it "
+                  "divides every block projection's inputs, as for h3; 64 for tiny)")
+      ->check(CLI::IsMember({0, 16, 64, 256}));
   cmd->add_option("--attention", o->model.attention,
                   "Attention in the blocks: bf16 (the reference numerics) or sage (8-bit "
                   "SageAttention2 numerics, --device cuda only; not bit-comparable)")

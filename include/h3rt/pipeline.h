@@ -53,7 +53,8 @@ struct DenoiserOptions {
   CheckFinite check_finite = CheckFinite::first_step;
   // A preset on device cuda only (an error with a checkpoint or on the CPU): its block GEMMs.
   SyntheticGemm synthetic_gemm = SyntheticGemm::bf16;
-  int int8_group = 256;  // synthetic_gemm int8: the convrot group size (0: plain int8)
+  // synthetic_gemm int8: the convrot group size (0: plain int8; -1: synthetic_int8_group's).
+  int int8_group = -1;
 };
 
 // Where the weights come from: a checkpoint file (memory-mapped) or a preset's synthetic weights.
@@ -122,6 +123,9 @@ CheckFinite parse_check_finite(const std::string& s,
                                const char* what = "check_finite");  // off|first|all
 SyntheticGemm parse_synthetic_gemm(const std::string& s, const char* what = "gemm");
 const char* synthetic_gemm_name(SyntheticGemm g);  // bf16|fp8|int8|nvfp4
+// The convrot group of synthetic_gemm int8: `requested` when >= 0, else the largest of 256, 64
+// and 16 that divides every block projection's input size (256 for h3, 64 for tiny).
+int synthetic_int8_group(const H3Config& config, int requested);
 
 // ---- requests -----------------------------------------------------------------------------
 // One request: its layout plus the starting rows and text embeddings, and optionally conditioning

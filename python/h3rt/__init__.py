@@ -81,11 +81,11 @@ def _placed(key, v, device):
 
 
 def preset(name="tiny", weights_seed=0, device="cpu", precision=None, attention="bf16",
-           cuda_graphs=True, check_finite="first", gemm="bf16", int8_group=256):
+           cuda_graphs=True, check_finite="first", gemm="bf16", int8_group=-1):
     """A built-in model with deterministic synthetic weights: "tiny" (the golden set's
     dimensions) or "h3" (the release's; GPU only in practice). gemm "fp8", "int8" or "nvfp4"
     (device="cuda" only) quantizes the block projections on the GPU as `h3rt sample --gemm`
-    (int8_group: the int8 convrot group, 0 for none)."""
+    (int8_group: the int8 convrot group, 0 for none, -1 the preset's: 256 for h3, 64 tiny)."""
     return _h3rt._load_preset(name, weights_seed, device, precision, attention, cuda_graphs,
                               check_finite, gemm, int(int8_group))
 

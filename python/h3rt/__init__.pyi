@@ -85,7 +85,7 @@ def load(path_or_state_dict: Union[str, os.PathLike, Mapping[str, ArrayLike]],
 def preset(name: str = "tiny", weights_seed: int = 0, device: str = "cpu",
            precision: Optional[str] = None, attention: str = "bf16",
            cuda_graphs: bool = True, check_finite: str = "first", gemm: str = "bf16",
-           int8_group: int = 256) -> Model: ...
+           int8_group: int = -1) -> Model: ...
 def sample(model: Model, width: int = 0, height: int = 0, frames: int = 0, steps: int = 8,
            seed: int = 440420, text: Optional[ArrayLike] = None,
            progress: Optional[Callable[[int, int, float], Optional[bool]]] = None,

@@ -100,8 +100,9 @@ void check_options(const DenoiserOptions& o) {
              synthetic_gemm_name(o.synthetic_gemm),
              " quantizes a preset's synthetic weights on the GPU (device cuda); the CPU runs "
              "bf16/fp32 presets");
-  H3RT_CHECK(o.int8_group == 0 || o.int8_group == 16 || o.int8_group == 64 || o.int8_group == 256,
-             "int8 group size must be 0, 16, 64 or 256, got ", o.int8_group);
+  H3RT_CHECK(o.int8_group == -1 || o.int8_group == 0 || o.int8_group == 16 || o.int8_group == 64 ||
+                 o.int8_group == 256,
+             "int8 group size must be 0, 16, 64 or 256 (-1: the preset's), got ", o.int8_group);
 #ifdef H3RT_HAVE_CUDA
   if (o.device != Device::cuda) return;
   H3RT_CHECK(cuda::cuda_device_available(), "device cuda: no CUDA device is available");
@@ -224,7 +225,8 @@ std::unique_ptr<Denoiser> Denoiser::create(const ModelSource& s, const DenoiserO
     if (!o.loras.empty()) lora = model::merge_loras_cuda(m, read_loras(o), lora_options(o)).report;
     {  // after the LoRA merge: the merged bf16 weights are what gets quantized
       cuda::Stream stream;
-      model::quantize_synthetic_blocks(m, o.synthetic_gemm, o.int8_group, stream);
+      model::quantize_synthetic_blocks(m, o.synthetic_gemm,
+                                       synthetic_int8_group(*config, o.int8_group), stream);
     }
     return std::make_unique<CudaDenoiser>(std::move(m), o, 0, std::move(lora));
   }

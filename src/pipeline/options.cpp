@@ -1,5 +1,8 @@
 // Option words shared by the CLI, the C API and Python.
+#include <numeric>
+
 #include "h3rt/pipeline.h"
+#include "model/weights.h"
 
 namespace h3rt {
 
@@ -45,6 +48,18 @@ SyntheticGemm parse_synthetic_gemm(const std::string& s, const char* what) {
   for (const auto& [g, name] : kGemmNames)
     if (s == name) return g;
   H3RT_FAIL(what, " must be bf16, fp8, int8 or nvfp4, got '", s, "'");
+}
+
+int synthetic_int8_group(const H3Config& c, int requested) {
+  if (requested >= 0) return requested;
+  int64_t g = 0;  // the gcd of the block projections' input sizes
+  for (const model::WeightSpec& w : model::weight_specs(c))
+    if (w.key.rfind("blocks.", 0) == 0 && w.shape.size() == 2 &&
+        w.key.find("adaln") == std::string::npos)
+      g = std::gcd(g, w.shape[1]);
+  for (int group : {256, 64, 16})
+    if (g % group == 0) return group;
+  return 0;
 }
 
 const char* synthetic_gemm_name(SyntheticGemm g) {

@@ -201,7 +201,10 @@ std::string model_identity(const ModelSource& s, const DenoiserOptions& o) {
         (o.fp8_activations == Fp8Activations::dynamic ? "dynamic" : "static");
   if (o.synthetic_gemm != SyntheticGemm::bf16)  // (bf16: the identity files had before)
     id += std::string("; gemm ") + synthetic_gemm_name(o.synthetic_gemm) +
-          (o.synthetic_gemm == SyntheticGemm::int8 ? " group " + std::to_string(o.int8_group) : "");
+          (o.synthetic_gemm == SyntheticGemm::int8 && config_preset(s.preset)
+               ? " group " +
+                     std::to_string(synthetic_int8_group(*config_preset(s.preset), o.int8_group))
+               : "");
   return id;
 }
 
