@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   h3rt::cli::add_quantize_nvfp4_command(app);
   h3rt::cli::add_quantize_checkpoint_command(app);
   h3rt::cli::add_int8_convrot_command(app);
+  h3rt::cli::add_make_lora_command(app);
   h3rt::cli::add_prune_adaln_command(app);
   h3rt::cli::add_bench_nvfp4_command(*bench);
   h3rt::cli::add_bench_kernels_command(*bench);

@@ -17,6 +17,7 @@ void add_bench_attention_command(CLI::App& app);
 void add_quantize_nvfp4_command(CLI::App& app);
 void add_quantize_checkpoint_command(CLI::App& app);
 void add_int8_convrot_command(CLI::App& app);
+void add_make_lora_command(CLI::App& app);  // a synthetic turbo-shaped LoRA file
 void add_prune_adaln_command(CLI::App& app);
 void add_bench_nvfp4_command(CLI::App& app);
 void add_bench_kernels_command(CLI::App& app);

@@ -104,7 +104,13 @@ std::string ModelOptions::precision_name() const {
 }
 
 std::string ModelOptions::describe() const {
-  return source_of(*this).describe();
+  std::string d = source_of(*this).describe();
+  if (gemm == "int8" && checkpoint.empty()) {
+    const int g =
+        synthetic_int8_group(*config_preset(preset.empty() ? "tiny" : preset), int8_group);
+    return d + ", int8 W8A8 block GEMMs (group " + std::to_string(g) + ")";
+  }
+  return gemm == "bf16" ? d : d + ", " + gemm + " block GEMMs";
 }
 
 ModelSource ModelOptions::source() const {
@@ -122,6 +128,8 @@ DenoiserOptions ModelOptions::denoiser_options() const {
   d.lora_skip_unmatched = lora_skip_unmatched;
   d.check_finite = parse_check_finite(check_finite, "--check-finite");
   d.device_memory_limit = parse_memory_size(device_memory_limit, "--device-memory-limit");
+  d.synthetic_gemm = parse_synthetic_gemm(gemm, "--gemm");
+  d.int8_group = int8_group;
   return d;
 }
 
@@ -132,6 +140,12 @@ std::unique_ptr<Denoiser> ModelOptions::create() const {
   H3RT_CHECK(preset.empty() || checkpoint.empty(),
              "give --preset or --checkpoint, not both (a checkpoint defines its own config)");
   H3RT_CHECK(!checkpoint.empty() || qkv_override.empty(), "--qkv-override needs --checkpoint");
+  H3RT_CHECK(gemm == "bf16" || checkpoint.empty(), "--gemm ", gemm,
+             " quantizes a preset's synthetic weights (--preset); --checkpoint ", checkpoint,
+             " runs each layer in the format the file stores (h3rt quantize-checkpoint converts "
+             "one)");
+  H3RT_CHECK(gemm == "bf16" || device == "cuda", "--gemm ", gemm,
+             " runs on the GPU only (--device cuda); the CPU reference runs bf16/fp32 weights");
   const DenoiserOptions d = denoiser_options();
   std::unique_ptr<Denoiser> m = Denoiser::create(source_of(*this), d);
   for (const auto& w : m->lora_report().warnings) std::fprintf(stderr, "h3rt: %s\n", w.c_str());

@@ -26,6 +26,8 @@ struct ModelOptions {
   std::string fp8_activations = "static";
   std::string attention = "bf16";  // sample only
   std::string cuda_graph = "on";   // sample only
+  std::string gemm = "bf16";       // sample only: a preset's block GEMMs on CUDA
+  int int8_group = -1;             // sample only: --gemm int8's convrot group (-1: the preset's)
   std::vector<std::string> loras;  // --lora F[:strength], repeatable
   bool lora_skip_unmatched = false;
   std::string check_finite = "first";
@@ -35,7 +37,7 @@ struct ModelOptions {
   // --lora, --lora-skip-unmatched, --check-finite, --device-memory-limit.
   void add_to(CLI::App* cmd, bool with_preset);
   std::string precision_name() const;  // as given, else the device's default
-  std::string describe() const;
+  std::string describe() const;        // the source, and --gemm when not bf16
   ModelSource source() const;
   DenoiserOptions denoiser_options() const;  // parses the option words (throws naming them)
   // The model on its device; says on stderr when --fp8-activations dynamic changes nothing,

@@ -32,11 +32,7 @@ struct SampleOptions {
   int checkpoint_every = 0;
   std::string checkpoint_file, resume;
   std::string out = "latents.safetensors", report;
-  // The hybrid (off by default) and the gate.
-  float sparse_tau = 0;
-  int dense_steps = 10, dense_blocks = 2;
-  double step_cache = 0;
-  int step_cache_max = 3;
+  HybridSettings hybrid;  // off by default
   bool gate = false;
 };
 
@@ -74,27 +70,16 @@ h3rt::SampleOptions library_options(const SampleOptions& o, const ModelOptions& 
                            : (o.resume.empty() ? o.out + ".resume" : o.resume);
   so.model_identity = model_identity(m.source(), m.denoiser_options());
   so.cancel = &g_interrupted;
-  so.hybrid.sparse.tau = o.sparse_tau;
-  so.hybrid.sparse.dense_blocks = o.dense_blocks;
-  so.hybrid.dense_steps = o.dense_steps;
-  so.step_cache.threshold = o.step_cache;
-  so.step_cache.max_reuses = o.step_cache_max;
+  const HybridPolicy hybrid = hybrid_policy(o.hybrid, kHybridFlagNames);
+  so.hybrid = hybrid.hybrid;
+  so.step_cache = hybrid.step_cache;
   return so;
 }
 
-void check_hybrid_cli(const SampleOptions& o) {
-  H3RT_CHECK(std::isfinite(o.sparse_tau) && o.sparse_tau >= 0 && o.sparse_tau <= 10,
-             "--sparse-attention must be in [0, 10] (0: off), got ", o.sparse_tau);
-  H3RT_CHECK(o.dense_steps >= 0 && o.dense_steps <= 1000,
-             "--dense-steps must be in [0, 1000], got ", o.dense_steps);
-  H3RT_CHECK(o.dense_blocks >= 0 && o.dense_blocks <= 1000,
-             "--dense-blocks must be in [0, 1000], got ", o.dense_blocks);
-  H3RT_CHECK(std::isfinite(o.step_cache) && o.step_cache >= 0 && o.step_cache <= 100,
-             "--step-cache must be in [0, 100] (0: off), got ", o.step_cache);
-  H3RT_CHECK(o.step_cache_max >= 1 && o.step_cache_max <= 1000,
-             "--step-cache-max must be in [1, 1000], got ", o.step_cache_max);
+// --gate's needs (the hybrid's ranges are checked where its policy is built: library_options).
+void check_gate_cli(const SampleOptions& o) {
   if (!o.gate) return;
-  H3RT_CHECK(o.sparse_tau > 0 || o.step_cache > 0,
+  H3RT_CHECK(o.hybrid.sparse_attention > 0 || o.hybrid.step_cache > 0,
              "--gate compares the dense run with an approximate one: give --sparse-attention "
              "TAU or --step-cache THRESH");
   H3RT_CHECK(o.resume.empty() && o.checkpoint_every == 0,
@@ -161,6 +146,7 @@ nlohmann::json report_of(const SampleOptions& o, const h3rt::SampleOptions& so, 
                    {"resumed_steps", res.resumed_steps},
                    {"resumed_from", o.resume}};
   j["hybrid"] = hybrid_report(so, res);
+  j["gemm"] = o.model.gemm;
   return j;
 }
 
@@ -217,7 +203,7 @@ void run_sample(const SampleOptions& o) {
       "--frames, --width, --height, --audio-seconds, --text-embeddings or --conditioning");
   H3RT_CHECK(o.steps >= 1 && o.steps <= 1000, "--steps must be in [1, 1000], got ", o.steps);
   H3RT_CHECK(o.checkpoint_every >= 0, "--checkpoint-every must be >= 0, got ", o.checkpoint_every);
-  check_hybrid_cli(o);
+  check_gate_cli(o);
   check_output_path(o.out, "--out");
   if (!o.report.empty()) check_output_path(o.report, "--report");
   h3rt::SampleOptions so = library_options(o, o.model);
@@ -342,12 +328,23 @@ void add_sample_command(CLI::App& app) {
                   "launches; the first step of each kind runs eagerly)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  cmd->add_option("--gemm", o->model.gemm,
+                  "With --device cuda and a preset: the block GEMMs, quantized from the synthetic "
+                  "weights on the GPU as `h3rt bench step --gemm` does: bf16; fp8 (e4m3, static "
+                  "per-tensor scales); int8 (W8A8 as ComfyUI's int8_convrot); nvfp4 (W4A4). A "
+                  "--checkpoint runs the formats it stores (an error with --gemm)")
+      ->check(CLI::IsMember({"bf16", "fp8", "int8", "nvfp4"}))
+      ->capture_default_str();
+  cmd->add_option("--int8-group", o->model.int8_group,
+                  "--gemm int8: the convrot group size (0: no rotation; default: 256 where it "
+                  "divides every block projection's inputs, as for h3; 64 for tiny)")
+      ->check(CLI::IsMember({0, 16, 64, 256}));
   cmd->add_option("--attention", o->model.attention,
                   "Attention in the blocks: bf16 (the reference numerics) or sage (8-bit "
                   "SageAttention2 numerics, --device cuda only; not bit-comparable)")
       ->check(CLI::IsMember({"bf16", "sage"}))
       ->capture_default_str();
-  cmd->add_option("--sparse-attention", o->sparse_tau,
+  cmd->add_option("--sparse-attention", o->hybrid.sparse_attention,
                   "Block-sparse attention with router threshold TAU in [0, 10] (a z-score of each "
                   "key block's pooled score; 1.0 keeps about 16% of the blocks on Gaussian "
                   "scores); 0: off (dense). Steps from --dense-steps on, blocks from "
@@ -355,20 +352,20 @@ void add_sample_command(CLI::App& app) {
                   "runs dense; the report then has no sparse_fraction). An approximation: check "
                   "it with --gate")
       ->capture_default_str();
-  cmd->add_option("--dense-steps", o->dense_steps,
+  cmd->add_option("--dense-steps", o->hybrid.dense_steps,
                   "With --sparse-attention: the first N steps stay dense, in [0, 1000]")
       ->capture_default_str();
-  cmd->add_option("--dense-blocks", o->dense_blocks,
+  cmd->add_option("--dense-blocks", o->hybrid.dense_blocks,
                   "With --sparse-attention: the first N transformer blocks stay dense, in [0, "
                   "1000]")
       ->capture_default_str();
-  cmd->add_option("--step-cache", o->step_cache,
+  cmd->add_option("--step-cache", o->hybrid.step_cache,
                   "First-block step caching, threshold in [0, 100] (e.g. 0.08; 0: off): when "
                   "block 0's residual differs from the last fully computed step's by a relative "
                   "L1 below it, the step skips blocks 1..end and reuses that step's residual. "
                   "An approximation: check it with --gate")
       ->capture_default_str();
-  cmd->add_option("--step-cache-max", o->step_cache_max,
+  cmd->add_option("--step-cache-max", o->hybrid.step_cache_max,
                   "With --step-cache: at most N reused steps in a row, in [1, 1000]")
       ->capture_default_str();
   cmd->add_flag("--gate", o->gate,

@@ -131,9 +131,12 @@ struct Conditioning {
   uint64_t noise_seed = 0;
   FloatVec video_mask;  // [T, Hl, Wl] of the target; empty: no mask
   FloatVec audio_mask;  // [2, N]; empty: no mask
+  // The clean latents the masks keep (ComfyUI's latent_image; sample() only): video [C, T, Hl,
+  // Wl], audio [2, Ca, N]; empty: zeros, as ComfyUI's empty latent.
+  FloatVec video_latent_image, audio_latent_image;
   bool empty() const {
     return keyframes.empty() && refs.empty() && text_tags.empty() && video_mask.empty() &&
-           audio_mask.empty();
+           audio_mask.empty() && video_latent_image.empty() && audio_latent_image.empty();
   }
 };
 

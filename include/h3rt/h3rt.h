@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define H3RT_API_VERSION 1 /* bumped on any incompatible change of this header */
+#define H3RT_API_VERSION 2 /* bumped on any incompatible change of this header */
 
 typedef enum h3rt_status {
   H3RT_OK = 0,
@@ -110,8 +110,9 @@ typedef struct h3rt_sample_request {
   int64_t text_len;
   h3rt_progress_fn progress; /* may be NULL */
   void* progress_user;
-  /* A conditioning file (first/last-frame keyframes, references, text tags, denoise masks), the
-     format of `h3rt sample --conditioning` (README "Inputs files"), or NULL: plain t2va. */
+  /* A conditioning file (first/last-frame keyframes, references, text tags, denoise masks and
+     the clean latents they keep), the format of `h3rt sample --conditioning` (README "Inputs
+     files"), or NULL: plain t2va. Denoise masks need scheduler "simple". */
   const char* conditioning;
   /* The hybrid (h3rt/hybrid.h, `h3rt sample --sparse-attention ...`; off by default): block-sparse
      attention at router threshold sparse_attention (> 0; CUDA with Sage attention) from step
@@ -122,6 +123,9 @@ typedef struct h3rt_sample_request {
   int dense_blocks;            /* 2 */
   double step_cache;           /* 0 */
   int step_cache_max;          /* 3 */
+  /* `h3rt sample --sampler / --scheduler` (API version 2): NULL for euler / diffusers. */
+  const char* sampler;   /* euler | res_multistep | euler_ancestral */
+  const char* scheduler; /* diffusers | simple */
 } h3rt_sample_request;
 void h3rt_sample_request_init(h3rt_sample_request* request);
 

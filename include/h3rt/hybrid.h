@@ -97,6 +97,32 @@ class StepCache {
 // band, max_blocks >= 0; threshold finite and >= 0, max_reuses >= 1.
 void check_hybrid_options(const HybridOptions& h, const StepCacheOptions& c);
 
+// The hybrid's five settings as its callers take them (`h3rt sample`'s flags, the C API's
+// h3rt_sample_request fields, h3rt.sample's keywords), with each one's name in the caller's
+// spelling for the errors.
+struct HybridSettings {
+  double sparse_attention = 0;  // the router's tau, in [0, 10]; 0: every step dense
+  int dense_steps = 10;         // in [0, 1000]
+  int dense_blocks = 2;         // in [0, 1000]
+  double step_cache = 0;        // the relative-L1 threshold, in [0, 100]; 0: off
+  int step_cache_max = 3;       // reused steps in a row at most, in [1, 1000]
+};
+struct HybridNames {
+  const char *sparse_attention, *dense_steps, *dense_blocks, *step_cache, *step_cache_max;
+};
+inline constexpr HybridNames kHybridFlagNames = {
+    "--sparse-attention", "--dense-steps", "--dense-blocks", "--step-cache", "--step-cache-max"};
+inline constexpr HybridNames kHybridFieldNames = {"sparse_attention", "dense_steps", "dense_blocks",
+                                                  "step_cache", "step_cache_max"};
+
+// The policy the settings ask for, range-checked: an Error names the option as `names` spells
+// it, its range and the value given.
+struct HybridPolicy {
+  HybridOptions hybrid;
+  StepCacheOptions step_cache;
+};
+HybridPolicy hybrid_policy(const HybridSettings& s, const HybridNames& names = kHybridFieldNames);
+
 // What one step of a run did (SampleResult::hybrid_steps, the sample report's "hybrid").
 struct HybridStep {
   bool sparse = false;           // the forward was given sparse attention

@@ -75,6 +75,17 @@ struct Lora {
 // Reads and validates a LoRA file (key forms, pairs, ranks, alpha, dtypes); one Error lists
 // every problem, naming the file and keys.
 Lora read_lora(const LoraSpec& spec);
+// A synthetic LoRA for a config (`h3rt make-lora`, `h3rt bench lora-merge`, tests), in the shape
+// of the release's turbo LoRA: pairs over, in this order, every block's qkv, out, fc1, fc2 and
+// AdaLN, the refiner blocks' four projections, condition_proj and the final AdaLN, the first
+// `pairs` of them (259 for the h3 config: 50 x 5 + 2 x 4 + 1) or all when fewer. B [out, rank]
+// and A [rank, in] are hashed bf16 values in [-1, 1) / sqrt(columns) from `seed`, alpha = rank,
+// module names diffusion_model.<layer> with lora_B/lora_A keys; path "<synthetic>".
+Lora make_synthetic_lora(const H3Config& config, int64_t rank, int pairs = 259, uint64_t seed = 0);
+// Writes a LoRA's pairs as a safetensors file under their keys (up_key, down_key, and an f32
+// scalar at alpha_key when set), readable by read_lora.
+void write_lora(const std::string& path, const Lora& lora);
+
 // True when the file holds at least one LoRA up/down key (for `h3rt info`).
 bool is_lora_file(const SafetensorsFile& file);
 

@@ -33,6 +33,12 @@ enum class Attention { bf16, sage };  // sage: 8-bit SageAttention2 numerics, CU
 // (every_step, which also scans the weights once when the denoiser is created), or none.
 enum class CheckFinite { off, first_step, every_step };
 
+// The block GEMM format of a preset's synthetic weights on CUDA, quantized on the device as
+// `h3rt bench step --gemm` runs them: bf16 (as generated), fp8 (e4m3, static per-tensor
+// scales, as fp8_scaled with an input_scale), int8 (W8A8 as ComfyUI's int8_convrot) or nvfp4
+// (W4A4, static input scales). A checkpoint's layers run in the formats the file stores.
+enum class SyntheticGemm { bf16, fp8, int8, nvfp4 };
+
 struct DenoiserOptions {
   Device device = Device::cpu;
   std::optional<Precision> precision;     // default: fp32 on the CPU, bf16 on CUDA (its only one)
@@ -51,6 +57,10 @@ struct DenoiserOptions {
   // overlapped with the previous block's compute (same bits as resident). Below what
   // streaming needs, forward() throws naming this option and the bytes needed.
   int64_t device_memory_limit = 0;
+  // A preset on device cuda only (an error with a checkpoint or on the CPU): its block GEMMs.
+  SyntheticGemm synthetic_gemm = SyntheticGemm::bf16;
+  // synthetic_gemm int8: the convrot group size (0: plain int8; -1: synthetic_int8_group's).
+  int int8_group = -1;
 };
 
 // Whether and how a CUDA denoiser streams its block weights (Denoiser::weight_streaming).
@@ -136,6 +146,11 @@ CheckFinite parse_check_finite(const std::string& s,
 // A size in bytes: "2.5e10" (bytes), "24GB" (10^9), "24GiB" (2^30), also B, KB, MB, TB, KiB,
 // MiB, TiB (units case-insensitive); "0" is 0 (no limit).
 int64_t parse_memory_size(const std::string& s, const char* what = "device_memory_limit");
+SyntheticGemm parse_synthetic_gemm(const std::string& s, const char* what = "gemm");
+const char* synthetic_gemm_name(SyntheticGemm g);  // bf16|fp8|int8|nvfp4
+// The convrot group of synthetic_gemm int8: `requested` when >= 0, else the largest of 256, 64
+// and 16 that divides every block projection's input size (256 for h3, 64 for tiny).
+int synthetic_int8_group(const H3Config& config, int requested);
 
 // ---- requests -----------------------------------------------------------------------------
 // One request: its layout plus the starting rows and text embeddings, and optionally conditioning

@@ -140,6 +140,18 @@ void ancestral_noise(uint64_t seed, int step, bool audio, float* out, int64_t n)
 // The first latent: f32(sigma_0 * noise) (ComfyUI's noise_scaling on an empty latent; exact
 // when sigma_0 = 1, which the simple schedule starts at for integer shifts).
 void comfy_initial_latent(float sigma0, float* x, int64_t n);
+// ComfyUI's noise_scaling (CONST, noise_scale 1) with a latent image: f32(f32(sigma * noise) +
+// f32(f32(1 - sigma) * clean)), the first latent of a run with a clean latent to keep.
+void comfy_noise_scaling(float sigma, const float* noise, const float* clean, int64_t n,
+                         float* out);
+// KSamplerX0Inpaint around one model call, per element with the denoise mask m (1 = generate,
+// 0 = keep the clean latent): the model sees x_in = f32(f32(x * m) + f32(noise_scaling(sigma,
+// noise, clean) * f32(1 - m))) in place of the sampler's x (comfy_inpaint_input), and its denoised
+// becomes f32(f32(denoised * m) + f32(clean * f32(1 - m))) (comfy_inpaint_denoised, in place).
+// `clean` is in the sampler's space (the carried audio: the clean audio times audio_scale).
+void comfy_inpaint_input(const float* x, const float* mask, const float* noise, const float* clean,
+                         int64_t n, float sigma, float* x_in);
+void comfy_inpaint_denoised(float* denoised, const float* mask, const float* clean, int64_t n);
 // The sampler's carried audio at the end back to the stream's latent: f32(y * f32(1 / s)).
 void comfy_uncarry_audio(double audio_scale, float* y, int64_t n);
 

@@ -105,18 +105,23 @@ def _placed(key, v, device):
 
 
 def preset(name="tiny", weights_seed=0, device="cpu", precision=None, attention="bf16",
-           cuda_graphs=True, check_finite="first", device_memory_limit=0):
+           cuda_graphs=True, check_finite="first", gemm="bf16", int8_group=-1,
+           device_memory_limit=0):
     """A built-in model with deterministic synthetic weights: "tiny" (the golden set's
-    dimensions) or "h3" (the release's; GPU only in practice). device_memory_limit: as load."""
+    dimensions) or "h3" (the release's; GPU only in practice). gemm "fp8", "int8" or "nvfp4"
+    (device="cuda" only) quantizes the block projections on the GPU as `h3rt sample --gemm`
+    (int8_group: the int8 convrot group, 0 for none, -1 the preset's: 256 for h3, 64 tiny).
+    device_memory_limit: as load."""
     return _h3rt._load_preset(name, weights_seed, device, precision, attention, cuda_graphs,
-                              check_finite, _size_word(device_memory_limit))
+                              check_finite, gemm, int(int8_group), _size_word(device_memory_limit))
 
 
 def sample(model, width=0, height=0, frames=0, steps=8, seed=440420, text=None, progress=None,
            audio_seconds=0.0, text_tokens=0, sampler="euler", scheduler="diffusers", shift=12.0,
            audio_shift=3.0, checkpoint=None, checkpoint_every=0, resume=None,
            sparse_attention=0.0, dense_steps=10, dense_blocks=2, step_cache=0.0,
-           step_cache_max=3):
+           step_cache_max=3, video_denoise_mask=None, audio_denoise_mask=None,
+           video_latent_image=None, audio_latent_image=None):
     """The whole denoising loop, the same noise and bits as `h3rt sample` with the same
     options. Returns {"video_latents": [1,24,T,H/16,W/16], "audio_latents": [2,32,N],
     "stages": [per-step seconds], "sigmas": the schedule, "resumed_steps"}.
@@ -131,10 +136,16 @@ def sample(model, width=0, height=0, frames=0, steps=8, seed=440420, text=None, 
     (CUDA, attention="sage") from step dense_steps on, in blocks from dense_blocks on;
     step_cache > 0 reuses the rest of the network when block 0's residual moved by less than
     that relative L1, at most step_cache_max steps in a row. out["hybrid"] says per step what
-    ran ({"attention", "sparse_fraction", "step_cache", "relative_l1"})."""
+    ran ({"attention", "sparse_fraction", "step_cache", "relative_l1"}).
+    Denoise masks (scheduler="simple"; float32, 1 generate, 0 keep): video_denoise_mask
+    [T, H/16, W/16], audio_denoise_mask [2, N], with the clean latents they keep,
+    video_latent_image [1, 24, T, H/16, W/16] and audio_latent_image [2, 32, N] (absent: zeros),
+    blended in as ComfyUI's KSamplerX0Inpaint does (as `h3rt sample` with those tensors in an
+    inputs or conditioning file)."""
     return _h3rt._sample(model, width, height, frames, steps, seed, text, progress,
                          audio_seconds, text_tokens, sampler, scheduler, float(shift),
                          float(audio_shift), None if checkpoint is None else str(checkpoint),
                          checkpoint_every, None if resume is None else str(resume),
                          float(sparse_attention), int(dense_steps), int(dense_blocks),
-                         float(step_cache), int(step_cache_max))
+                         float(step_cache), int(step_cache_max), video_denoise_mask,
+                         audio_denoise_mask, video_latent_image, audio_latent_image)

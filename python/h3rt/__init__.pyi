@@ -109,8 +109,8 @@ def load(path_or_state_dict: Union[str, os.PathLike, Mapping[str, ArrayLike]],
          device_memory_limit: int | float | str = 0) -> Model: ...
 def preset(name: str = "tiny", weights_seed: int = 0, device: str = "cpu",
            precision: Optional[str] = None, attention: str = "bf16",
-           cuda_graphs: bool = True, check_finite: str = "first",
-           device_memory_limit: int | float | str = 0) -> Model: ...
+           cuda_graphs: bool = True, check_finite: str = "first", gemm: str = "bf16",
+           int8_group: int = -1, device_memory_limit: int | float | str = 0) -> Model: ...
 def sample(model: Model, width: int = 0, height: int = 0, frames: int = 0, steps: int = 8,
            seed: int = 440420, text: Optional[ArrayLike] = None,
            progress: Optional[Callable[[int, int, float], Optional[bool]]] = None,
@@ -119,10 +119,15 @@ def sample(model: Model, width: int = 0, height: int = 0, frames: int = 0, steps
            checkpoint: Optional[Union[str, os.PathLike]] = None, checkpoint_every: int = 0,
            resume: Optional[Union[str, os.PathLike]] = None, sparse_attention: float = 0.0,
            dense_steps: int = 10, dense_blocks: int = 2, step_cache: float = 0.0,
-           step_cache_max: int = 3) -> dict[str, Any]:
+           step_cache_max: int = 3, video_denoise_mask: Optional[ArrayLike] = None,
+           audio_denoise_mask: Optional[ArrayLike] = None,
+           video_latent_image: Optional[ArrayLike] = None,
+           audio_latent_image: Optional[ArrayLike] = None) -> dict[str, Any]:
     """{"video_latents": [1, 24, T, H/16, W/16], "audio_latents": [2, 32, N], "stages": [...],
     "sigmas": [...], "resumed_steps": int}; the same bits as `h3rt sample` with the same
-    options (scheduler diffusers|simple, sampler euler|res_multistep|euler_ancestral)."""
+    options (scheduler diffusers|simple, sampler euler|res_multistep|euler_ancestral).
+    Denoise masks (scheduler simple): video_denoise_mask [T, H/16, W/16], audio_denoise_mask
+    [2, N], and the clean latents they keep (default zeros)."""
 def t2va_layout(text_len: int, audio_len: int, frames: int, height: int, width: int) -> Layout: ...
 def timestep_plan(layout: Layout, t_video: float, t_audio: float) -> Timesteps: ...
 def sigma_grid(points: int, shift: float = 12.0) -> list[float]: ...

@@ -448,11 +448,7 @@ struct SamplingKeywords {
   double shift, audio_shift;
   std::optional<std::string> checkpoint, resume;
   int checkpoint_every;
-  // The hybrid (h3rt/hybrid.h): sparse attention from step dense_steps on, step caching.
-  float sparse_attention;
-  int dense_steps, dense_blocks;
-  double step_cache;
-  int step_cache_max;
+  HybridSettings hybrid;  // h3rt/hybrid.h: sparse attention from step dense_steps on, caching
 };
 
 SampleOptions sample_options(const Model& m, int steps, uint64_t seed, const SamplingKeywords& k) {
@@ -475,13 +471,10 @@ SampleOptions sample_options(const Model& m, int steps, uint64_t seed, const Sam
   so.resume_path = k.resume.value_or("");
   so.checkpoint_every = k.checkpoint_every;
   so.model_identity = m.identity;
-  so.hybrid.sparse.tau = k.sparse_attention;
-  so.hybrid.sparse.dense_blocks = k.dense_blocks;
-  so.hybrid.dense_steps = k.dense_steps;
-  so.step_cache.threshold = k.step_cache;
-  so.step_cache.max_reuses = k.step_cache_max;
   try {
-    check_hybrid_options(so.hybrid, so.step_cache);
+    const HybridPolicy p = hybrid_policy(k.hybrid);
+    so.hybrid = p.hybrid;
+    so.step_cache = p.step_cache;
   } catch (const Error& e) {
     raise_value(e.what());
   }
@@ -503,9 +496,40 @@ nb::list hybrid_list(const std::vector<HybridStep>& steps) {
   return out;
 }
 
+// Denoise masks and the clean latents they keep (sample's inpainting; None: absent).
+struct SampleMasks {
+  std::optional<AnyArray> video_mask, audio_mask, video_image, audio_image;
+  bool any() const { return video_mask || audio_mask || video_image || audio_image; }
+};
+
+// The request's target shapes for each array, checked; ComfyUI's semantics (condition_request).
+void add_masks(const Model& m, Request& req, const SampleMasks& a) {
+  const SequenceLayout L = req.layout;
+  const H3Config& c = m.config();
+  const auto values = [&](const std::optional<AnyArray>& v, const char* name,
+                          std::vector<int64_t> want, const std::string& spelled) {
+    if (!v) return FloatVec{};
+    check_shape(*v, name, want, spelled);
+    return host_f32(*v, name, m.cuda());
+  };
+  const std::string t = std::to_string(L.frames), h = std::to_string(L.height),
+                    w = std::to_string(L.width), n = std::to_string(L.audio_len);
+  Conditioning k;
+  k.video_mask = values(a.video_mask, "video_denoise_mask", {L.frames, L.height, L.width},
+                        "[" + t + ", " + h + ", " + w + "]");
+  k.audio_mask = values(a.audio_mask, "audio_denoise_mask", {2, L.audio_len}, "[2, " + n + "]");
+  k.video_latent_image =
+      values(a.video_image, "video_latent_image", {1, c.in_channels, L.frames, L.height, L.width},
+             "[1, " + std::to_string(c.in_channels) + ", " + t + ", " + h + ", " + w + "]");
+  k.audio_latent_image =
+      values(a.audio_image, "audio_latent_image", {2, c.audio_channels, L.audio_len},
+             "[2, " + std::to_string(c.audio_channels) + ", " + n + "]");
+  condition_request(req, c, std::move(k));
+}
+
 nb::dict sample(Model& m, int64_t width, int64_t height, int64_t frames, int steps, uint64_t seed,
                 std::optional<AnyArray> text, nb::object progress, double audio_seconds,
-                int64_t text_tokens, const SamplingKeywords& k) {
+                int64_t text_tokens, const SamplingKeywords& k, const SampleMasks& masks) {
   RequestOptions r;
   r.width = width, r.height = height, r.frames = frames, r.seed = seed;
   r.audio_seconds = audio_seconds, r.text_tokens = text_tokens;
@@ -515,6 +539,7 @@ nb::dict sample(Model& m, int64_t width, int64_t height, int64_t frames, int ste
   }
   SampleOptions so = sample_options(m, steps, seed, k);
   Request req = make_request(m.config(), r);
+  if (masks.any()) add_masks(m, req, masks);
   const bool saves = !so.checkpoint_path.empty();
   so.progress = [&progress, saves](int step, int total, double seconds) {
     nb::gil_scoped_acquire acquire;
@@ -566,11 +591,18 @@ Model* load_path(const std::string& path, const std::string& device,
 
 Model* load_preset(const std::string& name, uint64_t weights_seed, const std::string& device,
                    std::optional<std::string> precision, const std::string& attention,
-                   bool cuda_graphs, const std::string& check_finite, const std::string& limit) {
+                   bool cuda_graphs, const std::string& check_finite, const std::string& gemm,
+                   int int8_group, const std::string& limit) {
   ModelSource s;
   s.preset = name;
   s.weights_seed = weights_seed;
   auto o = options(device, precision, attention, cuda_graphs, "static", check_finite, limit);
+  try {
+    o.synthetic_gemm = parse_synthetic_gemm(gemm);
+  } catch (const Error& e) {
+    raise_value(e.what());
+  }
+  o.int8_group = int8_group;
   nb::gil_scoped_release release;
   return new Model{Denoiser::create(s, o), {}, model_identity(s, o)};
 }
@@ -664,7 +696,7 @@ NB_MODULE(_h3rt, m) {
         arg("device_memory_limit"), nb::rv_policy::take_ownership);
   m.def("_load_preset", &load_preset, arg("name"), arg("weights_seed"), arg("device"),
         arg("precision").none(), arg("attention"), arg("cuda_graphs"), arg("check_finite"),
-        arg("device_memory_limit"), nb::rv_policy::take_ownership);
+        arg("gemm"), arg("int8_group"), arg("device_memory_limit"), nb::rv_policy::take_ownership);
   m.def("_load_state_dict", &load_state_dict, arg("state_dict"), arg("device"),
         arg("precision").none(), arg("attention"), arg("cuda_graphs"), arg("fp8_activations"),
         arg("qkv_layout"), arg("loras"), arg("lora_skip_unmatched"), arg("check_finite"),
@@ -676,17 +708,24 @@ NB_MODULE(_h3rt, m) {
          int64_t text_tokens, const std::string& sampler, const std::string& scheduler,
          double shift, double audio_shift, std::optional<std::string> checkpoint,
          int checkpoint_every, std::optional<std::string> resume, float sparse_attention,
-         int dense_steps, int dense_blocks, double step_cache, int step_cache_max) {
+         int dense_steps, int dense_blocks, double step_cache, int step_cache_max,
+         std::optional<AnyArray> video_mask, std::optional<AnyArray> audio_mask,
+         std::optional<AnyArray> video_image, std::optional<AnyArray> audio_image) {
+        const h3rt::HybridSettings hybrid{sparse_attention, dense_steps, dense_blocks, step_cache,
+                                          step_cache_max};
+        const SamplingKeywords k{sampler, scheduler,        shift, audio_shift, checkpoint,
+                                 resume,  checkpoint_every, hybrid};
         return sample(model, width, height, frames, steps, seed, std::move(text), progress,
-                      audio_seconds, text_tokens,
-                      {sampler, scheduler, shift, audio_shift, checkpoint, resume, checkpoint_every,
-                       sparse_attention, dense_steps, dense_blocks, step_cache, step_cache_max});
+                      audio_seconds, text_tokens, k,
+                      {video_mask, audio_mask, video_image, audio_image});
       },
       arg("model"), arg("width"), arg("height"), arg("frames"), arg("steps"), arg("seed"),
       arg("text").none(), arg("progress").none(), arg("audio_seconds"), arg("text_tokens"),
       arg("sampler"), arg("scheduler"), arg("shift"), arg("audio_shift"), arg("checkpoint").none(),
       arg("checkpoint_every"), arg("resume").none(), arg("sparse_attention"), arg("dense_steps"),
-      arg("dense_blocks"), arg("step_cache"), arg("step_cache_max"));
+      arg("dense_blocks"), arg("step_cache"), arg("step_cache_max"),
+      arg("video_denoise_mask").none(), arg("audio_denoise_mask").none(),
+      arg("video_latent_image").none(), arg("audio_latent_image").none());
   m.def("simple_sigmas", &h3rt::simple_sigmas, arg("steps"), arg("shift") = h3rt::kVideoShift,
         "ComfyUI's simple schedule at `shift` (ModelSamplingAV's table): steps + 1 sigmas.");
   m.def(

@@ -308,3 +308,41 @@ def test_device_memory_limit_is_parsed_and_needs_cuda():
         with pytest.raises(RuntimeError, match="device_memory_limit applies to device cuda"):
             h3rt.preset("tiny", device_memory_limit=size)
     assert h3rt.preset("tiny", device_memory_limit=0).config["hidden"] == 192
+
+
+def test_sample_denoise_masks_keep_the_clean_latent_and_equal_cli(tmp_path):
+    m = h3rt.preset("tiny")
+    opts = dict(width=64, height=64, frames=5, text_tokens=3, steps=3, seed=5,
+                scheduler="simple", sampler="res_multistep")
+    plain = h3rt.sample(m, **opts)
+    t, h, w = plain["video_latents"].shape[2:]
+    n = plain["audio_latents"].shape[2]
+    rng = np.random.default_rng(0)
+    vmask = rng.choice([0.0, 0.5, 1.0], size=(t, h, w)).astype(np.float32)
+    amask = rng.choice([0.0, 0.25, 1.0], size=(2, n)).astype(np.float32)
+    vimg = rng.standard_normal((1, 24, t, h, w)).astype(np.float32)
+    aimg = rng.standard_normal((2, 32, n)).astype(np.float32)
+    got = h3rt.sample(m, video_denoise_mask=vmask, audio_denoise_mask=amask,
+                      video_latent_image=vimg, audio_latent_image=aimg, **opts)
+    keep_v, keep_a = vmask == 0, amask == 0
+    np.testing.assert_array_equal(got["video_latents"][0][:, keep_v], vimg[0][:, keep_v])
+    np.testing.assert_array_equal(got["audio_latents"].transpose(0, 2, 1)[keep_a],
+                                  aimg.transpose(0, 2, 1)[keep_a])
+    assert not np.array_equal(got["video_latents"], plain["video_latents"])
+    with pytest.raises(ValueError, match="video_denoise_mask"):
+        h3rt.sample(m, video_denoise_mask=vmask[:1], **opts)
+    with pytest.raises(ValueError, match="gemm"):
+        h3rt.preset("tiny", gemm="int4")
+    cli = find_cli()
+    if cli is None:
+        return
+    cond, out = tmp_path / "masks.safetensors", tmp_path / "latents.safetensors"
+    write_safetensors(cond, {"input/video_denoise_mask": vmask, "input/audio_denoise_mask": amask,
+                             "input/video_latent_image": vimg, "input/audio_latent_image": aimg})
+    subprocess.run([cli, "sample", "--width", "64", "--height", "64", "--frames", "5",
+                    "--text-tokens", "3", "--steps", "3", "--seed", "5", "--scheduler", "simple",
+                    "--sampler", "res_multistep", "--conditioning", str(cond), "--out", str(out)],
+                   check=True, capture_output=True)
+    ref = read_safetensors(out)
+    for key in ("video_latents", "audio_latents"):
+        np.testing.assert_array_equal(got[key].view(np.uint32), ref[key].view(np.uint32))

@@ -15,52 +15,6 @@
 namespace h3rt::bench {
 namespace {
 
-// Hashed bf16 values in [-1, 1) / sqrt(cols).
-Tensor hashed(int64_t rows, int64_t cols, uint64_t seed) {
-  std::vector<float> v(rows * cols);
-  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 7;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(cols));
-  for (float& x : v) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    x = (static_cast<float>(s >> 40) / float(1 << 23) - 1.0f) * scale;
-  }
-  return tensor_from_f32(v, {rows, cols}, DType::bf16);
-}
-
-std::vector<std::string> target_order(const H3Config& c) {
-  std::vector<std::string> t;
-  for (int64_t i = 0; i < c.layers; ++i)
-    for (const char* l :
-         {"attn.qkv_proj", "attn.out_proj", "mlp.fc1", "mlp.fc2", "adaln_proj.linear"})
-      t.push_back("blocks." + std::to_string(i) + "." + l);
-  for (int64_t i = 0; i < c.refiner_layers; ++i)
-    for (const char* l : {"attn.qkv_proj", "attn.out_proj", "mlp.fc1", "mlp.fc2"})
-      t.push_back("token_refiner.blocks." + std::to_string(i) + "." + l);
-  t.push_back("condition_proj");
-  t.push_back("final_layer.adaln_proj.linear");
-  return t;
-}
-
-Lora synthetic_lora(model::DeviceModel& m, const LoraMergeBenchOptions& o) {
-  auto layers = model::device_linear_layers(m);
-  Lora lora{"<synthetic>", 1.0, {}, {}, nullptr};
-  const std::vector<std::string> order = target_order(m.config);
-  for (int i = 0; i < o.pairs && i < static_cast<int>(order.size()); ++i) {
-    const model::DeviceLinear& l = *layers.at(order[i]);
-    LoraPair p;
-    p.module = "diffusion_model." + order[i];
-    p.target = order[i];
-    p.up_key = p.module + ".lora_B.weight";
-    p.down_key = p.module + ".lora_A.weight";
-    p.alpha_key = p.module + ".alpha";
-    p.up = hashed(l.out, o.rank, 2 * i);
-    p.down = hashed(o.rank, l.in, 2 * i + 1);
-    p.alpha = static_cast<double>(o.rank);
-    lora.pairs.push_back(std::move(p));
-  }
-  return lora;
-}
-
 // Device-side byte comparison of two tensors (host round trip of a flag only).
 bool same_bytes(const Tensor& a, const Tensor& b) {
   if (a.data() == b.data()) return true;
@@ -86,7 +40,7 @@ nlohmann::json run_lora_merge_bench(const LoraMergeBenchOptions& o) {
         for (model::DeviceLinear* l : {&b.qkv, &b.out, &b.fc1, &b.fc2})
           model::convert_linear_to_int8(*l, o.group, stream);
   H3RT_CUDA_CHECK(cudaDeviceSynchronize());
-  const Lora lora = synthetic_lora(m, o);
+  const Lora lora = make_synthetic_lora(m.config, o.rank, o.pairs);
   // Views of the original tensors, to check the restore (the merge moves them out and back).
   std::map<std::string, model::DeviceLinear> before;
   for (const auto& [name, l] : model::device_linear_layers(m)) before[name] = *l;

@@ -20,6 +20,7 @@
 #include "model/forward_session_cuda.h"
 #include "model/model_cuda.h"
 #include "model/weight_stream_cuda.h"
+#include "model/synthetic_gemm_cuda.h"
 #include "ops/linear/linear.h"
 #include "ops/linear_nvfp4/linear_nvfp4.h"
 
@@ -30,20 +31,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-// A bf16 layer with values in [-wmax, wmax] (the synthetic weights' bound) as fp8_scaled:
-// e4m3 weights with w_scale = wmax / 448 and a static activation scale for inputs up to 8; the
-// bf16 copy is released.
-void make_fp8(model::DeviceLinear& l, float wmax, cudaStream_t s) {
-  l.w_scale = cuda::to_device(tensor_from_f32({wmax / 448.0f}, {1}));
-  l.x_scale = cuda::to_device(tensor_from_f32({8.0f / 448.0f}, {1}));
-  l.w8 = cuda::device_empty(DType::e4m3, {l.out, l.in});
-  ops::QuantizeE4m3CudaParams q{l.w.ptr<__nv_bfloat16>(), l.w8.ptr<__nv_fp8_e4m3>(),
-                                l.w_scale.ptr<float>(), l.out, l.in};
-  H3RT_CUDA_CHECK(ops::quantize_e4m3_cuda(q, s));
-  H3RT_CUDA_CHECK(cudaStreamSynchronize(s));
-  l.w = Tensor();
 }
 
 struct Setup {
@@ -77,15 +64,10 @@ Setup setup(const StepBenchOptions& o, const char* verb) {
              ": choose one of fp8, nvfp4 and int8");
   if (o.fp8 || o.nvfp4 || o.int8_group >= 0) {
     cuda::Stream s;
-    for (model::DeviceBlock& b : st.dev.blocks)
-      for (model::DeviceLinear* l : {&b.qkv, &b.out, &b.fc1, &b.fc2}) {
-        if (o.fp8)
-          make_fp8(*l, 1.0f / std::sqrt(static_cast<float>(l->in)), s);
-        else if (o.int8_group >= 0)
-          model::convert_linear_to_int8(*l, o.int8_group, s);
-        else  // a static activation scale for inputs up to 8, as bench block's
-          model::convert_linear_to_nvfp4(*l, 8.0f / 2688.0f, s);
-      }
+    const SyntheticGemm gemm = o.fp8     ? SyntheticGemm::fp8
+                               : o.nvfp4 ? SyntheticGemm::nvfp4
+                                         : SyntheticGemm::int8;
+    model::quantize_synthetic_blocks(st.dev, gemm, o.int8_group, s);
   }
   H3RT_CUDA_CHECK(cudaDeviceSynchronize());
   st.model_s = seconds_since(t0);

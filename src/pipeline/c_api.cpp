@@ -222,8 +222,8 @@ h3rt_status h3rt_forward_t2va(h3rt_model* m, int64_t text_len, int64_t audio_len
 
 void h3rt_sample_request_init(h3rt_sample_request* r) {
   if (r)
-    *r = h3rt_sample_request{0,       0,       0,       0.0,  0,  440420, 8,   nullptr, 0,
-                             nullptr, nullptr, nullptr, 0.0f, 10, 2,      0.0, 3};
+    *r = h3rt_sample_request{0,       0,       0,    0.0, 0, 440420, 8, nullptr, 0,      nullptr,
+                             nullptr, nullptr, 0.0f, 10,  2, 0.0,    3, nullptr, nullptr};
 }
 
 h3rt_status h3rt_sample_shapes(const h3rt_model* m, const h3rt_sample_request* r,
@@ -252,13 +252,13 @@ h3rt_status h3rt_sample(h3rt_model* m, const h3rt_sample_request* r, float* vide
                 std::to_string(na) + " audio floats; see h3rt_sample_shapes)");
     h3rt::SampleOptions so;
     so.steps = r->steps;
-    so.hybrid.sparse.tau = r->sparse_attention;
-    so.hybrid.sparse.dense_blocks = r->dense_blocks;
-    so.hybrid.dense_steps = r->dense_steps;
-    so.step_cache.threshold = r->step_cache;
-    so.step_cache.max_reuses = r->step_cache_max;
     try {  // options of the request: H3RT_ERROR_INVALID_ARGUMENT, naming the field
-      h3rt::check_hybrid_options(so.hybrid, so.step_cache);
+      if (r->sampler) so.sampler = h3rt::parse_sampler(r->sampler, "sampler");
+      if (r->scheduler) so.scheduler = h3rt::parse_scheduler(r->scheduler, "scheduler");
+      const h3rt::HybridPolicy p = h3rt::hybrid_policy(
+          {r->sparse_attention, r->dense_steps, r->dense_blocks, r->step_cache, r->step_cache_max});
+      so.hybrid = p.hybrid;
+      so.step_cache = p.step_cache;
     } catch (const h3rt::Error& e) {
       throw InvalidArgument(e.what());
     }

@@ -14,6 +14,7 @@
 #include "model/lora_cuda.h"
 #include "model/model_cuda.h"
 #include "model/weight_stream_cuda.h"
+#include "model/synthetic_gemm_cuda.h"
 #endif
 
 namespace h3rt {
@@ -118,6 +119,13 @@ void check_options(const DenoiserOptions& o) {
   H3RT_CHECK(o.attention == Attention::bf16 || o.device == Device::cuda,
              "attention sage runs on the GPU only (device cuda); the CPU runs the reference "
              "attention");
+  H3RT_CHECK(o.synthetic_gemm == SyntheticGemm::bf16 || o.device == Device::cuda, "gemm ",
+             synthetic_gemm_name(o.synthetic_gemm),
+             " quantizes a preset's synthetic weights on the GPU (device cuda); the CPU runs "
+             "bf16/fp32 presets");
+  H3RT_CHECK(o.int8_group == -1 || o.int8_group == 0 || o.int8_group == 16 || o.int8_group == 64 ||
+                 o.int8_group == 256,
+             "int8 group size must be 0, 16, 64 or 256 (-1: the preset's), got ", o.int8_group);
 #ifdef H3RT_HAVE_CUDA
   if (o.device != Device::cuda) return;
   H3RT_CHECK(cuda::cuda_device_available(), "device cuda: no CUDA device is available");
@@ -230,6 +238,10 @@ std::string ModelSource::describe() const {
 
 std::unique_ptr<Denoiser> Denoiser::create(const ModelSource& s, const DenoiserOptions& o) {
   check_options(o);
+  H3RT_CHECK(o.synthetic_gemm == SyntheticGemm::bf16 || s.checkpoint.empty(), "gemm ",
+             synthetic_gemm_name(o.synthetic_gemm),
+             " applies to the synthetic presets; checkpoint ", s.checkpoint,
+             " runs each layer in the format it stores (quantize-checkpoint converts a file)");
 #ifdef H3RT_HAVE_CUDA
   // Synthetic release-size weights are generated on the device, never held on the host.
   if (o.device == Device::cuda && s.checkpoint.empty()) {
@@ -239,6 +251,11 @@ std::unique_ptr<Denoiser> Denoiser::create(const ModelSource& s, const DenoiserO
     model::DeviceModel m = model::make_synthetic_device_model(*config, s.weights_seed);
     LoraMergeReport lora;  // merged on the GPU: these weights never exist on the host
     if (!o.loras.empty()) lora = model::merge_loras_cuda(m, read_loras(o), lora_options(o)).report;
+    {  // after the LoRA merge: the merged bf16 weights are what gets quantized
+      cuda::Stream stream;
+      model::quantize_synthetic_blocks(m, o.synthetic_gemm,
+                                       synthetic_int8_group(*config, o.int8_group), stream);
+    }
     return std::make_unique<CudaDenoiser>(std::move(m), o, 0, std::move(lora));
   }
 #endif
@@ -254,6 +271,10 @@ std::unique_ptr<Denoiser> Denoiser::create(const std::map<std::string, Tensor>& 
                  "' is in device memory; a CPU model reads its weights from host memory");
   LoadOptions opts;
   opts.qkv_layout = qkv_layout;
+  H3RT_CHECK(o.synthetic_gemm == SyntheticGemm::bf16, "gemm ",
+             synthetic_gemm_name(o.synthetic_gemm),
+             " applies to the synthetic presets; a state dict runs each layer in the format it "
+             "holds");
   return place(load_model(tensors, opts), o);
 }
 

@@ -136,6 +136,8 @@ std::vector<int32_t> text_tags(const SafetensorsFile& f) {
   return tags;
 }
 
+// An optional f32 tensor (a mask or a latent image); its size is checked against the target's
+// in layout_spec.
 FloatVec mask(const SafetensorsFile& f, const std::string& name, Shape want,
               const std::string& expected) {
   if (!f.contains(name)) return {};
@@ -168,6 +170,10 @@ Conditioning conditioning_from_inputs(const std::string& path, const H3Config& c
   k.text_tags = text_tags(f);
   k.video_mask = mask(f, "input/video_denoise_mask", {-1, -1, -1}, "[T, Hl, Wl]");
   k.audio_mask = mask(f, "input/audio_denoise_mask", {2, -1}, "[2, N]");
+  k.video_latent_image = mask(f, "input/video_latent_image", {c.in_channels, -1, -1, -1},
+                              "[1, " + std::to_string(c.in_channels) + ", T, Hl, Wl]");
+  k.audio_latent_image = mask(f, "input/audio_latent_image", {2, c.audio_channels, -1},
+                              "[2, " + std::to_string(c.audio_channels) + ", N]");
   k.aug.video = meta_double(f, "visual_cond_noise_aug", kVisualCondTimestep);
   k.aug.audio = meta_double(f, "audio_cond_noise_aug", kAudioCondTimestep);
   k.noise_seed =

@@ -2,8 +2,10 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <numeric>
 
 #include "h3rt/pipeline.h"
+#include "model/weights.h"
 
 namespace h3rt {
 
@@ -67,6 +69,37 @@ int64_t parse_memory_size(const std::string& s, const char* what) {
   }
   H3RT_FAIL(what, " must be a size: a number of bytes (2.5e10) or with a unit GB/MB/TB (powers ",
             "of 1000) or GiB/MiB/TiB (powers of 1024), e.g. 24GB or 24GiB; got '", s, "'");
+}
+
+namespace {
+constexpr std::pair<SyntheticGemm, const char*> kGemmNames[] = {{SyntheticGemm::bf16, "bf16"},
+                                                                {SyntheticGemm::fp8, "fp8"},
+                                                                {SyntheticGemm::int8, "int8"},
+                                                                {SyntheticGemm::nvfp4, "nvfp4"}};
+}  // namespace
+
+SyntheticGemm parse_synthetic_gemm(const std::string& s, const char* what) {
+  for (const auto& [g, name] : kGemmNames)
+    if (s == name) return g;
+  H3RT_FAIL(what, " must be bf16, fp8, int8 or nvfp4, got '", s, "'");
+}
+
+int synthetic_int8_group(const H3Config& c, int requested) {
+  if (requested >= 0) return requested;
+  int64_t g = 0;  // the gcd of the block projections' input sizes
+  for (const model::WeightSpec& w : model::weight_specs(c))
+    if (w.key.rfind("blocks.", 0) == 0 && w.shape.size() == 2 &&
+        w.key.find("adaln") == std::string::npos)
+      g = std::gcd(g, w.shape[1]);
+  for (int group : {256, 64, 16})
+    if (g % group == 0) return group;
+  return 0;
+}
+
+const char* synthetic_gemm_name(SyntheticGemm g) {
+  for (const auto& [k, name] : kGemmNames)
+    if (k == g) return name;
+  return "bf16";
 }
 
 }  // namespace h3rt

@@ -45,6 +45,16 @@ std::string request_fingerprint(const Request& r) {
   f.add_vec(r.video_rows);
   f.add_vec(r.audio_rows);
   f.add_vec(r.text);
+  // The denoise masks and the latents they keep steer the trajectory (absent: nothing added,
+  // so files of unmasked runs keep their fingerprint).
+  const Conditioning& k = r.conditioning;
+  const FloatVec* fields[] = {&k.video_mask, &k.audio_mask, &k.video_latent_image,
+                              &k.audio_latent_image};
+  for (unsigned char i = 0; i < 4; ++i)
+    if (!fields[i]->empty()) {
+      f.add(&i, 1);
+      f.add_vec(*fields[i]);
+    }
   return f.hex();
 }
 
@@ -189,6 +199,12 @@ std::string model_identity(const ModelSource& s, const DenoiserOptions& o) {
   id += std::string("; attention ") + (o.attention == Attention::sage ? "sage" : "bf16");
   id += std::string("; fp8 activations ") +
         (o.fp8_activations == Fp8Activations::dynamic ? "dynamic" : "static");
+  if (o.synthetic_gemm != SyntheticGemm::bf16)  // (bf16: the identity files had before)
+    id += std::string("; gemm ") + synthetic_gemm_name(o.synthetic_gemm) +
+          (o.synthetic_gemm == SyntheticGemm::int8 && config_preset(s.preset)
+               ? " group " +
+                     std::to_string(synthetic_int8_group(*config_preset(s.preset), o.int8_group))
+               : "");
   return id;
 }
 

@@ -6,6 +6,7 @@
 
 #include "h3rt/formats.h"
 #include "h3rt/pipeline.h"
+#include "pipeline/inpaint.h"
 #include "pipeline/resume.h"
 
 namespace h3rt {
@@ -30,10 +31,17 @@ void check_request(const Request& r, const H3Config& c) {
 }
 
 // Step i's per-row timesteps: the sampler's plan, or for a comfy request the conditioned plan at
-// the step's timesteps (condition rows pinned near 1; they ride along, never updated).
-TimestepPlan step_plan(const Request& r, const SamplerStep& s) {
+// the step's timesteps (condition rows pinned near 1; they ride along, never updated; masked
+// rows at min(1 - m sigma, pin) with the model's sigma, f32(f32(sigma 1000) / 1000)).
+TimestepPlan step_plan(const Request& r, const SamplerPlan& p, int i, const RowMasks& masks) {
+  const SamplerStep& s = p.steps[i];
   if (!r.comfy) return s.plan;
-  return make_conditioned_plan(r.layout, {s.sigma_video, s.t_video, s.t_audio}, r.conditioning.aug);
+  const float sigma_model =
+      p.scheduler == Scheduler::simple
+          ? comfy_model_times(s.sigma_video, p.shift_video_f64, p.shift_audio_f64).sigma_model
+          : s.sigma_video;
+  return make_conditioned_plan(r.layout, {sigma_model, s.t_video, s.t_audio}, r.conditioning.aug,
+                               masks);
 }
 
 const float* or_null(const FloatVec& v) {
@@ -62,14 +70,17 @@ SamplerPlan plan_for(const SequenceLayout& L, const SampleOptions& o) {
 // One step of either loop on the state's rows.
 class Stepper {
  public:
-  Stepper(Denoiser& d, const Request& r, const SamplerPlan& p, const SampleOptions& o)
+  Stepper(Denoiser& d, const Request& r, const SamplerPlan& p, const SampleOptions& o,
+          const Inpaint& inpaint)
       : d_(d),
         req_(r),
         plan_(p),
         seed_(o.noise_seed),
         bf16_(d.precision() == Precision::bf16),
         hybrid_(o.hybrid),
-        cache_(o.step_cache) {}
+        cache_(o.step_cache),
+        inpaint_(inpaint),
+        masks_(row_masks(r.conditioning, r.layout)) {}
 
   const std::vector<HybridStep>& hybrid_steps() const { return records_; }
 
@@ -81,7 +92,7 @@ class Stepper {
     if (comfy) model_inputs(i, st);
     const float* video_in = comfy ? video_in_.data() : st.video_rows.data();
     const float* audio_in = comfy ? audio_in_.data() : st.audio_rows.data();
-    const TimestepPlan tplan = step_plan(req_, plan_.steps[i]);
+    const TimestepPlan tplan = step_plan(req_, plan_, i, masks_);
     ForwardInputs in{req_.layout,
                      tplan,
                      video_in,
@@ -101,7 +112,8 @@ class Stepper {
     if (cache_.enabled()) in.step_cache = &cache_;
     t.packing = seconds_since(t0);
     t0 = Clock::now();
-    const ForwardOutputs v = d_.forward(in);
+    ForwardOutputs v = d_.forward(in);
+    inpaint_.mask_velocities(v);
     t.denoiser = seconds_since(t0);
     if (stats.key_blocks_total > 0) rec.sparse_fraction = stats.fraction();
     if (cache_.enabled()) rec.cache = cache_.last();
@@ -111,10 +123,11 @@ class Stepper {
     const auto an = static_cast<int64_t>(st.audio_rows.size());
     if (comfy) {
       FloatVec vden(vn), aden(an);
-      comfy_denoised(st.video_rows.data(), v.video_velocity.data(), vn, plan_.steps[i].sigma_video,
+      comfy_denoised(x_video_.data(), v.video_velocity.data(), vn, plan_.steps[i].sigma_video,
                      vden.data());
-      comfy_denoised_carried(plan_, i, st.audio_rows.data(), audio_in_.data(),
-                             v.audio_velocity.data(), an, bf16_, aden.data());
+      comfy_denoised_carried(plan_, i, x_audio_.data(), audio_in_.data(), v.audio_velocity.data(),
+                             an, bf16_, aden.data());
+      inpaint_.denoised(vden, aden);
       comfy_sampler_step(plan_, i, st.comfy, st.video_rows.data(), vden.data(), vn,
                          st.audio_rows.data(), aden.data(), an, seed_);
     } else {
@@ -126,13 +139,17 @@ class Stepper {
   }
 
  private:
-  // ComfyUI casts the latent to the model dtype and hands the network the uncarried audio.
+  // The state the model is called on (the masks' blend with the clean latent), cast to the
+  // model dtype as ComfyUI casts it, the network given the uncarried audio.
   void model_inputs(int i, const resume::LoopState& st) {
-    video_in_ = st.video_rows;
+    x_video_ = st.video_rows;
+    x_audio_ = st.audio_rows;
+    inpaint_.model_state(i, x_video_, x_audio_);
+    video_in_ = x_video_;
     if (bf16_)
       for (float& x : video_in_) x = round_bf16(x);
-    audio_in_.resize(st.audio_rows.size());
-    comfy_audio_model_input(st.audio_rows.data(), static_cast<int64_t>(st.audio_rows.size()),
+    audio_in_.resize(x_audio_.size());
+    comfy_audio_model_input(x_audio_.data(), static_cast<int64_t>(x_audio_.size()),
                             plan_.audio_carry[i], bf16_, audio_in_.data());
   }
 
@@ -141,13 +158,16 @@ class Stepper {
   const SamplerPlan& plan_;
   uint64_t seed_;
   bool bf16_;
-  FloatVec video_in_, audio_in_;
+  FloatVec x_video_, x_audio_;    // the state of the model call (comfy loop)
+  FloatVec video_in_, audio_in_;  // what the network gets
   const HybridOptions& hybrid_;
   StepCache cache_;  // this run's: starts empty
+  const Inpaint& inpaint_;
+  const RowMasks masks_;
   std::vector<HybridStep> records_;
 };
 
-resume::LoopState initial_state(const Request& r, const SamplerPlan& p) {
+resume::LoopState initial_state(const Request& r, const SamplerPlan& p, const Inpaint& inpaint) {
   resume::LoopState st;
   st.video_rows = r.video_rows;
   st.audio_rows = r.audio_rows;
@@ -156,6 +176,7 @@ resume::LoopState initial_state(const Request& r, const SamplerPlan& p) {
                          static_cast<int64_t>(st.video_rows.size()));
     comfy_initial_latent(p.video_sigmas[0], st.audio_rows.data(),
                          static_cast<int64_t>(st.audio_rows.size()));
+    inpaint.initial(st.video_rows, st.audio_rows);  // masked streams: with the clean latent
   }
   return st;
 }
@@ -191,11 +212,14 @@ struct Control {
 };
 
 SampleResult finish(const SamplerPlan& plan, resume::LoopState& st, const H3Config& c,
-                    const SequenceLayout& L, std::vector<StageSeconds> stages) {
+                    const SequenceLayout& L, const Inpaint& inpaint,
+                    std::vector<StageSeconds> stages) {
   const auto t0 = Clock::now();
   if (plan.scheduler == Scheduler::simple)
     comfy_uncarry_audio(plan.audio_scale, st.audio_rows.data(),
                         static_cast<int64_t>(st.audio_rows.size()));
+  // ComfyUI's last step lands on the clean latent where m = 0 up to rounding; h3rt keeps it exact.
+  inpaint.keep_clean(st.video_rows, st.audio_rows);
   SampleResult res;
   res.video_latents =
       unpatchify_video(st.video_rows.data(), c.in_channels, L.frames, L.height, L.width);
@@ -214,28 +238,31 @@ SampleResult sample(Denoiser& denoiser, Request req, const SampleOptions& o) {
   check_options(o);
   const H3Config& c = denoiser.config();
   check_request(req, c);
-  H3RT_CHECK(req.conditioning.video_mask.empty() && req.conditioning.audio_mask.empty(),
-             "sample: denoise masks are not supported by the sampler yet (they need the "
-             "inpainting blend of the kept latent); `h3rt forward` takes them");
+  const bool masked = !req.conditioning.video_mask.empty() || !req.conditioning.audio_mask.empty();
+  H3RT_CHECK(!masked || o.scheduler == Scheduler::simple,
+             "sample: denoise masks run in ComfyUI's loop: use scheduler simple (--scheduler "
+             "simple), not ",
+             scheduler_name(o.scheduler));
   const SequenceLayout& L = req.layout;
   const SamplerPlan plan = plan_for(L, o);
+  const Inpaint inpaint(req, c, plan);
   const int evals = static_cast<int>(plan.steps.size());
   const resume::RunKeys keys = resume::run_keys(denoiser, req, o);
   const Control ctl{
       o, keys, {L.video_rows(), c.video_features()}, {L.audio_rows(), c.audio_channels}, evals};
-  resume::LoopState st = o.resume_path.empty() ? initial_state(req, plan)
+  resume::LoopState st = o.resume_path.empty() ? initial_state(req, plan, inpaint)
                                                : resume::read(o.resume_path, keys, ctl.video_rows,
                                                               ctl.audio_rows, evals);
   const int first = st.steps_done;
   ctl.check(st, false);
-  Stepper stepper(denoiser, req, plan, o);
+  Stepper stepper(denoiser, req, plan, o, inpaint);
   std::vector<StageSeconds> stages;
   for (int i = first; i < evals; ++i) {
     stages.push_back(stepper.run(i, st));
     st.steps_done = i + 1;
     ctl.check(st, true);
   }
-  SampleResult res = finish(plan, st, c, L, std::move(stages));
+  SampleResult res = finish(plan, st, c, L, inpaint, std::move(stages));
   res.resumed_steps = first;
   res.hybrid_steps = stepper.hybrid_steps();
   return res;

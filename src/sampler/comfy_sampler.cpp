@@ -111,6 +111,11 @@ void step_ancestral(const SamplerPlan& p, int step, float* video, const float* v
   ancestral_update(audio, aden, noise.data(), an, c);
 }
 
+// CONST.noise_scaling of one element: sigma * noise + (1 - sigma) * clean, keep = f32(1 - sigma).
+float noise_scaled(float sigma, float keep, float noise, float clean) {
+  return fp::add(fp::mul(sigma, noise), fp::mul(keep, clean));
+}
+
 }  // namespace
 
 void comfy_audio_model_input(const float* y, int64_t n, float carry, bool bf16_model,
@@ -182,6 +187,26 @@ void ancestral_noise(uint64_t seed, int step, bool audio, float* out, int64_t n)
 
 void comfy_initial_latent(float sigma0, float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = fp::mul(sigma0, x[i]);
+}
+
+void comfy_noise_scaling(float sigma, const float* noise, const float* clean, int64_t n,
+                         float* out) {
+  const float keep = fp::sub(1.0f, sigma);
+  for (int64_t i = 0; i < n; ++i) out[i] = noise_scaled(sigma, keep, noise[i], clean[i]);
+}
+
+void comfy_inpaint_input(const float* x, const float* mask, const float* noise, const float* clean,
+                         int64_t n, float sigma, float* x_in) {
+  const float keep = fp::sub(1.0f, sigma);
+  for (int64_t i = 0; i < n; ++i) {
+    const float noised = noise_scaled(sigma, keep, noise[i], clean[i]);
+    x_in[i] = fp::add(fp::mul(x[i], mask[i]), fp::mul(noised, fp::sub(1.0f, mask[i])));
+  }
+}
+
+void comfy_inpaint_denoised(float* den, const float* mask, const float* clean, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    den[i] = fp::add(fp::mul(den[i], mask[i]), fp::mul(clean[i], fp::sub(1.0f, mask[i])));
 }
 
 void comfy_uncarry_audio(double audio_scale, float* y, int64_t n) {

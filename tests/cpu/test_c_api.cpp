@@ -238,6 +238,14 @@ TEST(CApi, HybridSampleGivesTheCppBits) {
   h3rt_model_free(m);
 }
 
+// The C++ run of the default request conditioned from `cond` (the C API's default seed).
+SampleResult cpp_sample_with(const std::string& cond, const SampleOptions& o) {
+  auto d = Denoiser::create(ModelSource{});
+  Request r = make_request(d->config(), {});
+  condition_request_from_file(r, d->config(), cond, 440420);
+  return sample(*d, std::move(r), o);
+}
+
 TEST(CApi, ConditionedSampleGivesTheCppBits) {
   static const test::TempDir dir("h3rt_c_api_tests");
   const std::string cond = dir.file("kf.safetensors");
@@ -254,20 +262,55 @@ TEST(CApi, ConditionedSampleGivesTheCppBits) {
   req.conditioning = cond.c_str();
   const CSample got = run_c_sample(m, req);
   ASSERT_EQ(got.status, H3RT_OK) << h3rt_last_error();
-  auto d = Denoiser::create(ModelSource{});
-  Request r = make_request(d->config(), {});
-  condition_request_from_file(r, d->config(), cond, 440420);
   SampleOptions o;
   o.steps = 2;
-  const SampleResult want = sample(*d, std::move(r), o);
+  const SampleResult want = cpp_sample_with(cond, o);
   test::expect_same_bits(got.video, want.video_latents, "video_latents");
   test::expect_same_bits(got.audio, want.audio_latents, "audio_latents");
   // The keyframe changes the result (the file was read, not ignored).
+  auto d = Denoiser::create(ModelSource{});
   const SampleResult plain = sample(*d, make_request(d->config(), {}), o);
   EXPECT_NE(plain.video_latents, want.video_latents);
   req.conditioning = "/nonexistent/cond.safetensors";
   EXPECT_NE(run_c_sample(m, req).status, H3RT_OK);
   EXPECT_NE(std::string(h3rt_last_error()).find("/nonexistent/cond.safetensors"), std::string::npos)
+      << h3rt_last_error();
+  h3rt_model_free(m);
+}
+
+TEST(CApi, MaskedSampleOnComfysLoopGivesTheCppBits) {
+  static const test::TempDir dir("h3rt_c_api_mask_tests");
+  const std::string cond = dir.file("mask.safetensors");
+  // The default request's 7 x 8 x 12 latent grid: the left half kept.
+  std::vector<float> mask(7 * 8 * 12, 1.0f), image(24 * 7 * 8 * 12);
+  for (size_t i = 0; i < mask.size(); ++i) mask[i] = (i % 12) < 6 ? 0.0f : 1.0f;
+  for (size_t i = 0; i < image.size(); ++i) image[i] = 0.02f * static_cast<float>(i % 89) - 0.9f;
+  write_safetensors(cond,
+                    {{"input/video_denoise_mask", tensor_from_f32(mask, {7, 8, 12})},
+                     {"input/video_latent_image", tensor_from_f32(image, {1, 24, 7, 8, 12})}},
+                    {});
+  h3rt_model* m = nullptr;
+  ASSERT_EQ(h3rt_model_create_preset("tiny", 0, nullptr, &m), H3RT_OK) << h3rt_last_error();
+  h3rt_sample_request req;
+  h3rt_sample_request_init(&req);
+  EXPECT_EQ(req.sampler, nullptr);
+  req.steps = 1;
+  req.conditioning = cond.c_str();
+  req.sampler = "res_multistep";
+  req.scheduler = "simple";
+  const CSample got = run_c_sample(m, req);
+  ASSERT_EQ(got.status, H3RT_OK) << h3rt_last_error();
+  SampleOptions o;
+  o.steps = 1;
+  o.sampler = SamplerKind::res_multistep;
+  o.scheduler = Scheduler::simple;
+  const SampleResult want = cpp_sample_with(cond, o);
+  test::expect_same_bits(got.video, want.video_latents, "video_latents");
+  test::expect_same_bits(got.audio, want.audio_latents, "audio_latents");
+  EXPECT_EQ(got.video[0], image[0]);  // a kept element
+  req.sampler = "dpm";
+  EXPECT_EQ(run_c_sample(m, req).status, H3RT_ERROR_INVALID_ARGUMENT) << h3rt_last_error();
+  EXPECT_NE(std::string(h3rt_last_error()).find("sampler must be"), std::string::npos)
       << h3rt_last_error();
   h3rt_model_free(m);
 }

@@ -142,7 +142,7 @@ TEST(CliConditioning, BadConditioningFilesFailWithOneLine) {
   const Tensor mask = tensor_from_f32(std::vector<float>(2 * 29, 0.0f), {2, 29});
   write_safetensors(bad, {{"keyframe/0/video", kf}, {"input/audio_denoise_mask", mask}},
                     {{"keyframe/0/frame_index", "0"}});
-  expect_error("denoise masks are not supported by the sampler");
+  expect_error("use scheduler simple (--scheduler simple)");
 }
 
 }  // namespace

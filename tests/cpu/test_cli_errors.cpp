@@ -60,6 +60,7 @@ std::vector<std::pair<std::string, std::string>> verbs() {
           {"quantize-checkpoint", "--in " + kWeights + " --out " + tmp("q") + " --format fp8"},
           {"int8-convrot", "--in " + kInt8 + " --out " + tmp("i")},
           {"prune-adaln", "--in " + kWeights + " --out " + tmp("p")},
+          {"make-lora", "--out " + tmp("l")},
           {"bench block", ""},
           {"bench step", ""},
           {"bench sample", ""},
@@ -141,6 +142,13 @@ TEST(CliErrors, BadOptionValues) {
   expect_error("sample --step-cache-max 0", "--step-cache-max must be in [1, 1000], got 0");
   expect_error("sample --gate", "--gate compares the dense run with an approximate one");
   expect_error("sample --gate --step-cache 0.1 --checkpoint-every 2", "--gate runs both");
+  expect_error("sample --gemm int4", "--gemm");
+  expect_error("make-lora --rank 0 --out " + tmp("l"), "--rank");
+  expect_error("make-lora --preset huge --out " + tmp("l"), "--preset");
+  expect_error("sample --gemm int8 --int8-group 48", "--int8-group");
+  expect_error("sample --gemm int8", "--gemm int8 runs on the GPU only (--device cuda)");
+  expect_error("sample --gemm fp8 --device cuda --checkpoint " + kWeights,
+               "--gemm fp8 quantizes a preset's synthetic weights (--preset)");
   expect_error("forward --checkpoint " + kWeights + " --inputs " + kGolden + " --out " +
                    tmp("f.st") + " --sigma 2",
                "sigma must lie in [0, 1], got 2");

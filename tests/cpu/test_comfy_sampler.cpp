@@ -213,21 +213,39 @@ float lg(float x) {
 
 // ComfyUI's KSampler on the packed [video | audio] latent, from its Python: noise_scaling,
 // MiniMaxH3Model.forward's carry, CONST.calculate_denoised, the k-diffusion samplers,
-// process_latent_out's 1 / audio_scale.
+// process_latent_out's 1 / audio_scale. With a denoise mask m (per packed element, 1 generate)
+// and the clean latent c (process_latent_in: audio times audio_scale = c_s), KSAMPLER.sample and
+// KSamplerX0Inpaint:
+//   x_0 = sigma_0 noise + (1 - sigma_0) c_s
+//   per call: x_s = x m + (sigma noise + (1 - sigma) c_s)(1 - m)   (the model's x, not the loop's)
+//             out = forward(x_s) * m                              (MiniMaxH3Model.forward's mask)
+//             denoised = (x_s - out sigma) m + c_s (1 - m)
+//   the end: elements with m = 0 set to c (h3rt's exact form of where ComfyUI's last step lands).
 struct RefRun {
   std::vector<float> x;  // packed
   int64_t nv;
 };
+struct RefMask {
+  std::vector<float> mask, clean;  // packed; clean as the caller gives it (audio unscaled)
+};
 
 RefRun ref_comfy_run(const Request& r, SamplerKind kind, int steps, double sv, double sa, bool bf16,
-                     uint64_t seed) {
+                     uint64_t seed, const RefMask* inpaint = nullptr) {
   const std::vector<float> sig = ref_simple(steps, sv);
   const int64_t nv = static_cast<int64_t>(r.video_rows.size()),
                 na = static_cast<int64_t>(r.audio_rows.size()), n = nv + na;
   const double scale = sv / sa;
-  std::vector<float> x(n), old(n), den(n), xin(n), out(n), vel(n), noise(n);
-  for (int64_t i = 0; i < nv; ++i) x[i] = M(sig[0], r.video_rows[i]);
-  for (int64_t i = 0; i < na; ++i) x[nv + i] = M(sig[0], r.audio_rows[i]);
+  std::vector<float> x(n), old(n), den(n), xin(n), out(n), vel(n), noise(n), xs(n), start(n),
+      m(n, 1.0f), cs(n, 0.0f);
+  std::copy(r.video_rows.begin(), r.video_rows.end(), start.begin());
+  std::copy(r.audio_rows.begin(), r.audio_rows.end(), start.begin() + nv);
+  if (inpaint) {
+    m = inpaint->mask;
+    cs = inpaint->clean;
+    for (int64_t k = nv; k < n; ++k) cs[k] = M(cs[k], static_cast<float>(scale));
+  }
+  for (int64_t k = 0; k < n; ++k)
+    x[k] = inpaint ? M(sig[0], start[k]) + M(1.0f - sig[0], cs[k]) : M(sig[0], start[k]);
   bool has_old = false;
   float old_sigma_down = 0;
   auto cast = [&](float v) { return bf16 ? round_bf16(v) : v; };
@@ -240,16 +258,22 @@ RefRun ref_comfy_run(const Request& r, SamplerKind kind, int steps, double sv, d
     const float sig_a =
         M(static_cast<float>(sa), base) / (1.0f + M(static_cast<float>(sa - 1.0), base));
     const float carry = scale != 1.0 ? cast(sig_a / sm) : 1.0f;
-    for (int64_t k = 0; k < n; ++k) xin[k] = cast(x[k]);
+    for (int64_t k = 0; k < n; ++k)
+      xs[k] = !inpaint
+                  ? x[k]
+                  : M(x[k], m[k]) + M(M(sigma, start[k]) + M(1.0f - sigma, cs[k]), 1.0f - m[k]);
+    for (int64_t k = 0; k < n; ++k) xin[k] = cast(xs[k]);
     for (int64_t k = nv; k < n; ++k) xin[k] = cast(M(xin[k], carry));
     synthetic_velocity(xin.data(), nv, xin.data() + nv, na, sigma, vel.data(), vel.data() + nv);
-    for (int64_t k = 0; k < n; ++k) out[k] = -vel[k];
+    for (int64_t k = 0; k < n; ++k) out[k] = -(inpaint ? M(vel[k], m[k]) : vel[k]);
     if (scale != 1.0) {
       const float gain = 1.0f + M(static_cast<float>(scale - 1.0), sig_a);
       for (int64_t k = nv; k < n; ++k)
         out[k] = cast(M(static_cast<float>(1.0 - scale), xin[k])) + M(gain, out[k]);
     }
-    for (int64_t k = 0; k < n; ++k) den[k] = x[k] - M(out[k], sigma);
+    for (int64_t k = 0; k < n; ++k) den[k] = xs[k] - M(out[k], sigma);
+    if (inpaint)
+      for (int64_t k = 0; k < n; ++k) den[k] = M(den[k], m[k]) + M(cs[k], 1.0f - m[k]);
     if (kind == SamplerKind::euler_ancestral) {
       if (sigma_next == 0.0f) {
         x = den;
@@ -288,7 +312,20 @@ RefRun ref_comfy_run(const Request& r, SamplerKind kind, int steps, double sv, d
   }
   const float inv = static_cast<float>(1.0 / scale);
   for (int64_t k = nv; k < n; ++k) x[k] = M(x[k], inv);
+  if (inpaint)
+    for (int64_t k = 0; k < n; ++k)
+      if (m[k] == 0.0f) x[k] = inpaint->clean[k];
   return {x, nv};
+}
+
+// The library's latents are the reference's packed rows, bit for bit.
+void expect_equals_reference(const SampleResult& res, const RefRun& ref, const SequenceLayout& L,
+                             const std::string& what) {
+  expect_same_bits(res.video_latents,
+                   unpatchify_video(ref.x.data(), 24, L.frames, L.height, L.width),
+                   what + " video");
+  expect_same_bits(res.audio_latents, audio_rows_to_latents(ref.x.data() + ref.nv, 32, L.audio_len),
+                   what + " audio");
 }
 
 void expect_library_equals_reference(SamplerKind kind, int steps, double sv, double sa,
@@ -308,11 +345,7 @@ void expect_library_equals_reference(SamplerKind kind, int steps, double sv, dou
   const std::string what = std::string(sampler_name(kind)) + " " + std::to_string(steps) +
                            " steps, shifts " + std::to_string(sv) + "/" + std::to_string(sa) +
                            (precision == Precision::bf16 ? " bf16" : " fp32");
-  expect_same_bits(res.video_latents,
-                   unpatchify_video(ref.x.data(), 24, L.frames, L.height, L.width),
-                   what + " video");
-  expect_same_bits(res.audio_latents, audio_rows_to_latents(ref.x.data() + ref.nv, 32, L.audio_len),
-                   what + " audio");
+  expect_equals_reference(res, ref, L, what);
   // The model saw ComfyUI's t_video and t_audio of every step.
   ASSERT_EQ(d.seen_timesteps.size(), static_cast<size_t>(steps));
   const std::vector<float> sig = simple_sigmas(steps, sv);
@@ -358,6 +391,156 @@ TEST(ComfySampler, SamplersDifferAndDiffusersRefusesOthers) {
     ADD_FAILURE() << "res_multistep ran on the diffusers scheduler";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("simple"), std::string::npos) << e.what();
+  }
+}
+
+// ---------------------------------------------------------------- denoise masks
+
+// A request with denoise masks on its video and/or audio (values 0, 1/4, 1/2, 1 in a fixed
+// pattern, each present) and seeded clean latents, and the same as the reference's packed masks.
+struct MaskedRequest {
+  Request r;
+  RefMask ref;
+};
+
+float mask_value(int64_t i) {
+  static const float kValues[] = {0.0f, 1.0f, 0.25f, 1.0f, 0.5f, 0.0f, 1.0f};
+  return kValues[(i * 5 + i / 7) % 7];
+}
+
+MaskedRequest masked_request(const H3Config& c, bool video, bool audio, float fill = -1.0f) {
+  MaskedRequest m{make_request(c, {}), {}};
+  const SequenceLayout L = m.r.layout;
+  Conditioning k;
+  const int64_t nvm = L.frames * L.height * L.width, nam = 2 * L.audio_len;
+  auto pattern = [&](int64_t n) {
+    FloatVec v(n);
+    for (int64_t i = 0; i < n; ++i) v[i] = fill >= 0 ? fill : mask_value(i);
+    return v;
+  };
+  const int64_t nv = static_cast<int64_t>(m.r.video_rows.size());
+  const int64_t na = static_cast<int64_t>(m.r.audio_rows.size());
+  k.video_latent_image.resize(nv);
+  k.audio_latent_image.resize(na);
+  gaussian_noise(91, 0, 0, k.video_latent_image.data(), nv);
+  gaussian_noise(92, 0, 0, k.audio_latent_image.data(), na);
+  if (video) k.video_mask = pattern(nvm);
+  if (audio) k.audio_mask = pattern(nam);
+  // The reference's packed per-element mask and clean latent, in row order.
+  FloatVec vm(nv, 1.0f), am(na, 1.0f);
+  if (video) apply_video_mask(vm.data(), k.video_mask.data(), 24, L.frames, L.height, L.width);
+  if (audio) apply_audio_mask(am.data(), k.audio_mask.data(), 32, L.audio_len);
+  const FloatVec vc = patchify_video(k.video_latent_image.data(), 24, L.frames, L.height, L.width);
+  const FloatVec ac = audio_latents_to_rows(k.audio_latent_image.data(), 32, L.audio_len);
+  m.ref.mask.assign(vm.begin(), vm.end());
+  m.ref.mask.insert(m.ref.mask.end(), am.begin(), am.end());
+  m.ref.clean.assign(vc.begin(), vc.end());
+  m.ref.clean.insert(m.ref.clean.end(), ac.begin(), ac.end());
+  condition_request(m.r, c, std::move(k));
+  return m;
+}
+
+SampleOptions comfy_options(SamplerKind kind, int steps) {
+  SampleOptions o;
+  o.steps = steps;
+  o.scheduler = Scheduler::simple;
+  o.sampler = kind;
+  o.noise_seed = 77;
+  return o;
+}
+
+void expect_masked_run_equals_reference(SamplerKind kind, int steps, Precision precision,
+                                        bool video, bool audio) {
+  SyntheticDenoiser d(precision);
+  const MaskedRequest m = masked_request(d.config(), video, audio);
+  const SampleResult res = sample(d, m.r, comfy_options(kind, steps));
+  const RefRun ref =
+      ref_comfy_run(m.r, kind, steps, 12.0, 3.0, precision == Precision::bf16, 77, &m.ref);
+  const SequenceLayout& L = m.r.layout;
+  const std::string what = std::string(sampler_name(kind)) + (video ? " video mask" : "") +
+                           (audio ? " audio mask" : "") +
+                           (precision == Precision::bf16 ? " bf16" : " fp32");
+  expect_equals_reference(res, ref, L, what);
+  // The masks reached the model's per-row timesteps: masked rows have timesteps of their own.
+  ASSERT_FALSE(d.seen_timesteps.empty());
+  EXPECT_GT(d.seen_timesteps[0].size(), 2u) << what;
+}
+
+TEST(ComfySamplerMasks, PartialMasksMatchTheInpaintFormulas) {
+  for (SamplerKind k :
+       {SamplerKind::euler, SamplerKind::res_multistep, SamplerKind::euler_ancestral}) {
+    expect_masked_run_equals_reference(k, 4, Precision::fp32, true, false);  // video mask
+    expect_masked_run_equals_reference(k, 4, Precision::fp32, false, true);  // audio mask
+    expect_masked_run_equals_reference(k, 3, Precision::bf16, true, true);   // both
+  }
+}
+
+TEST(ComfySamplerMasks, OnesAreTheUnmaskedRunAndZerosTheCleanLatent) {
+  auto d = Denoiser::create(ModelSource{}, {});  // the tiny model, CPU fp32
+  RequestOptions ro;
+  ro.frames = 5;
+  ro.width = ro.height = 64;
+  Request plain = make_request(d->config(), ro);
+  condition_request(plain, d->config(), {});  // ComfyUI's t2va semantics, no mask
+  const SampleOptions o = comfy_options(SamplerKind::res_multistep, 3);
+  const SampleResult want = sample(*d, plain, o);
+  for (const float fill : {1.0f, 0.0f}) {
+    Request r = make_request(d->config(), ro);
+    const SequenceLayout L = r.layout;
+    Conditioning k;
+    k.video_mask.assign(L.frames * L.height * L.width, fill);
+    k.audio_mask.assign(2 * L.audio_len, fill);
+    k.video_latent_image.resize(r.video_rows.size());
+    k.audio_latent_image.resize(r.audio_rows.size());
+    gaussian_noise(5, 0, 0, k.video_latent_image.data(),
+                   static_cast<int64_t>(k.video_latent_image.size()));
+    gaussian_noise(6, 0, 0, k.audio_latent_image.data(),
+                   static_cast<int64_t>(k.audio_latent_image.size()));
+    const FloatVec clean_v = k.video_latent_image, clean_a = k.audio_latent_image;
+    condition_request(r, d->config(), std::move(k));
+    const SampleResult got = sample(*d, r, o);
+    if (fill == 1.0f) {
+      expect_same_bits(got.video_latents, want.video_latents, "mask of ones: video");
+      expect_same_bits(got.audio_latents, want.audio_latents, "mask of ones: audio");
+    } else {
+      expect_same_bits(got.video_latents, clean_v, "mask of zeros: video");
+      expect_same_bits(got.audio_latents, clean_a, "mask of zeros: audio");
+    }
+  }
+}
+
+TEST(ComfySamplerMasks, ResumeIsBitIdenticalAndRefusesOtherMasks) {
+  static const test::TempDir dir("h3rt_mask_resume");
+  const std::string path = dir.file("masked.resume");
+  SyntheticDenoiser d(Precision::fp32);
+  const MaskedRequest m = masked_request(d.config(), true, true);
+  SampleOptions o = comfy_options(SamplerKind::res_multistep, 5);
+  const SampleResult whole = sample(d, m.r, o);
+  o.checkpoint_path = path;
+  o.checkpoint_every = 2;
+  o.progress = [](int done, int, double) { return done < 2; };
+  EXPECT_THROW(sample(d, m.r, o), Cancelled);
+  o.progress = {};
+  o.checkpoint_every = 0;
+  o.resume_path = path;
+  const SampleResult resumed = sample(d, m.r, o);
+  EXPECT_EQ(resumed.resumed_steps, 2);
+  expect_same_bits(resumed.video_latents, whole.video_latents, "resumed video");
+  expect_same_bits(resumed.audio_latents, whole.audio_latents, "resumed audio");
+  const MaskedRequest other = masked_request(d.config(), true, true, 0.5f);
+  EXPECT_THROW(sample(d, other.r, o), Error);
+}
+
+TEST(ComfySamplerMasks, MasksNeedTheSimpleScheduler) {
+  SyntheticDenoiser d(Precision::fp32);
+  const MaskedRequest m = masked_request(d.config(), false, true);
+  SampleOptions o;
+  o.steps = 2;
+  try {
+    sample(d, m.r, o);
+    ADD_FAILURE() << "a masked run ran on the diffusers scheduler";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("scheduler simple"), std::string::npos) << e.what();
   }
 }
 

@@ -52,14 +52,20 @@ TEST(HybridPolicy, ReuseDecision) {
   EXPECT_FALSE(reuse_cached_step(o, true, 0.0, 3)) << "the cap of 3 reuses in a row";
 }
 
+// The message of the Error that f() throws, or "no error".
+template <typename F>
+std::string error_of(const F& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 TEST(HybridPolicy, OptionChecksNameTheField) {
   const auto msg = [](HybridOptions h, StepCacheOptions c) {
-    try {
-      check_hybrid_options(h, c);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return error_of([&] { check_hybrid_options(h, c); });
   };
   HybridOptions h;
   StepCacheOptions c;
@@ -75,6 +81,38 @@ TEST(HybridPolicy, OptionChecksNameTheField) {
   c = {};
   c.threshold = INFINITY;
   EXPECT_NE(msg(h, c).find("threshold must be finite"), std::string::npos);
+}
+
+TEST(HybridPolicy, SettingsMapOnceAndErrorsUseTheCallersNames) {
+  const HybridPolicy p = hybrid_policy({1.5, 4, 3, 0.25, 2});
+  EXPECT_EQ(p.hybrid.sparse.tau, 1.5f);
+  EXPECT_EQ(p.hybrid.dense_steps, 4);
+  EXPECT_EQ(p.hybrid.sparse.dense_blocks, 3);
+  EXPECT_EQ(p.step_cache.threshold, 0.25);
+  EXPECT_EQ(p.step_cache.max_reuses, 2);
+  const HybridPolicy off = hybrid_policy({});
+  EXPECT_FALSE(off.hybrid.sparse.enabled());
+  EXPECT_FALSE(off.step_cache.enabled());
+  const auto msg = [](const HybridSettings& s, const HybridNames& n) {
+    return error_of([&] { hybrid_policy(s, n); });
+  };
+  HybridSettings s;
+  s.sparse_attention = 11;
+  EXPECT_NE(msg(s, kHybridFieldNames).find("sparse_attention must be in [0, 10]"),
+            std::string::npos);
+  EXPECT_NE(msg(s, kHybridFlagNames).find("--sparse-attention must be in [0, 10]"),
+            std::string::npos);
+  s = {};
+  s.dense_blocks = 1001;
+  EXPECT_NE(msg(s, kHybridFieldNames).find("dense_blocks must be in [0, 1000], got 1001"),
+            std::string::npos);
+  s = {};
+  s.step_cache = NAN;
+  EXPECT_NE(msg(s, kHybridFlagNames).find("--step-cache must be in [0, 100]"), std::string::npos);
+  s = {};
+  s.step_cache_max = 0;
+  EXPECT_NE(msg(s, kHybridFieldNames).find("step_cache_max must be in [1, 1000], got 0"),
+            std::string::npos);
 }
 
 // A CPU denoiser that records what each forward was given and reports fake sparse stats.

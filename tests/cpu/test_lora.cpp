@@ -4,6 +4,7 @@
 // errors naming keys, the Denoiser hook and the CLI.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -499,6 +500,43 @@ TEST(Lora, CliInfoAndSample) {
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("h3rt: skipped LoRA"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("LoRA: 2 pair(s) merged into 2 layer(s)"), std::string::npos) << r.output;
+}
+
+// `h3rt make-lora`: the synthetic turbo-shaped LoRA of the tiny preset is a LoRA file h3rt reads
+// (info lists its targets), and `sample --lora` merges every pair into the preset's layers,
+// changing the result; the library's pairs are what the file holds.
+TEST(Lora, MakeLoraWritesATurboShapedFileThatMerges) {
+  TempDir dir;
+  const std::string lp = dir.file("turbo.safetensors");
+  test::CliRun r = test::run_cli("make-lora --preset tiny --rank 4 --seed 3 --out " + lp);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const Lora want = make_synthetic_lora(*config_preset("tiny"), 4, 259, 3);
+  ASSERT_EQ(want.pairs.size(), 16u);  // 2 blocks x 5, 1 refiner block x 4, condition_proj, final
+  const Lora got = read_lora({lp, 1.0});
+  ASSERT_EQ(got.pairs.size(), want.pairs.size());
+  for (size_t i = 0; i < got.pairs.size(); ++i) {
+    const LoraPair& g = got.pairs[i];
+    const auto w = std::find_if(want.pairs.begin(), want.pairs.end(),
+                                [&](const LoraPair& p) { return p.target == g.target; });
+    ASSERT_NE(w, want.pairs.end()) << g.target;
+    EXPECT_EQ(g.alpha, 4.0) << g.target;
+    EXPECT_EQ(g.up.to_f32(), w->up.to_f32()) << g.target;
+    EXPECT_EQ(g.down.to_f32(), w->down.to_f32()) << g.target;
+  }
+  r = test::run_cli("info " + lp);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("LoRA: 16 pairs; rank 4 (x16)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("blocks.*.mlp.fc1: 2 layer(s)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("condition_proj"), std::string::npos) << r.output;
+  const std::string with = dir.file("with.safetensors"), without = dir.file("without.safetensors");
+  const std::string run = "sample --width 64 --height 64 --frames 5 --text-tokens 3 --steps 1 ";
+  r = test::run_cli(run + "--lora " + lp + " --out " + with);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("LoRA: 16 pair(s) merged into 16 layer(s)"), std::string::npos)
+      << r.output;
+  ASSERT_EQ(test::run_cli(run + "--out " + without).status, 0);
+  EXPECT_NE(SafetensorsFile::open(with).get("video_latents").to_f32(),
+            SafetensorsFile::open(without).get("video_latents").to_f32());
 }
 
 }  // namespace

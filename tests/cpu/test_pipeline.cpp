@@ -107,5 +107,20 @@ TEST(Pipeline, RejectsSageOnCpuAndBadWords) {
   EXPECT_EQ(parse_precision("bf16"), Precision::bf16);
 }
 
+// --gemm's option words and the int8 group a preset gets by default: the largest of 256, 64, 16
+// dividing every block projection's input (tiny: qkv/fc1 192, out 256, fc2 384 -> 64; h3: 5376
+// and 14336 -> 256).
+TEST(Pipeline, SyntheticGemmWordsAndInt8Group) {
+  for (const char* w : {"bf16", "fp8", "int8", "nvfp4"})
+    EXPECT_STREQ(synthetic_gemm_name(parse_synthetic_gemm(w)), w);
+  EXPECT_THROW(parse_synthetic_gemm("int4", "--gemm"), Error);
+  EXPECT_EQ(synthetic_int8_group(*config_preset("tiny"), -1), 64);
+  EXPECT_EQ(synthetic_int8_group(*config_preset("h3"), -1), 256);
+  EXPECT_EQ(synthetic_int8_group(*config_preset("tiny"), 16), 16);
+  DenoiserOptions o;
+  o.synthetic_gemm = SyntheticGemm::int8;
+  EXPECT_THROW(Denoiser::create(ModelSource{}, o), Error);  // the CPU runs bf16/fp32 presets
+}
+
 }  // namespace
 }  // namespace h3rt
