@@ -3,20 +3,11 @@
 #include <Python.h>
 
 #include <cstring>
-#include <sstream>
 
 #include "device_arrays.h"
 
 namespace h3rt::py {
 namespace {
-
-std::string dims_str(const AnyArray& a) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < a.ndim(); ++i) os << (i ? ", " : "") << a.shape(i);
-  os << "]";
-  return os.str();
-}
 
 std::string dtype_str(const AnyArray& a) {
   const auto d = a.dtype();
@@ -80,22 +71,23 @@ void raise_type(const std::string& msg) {
   raise(PyExc_TypeError, msg);
 }
 
+Shape dims(const AnyArray& a) {
+  Shape s(a.ndim());
+  for (size_t i = 0; i < a.ndim(); ++i) s[i] = static_cast<int64_t>(a.shape(i));
+  return s;
+}
+
 std::vector<int64_t> check_shape(const AnyArray& a, const char* name,
                                  const std::vector<int64_t>& want, const std::string& expected) {
-  std::vector<int64_t> s(a.ndim());
-  for (size_t i = 0; i < a.ndim(); ++i) s[i] = static_cast<int64_t>(a.shape(i));
-  return check_shape(s, name, want, expected);
+  return check_shape(dims(a), name, want, expected);
 }
 
 std::vector<int64_t> check_shape(const std::vector<int64_t>& s, const char* name,
                                  const std::vector<int64_t>& want, const std::string& expected) {
   bool ok = s.size() == want.size();
   for (size_t i = 0; ok && i < want.size(); ++i) ok = want[i] < 0 || s[i] == want[i];
-  if (!ok) {
-    std::string got = "[";
-    for (size_t i = 0; i < s.size(); ++i) got += (i ? ", " : "") + std::to_string(s[i]);
-    raise_value(std::string(name) + ": expected shape " + expected + ", got " + got + "]");
-  }
+  if (!ok)
+    raise_value(std::string(name) + ": expected shape " + expected + ", got " + shape_str(s));
   return s;
 }
 
@@ -118,7 +110,7 @@ std::vector<int64_t> host_ints(const AnyArray& a, const char* name, int64_t coun
   check_host(a, name, false);
   if (static_cast<int64_t>(a.size()) != count)
     raise_value((std::string(name) + ": expected " + std::to_string(count) + " values, got shape " +
-                 dims_str(a))
+                 shape_str(dims(a)))
                     .c_str());
   std::vector<int64_t> out(a.size());
   if (a.dtype() == nb::dtype<int64_t>())
@@ -137,7 +129,7 @@ std::vector<double> host_f64(const AnyArray& a, const char* name, int64_t count)
     raise_type((std::string(name) + ": expected float64 values, got " + dtype_str(a)).c_str());
   if (static_cast<int64_t>(a.size()) != count)
     raise_value((std::string(name) + ": expected " + std::to_string(count) + " values, got shape " +
-                 dims_str(a))
+                 shape_str(dims(a)))
                     .c_str());
   std::vector<double> out(a.size());
   copy_as<double>(a, out);

@@ -25,6 +25,8 @@ using NumpyF32 = nb::ndarray<nb::numpy, float>;
 [[noreturn]] void raise_value(const std::string& msg);
 [[noreturn]] void raise_type(const std::string& msg);
 
+// The array's shape.
+Shape dims(const AnyArray& a);
 // The array's shape, or a ValueError naming `name` unless it matches `want` (-1: any size).
 // `expected` spells the shape for the message, e.g. "[1, 24, T, H, W]".
 std::vector<int64_t> check_shape(const AnyArray& a, const char* name,

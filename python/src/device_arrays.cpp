@@ -16,12 +16,6 @@ bool is_torch(nb::handle obj) {
   return nb::isinstance<nb::str>(mod) && nb::cast<std::string>(mod).rfind("torch", 0) == 0;
 }
 
-std::string shape_str(const Shape& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
 std::optional<DType> f32_or_bf16(const nb::dlpack::dtype& d) {
   if (d == nb::dtype<float>()) return DType::f32;
   if (d.code == uint8_t(nb::dlpack::dtype_code::Bfloat) && d.bits == 16) return DType::bf16;
@@ -31,11 +25,9 @@ std::optional<DType> f32_or_bf16(const nb::dlpack::dtype& d) {
 // A CUDA array through DLPack (torch, cupy, jax, ...); f32/bf16 views only (others: TypeError
 // when used as rows, reported by check_input via the dtype).
 CudaArray from_dlpack(const AnyArray& a, bool torch) {
-  Shape shape(a.ndim()), strides(a.ndim());
-  for (size_t i = 0; i < a.ndim(); ++i) {
-    shape[i] = static_cast<int64_t>(a.shape(i));
-    strides[i] = a.stride(i);
-  }
+  const Shape shape = dims(a);
+  Shape strides(a.ndim());
+  for (size_t i = 0; i < a.ndim(); ++i) strides[i] = a.stride(i);
   const DType t = f32_or_bf16(a.dtype()).value_or(DType::u8);  // u8: "not float32/bfloat16"
   return {Tensor(const_cast<void*>(a.data()), t, shape, strides, nullptr, Device::cuda),
           static_cast<int>(a.device_id()), torch};
@@ -68,6 +60,11 @@ uintptr_t stream_handle(nb::handle s) {
       "stream: expected None, an int handle or an object with .cuda_stream (e.g. "
       "torch.cuda.Stream), got " +
       nb::cast<std::string>(nb::str(s.type())));
+}
+
+void check_f32_or_bf16(const Tensor& view, const char* name) {
+  if (view.dtype() != DType::f32 && view.dtype() != DType::bf16)
+    raise_type(std::string(name) + ": expected float32 or bfloat16 values on the device");
 }
 
 DeviceResult wrap(Tensor t, const DeviceCall& call) {
@@ -113,8 +110,7 @@ void check_input(const CudaArray& a, const char* name, const DeviceCall& call) {
     raise_value(std::string(name) + ": a CUDA array on device " + std::to_string(a.device) +
                 ", the model runs on cuda:" + std::to_string(call.device) +
                 "; move it there (tensor.to('cuda:" + std::to_string(call.device) + "'))");
-  if (a.view.dtype() != DType::f32 && a.view.dtype() != DType::bf16)
-    raise_type(std::string(name) + ": expected float32 or bfloat16 values on the device");
+  check_f32_or_bf16(a.view, name);
 }
 
 Tensor contiguous_f32(const Tensor& view, const DeviceCall& call) {
@@ -148,8 +144,7 @@ DeviceResult given_result(nb::handle obj, const char* name, const std::vector<in
 
 FloatVec device_to_host_f32(const AnyArray& a, const char* name) {
   const CudaArray c = from_dlpack(a, false);
-  if (c.view.dtype() != DType::f32 && c.view.dtype() != DType::bf16)
-    raise_type(std::string(name) + ": expected float32 or bfloat16 values on the device");
+  check_f32_or_bf16(c.view, name);
   DeviceCall call;
   call.stream = g_stream;
   const Tensor t = contiguous_f32(c.view, call);

@@ -174,11 +174,12 @@ AnyArray array_arg(nb::handle obj, const char* name) {
 
 // The shape of a call's array: the CUDA array's, or the host array's.
 std::vector<int64_t> dims_of(nb::handle obj, const char* name, const CudaArray* dev) {
-  if (dev) return dev->view.shape();
-  const AnyArray a = array_arg(obj, name);
-  std::vector<int64_t> s(a.ndim());
-  for (size_t i = 0; i < a.ndim(); ++i) s[i] = static_cast<int64_t>(a.shape(i));
-  return s;
+  return dev ? dev->view.shape() : dims(array_arg(obj, name));
+}
+
+// out= is a device forward's: a ValueError for host inputs.
+void check_out_needs_device(bool device, nb::handle out) {
+  if (!device && !out.is_none()) raise_value("out: only for CUDA inputs (a device forward)");
 }
 
 // The target arrays of a call: both in CUDA memory (a device forward; a CUDA model only) or both
@@ -259,14 +260,12 @@ Outputs forward(Model& m, nb::handle video_rows, nb::handle audio_rows, nb::hand
   const TimestepPlan plan = plan_of(timesteps, l.seq_len());
   const int64_t nv = l.video_rows(), na = l.audio_rows();
   const auto dev = device_pair(m, video_rows, audio_rows, "video_rows", "audio_rows");
-  const auto rows_shape = [](int64_t n, int64_t f) {
-    return "[" + std::to_string(n) + ", " + std::to_string(f) + "]";
-  };
-  check_shape(dims_of(video_rows, "video_rows", dev ? &dev->first : nullptr), "video_rows",
-              {nv, c.video_features()}, rows_shape(nv, c.video_features()));
-  check_shape(dims_of(audio_rows, "audio_rows", dev ? &dev->second : nullptr), "audio_rows",
-              {na, c.audio_channels}, rows_shape(na, c.audio_channels));
-  if (!dev && !out.is_none()) raise_value("out: only for CUDA inputs (a device forward)");
+  const Shape vrows{nv, c.video_features()}, arows{na, c.audio_channels};
+  check_shape(dims_of(video_rows, "video_rows", dev ? &dev->first : nullptr), "video_rows", vrows,
+              shape_str(vrows));
+  check_shape(dims_of(audio_rows, "audio_rows", dev ? &dev->second : nullptr), "audio_rows", arows,
+              shape_str(arows));
+  check_out_needs_device(dev.has_value(), out);
   const DeviceCall call = dev ? device_call(stream, dev->first, m.device) : DeviceCall{};
   if (dev) {
     check_input(dev->first, "video_rows", call);
@@ -374,7 +373,7 @@ Outputs forward_latents(Model& m, nb::handle video, nb::handle audio, float sigm
                         std::optional<std::vector<float>> sample_sigmas, nb::handle out,
                         nb::handle stream) {
   Target t = target_of(m, video, audio, text, stream);
-  if (!t.dev && !out.is_none()) raise_value("out: only for CUDA inputs (a device forward)");
+  check_out_needs_device(t.dev.has_value(), out);
   const SequenceLayout l = make_t2va_layout(t.L, t.N, t.T, t.H, t.W);
   if (t.dev) {
     Request r;
@@ -400,7 +399,7 @@ Outputs forward_conditioned(Model& m, nb::handle video, nb::handle audio, float 
                             const ConditioningArgs& args, float audio_scale, bool mask_outputs,
                             nb::handle out, nb::handle stream) {
   Target t = target_of(m, video, audio, text, stream);
-  if (!t.dev && !out.is_none()) raise_value("out: only for CUDA inputs (a device forward)");
+  check_out_needs_device(t.dev.has_value(), out);
   if (!(sigma >= 0.0f && sigma <= 1.0f))
     raise_value("sigma must lie in [0, 1], got " + std::to_string(sigma));
   if (!(audio_scale > 0.0f))
@@ -506,24 +505,18 @@ struct SampleMasks {
 void add_masks(const Model& m, Request& req, const SampleMasks& a) {
   const SequenceLayout L = req.layout;
   const H3Config& c = m.config();
-  const auto values = [&](const std::optional<AnyArray>& v, const char* name,
-                          std::vector<int64_t> want, const std::string& spelled) {
+  const auto values = [&](const std::optional<AnyArray>& v, const char* name, const Shape& want) {
     if (!v) return FloatVec{};
-    check_shape(*v, name, want, spelled);
+    check_shape(*v, name, want, shape_str(want));
     return host_f32(*v, name, m.cuda());
   };
-  const std::string t = std::to_string(L.frames), h = std::to_string(L.height),
-                    w = std::to_string(L.width), n = std::to_string(L.audio_len);
   Conditioning k;
-  k.video_mask = values(a.video_mask, "video_denoise_mask", {L.frames, L.height, L.width},
-                        "[" + t + ", " + h + ", " + w + "]");
-  k.audio_mask = values(a.audio_mask, "audio_denoise_mask", {2, L.audio_len}, "[2, " + n + "]");
+  k.video_mask = values(a.video_mask, "video_denoise_mask", {L.frames, L.height, L.width});
+  k.audio_mask = values(a.audio_mask, "audio_denoise_mask", {2, L.audio_len});
   k.video_latent_image =
-      values(a.video_image, "video_latent_image", {1, c.in_channels, L.frames, L.height, L.width},
-             "[1, " + std::to_string(c.in_channels) + ", " + t + ", " + h + ", " + w + "]");
+      values(a.video_image, "video_latent_image", {1, c.in_channels, L.frames, L.height, L.width});
   k.audio_latent_image =
-      values(a.audio_image, "audio_latent_image", {2, c.audio_channels, L.audio_len},
-             "[2, " + std::to_string(c.audio_channels) + ", " + n + "]");
+      values(a.audio_image, "audio_latent_image", {2, c.audio_channels, L.audio_len});
   condition_request(req, c, std::move(k));
 }
 
@@ -692,8 +685,8 @@ NB_MODULE(_h3rt, m) {
 
   m.def("_load_path", &load_path, arg("path"), arg("device"), arg("precision").none(),
         arg("attention"), arg("cuda_graphs"), arg("fp8_activations"), arg("qkv_layout"),
-        arg("loras"), arg("lora_skip_unmatched"), arg("check_finite"),
-        arg("device_memory_limit"), nb::rv_policy::take_ownership);
+        arg("loras"), arg("lora_skip_unmatched"), arg("check_finite"), arg("device_memory_limit"),
+        nb::rv_policy::take_ownership);
   m.def("_load_preset", &load_preset, arg("name"), arg("weights_seed"), arg("device"),
         arg("precision").none(), arg("attention"), arg("cuda_graphs"), arg("check_finite"),
         arg("gemm"), arg("int8_group"), arg("device_memory_limit"), nb::rv_policy::take_ownership);

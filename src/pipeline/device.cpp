@@ -113,9 +113,7 @@ void copy_to_host(void*, const void*, size_t, uintptr_t) {
 #endif
 
 Tensor device_f32(const Shape& shape, uintptr_t stream) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  std::shared_ptr<void> mem = device_alloc(static_cast<size_t>(n) * 4, stream);
+  std::shared_ptr<void> mem = device_alloc(static_cast<size_t>(shape_numel(shape)) * 4, stream);
   void* p = mem.get();
   return Tensor(p, DType::f32, shape, std::move(mem), Device::cuda);
 }

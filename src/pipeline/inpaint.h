@@ -13,7 +13,6 @@ namespace h3rt {
 class Inpaint {
  public:
   Inpaint(const Request& request, const H3Config& config, const SamplerPlan& plan);
-  bool active() const { return !video_.mask.empty() || !audio_.mask.empty(); }
   // The first latent: noise_scaling(sigma_0, noise, clean) for a masked stream.
   void initial(FloatVec& video_rows, FloatVec& audio_rows) const;
   // The rows the model sees at step i in place of the sampler's (blended in place).

@@ -5,7 +5,6 @@
 // device_memory_limit and refuses a limit below what streaming needs.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <cstring>
 #include <map>
 #include <random>
@@ -18,14 +17,14 @@
 #include "h3rt/pipeline.h"
 #include "model/forward_session_cuda.h"
 #include "model/model_cuda.h"
+#include "model/synthetic_gemm_cuda.h"
 #include "model/weight_stream_cuda.h"
 #include "model/weights.h"
-#include "ops/linear/linear.h"
 
 namespace h3rt {
 namespace {
 
-enum class Gemm { bf16, fp8, int8, nvfp4 };
+using Gemm = SyntheticGemm;
 
 // The tiny dimensions with 5 blocks, so that slots are reused within a step (2 slots).
 H3Config five_blocks() {
@@ -34,26 +33,10 @@ H3Config five_blocks() {
   return c;
 }
 
-void to_fp8(model::DeviceLinear& l) {  // as bench step's fp8: scale wmax / 448, static input
-  const float wmax = 1.0f / std::sqrt(static_cast<float>(l.in));
-  l.w_scale = cuda::to_device(tensor_from_f32({wmax / 448.0f}, {1}));
-  l.x_scale = cuda::to_device(tensor_from_f32({8.0f / 448.0f}, {1}));
-  l.w8 = cuda::device_empty(DType::e4m3, {l.out, l.in});
-  H3RT_CUDA_CHECK(ops::quantize_e4m3_cuda(
-      {l.w.ptr<__nv_bfloat16>(), l.w8.ptr<__nv_fp8_e4m3>(), l.w_scale.ptr<float>(), l.out, l.in},
-      nullptr));
-  H3RT_CUDA_CHECK(cudaDeviceSynchronize());
-  l.w = Tensor();
-}
-
+// The block projections in `gemm` as `sample --gemm` makes them (int8: convrot group 64).
 model::DeviceModel make_model(const H3Config& c, uint64_t seed, Gemm gemm) {
   model::DeviceModel d = model::make_synthetic_device_model(c, seed);
-  for (model::DeviceBlock& b : d.blocks)
-    for (model::DeviceLinear* l : {&b.qkv, &b.out, &b.fc1, &b.fc2}) {
-      if (gemm == Gemm::fp8) to_fp8(*l);
-      if (gemm == Gemm::int8) model::convert_linear_to_int8(*l, 64, nullptr);
-      if (gemm == Gemm::nvfp4) model::convert_linear_to_nvfp4(*l, 8.0f / 2688.0f, nullptr);
-    }
+  model::quantize_synthetic_blocks(d, gemm, 64, nullptr);
   return d;
 }
 
