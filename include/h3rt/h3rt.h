@@ -90,6 +90,16 @@ h3rt_status h3rt_forward(h3rt_model* model, const h3rt_layout* layout,
                          const h3rt_timesteps* timesteps, const float* video_rows,
                          const float* audio_rows, const float* text, float* video_velocity,
                          float* audio_velocity);
+/* h3rt_forward on rows and velocities in CUDA device memory (a CUDA model): the same shapes,
+ * float32, contiguous, on the model's device; `text` stays a host array. `stream` is the caller's
+ * cudaStream_t (NULL: the legacy default stream): h3rt's work runs after the stream's earlier
+ * work and before its later work (events, no device-wide sync), and the call returns without
+ * waiting for the GPU, except where finite checks read the host (check_finite "first" waits on
+ * the model's first forward). Not with a CPU model (H3RT_ERROR_RUNTIME names the device). */
+h3rt_status h3rt_forward_device(h3rt_model* model, const h3rt_layout* layout,
+                                const h3rt_timesteps* timesteps, const float* video_rows,
+                                const float* audio_rows, const float* text, float* video_velocity,
+                                float* audio_velocity, void* stream);
 /* The same on the t2va layout at video sigma, as `h3rt forward`: t_video = 1 - sigma, the audio
  * timestep from the audio shift (12 -> 3). */
 h3rt_status h3rt_forward_t2va(h3rt_model* model, int64_t text_len, int64_t audio_len,

@@ -182,6 +182,29 @@ h3rt_status h3rt_model_config(const h3rt_model* m, h3rt_config* out) {
   });
 }
 
+namespace {
+
+// h3rt_forward and h3rt_forward_device: host rows, or `io` (device rows and velocities, in
+// which case the returned velocities are empty).
+h3rt::ForwardOutputs forward_rows(h3rt_model* m, const h3rt_layout* layout,
+                                  const h3rt_timesteps* ts, const float* video_rows,
+                                  const float* audio_rows, const float* text,
+                                  const h3rt::DeviceIO* io) {
+  const h3rt::SequenceLayout l = layout_of(*layout);
+  const h3rt::TimestepPlan plan = plan_of(*ts, l.seq_len());
+  h3rt::SigmaSchedule schedule{ts->sigma, {}};
+  if (ts->num_sample_sigmas > 0) {
+    C_CHECK(ts->sample_sigmas, "timesteps: num_sample_sigmas > 0 with no sample_sigmas");
+    schedule.sample_sigmas.assign(ts->sample_sigmas, ts->sample_sigmas + ts->num_sample_sigmas);
+  }
+  h3rt::ForwardInputs in{l,          plan, video_rows,
+                         audio_rows, text, ts->num_sample_sigmas > 0 ? &schedule : nullptr};
+  in.device = io;
+  return m->denoiser->forward(in);
+}
+
+}  // namespace
+
 h3rt_status h3rt_forward(h3rt_model* m, const h3rt_layout* layout, const h3rt_timesteps* ts,
                          const float* video_rows, const float* audio_rows, const float* text,
                          float* video_velocity, float* audio_velocity) {
@@ -189,18 +212,24 @@ h3rt_status h3rt_forward(h3rt_model* m, const h3rt_layout* layout, const h3rt_ti
     C_CHECK(
         m && layout && ts && video_rows && audio_rows && text && video_velocity && audio_velocity,
         "h3rt_forward: null argument");
-    const h3rt::SequenceLayout l = layout_of(*layout);
-    const h3rt::TimestepPlan plan = plan_of(*ts, l.seq_len());
-    h3rt::SigmaSchedule schedule{ts->sigma, {}};
-    if (ts->num_sample_sigmas > 0) {
-      C_CHECK(ts->sample_sigmas, "h3rt_forward: num_sample_sigmas > 0 with no sample_sigmas");
-      schedule.sample_sigmas.assign(ts->sample_sigmas, ts->sample_sigmas + ts->num_sample_sigmas);
-    }
-    const h3rt::ForwardInputs in{l,          plan, video_rows,
-                                 audio_rows, text, ts->num_sample_sigmas > 0 ? &schedule : nullptr};
-    const h3rt::ForwardOutputs v = m->denoiser->forward(in);
+    const h3rt::ForwardOutputs v =
+        forward_rows(m, layout, ts, video_rows, audio_rows, text, nullptr);
     copy_out(v.video_velocity, video_velocity);
     copy_out(v.audio_velocity, audio_velocity);
+  });
+}
+
+h3rt_status h3rt_forward_device(h3rt_model* m, const h3rt_layout* layout,
+                                const h3rt_timesteps* ts, const float* video_rows,
+                                const float* audio_rows, const float* text,
+                                float* video_velocity, float* audio_velocity, void* stream) {
+  return guarded([&] {
+    C_CHECK(
+        m && layout && ts && video_rows && audio_rows && text && video_velocity && audio_velocity,
+        "h3rt_forward_device: null argument");
+    const h3rt::DeviceIO io{video_rows, audio_rows, video_velocity, audio_velocity,
+                            reinterpret_cast<uintptr_t>(stream)};
+    forward_rows(m, layout, ts, nullptr, nullptr, text, &io);
   });
 }
 

@@ -150,6 +150,16 @@ TEST(CApi, ForwardsGiveTheCppBits) {
   EXPECT_EQ(h3rt_forward(m, &cl, &cb, r.video_rows.data(), r.audio_rows.data(), r.text.data(),
                          vv.data(), av.data()),
             H3RT_ERROR_INVALID_ARGUMENT);
+  // Device rows on a CPU model: refused, naming the device (the pointers are not read).
+  EXPECT_EQ(h3rt_forward_device(m, &cl, &ct, r.video_rows.data(), r.audio_rows.data(),
+                                r.text.data(), vv.data(), av.data(), nullptr),
+            H3RT_ERROR_RUNTIME);
+  EXPECT_NE(std::string(h3rt_last_error()).find("device cpu"), std::string::npos)
+      << h3rt_last_error();
+  EXPECT_EQ(h3rt_forward_device(m, &cl, &ct, nullptr, r.audio_rows.data(), r.text.data(),
+                                vv.data(), av.data(), nullptr),
+            H3RT_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(h3rt_last_error()).find("h3rt_forward_device"), std::string::npos);
   h3rt_model_free(m);
 }
 

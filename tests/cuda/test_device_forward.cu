@@ -13,6 +13,7 @@
 #include "../cpu/golden_inputs.h"
 #include "cuda_test_util.h"
 #include "h3rt/device.h"
+#include "h3rt/h3rt.h"
 #include "h3rt/pipeline.h"
 
 namespace h3rt {
@@ -118,6 +119,57 @@ TEST(DeviceForward, BitIdenticalToHostForwardOnACallerStream) {
   expect_bits({again.video_velocity.begin(), again.video_velocity.end()}, want.video_velocity,
               "video (host after device)");
   H3RT_CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+// The C API's device forward: the host forward's bits through h3rt_forward_device on a caller's
+// non-default stream (eager, then captured and replayed), the rows written by that stream just
+// before each call.
+TEST(DeviceForward, CApiDeviceForwardGivesTheHostBits) {
+  H3RT_REQUIRE_GPU();
+  const test::GoldenInputs& g = test::golden_inputs();
+  h3rt_model_options o;
+  h3rt_model_options_init(&o);
+  o.device = "cuda";
+  o.check_finite = "off";
+  h3rt_model* m = nullptr;
+  const std::string w = test::golden_dir() + "/weights.safetensors";
+  ASSERT_EQ(h3rt_model_create(w.c_str(), &o, &m), H3RT_OK) << h3rt_last_error();
+  const SequenceLayout& L = g.layout;
+  const h3rt_layout cl{L.text_len,           L.audio_len,           L.frames,
+                       L.height,             L.width,               L.text_indices.data(),
+                       L.audio_indices.data(), L.video_indices.data(), L.token_tags.data(),
+                       L.position_ids.data()};
+  const h3rt_timesteps ct{g.plan.timestep.data(), int64_t(g.plan.timestep.size()),
+                          g.plan.timestep_indices.data(), 0, nullptr, 0};
+  FloatVec wv(g.video.size()), wa(g.audio.size());
+  ASSERT_EQ(h3rt_forward(m, &cl, &ct, g.video.data(), g.audio.data(), g.text.data(), wv.data(),
+                         wa.data()),
+            H3RT_OK)
+      << h3rt_last_error();
+  cudaStream_t s;
+  H3RT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  DeviceRun run(g);
+  H3RT_CUDA_CHECK(cudaMemsetAsync(run.video.data(), 0, run.video.nbytes(), s));
+  for (int step = 0; step < 3; ++step) {
+    H3RT_CUDA_CHECK(cudaMemcpyAsync(run.video.data(), g.video.data(), run.video.nbytes(),
+                                    cudaMemcpyHostToDevice, s));
+    ASSERT_EQ(h3rt_forward_device(m, &cl, &ct, run.video.ptr<float>(), run.audio.ptr<float>(),
+                                  g.text.data(), run.video_v.ptr<float>(),
+                                  run.audio_v.ptr<float>(), s),
+              H3RT_OK)
+        << h3rt_last_error();
+    std::vector<float> v(g.video.size()), a(g.audio.size());
+    H3RT_CUDA_CHECK(cudaMemcpyAsync(v.data(), run.video_v.data(), run.video_v.nbytes(),
+                                    cudaMemcpyDeviceToHost, s));
+    H3RT_CUDA_CHECK(cudaMemcpyAsync(a.data(), run.audio_v.data(), run.audio_v.nbytes(),
+                                    cudaMemcpyDeviceToHost, s));
+    H3RT_CUDA_CHECK(cudaStreamSynchronize(s));
+    expect_bits(v, wv, "video");
+    expect_bits(a, wa, "audio");
+    H3RT_CUDA_CHECK(cudaMemsetAsync(run.video_v.data(), 0xff, run.video_v.nbytes(), s));
+  }
+  H3RT_CUDA_CHECK(cudaStreamDestroy(s));
+  h3rt_model_free(m);
 }
 
 TEST(DeviceForward, ChecksNonFiniteRowsOnTheDevice) {
