@@ -686,6 +686,9 @@ def main():
         print(f"\n{len(report['cases'])} cases, {len(report['fallbacks'])} fallbacks: "
               + ("all checks passed" if not failed else f"FAILED: {failed}"))
     report["comfyui_modules"] = prov
+    sources = pathlib.Path(args.comfy) / "SOURCES.txt"  # where the folder's files came from
+    if sources.is_file():
+        report["comfyui_sources"] = sources.read_text()
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(report, indent=1, default=str))
     return 1 if failed else 0
