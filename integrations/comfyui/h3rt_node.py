@@ -21,7 +21,9 @@ WRAPPER_KEY = "h3rt"
 DIFFUSION_MODEL = "diffusion_model"  # comfy.patcher_extension.WrappersMP.DIFFUSION_MODEL
 # h3rt's t2va forward derives the audio timestep with these shifts (h3rt.audio_sigma_from_video).
 VIDEO_SHIFT, AUDIO_SHIFT = 12.0, 3.0
-# ComfyUI treats mask values at or above this as "generate everything" (model.py's 1 - 1e-3).
+# ComfyUI treats mask values at or above this as "generate everything" (model.py's 1 - 1e-3;
+# _forward gives masked rows per-row timesteps, video per 2x2 patch from the patch's maximum:
+# h3rt's forward_conditioned(video_mask=, audio_mask=) computes the same).
 MASK_FULL = 1.0 - 1e-3
 
 
@@ -125,15 +127,23 @@ def _cond_item(src, aug_v, aug_a, seed, kind=None):
     return d
 
 
+def _partial(mask):
+    """A denoise mask as _forward reads it (mask[0, 0]: [T, H, W] video, [2, N] audio), or None
+    when it generates everything (every value at or above MASK_FULL)."""
+    if mask is None or _min_value(mask) >= MASK_FULL:
+        return None
+    return _host_f32(mask[0, 0])
+
+
 def _conditioning(payload, kwargs):
     """forward_conditioned's keywords for this call, or None for a plain t2va call (which
     forward_latents computes with the same bits)."""
     tags = payload.get("text_token_tags")
-    amask = kwargs.get("audio_denoise_mask")
+    vmask = _partial(kwargs.get("denoise_mask"))
+    amask = _partial(kwargs.get("audio_denoise_mask"))
     keyframes, refs = payload.get("keyframes") or (), payload.get("refs") or ()
     mixed_tags = tags is not None and _min_value(tags) != 1
-    masked = amask is not None and _min_value(amask) < MASK_FULL
-    if not (keyframes or refs or mixed_tags or masked):
+    if not (keyframes or refs or mixed_tags or vmask is not None or amask is not None):
         return None
     aug_v = float(payload.get("visual_cond_noise_aug", 0.999))
     aug_a = float(payload.get("audio_cond_noise_aug", 1.0))
@@ -144,8 +154,10 @@ def _conditioning(payload, kwargs):
             "visual_cond_noise_aug": aug_v, "audio_cond_noise_aug": aug_a, "noise_seed": seed}
     if tags is not None:
         cond["text_tags"] = np.asarray(tags.cpu() if _is_torch(tags) else tags, np.int64)
-    if masked:
-        cond["audio_mask"] = _host_f32(amask)
+    if vmask is not None:
+        cond["video_mask"] = vmask
+    if amask is not None:
+        cond["audio_mask"] = amask
     return cond
 
 
@@ -214,11 +226,11 @@ class H3rtWrapper:
         if not conds and kinds - {"text", "audio", "video"}:
             raise Fallback(f"payload layout has {sorted(kinds - {'text', 'audio', 'video'})} rows "
                            "but no keyframes or refs")
-        m = kwargs.get("denoise_mask")
-        if m is not None and _min_value(m) < MASK_FULL:
-            # ComfyUI's own _forward fails on video masks at the commit h3rt follows (golden
-            # h3_tiny_comfy README, section 7): its behaviour stays the user's.
-            raise Fallback("denoise_mask present (a video denoise mask)")
+        for key, rank in (("denoise_mask", 5), ("audio_denoise_mask", 4)):
+            m = kwargs.get(key)
+            if m is not None and len(m.shape) != rank:
+                raise Fallback(f"{key} of shape {tuple(m.shape)} (_forward reads [1, 1, ...] "
+                               f"of a {rank}-D mask)")
         for key, want in (("minimax_h3_sigma_shift_video", VIDEO_SHIFT),
                           ("minimax_h3_sigma_shift_audio", AUDIO_SHIFT)):
             if key in options and float(options[key]) != want:
@@ -397,8 +409,8 @@ class H3rtPatchModel:
     FUNCTION = "patch"
     CATEGORY = "advanced/model"
     DESCRIPTION = ("Runs MiniMax H3's forward in h3rt (t2va, first/last-frame keyframes, "
-                   "references, text tags, audio masks); other calls run ComfyUI's forward "
-                   "(one log line per reason).")
+                   "references, text tags, video and audio denoise masks); other calls run "
+                   "ComfyUI's forward (one log line per reason).")
 
     def patch(self, model, attention="bf16", cuda_graphs=True, device="cuda",
               weights="from the loaded model", refine_text="in h3rt", checkpoint_path="",

@@ -307,8 +307,8 @@ FALLBACKS = [
     ("layout", lambda o: {"payload": {"layout": types.SimpleNamespace(
         segments=[(0, 12, "text"), (12, 28, "cond"), (28, 50, "audio"), (50, 130, "video")])}},
      "['cond']"),
-    ("video mask", lambda o: {"kw": {"denoise_mask": np.full((1, 1, 5, 8, 8), 0.5, np.float32)}},
-     "denoise_mask present"),
+    ("mask rank", lambda o: {"kw": {"denoise_mask": np.full((1, 5, 8, 8), 0.5, np.float32)}},
+     "denoise_mask of shape (1, 5, 8, 8)"),
     ("refined text", lambda o: {"x": inputs(width=192)}, "refined text states"),
     ("other width", lambda o: {"x": inputs(width=32)}, "neither text_dim"),
     ("odd size", lambda o: {"x": inputs(h=7)}, "odd latent"),
@@ -495,9 +495,35 @@ def test_conditioned_calls_run_in_h3rt_with_the_payload():
     assert np.array_equal(kw["keyframes"][0]["latent"], key)
     assert kw["refs"][0]["kind"] == "audio" and "audio_noise" in kw["refs"][0]
     assert kw["audio_cond_noise_aug"] == 0.9 and kw["visual_cond_noise_aug"] == 0.999
-    assert list(kw["text_tags"][:3]) == [1, 0, 1] and kw["audio_mask"].shape == (1, 1, 2, 11)
+    assert list(kw["text_tags"][:3]) == [1, 0, 1] and kw["audio_mask"].shape == (2, 11)
+    assert "video_mask" not in kw  # no video mask given
     # Video condition noise from the payload seed, audio from seed + 1 (ComfyUI's _forward).
     assert drawn == [((16, 96), 5), ((6, 32), 6)]
+
+
+def test_video_denoise_mask_runs_in_h3rt():
+    """Regression (found running the node inside ComfyUI's real model code, at ComfyUI
+    2d2a8ae7): _forward takes a video denoise_mask (per-row timesteps from each 2x2 patch's
+    maximum); the node used to leave every such call to ComfyUI because the golden's ComfyUI
+    commit raised on it. The mask now reaches forward_conditioned as _forward reads it,
+    mask[0, 0] = [T, H, W] (tools/comfyui_real/run_node.py compares the numbers with ComfyUI)."""
+    loader = Loader()
+    _, out, wrapper = patched(loader)
+    x, ts, ctx = inputs()
+    mask = np.ones((1, 1, 5, 8, 8), np.float32)
+    mask[:, :, :2] = 0.0
+    mask[:, :, 2, :3, 1:] = 0.5
+    res = sample_call(out, x, ts, ctx, minimax_payload=t2va_payload(), denoise_mask=mask)
+    assert wrapper.calls == {"h3rt": 1, "comfyui": 0}
+    kw = loader.engine.calls[0][5]
+    assert kw["mask_outputs"] is False and "audio_mask" not in kw
+    np.testing.assert_array_equal(kw["video_mask"], mask[0, 0])
+    assert kw["keyframes"] == [] and kw["refs"] == []
+    np.testing.assert_array_equal(res[0], -4.0 * x[0])  # forward_conditioned's result
+    # A mask that generates everything is no mask: the plain forward.
+    sample_call(out, x, ts, ctx, minimax_payload=t2va_payload(),
+                denoise_mask=np.ones((1, 1, 5, 8, 8), np.float32))
+    assert len(loader.engine.calls[1]) == 5  # forward_latents' arguments
 
 
 def _comfy_payload(f, entry):
