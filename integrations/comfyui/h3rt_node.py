@@ -161,12 +161,18 @@ def _conditioning(payload, kwargs):
     return cond
 
 
+def engine_attention(attention, device):
+    """The attention h3rt runs: Sage is GPU-only, so the CPU engine (the float reference) runs
+    bf16 whatever the node says."""
+    return attention if device == "cuda" else "bf16"
+
+
 class H3rtWrapper:
     """The DIFFUSION_MODEL wrapper, one per patched model; ComfyUI's clones of that model share it
     (and its engine). Called as wrapper(executor, x, timestep, context, transformer_options, **kw)
     by ComfyUI's WrapperExecutor."""
 
-    def __init__(self, base_model=None, attention="bf16", cuda_graphs=True, device="cuda",
+    def __init__(self, base_model=None, attention="sage", cuda_graphs=True, device="cuda",
                  weights="from the loaded model", checkpoint_path="", load=None, loras=()):
         self.base_model = base_model  # comfy's BaseModel: current_weight_patches_uuid, lowvram
         self.attention, self.cuda_graphs, self.device = attention, bool(cuda_graphs), device
@@ -337,7 +343,8 @@ class H3rtWrapper:
         return self.engine
 
     def _load(self, load, executor, key):
-        opts = dict(device=self.device, attention=self.attention, cuda_graphs=self.cuda_graphs)
+        opts = dict(device=self.device, attention=engine_attention(self.attention, self.device),
+                    cuda_graphs=self.cuda_graphs)
         if self.loras:
             opts["loras"] = list(self.loras)
         if key[0] == "path":
@@ -393,7 +400,10 @@ class H3rtPatchModel:
         return {
             "required": {
                 "model": ("MODEL",),
-                "attention": (["sage", "bf16"], {"default": "bf16"}),
+                # sage by default: h3rt's bf16 attention kernel is ~2x slower than the cuDNN SDPA
+                # ComfyUI runs on Hopper (bench/RESULTS.md, session 13: the node 10.0 s against
+                # ComfyUI's 6.06 s per forward at 1344x768 with bf16 attention).
+                "attention": (["sage", "bf16"], {"default": "sage"}),
                 "cuda_graphs": ("BOOLEAN", {"default": True}),
                 "device": (["cuda", "cpu"], {"default": "cuda"}),
                 "weights": (["from the loaded model", "from file path"],),
@@ -412,7 +422,7 @@ class H3rtPatchModel:
                    "references, text tags, video and audio denoise masks); other calls run "
                    "ComfyUI's forward (one log line per reason).")
 
-    def patch(self, model, attention="bf16", cuda_graphs=True, device="cuda",
+    def patch(self, model, attention="sage", cuda_graphs=True, device="cuda",
               weights="from the loaded model", refine_text="in h3rt", checkpoint_path="",
               loras=""):
         patched = model.clone()

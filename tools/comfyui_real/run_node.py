@@ -658,7 +658,7 @@ def main():
     ap.add_argument("--text-tokens", type=int, default=100)
     ap.add_argument("--sigma", type=float, default=0.7)
     ap.add_argument("--repeat", type=int, default=3, help="timed calls after one warm-up")
-    ap.add_argument("--attention", choices=["bf16", "sage"], default="bf16")
+    ap.add_argument("--attention", choices=["bf16", "sage"], default="sage")
     ap.add_argument("--no-cuda-graphs", action="store_true")
     ap.add_argument("--eager-max-rows", type=int, default=10**9,
                     help="skip ComfyUI's eager forward above this many packed rows")

@@ -219,6 +219,15 @@ def test_node_registration_and_patch_returns_a_clone():
     assert plain.object_patches == {}
 
 
+def test_default_attention_is_sage_on_the_gpu():
+    req = h3rt_node.H3rtPatchModel.INPUT_TYPES()["required"]
+    assert req["attention"][1]["default"] == "sage"
+    assert h3rt_node.H3rtWrapper().attention == "sage"
+    assert h3rt_node.engine_attention("sage", "cuda") == "sage"
+    assert h3rt_node.engine_attention("bf16", "cuda") == "bf16"
+    assert h3rt_node.engine_attention("sage", "cpu") == "bf16"
+
+
 def test_h3rt_path_call_order_and_contract():
     loader = Loader()
     base, out, wrapper = patched(loader)
