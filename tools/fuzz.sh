@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Long fuzz runs: tools/fuzz.sh [seconds per target, default 600] [targets...]
-# Targets: safetensors checkpoint inputs (default: all, one after the other). Builds the libFuzzer
+# Targets: safetensors checkpoint inputs lora (default: all, one after the other). Builds the libFuzzer
 # targets in build-asan (clang, ASan + UBSan, H3RT_FUZZ=ON; H3RT_FUZZ_BUILD overrides), runs each
 # from its committed corpus (tests/fuzz/corpus/<target>), then minimizes the corpus with what it
 # found (-merge=1 into a fresh folder: the smallest inputs that keep the edge coverage,
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 seconds=600
 if [[ $# -gt 0 && $1 =~ ^[0-9]+$ ]]; then seconds=$1; shift; fi
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors checkpoint inputs)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors checkpoint inputs lora)
 build=${H3RT_FUZZ_BUILD:-build-asan}
 [ -f "$build/CMakeCache.txt" ] ||
   cmake -S . -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DH3RT_CUDA=OFF -DH3RT_FUZZ=ON \

@@ -10,7 +10,7 @@ build=${H3RT_SANITIZE_BUILD:-build-asan}
 cmake -S . -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DH3RT_CUDA=OFF -DH3RT_FUZZ=ON \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DH3RT_PYTHON=OFF >/dev/null
 cmake --build "$build" -j"$(nproc)" --target h3rt_tests h3rt_cli fuzz_safetensors \
-  fuzz_checkpoint fuzz_inputs
+  fuzz_checkpoint fuzz_inputs fuzz_lora
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # The install-consumer test links a plain C program against the library: not for this build.

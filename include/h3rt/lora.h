@@ -75,6 +75,8 @@ struct Lora {
 // Reads and validates a LoRA file (key forms, pairs, ranks, alpha, dtypes); one Error lists
 // every problem, naming the file and keys.
 Lora read_lora(const LoraSpec& spec);
+// The same on a file already open (spec.path names it in messages; the fuzz target's entry).
+Lora read_lora(std::shared_ptr<const SafetensorsFile> file, const LoraSpec& spec);
 // A synthetic LoRA for a config (`h3rt make-lora`, `h3rt bench lora-merge`, tests), in the shape
 // of the release's turbo LoRA: pairs over, in this order, every block's qkv, out, fc1, fc2 and
 // AdaLN, the refiner blocks' four projections, condition_proj and the final AdaLN, the first

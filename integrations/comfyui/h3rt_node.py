@@ -73,15 +73,15 @@ def _device_result(v, ref):
 
 def _weight_for_h3rt(key, t, device):
     """An array h3rt.load can view: torch tensors go in through DLPack as stored (bf16, int8,
-    u8, ...), CPU ones without a copy. For a CUDA engine, int8/uint8 and 2-D bf16 '.weight'
-    device tensors (quantized weight bytes, bf16 linear weights) stay where they are (h3rt
-    uses them in place, or warns naming the few it copies); other device tensors are copied to
-    the host."""
+    u8, float8_e4m3fn, ...), CPU ones without a copy. For a CUDA engine, int8/uint8/fp8 and 2-D
+    bf16 '.weight' device tensors (quantized weight bytes, bf16 linear weights) stay where they
+    are (h3rt uses them in place, or warns naming the few it copies); other device tensors are
+    copied to the host."""
     if _is_torch(t):
         t = t.detach()
         dtype = str(t.dtype)
         keep = (device == "cuda" and key.endswith(".weight")
-                and (dtype in ("torch.int8", "torch.uint8")
+                and (dtype in ("torch.int8", "torch.uint8", "torch.float8_e4m3fn")
                      or (dtype == "torch.bfloat16" and t.dim() == 2)))
         if t.device.type != "cpu" and not keep:
             t = t.cpu()

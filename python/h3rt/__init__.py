@@ -90,16 +90,16 @@ def _size_word(size):
 
 
 def _placed(key, v, device):
-    """v where h3rt reads it: torch CUDA tensors stay on the device for a CUDA model as int8/uint8
-    '.weight' bytes and 2-D bf16 '.weight' tensors; other CUDA tensors (scales, markers, norms,
-    biases, f32/f16 layers) move to the host."""
+    """v where h3rt reads it: torch CUDA tensors stay on the device for a CUDA model as
+    int8/uint8/float8_e4m3fn '.weight' bytes and 2-D bf16 '.weight' tensors; other CUDA tensors
+    (scales, markers, norms, biases, f32/f16 layers) move to the host."""
     dev = getattr(v, "device", None)
     if getattr(dev, "type", "cpu") in ("cpu", None) or not hasattr(v, "cpu"):
         return v
     import torch
     weight = device == "cuda" and key.endswith(".weight")
-    if weight and (v.dtype in (torch.int8, torch.uint8) or (v.dtype == torch.bfloat16
-                                                             and v.dim() == 2)):
+    stored = (torch.int8, torch.uint8, getattr(torch, "float8_e4m3fn", torch.int8))
+    if weight and (v.dtype in stored or (v.dtype == torch.bfloat16 and v.dim() == 2)):
         return v.detach().contiguous()
     return v.detach().cpu()
 

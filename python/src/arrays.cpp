@@ -9,14 +9,20 @@
 namespace h3rt::py {
 namespace {
 
+// DLPack 1.1's kDLFloat8_e4m3fn (torch.float8_e4m3fn exports it), spelled as a number: older
+// nanobind releases name no float8 codes.
+constexpr uint8_t kDLFloat8E4M3FN = 10;
+
 std::string dtype_str(const AnyArray& a) {
   const auto d = a.dtype();
+  if (d.code == kDLFloat8E4M3FN && d.bits == 8) return "float8_e4m3fn";
   const char* kind = d.code == uint8_t(nb::dlpack::dtype_code::Float)    ? "float"
                      : d.code == uint8_t(nb::dlpack::dtype_code::Int)    ? "int"
                      : d.code == uint8_t(nb::dlpack::dtype_code::UInt)   ? "uint"
                      : d.code == uint8_t(nb::dlpack::dtype_code::Bfloat) ? "bfloat"
                                                                          : "other";
-  return std::string(kind) + std::to_string(d.bits);
+  return std::string(kind) + std::to_string(d.bits) +
+         (std::string(kind) == "other" ? " (DLPack type code " + std::to_string(d.code) + ")" : "");
 }
 
 bool on_host(const AnyArray& a) {
@@ -161,10 +167,11 @@ Tensor tensor_view(const AnyArray& a, const std::string& key, bool cuda_model) {
     t = DType::i32;
   else if (d == nb::dtype<int64_t>())
     t = DType::i64;
+  else if (d.code == kDLFloat8E4M3FN && d.bits == 8)
+    t = DType::e4m3;  // torch.float8_e4m3fn: ComfyUI's fp8_scaled weights
   else
     raise_type(("state dict '" + key + "': unsupported dtype " + dtype_str(a) +
-                " (float32/64, bfloat16, float16, (u)int8, int32, int64; load fp8 "
-                "checkpoints by path)")
+                " (float32/64, bfloat16, float16, float8_e4m3fn, (u)int8, int32, int64)")
                    .c_str());
   Shape shape(a.ndim()), strides(a.ndim());
   for (size_t i = 0; i < a.ndim(); ++i) {

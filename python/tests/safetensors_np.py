@@ -6,7 +6,8 @@ import pathlib
 import numpy as np
 
 _DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32,
-           "U8": np.uint8, "I8": np.int8, "BF16": np.uint16, "F16": np.float16}
+           "U8": np.uint8, "I8": np.int8, "BF16": np.uint16, "F16": np.float16,
+           "F8_E4M3": np.uint8}  # numpy has no fp8: the raw bytes (tests view them in torch)
 
 
 def read_safetensors(path):

@@ -1,5 +1,6 @@
 """h3rt's Python package against the golden sets and the CLI (numpy only; torch tests skip
 without torch). Run from a build with H3RT_PYTHON=ON: PYTHONPATH=build/python pytest python/tests."""
+import json
 import os
 import pathlib
 import subprocess
@@ -73,6 +74,30 @@ def test_state_dict_load_equals_path(model, golden):
     args = (video, audio, 0.7, golden["input/text_embeds"])
     for a, b in zip(from_dict.forward_latents(*args), model.forward_latents(*args)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_fp8_state_dict_equals_path(golden, tmp_path):
+    """torch.float8_e4m3fn tensors (ComfyUI's fp8_scaled weights) load through DLPack as stored:
+    the same bits as the fp8 checkpoint loaded by path (torch only; numpy has no fp8)."""
+    torch = pytest.importorskip("torch")
+    cli = find_cli()
+    if cli is None:
+        pytest.skip("no h3rt CLI next to this package (set H3RT_CLI)")
+    path = tmp_path / "fp8.safetensors"
+    subprocess.run([cli, "quantize-checkpoint", "--in", str(WEIGHTS), "--out", str(path),
+                    "--format", "fp8"], check=True, capture_output=True)
+    raw = path.read_bytes()
+    header = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
+    state = {k: torch.from_numpy(v.copy()) for k, v in read_safetensors(path).items()}
+    fp8 = [k for k, e in header.items() if k != "__metadata__" and e["dtype"] == "F8_E4M3"]
+    assert fp8
+    for k in fp8:
+        state[k] = state[k].view(torch.float8_e4m3fn)
+    video = golden["input/video_latents"]
+    audio = golden["input/audio_latents"].transpose(1, 0, 2)[None]
+    args = (video, audio, 0.7, golden["input/text_embeds"])
+    for a, b in zip(h3rt.load(state).forward_latents(*args), h3rt.load(path).forward_latents(*args)):
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
 def test_forward_latents_reproduces_comfyui_t2va(model):

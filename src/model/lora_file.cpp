@@ -198,7 +198,14 @@ bool is_lora_file(const SafetensorsFile& f) {
 Lora read_lora(const LoraSpec& spec) {
   H3RT_CHECK(std::isfinite(spec.strength), "LoRA ", spec.path, ": strength ", spec.strength,
              " is not finite");
-  auto file = std::make_shared<const SafetensorsFile>(SafetensorsFile::open(spec.path));
+  return read_lora(std::make_shared<const SafetensorsFile>(SafetensorsFile::open(spec.path)),
+                   spec);
+}
+
+Lora read_lora(std::shared_ptr<const SafetensorsFile> file, const LoraSpec& spec) {
+  H3RT_CHECK(file, "read_lora: no file");
+  H3RT_CHECK(std::isfinite(spec.strength), "LoRA ", spec.path, ": strength ", spec.strength,
+             " is not finite");
   Problems problems;
   std::vector<std::string> unsupported;
   std::map<std::string, Keys> modules;

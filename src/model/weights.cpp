@@ -593,6 +593,15 @@ const FloatVec& dense_weight(const LinearWeight& lw) {
         model::host_copy(lw.data, lw.name + ".weight", "this layer computes from float32 values"));
     return lw.w;
   }
+  if (lw.data.device() == Device::cuda && lw.format == WeightFormat::fp8_scaled) {
+    // fp8 without a static input scale runs dequantized to bf16 (h3rt's copy on the device).
+    lw.w = model::dequantize_fp8(
+        model::host_copy(lw.data, lw.name + ".weight",
+                         "fp8 without input_scale runs dequantized (fp8_activations dynamic "
+                         "runs it as stored)"),
+        model::scalar(lw.scale));
+    return lw.w;
+  }
   H3RT_CHECK(lw.data.device() == Device::cpu, "layer '", lw.name,
              "': its weights are in device memory, but this use needs them densely on the host "
              "(the CPU reference, or a ", weight_format_name(lw.format),
@@ -722,10 +731,11 @@ H3Model load_model(const std::map<std::string, Tensor>& tensors, const LoadOptio
     // uses them in place; the loader reads only their shape and dtype); everything else is
     // read on the host. bf16 that must be read here anyway is copied (one warning each).
     const bool weight = model::ends_with(name, ".weight") && t.is_contiguous() && t.dim() == 2;
-    const bool weight_bytes = (t.dtype() == DType::i8 || t.dtype() == DType::u8) && weight;
+    const bool weight_bytes =
+        (t.dtype() == DType::i8 || t.dtype() == DType::u8 || t.dtype() == DType::e4m3) && weight;
     const bool bf16_weight = t.dtype() == DType::bf16 && weight;
     H3RT_CHECK(t.device() == Device::cpu || weight_bytes || bf16_weight, origin, ": tensor '", name,
-               "' is in device memory; only contiguous int8/uint8 and 2-D bf16 '.weight' "
+               "' is in device memory; only contiguous int8/uint8/fp8 and 2-D bf16 '.weight' "
                "tensors may be, the rest is read from host memory");
     Tensor v = t.is_contiguous() ? t : t.contiguous_copy();
     if (t.device() == Device::cuda && bf16_weight) {

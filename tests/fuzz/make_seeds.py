@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the fuzz targets' seed corpus (tests/fuzz/corpus/<target>/seed_*): micro H3
 checkpoints in every variant the loader detects (one block, hidden 16; a few KB each), small
-inputs files, and the headers of golden files with their data cut off. Run once from the repo
+inputs files, LoRA files for the tiny config, and the headers of golden files with their data
+cut off. Run once from the repo
 root (needs ../shared/golden, or H3RT_SHARED_DIR); the fuzz runs add their finds beside these."""
 import json
 import os
@@ -169,6 +170,46 @@ def regressions():
                             "regress_offset_overflow": struct.pack("<Q", len(offsets)) + offsets}}
 
 
+def lora_seeds():
+    """LoRA files for the tiny config's layers (hidden 192, qkv 768 x 192, out 192 x 256, fc1
+    768 x 192, fc2 192 x 384, AdaLN 3456 x 96), one per key form, rank 1-2, plus files that must
+    fail (a rank mismatch, half a pair, an unsupported adapter kind, a misfit shape). Its own
+    generator, so that the other seeds keep their bytes."""
+    global rng
+    saved, rng = rng, random.Random(21)
+
+    def pair(module, up, down, out, inp, r=2, dtype="BF16", alpha=None):
+        t = {f"{module}{up}": (dtype, [out, r], None), f"{module}{down}": (dtype, [r, inp], None)}
+        if alpha is not None:
+            t[module + ".alpha"] = ("F32", [], struct.pack("<f", alpha))
+        return t
+
+    a_b = (".lora_B.weight", ".lora_A.weight")
+    out = {
+        "diffusers_qkv_alpha": image(pair("diffusion_model.blocks.0.attn.qkv_proj", *a_b, 768, 192,
+                                          alpha=2.0)),
+        "kohya_fc2": image(pair("lora_unet_blocks_1_mlp_fc2", ".lora_up.weight",
+                                ".lora_down.weight", 192, 384, r=1, dtype="F32")),
+        "bare_fc1_peft": image(pair("blocks.0.mlp.fc1", ".lora_B.default.weight",
+                                    ".lora_A.default.weight", 768, 192, dtype="F16")),
+        "adaln_and_out": image({**pair("diffusion_model.blocks.1.adaln_proj.linear", *a_b, 3456,
+                                       96, r=1),
+                                **pair("diffusion_model.blocks.0.attn.out_proj", *a_b, 192, 256,
+                                       alpha=1.0)}),
+        "rank_mismatch": image({"diffusion_model.blocks.0.mlp.fc1.lora_B.weight":
+                                ("BF16", [768, 2], None),
+                                "diffusion_model.blocks.0.mlp.fc1.lora_A.weight":
+                                ("BF16", [3, 192], None)}),
+        "half_pair": image({"diffusion_model.blocks.0.mlp.fc1.lora_A.weight":
+                            ("BF16", [2, 192], None)}),
+        "dora": image({**pair("diffusion_model.blocks.0.mlp.fc1", *a_b, 768, 192),
+                       "diffusion_model.blocks.0.mlp.fc1.dora_scale": ("BF16", [768, 1], None)}),
+        "misfit": image(pair("diffusion_model.blocks.0.attn.qkv_proj", *a_b, 192, 192)),
+    }
+    rng = saved
+    return out
+
+
 def golden_inputs(path):
     """The input/* tensors of a golden file, as an inputs file."""
     raw = path.read_bytes()
@@ -210,6 +251,7 @@ def main():
                       ("golden_comfy_t2va_header", "h3_tiny_comfy/t2va.safetensors")]:
         st[name] = header_only(GOLDEN / rel)
     write("safetensors", st)
+    write("lora", lora_seeds())
     for target, seeds in regressions().items():
         d = ROOT / "corpus" / target
         for name, data in seeds.items():

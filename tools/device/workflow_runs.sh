@@ -5,9 +5,10 @@
 #     and with first + last keyframes (conditioning files made here), per-step denoiser times
 #     against the packed row counts;
 #  2. run-to-run stability: the 20-step res_multistep t2v run twice and the 8-step turbo-style
-#     LoRA run twice (same seed), checksums compared.
+#     LoRA run twice (same seed), checksums compared;
+#  3. (part lora20) the 20-step res_multistep run with the synthetic rank-64 LoRA, twice.
 # Usage: BIN=<folder with h3rt> bash tools/device/workflow_runs.sh  (reports and logs in $OUT)
-# H3RT_WF_PARTS="cond stable" picks parts.
+# H3RT_WF_PARTS="cond stable lora20" picks parts (default: cond stable).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 OUT=${OUT:-$PWD/out}
@@ -46,6 +47,11 @@ if [[ " $PARTS " == *" stable "* ]]; then
   run turbo8_a "${BASE[@]}" --steps 8 --lora "$W/turbo.st"
   run turbo8_b "${BASE[@]}" --steps 8 --lora "$W/turbo.st"
 fi
+if [[ " $PARTS " == *" lora20 "* ]]; then
+  [ -f "$W/turbo.st" ] || "$H" make-lora --preset h3 --rank 64 --out "$W/turbo.st" >/dev/null 2>&1
+  run lora20_a "${BASE[@]}" --steps 20 --lora "$W/turbo.st"
+  run lora20_b "${BASE[@]}" --steps 20 --lora "$W/turbo.st"
+fi
 python3 - "$OUT" <<'PY'
 import glob, json, os, statistics, sys
 out = sys.argv[1]
@@ -63,7 +69,7 @@ for k, r in rep.items():
     ratio = ms / step_ms(base) if base else float("nan")
     rr = n / base["packed_tokens"] if base else float("nan")
     print(f"{k:10s} {n:6d}  {ms:9.1f}  {ratio:6.4f}  {rr:6.4f}")
-for a, b in (("t2v20_a", "t2v20_b"), ("turbo8_a", "turbo8_b")):
+for a, b in (("t2v20_a", "t2v20_b"), ("turbo8_a", "turbo8_b"), ("lora20_a", "lora20_b")):
     if a in rep and b in rep:
         ca, cb = rep[a]["checksums"], rep[b]["checksums"]
         print(a, b, "checksums equal:", ca == cb, json.dumps(ca))
