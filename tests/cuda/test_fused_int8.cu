@@ -9,6 +9,7 @@
 // 2^-120..2^10), all-zero rows and subnormal outputs; the units that fell back are counted.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>

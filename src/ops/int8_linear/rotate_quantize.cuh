@@ -20,9 +20,9 @@
 //    rounding; |S| >= 2^24 gives |S 2^k| >= 2^-113, a normal result, where rounding to 24 bits
 //    commutes with the exact scaling (overflow: inf both ways). The sign of a zero may differ
 //    (the integer form gives +0), which never reaches q or s (amax takes |v|, q(+-0) = 0).
-//    Where some group of a warp's unit has span > kMaxSpan<G> (values 2^38+ apart in one group,
-//    rare), the whole warp rotates that unit in double (a warp-uniform branch), so the result
-//    is the double form's in every case.
+//    Where some group of a warp's unit has span > kMaxSpan<G> (values 2^38+ apart in one group
+//    of 256, rare; G = 4 judges a lane's 16 columns at once), the whole warp rotates that unit
+//    in double (a warp-uniform branch), so the result is the double form's in every case.
 #pragma once
 
 #include <cuda_runtime.h>
