@@ -128,6 +128,11 @@ void run_quantizer_case(const QCase& c, std::mt19937_64& g) {
             : 0;
     EXPECT_EQ(int64_t(test::download<int32_t>(fallbacks)[0]), want_fallbacks)
         << "units rotated in double by the integer form";
+    const int64_t units = c.rows * ((c.k + 511) / 512);
+    if (math == ops::Int8RotateMath::kInteger && c.rows >= 7) {  // every row kind is present
+      EXPECT_GT(want_fallbacks, 0) << "the wide rows must reach the fallback";
+      EXPECT_LT(want_fallbacks, units) << "the other rows must rotate as integers";
+    }
   }
   const std::vector<int8_t> q = test::download<int8_t>(dq);
   int64_t touched = 0;  // q padding (columns k .. q_ld) keeps device_buffer's 0xff poison
