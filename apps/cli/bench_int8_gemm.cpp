@@ -14,9 +14,13 @@ namespace h3rt::cli {
 
 void add_bench_int8_gemm_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("int8-gemm",
-                                 "Time the int8 W8A8 activation quantizer and GEMMs (every CUTLASS "
-                                 "sm90 config, cuBLASLt + epilogue) against fp8 and bf16 "
-                                 "cuBLASLt at the H3 projections (JSON report)");
+                                 "Time the int8 W8A8 activation quantizer (each kernel; the team "
+                                 "kernel and the fused rmsnorm producer in both rotation forms, "
+                                 "double and integer) and GEMMs (every CUTLASS sm90 config, "
+                                 "cuBLASLt + epilogue) against fp8 and bf16 cuBLASLt at the H3 "
+                                 "projections (JSON report). The integer rotation is the default "
+                                 "only on sm_120 / sm_121 (weak FP64); its speed there cannot be "
+                                 "measured on another GPU");
 #ifdef H3RT_HAVE_CUDA
   auto opt = std::make_shared<bench::Int8GemmBenchOptions>();
   auto rows = std::make_shared<int64_t>(0);

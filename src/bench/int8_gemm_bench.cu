@@ -17,6 +17,7 @@
 #include "h3rt/report.h"
 #include "ops/int8_linear/int8_linear.h"
 #include "ops/linear/linear.h"
+#include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
 
 namespace h3rt::bench {
 namespace {
@@ -27,7 +28,8 @@ struct Shape {
 };
 
 cudaError_t quantize_int8_path(const DevBuf& x, int64_t rows, int64_t k, int group, const DevBuf& q,
-                               const DevBuf& s, ops::Int8QuantizePath path, cudaStream_t st) {
+                               const DevBuf& s, ops::Int8QuantizePath path, cudaStream_t st,
+                               ops::Int8RotateMath rotate = ops::Int8RotateMath::kAuto) {
   ops::Int8QuantizeCudaParams p;
   p.x = x.as<__nv_bfloat16>();
   p.q = q.as<int8_t>();
@@ -36,7 +38,22 @@ cudaError_t quantize_int8_path(const DevBuf& x, int64_t rows, int64_t k, int gro
   p.k = k;
   p.group = group;
   p.path = path;
+  p.rotate = rotate;
   return ops::int8_quantize_rows_cuda(p, st);
+}
+
+// The fused producer: a plain RMSNorm of x whose output is rotated and quantized in the launch.
+void norm_int8(const DevBuf& x, int64_t rows, int64_t k, int group, const DevBuf& q,
+               const DevBuf& s, ops::Int8RotateMath rotate, cudaStream_t st) {
+  ops::RmsNormModulateCudaParams p;
+  p.x = x.as<__nv_bfloat16>();
+  p.rows = rows;
+  p.dim = k;
+  p.int8.q = q.as<int8_t>();
+  p.int8.scale = s.as<float>();
+  p.int8.group = group;
+  p.int8.rotate = rotate;
+  H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(p, st));
 }
 
 void quantize_int8(const DevBuf& x, int64_t rows, int64_t k, int group, const DevBuf& q,
@@ -96,8 +113,13 @@ nlohmann::json run_int8_gemm_bench(const Int8GemmBenchOptions& o) {
       prop.name, o.group, o.iters, o.warmup);
   std::string head;
   char hb[64];
-  std::snprintf(hb, sizeof hb, "  %-5s %4s %6s %6s | %8s %7s %7s |", "S", "proj", "N", "K", "quant",
-                "team", "block");
+  std::printf(
+      "  rotation forms (team kernel; fused = rmsnorm_modulate with int8 output, qkv/fc1 only): "
+      "dbl = double, int = integer; kAuto takes %s here. The integer form is the default on "
+      "sm_120 / sm_121 (FP64 at 1/64 rate), which this benchmark can only time on such a GPU.\n",
+      ops::int8_rotate_math_name(ops::int8_rotate_auto_math()));
+  std::snprintf(hb, sizeof hb, "  %-5s %4s %6s %6s | %8s %7s %7s %7s %7s %7s %7s |", "S", "proj",
+                "N", "K", "quant", "team", "block", "dbl", "int", "fus-dbl", "fus-int");
   head += hb;
   for (const Variant& v : variants) {
     const std::string col = v.name.rfind("int8_cutlass_", 0) == 0 ? v.name.substr(13) : v.name;
@@ -161,6 +183,37 @@ nlohmann::json run_int8_gemm_bench(const Int8GemmBenchOptions& o) {
             {"median_ms", t.first}, {"best_ms", t.second}, {"gbps", qbytes / t.first * 1e-6}};
         total[name] += t.first;
         (path == ops::Int8QuantizePath::kTeam ? t_team : t_block) = t.first;
+      }
+      // The team kernel in each rotation form, then the fused producer in each (where it fuses).
+      double t_form[2] = {-1.0, -1.0}, t_fused[2] = {-1.0, -1.0};
+      const ops::Int8RotateMath forms[2] = {ops::Int8RotateMath::kDouble,
+                                            ops::Int8RotateMath::kInteger};
+      for (int f = 0; f < 2 && o.group > 0; ++f) {
+        const std::string name =
+            std::string("quantize_team_") + ops::int8_rotate_math_name(forms[f]);
+        const cudaError_t first = quantize_int8_path(x16, m, k, o.group, xq, xs,
+                                                     ops::Int8QuantizePath::kTeam, st, forms[f]);
+        if (first == cudaErrorNotSupported) {
+          quant[name] = {{"supported", false}};
+          continue;
+        }
+        H3RT_CUDA_CHECK(first);
+        const auto t = tm.time([&] {
+          H3RT_CUDA_CHECK(quantize_int8_path(x16, m, k, o.group, xq, xs,
+                                             ops::Int8QuantizePath::kTeam, st, forms[f]));
+        });
+        quant[name] = {
+            {"median_ms", t.first}, {"best_ms", t.second}, {"gbps", qbytes / t.first * 1e-6}};
+        total[name] += t.first;
+        t_form[f] = t.first;
+      }
+      for (int f = 0; f < 2 && ops::rmsnorm_modulate_int8_fusable(k, o.group); ++f) {
+        const std::string name =
+            std::string("rmsnorm_int8_") + ops::int8_rotate_math_name(forms[f]);
+        const auto t = tm.time([&] { norm_int8(x16, m, k, o.group, xq, xs, forms[f], st); });
+        quant[name] = {{"median_ms", t.first}, {"best_ms", t.second}};
+        total[name] += t.first;
+        t_fused[f] = t.first;
       }
       quantize_int8(x16, m, k, o.group, xq, xs, st);  // xq / xs for the GEMMs: the kAuto result
 
@@ -229,8 +282,10 @@ nlohmann::json run_int8_gemm_bench(const Int8GemmBenchOptions& o) {
       const double ratio = int8_best > 0.0 ? int8_best / t_fp8 : 0.0;
       std::string line;
       char lb[64];
-      std::snprintf(lb, sizeof lb, "  %-5lld %4s %6lld %6lld | %8.3f %7.3f %7.3f |", (long long)m,
-                    sh.name, (long long)n, (long long)k, tq.first, t_team, t_block);
+      std::snprintf(lb, sizeof lb,
+                    "  %-5lld %4s %6lld %6lld | %8.3f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f |",
+                    (long long)m, sh.name, (long long)n, (long long)k, tq.first, t_team, t_block,
+                    t_form[0], t_form[1], t_fused[0], t_fused[1]);
       line += lb;
       for (double t : t_variant) {
         if (t < 0)

@@ -4,17 +4,22 @@
 // pipeline "producer writes bf16, then int8_quantize_rows_cuda" on fresh random data, at the
 // release width (5376, G = 256) and the tiny model's (G = 16, 64), ragged rows. One case also
 // checks the fused bytes against the host reference (h3rt::int8_quantize_rows of the output).
+// The rotation's two forms (Int8RotateMath: double, integer) are forced in turn, on modulated
+// rows and on plain-RMSNorm rows crafted to reach the integer form's fallback (exponents spanning
+// 2^-120..2^10), all-zero rows and subnormal outputs; the units that fell back are counted.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "cuda_test_util.h"
-#include "norm_test_util.h"
 #include "h3rt/formats.h"
 #include "h3rt/int8.h"
+#include "int8_rotate_test_util.h"
+#include "norm_test_util.h"
 #include "ops/int8_linear/int8_linear.h"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
 
@@ -34,11 +39,14 @@ struct Q8 {
   Q8(int64_t rows, int64_t cols)
       : q(test::device_buffer(DType::i8, {rows, cols})),
         scale(test::device_buffer(DType::f32, {rows})) {}
-  ops::Int8Out out(int group) const {
+  ops::Int8Out out(int group, ops::Int8RotateMath rotate = ops::Int8RotateMath::kAuto,
+                   uint32_t* fallbacks = nullptr) const {
     ops::Int8Out o;
     o.q = dptr<int8_t>(q);
     o.scale = dptr<float>(scale);
     o.group = group;
+    o.rotate = rotate;
+    o.rotate_fallbacks = fallbacks;
     return o;
   }
 };
@@ -52,7 +60,8 @@ void expect_same_bytes(const Tensor& a, const Tensor& b, const std::string& what
   EXPECT_EQ(bad, 0) << what << ": " << bad << " bytes differ, first at byte " << first;
 }
 
-// The unfused pipeline's second half: the standalone quantizer on the bf16 output.
+// The unfused pipeline's second half: the standalone quantizer on the bf16 output (the double
+// rotation form).
 Q8 quantize_unfused(const Tensor& y, int64_t rows, int64_t cols, int group) {
   Q8 r(rows, cols);
   ops::Int8QuantizeCudaParams p;
@@ -62,6 +71,7 @@ Q8 quantize_unfused(const Tensor& y, int64_t rows, int64_t cols, int group) {
   p.rows = rows;
   p.k = cols;
   p.group = group;
+  p.rotate = ops::Int8RotateMath::kDouble;
   H3RT_CUDA_CHECK(ops::int8_quantize_rows_cuda(p, nullptr));
   return r;
 }
@@ -83,19 +93,57 @@ struct NormCase {
   int64_t rows, dim;
   int group;
   bool residual, with_y, host_check = false;
+  ops::Int8RotateMath rotate = ops::Int8RotateMath::kAuto;
+  bool crafted = false;  // plain RMSNorm (no modulation) of crafted_rows
 };
+
+// Row kinds, cycling: ordinary, exponents over 2^-120..2^10 (the integer form falls back), all
+// zero, tiny (2^-133..2^-118: subnormal outputs), 1024-column stretches alternately narrow and
+// wide, with -0 in every 5th column.
+std::vector<uint16_t> crafted_rows(int64_t rows, int64_t dim, std::mt19937_64& g) {
+  std::vector<uint16_t> x = test::random_rows_bf16(rows, dim, g).bits;
+  std::uniform_real_distribution<float> wide(-120.0f, 10.0f), tiny(-133.0f, -118.0f),
+      narrow(-3.0f, 3.0f);
+  std::bernoulli_distribution sign(0.5);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < dim; ++j) {
+      const float s = sign(g) ? -1.0f : 1.0f;
+      uint16_t& v = x[r * dim + j];
+      switch (r % 5) {
+        case 1:
+          v = f32_to_bf16(s * std::exp2(wide(g)));
+          break;
+        case 2:
+          v = 0;
+          break;
+        case 3:
+          v = f32_to_bf16(s * std::exp2(tiny(g)));
+          break;
+        case 4:
+          v = j % 5 == 0 ? 0x8000
+                         : f32_to_bf16(s * std::exp2((j / 1024) % 2 ? wide(g) : narrow(g)));
+          break;
+        default:
+          break;
+      }
+    }
+  return x;
+}
 
 void run_norm(const NormCase& c) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed << " rows " << c.rows << " dim " << c.dim
-                                  << " group " << c.group << " residual " << c.residual);
+                                  << " group " << c.group << " residual " << c.residual
+                                  << " rotate " << ops::int8_rotate_math_name(c.rotate)
+                                  << (c.crafted ? " crafted rows" : ""));
   H3RT_REQUIRE_GPU();
   ASSERT_TRUE(ops::rmsnorm_modulate_int8_fusable(c.dim, c.group));
   std::mt19937_64 g(seed);
   const int64_t rows = c.rows, dim = c.dim, tables = 3;
-  const auto xh = test::random_rows_bf16(rows, dim, g);
-  Tensor x_ref = test::upload(xh.bits, DType::bf16, {rows, dim});
-  Tensor x_fused = test::upload(xh.bits, DType::bf16, {rows, dim});
+  const std::vector<uint16_t> xh =
+      c.crafted ? crafted_rows(rows, dim, g) : test::random_rows_bf16(rows, dim, g).bits;
+  Tensor x_ref = test::upload(xh, DType::bf16, {rows, dim});
+  Tensor x_fused = test::upload(xh, DType::bf16, {rows, dim});
   Tensor res = random_device(rows, dim, g, 2.0f);
   Tensor tab = random_device(3 * tables, dim, g, 0.5f);  // shift, scale, gate rows
   Tensor w = random_device(1, dim, g, 1.5f);
@@ -105,8 +153,9 @@ void run_norm(const NormCase& c) {
   Tensor y_ref = test::device_buffer(DType::bf16, {rows, dim});
   Tensor y_fused = test::device_buffer(DType::bf16, {rows, dim});
 
-  const ops::RmsNormModulateCudaParams p =
+  ops::RmsNormModulateCudaParams p =
       test::modulated_norm_params(w, tab, di, c.residual ? &res : nullptr, rows, dim, tables);
+  if (c.crafted) p.shift = p.scale = nullptr;  // the modulation's shift would hide the spans
   ops::RmsNormModulateCudaParams pr = p;
   pr.x = dptr<__nv_bfloat16>(x_ref);
   pr.y = dptr<__nv_bfloat16>(y_ref);
@@ -117,9 +166,21 @@ void run_norm(const NormCase& c) {
   ops::RmsNormModulateCudaParams pf = p;
   pf.x = dptr<__nv_bfloat16>(x_fused);
   pf.y = c.with_y ? dptr<__nv_bfloat16>(y_fused) : nullptr;
-  pf.int8 = fused.out(c.group);
+  Tensor fallbacks = test::upload(std::vector<int32_t>{0}, DType::i32, {1});
+  pf.int8 = fused.out(c.group, c.rotate, dptr<uint32_t>(fallbacks));
   H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(pf, nullptr));
   H3RT_CUDA_CHECK(cudaDeviceSynchronize());
+  const ops::Int8RotateMath math =
+      c.rotate == ops::Int8RotateMath::kAuto ? ops::int8_rotate_auto_math() : c.rotate;
+  const int64_t want_fallbacks =
+      math == ops::Int8RotateMath::kInteger
+          ? test::expected_fallback_units(test::download<uint16_t>(y_ref), rows, dim, dim, c.group)
+          : 0;
+  EXPECT_EQ(int64_t(test::download<int32_t>(fallbacks)[0]), want_fallbacks)
+      << "units rotated in double by the integer form";
+  if (c.crafted && math == ops::Int8RotateMath::kInteger && rows >= 5) {
+    EXPECT_GT(want_fallbacks, 0) << "the crafted wide rows must reach the fallback";
+  }
   expect_same_bytes(fused.q, ref.q, "q");
   expect_same_bytes(fused.scale, ref.scale, "scale");
   if (c.residual) expect_same_bytes(x_fused, x_ref, "residual stream x");
@@ -144,12 +205,27 @@ TEST(FusedInt8, RmsNormModulateTinyGroups) {
   }
 }
 
+// Both rotation forms forced (and kAuto, the device's default), G = 16, 64, 256, the widths the
+// fused kernel takes, ragged rows; modulated rows (with and without the residual) and crafted
+// plain-norm rows (fallback units, zero rows, subnormal outputs); the host rule checked too.
+TEST(FusedInt8, IntegerRotationBitExact) {
+  for (ops::Int8RotateMath math :
+       {ops::Int8RotateMath::kDouble, ops::Int8RotateMath::kInteger, ops::Int8RotateMath::kAuto})
+    for (int group : {16, 64, 256})
+      for (int64_t dim : {256, 1024, 5376}) {
+        run_norm({37, dim, group, false, false, true, math, true});
+        run_norm({300, dim, group, true, false, true, math});
+        run_norm({1, dim, group, false, true, true, math, true});
+        run_norm({130, dim, group, false, false, false, math});
+      }
+}
+
 // What the fused paths refuse: the fusable predicates and the launchers' checks agree.
 TEST(FusedInt8, RefusesWhatItCannotTake) {
   H3RT_REQUIRE_GPU();
-  EXPECT_FALSE(ops::rmsnorm_modulate_int8_fusable(5376, 4));    // group 4: unfused
-  EXPECT_FALSE(ops::rmsnorm_modulate_int8_fusable(5376, 0));    // plain per-row int8: unfused
-  EXPECT_FALSE(ops::rmsnorm_modulate_int8_fusable(8192, 256));  // wider than one CTA's row
+  EXPECT_FALSE(ops::rmsnorm_modulate_int8_fusable(5376, 4));         // group 4: unfused
+  EXPECT_FALSE(ops::rmsnorm_modulate_int8_fusable(5376, 0));         // plain per-row int8: unfused
+  EXPECT_FALSE(ops::rmsnorm_modulate_int8_fusable(8192, 256));       // wider than one CTA's row
   EXPECT_FALSE(ops::rmsnorm_modulate_int8_fusable(5376 + 16, 256));  // group does not divide
   Q8 q(4, 8192);
   Tensor x = test::device_buffer(DType::bf16, {4, 8192});

@@ -22,6 +22,7 @@
 #include "h3rt/formats.h"
 #include "h3rt/int8.h"
 #include "h3rt/safetensors.h"
+#include "int8_rotate_test_util.h"
 #include "ops/int8_linear/int8_linear.h"
 
 namespace h3rt {
@@ -51,18 +52,22 @@ struct QCase {
   int64_t x_ld, q_ld;
   bool force_generic;
   Int8QuantizePath path = Int8QuantizePath::kAuto;
+  ops::Int8RotateMath rotate = ops::Int8RotateMath::kAuto;
 };
 
 // Row kinds, cycling: ordinary, outliers over 2^-20..2^12, all zero, tiny (down to subnormal),
-// exponents over 2^-133..2^100 (double butterflies round there; the kernels must round alike).
+// exponents over 2^-133..2^100 (double butterflies round there; the kernels must round alike;
+// the integer rotation falls back there), 1024-column stretches alternately narrow (2^-4..2^4)
+// and wide (2^-120..2^10) with -0 in every 7th column, subnormal only (with +-0).
 std::vector<uint16_t> quantizer_input(const QCase& c, std::mt19937_64& g) {
   test::Bf16Data base = test::random_rows_bf16(c.rows, c.x_ld, g);
   std::uniform_real_distribution<float> e(-20.0f, 12.0f), tiny(-133.0f, -100.0f),
-      wide(-133.0f, 100.0f);
+      wide(-133.0f, 100.0f), narrow(-4.0f, 4.0f), wide2(-120.0f, 10.0f);
+  std::uniform_int_distribution<int> mant(0, 127);
   std::bernoulli_distribution sign(0.5);
   for (int64_t r = 0; r < c.rows; ++r) {
     uint16_t* row = base.bits.data() + r * c.x_ld;
-    const int kind = static_cast<int>((r + c.rows) % 5);
+    const int kind = static_cast<int>((r + c.rows) % 7);
     for (int64_t j = 0; j < c.x_ld; ++j) {
       if (j >= c.k) {
         row[j] = f32_to_bf16(1e30f);  // padding: must not count
@@ -73,6 +78,10 @@ std::vector<uint16_t> quantizer_input(const QCase& c, std::mt19937_64& g) {
       if (kind == 2) row[j] = 0;
       if (kind == 3) row[j] = f32_to_bf16(s * std::exp2(tiny(g)));
       if (kind == 4) row[j] = f32_to_bf16(s * std::exp2(wide(g)));
+      if (kind == 5)
+        row[j] =
+            j % 7 == 0 ? 0x8000 : f32_to_bf16(s * std::exp2((j / 1024) % 2 ? wide2(g) : narrow(g)));
+      if (kind == 6) row[j] = static_cast<uint16_t>((s < 0 ? 0x8000 : 0) | mant(g));
     }
   }
   return base.bits;
@@ -82,7 +91,8 @@ void run_quantizer_case(const QCase& c, std::mt19937_64& g) {
   SCOPED_TRACE("rows " + std::to_string(c.rows) + " k " + std::to_string(c.k) + " group " +
                std::to_string(c.group) + " x_ld " + std::to_string(c.x_ld) + " q_ld " +
                std::to_string(c.q_ld) + (c.force_generic ? " generic kernel" : "") + " path " +
-               ops::int8_quantize_path_name(c.path));
+               ops::int8_quantize_path_name(c.path) + " rotate " +
+               ops::int8_rotate_math_name(c.rotate));
   const std::vector<uint16_t> bits = quantizer_input(c, g);
   Tensor host = Tensor::zeros(DType::bf16, {c.rows, c.k});
   for (int64_t r = 0; r < c.rows; ++r)
@@ -103,7 +113,27 @@ void run_quantizer_case(const QCase& c, std::mt19937_64& g) {
   p.group = c.group;
   p.force_generic = c.force_generic;
   p.path = c.path;
+  p.rotate = c.rotate;
+  // The team kernel counts the units the integer form leaves to double: exactly those the host
+  // rule (int8_rotate_test_util.h) names, none in the double form.
+  Tensor fallbacks = test::upload(std::vector<int32_t>{0}, DType::i32, {1});
+  if (c.path == Int8QuantizePath::kTeam) p.rotate_fallbacks = test::dptr<uint32_t>(fallbacks);
   ASSERT_EQ(ops::int8_quantize_rows_cuda(p, nullptr), cudaSuccess);
+  if (c.path == Int8QuantizePath::kTeam && c.group > 0) {
+    const ops::Int8RotateMath math =
+        c.rotate == ops::Int8RotateMath::kAuto ? ops::int8_rotate_auto_math() : c.rotate;
+    const int64_t want_fallbacks =
+        math == ops::Int8RotateMath::kInteger
+            ? test::expected_fallback_units(bits, c.rows, c.k, c.x_ld, c.group)
+            : 0;
+    EXPECT_EQ(int64_t(test::download<int32_t>(fallbacks)[0]), want_fallbacks)
+        << "units rotated in double by the integer form";
+    const int64_t units = c.rows * ((c.k + 511) / 512);
+    if (math == ops::Int8RotateMath::kInteger && c.rows >= 7) {  // every row kind is present
+      EXPECT_GT(want_fallbacks, 0) << "the wide rows must reach the fallback";
+      EXPECT_LT(want_fallbacks, units) << "the other rows must rotate as integers";
+    }
+  }
   const std::vector<int8_t> q = test::download<int8_t>(dq);
   int64_t touched = 0;  // q padding (columns k .. q_ld) keeps device_buffer's 0xff poison
   for (int64_t r = 0; r < c.rows; ++r)
@@ -197,6 +227,36 @@ TEST(Int8LinearCuda, QuantizerRegisterKernelsBitExact) {
     }
   }
   if (ran == 0) GTEST_SKIP() << "no register kernel on this device";
+}
+
+// The team kernel's two rotation forms forced on the same rows (the RNG state copied): each
+// bit-identical to the host rule, so to each other; the integer form falls back exactly where
+// the span rule says (all-zero, subnormal, narrow rows never; the wide kinds do).
+TEST(Int8LinearCuda, QuantizerIntegerRotationBitExact) {
+  H3RT_REQUIRE_GPU();
+  if (!quantize_path_takes(Int8QuantizePath::kTeam, 5376, 256, 5376, 5376))
+    GTEST_SKIP() << "no team kernel on this device";
+  std::printf("rotation form of kAuto on this device: %s\n",
+              ops::int8_rotate_math_name(ops::int8_rotate_auto_math()));
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 g(seed);
+  for (int group : {4, 16, 64, 256})
+    for (int64_t k : {256, 1024, 5376, 14336}) {
+      if (k % group != 0) continue;
+      for (int64_t rows : {1, 7, 37, 130}) {
+        const int64_t x_pad = rows == 37 ? 72 : 0, q_pad = rows == 130 ? 16 : 0;
+        std::mt19937_64 same = g;
+        for (ops::Int8RotateMath math :
+             {ops::Int8RotateMath::kDouble, ops::Int8RotateMath::kInteger,
+              ops::Int8RotateMath::kAuto}) {
+          same = g;  // the same rows for each form
+          run_quantizer_case(
+              {rows, k, group, k + x_pad, k + q_pad, false, Int8QuantizePath::kTeam, math}, same);
+        }
+        g = same;
+      }
+    }
 }
 
 TEST(Int8LinearCuda, QuantizerPathSelection) {

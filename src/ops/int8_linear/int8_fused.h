@@ -1,7 +1,7 @@
 // int8 output of a fused producer: the optional `Int8Out` block that rmsnorm_modulate accepts
-// (qkv / fc1 inputs). With it set, the producer stages each bf16 output row in shared memory, rotates it by
-// the group-wise Hadamard matrix and quantizes it (int8_detail::quantize_staged_row: the team
-// quantizer's operations), so q and scale are bit-identical to "producer writes bf16, then
+// (qkv / fc1 inputs). With it set, the producer stages each bf16 output row in shared memory,
+// rotates it by the group-wise Hadamard matrix and quantizes it (int8_detail::quantize_staged_row:
+// the team quantizer's operations), so q and scale are bit-identical to "producer writes bf16, then
 // int8_quantize_rows_cuda" on the same values, and the bf16 intermediate need not be written.
 // A row's scale needs only that row, so one pass suffices (no grid-wide amax, unlike NVFP4's
 // computed global scale). Constraints (int8_fusable): cols % 16 == 0 and cols % group == 0,
@@ -15,11 +15,26 @@
 
 namespace h3rt::ops {
 
+// The arithmetic of the activation rotation (rotate_quantize.cuh), bit-identical in q and scale:
+// kDouble = the host's double butterflies; kInteger = exact int64 sums, falling back to double
+// for a warp's 512 columns where some group's exponents span too far. kAuto: the default of the
+// compiled arch (int8_detail::integer_rotation_default: integer on sm_120 / sm_121, whose FP64
+// runs at 1/64 of FP32; double elsewhere). Forcing one is for tests and benchmarks.
+enum class Int8RotateMath : uint8_t { kAuto, kDouble, kInteger };
+
+inline const char* int8_rotate_math_name(Int8RotateMath m) {
+  return m == Int8RotateMath::kDouble    ? "double"
+         : m == Int8RotateMath::kInteger ? "integer"
+                                         : "auto";
+}
+
 struct Int8Out {
-  int8_t* q = nullptr;        // [rows, cols] int8, row stride q_row_stride (0: cols); null: off
-  float* scale = nullptr;     // [rows] f32
-  int group = 0;              // rotation group G
+  int8_t* q = nullptr;     // [rows, cols] int8, row stride q_row_stride (0: cols); null: off
+  float* scale = nullptr;  // [rows] f32
+  int group = 0;           // rotation group G
   int64_t q_row_stride = 0;
+  Int8RotateMath rotate = Int8RotateMath::kAuto;  // tests / benchmarks force a form
+  uint32_t* rotate_fallbacks = nullptr;           // tests: += units the integer form left to double
 
   bool enabled() const { return q != nullptr; }
 };

@@ -52,6 +52,12 @@
 //    scatter, conflict-free through the 32-byte pad after each 256 columns). amax: a warp
 //    shuffle, then for W > 1 one __syncthreads per row over a double-buffered slot per warp.
 //    The quantize pass reads the stage back (16 bytes per lane), 16-byte stores of q.
+//    Rotation form (Int8RotateMath, params.rotate): the team kernel (and the fused producers)
+//    rotate either with the double butterflies above or with exact int64 butterflies on the
+//    bf16 values as integers (rotate_quantize.cuh: same q and scale bytes; where a group's
+//    exponents span too far, that warp's 512 columns take the double form). kAuto: integer on
+//    sm_120 / sm_121 (FP64 at 1/64 of FP32), double elsewhere. The block and shared-memory
+//    kernels always rotate in double.
 //    New exact steps (none change a value): the bf16 -> double placement uses an arithmetic
 //    shift ((int)w >> 3 & 0x8fffe000 gives the same bits as the masks); bf16 rounding of the
 //    rotated f32 and of the quotient is cvt.rn.bf16x2.f32 (IEEE nearest-even to bf16 = the
@@ -116,6 +122,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include "ops/int8_linear/int8_fused.h"
+
 namespace h3rt::ops {
 
 // Which quantizer kernel runs (see "Paths" above). kAuto: the team kernel where it fits, else the
@@ -137,12 +145,19 @@ struct Int8QuantizeCudaParams {
   int group = 0;
   bool force_generic = false;  // tests: run the shared-memory kernel even where the fast one fits
   Int8QuantizePath path = Int8QuantizePath::kAuto;  // tests and benchmarks force a kernel
+  // The team kernel's rotation form (int8_fused.h; the block and shared-memory kernels always
+  // rotate in double): kAuto = the compiled arch's default.
+  Int8RotateMath rotate = Int8RotateMath::kAuto;
+  uint32_t* rotate_fallbacks = nullptr;  // tests: += units the integer form left to double
 };
 // cudaErrorNotSupported when `path` (or force_generic) names a kernel that cannot take p.
 cudaError_t int8_quantize_rows_cuda(const Int8QuantizeCudaParams& p, cudaStream_t stream);
 // The kernel int8_quantize_rows_cuda runs for p on the current device (kAuto resolved, the
 // environment honoured); kAuto when p forces a path that cannot take it.
 Int8QuantizePath int8_quantize_resolve_path(const Int8QuantizeCudaParams& p);
+// The form kAuto takes in the team kernel (and the fused producers) on the current device:
+// kInteger or kDouble, from the arch of the code the device runs.
+Int8RotateMath int8_rotate_auto_math();
 const char* int8_quantize_path_name(Int8QuantizePath path);
 
 enum class Int8GemmPath : uint8_t { kAuto, kCutlassSm90, kCublasLt };

@@ -285,6 +285,7 @@ __global__ void __launch_bounds__(kTeamMaxWarps * 32, 1)
       bulk_load(smem_u32(mine + s * stage_bytes + lane * kPiecePitch),
                 p.x + r * p.x_row_stride + c0 + 256 * lane, piece_bytes, bar);
   };
+  const bool integer = integer_rotation(p.rotate);
   int64_t r = blockIdx.x;
   if (r < p.rows) issue(r, 0);
   for (uint32_t i = 0; r < p.rows; ++i, r += gridDim.x) {
@@ -313,7 +314,8 @@ __global__ void __launch_bounds__(kTeamMaxWarps * 32, 1)
         mb = __vmaxu2(mb, raw[1].z & 0x7fff7fffu);
         mb = __vmaxu2(mb, raw[1].w & 0x7fff7fffu);
       } else {
-        rotate_unit<G>(raw, unit, tile2, lane, mf);  // zeros (idle lanes) rotate to zeros
+        // zeros (idle lanes) rotate to zeros
+        rotate_unit<G>(raw, unit, tile2, lane, mf, integer, p.rotate_fallbacks);
       }
     }
     if constexpr (G == 0) mf = bf16_value(max(mb & 0xffffu, mb >> 16));
@@ -564,6 +566,13 @@ const char* int8_quantize_path_name(Int8QuantizePath path) {
     default:
       return "auto";
   }
+}
+
+Int8RotateMath int8_rotate_auto_math() {
+  cudaFuncAttributes attr{};  // binaryVersion: the arch of the code the device runs, x 10
+  H3RT_CUDA_CHECK(cudaFuncGetAttributes(&attr, team_kernel(256)));
+  return integer_rotation_default(attr.binaryVersion * 10) ? Int8RotateMath::kInteger
+                                                           : Int8RotateMath::kDouble;
 }
 
 Int8QuantizePath int8_quantize_resolve_path(const Int8QuantizeCudaParams& p) {

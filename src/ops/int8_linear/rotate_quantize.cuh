@@ -3,15 +3,53 @@
 // that rotate and quantize their own output rows (rmsnorm_modulate, swiglu: int8_fused.h).
 // A row is staged in shared memory as 512-column units of two 256-column pieces (kPiecePitch
 // apart); rotate_unit works on one unit per warp pass, quantize_staged_row on a whole row.
+//
+// Two forms of the rotation, bit-identical in q and scale (Int8RotateMath, int8_fused.h):
+//  - double: the host's double butterflies, operation for operation (int8_linear.h);
+//  - integer, for GPUs whose FP64 runs at 1/64 of FP32 (sm_120 / sm_121, the default there): a
+//    bf16 value is +-M 2^(e - 134), M < 2^8 an integer (subnormals: e = 1). In a group whose
+//    nonzero values have exponents in [e_min, e_max] with span = e_max - e_min <= kMaxSpan<G> =
+//    45 - log2 G, every term is an integer multiple of u = 2^(e_min - 134) below 2^(8 + span)
+//    units, so every partial sum of the G-term butterflies lies below G 2^(8 + span) <= 2^53
+//    units: the double butterflies are exact there (the value is representable: u 2^-896 >=
+//    2^-1029 in the double path's scaled domain), and so are int64 butterflies on the terms
+//    +-M << (e - e_min). Both hold the exact sum S u. Back to f32: cvt.rn.f32.s64(S) times
+//    2^k, k = e_min - 134 - m (m = log2 sqrt G, k >= -137: an f32 subnormal at worst, exact in
+//    f32; multiplied by mul.rn.f32 without .ftz), which is rn_f32(S 2^k), the double path's
+//    single rounding: |S| < 2^24 makes the conversion exact and the multiply is then the one
+//    rounding; |S| >= 2^24 gives |S 2^k| >= 2^-113, a normal result, where rounding to 24 bits
+//    commutes with the exact scaling (overflow: inf both ways). The sign of a zero may differ
+//    (the integer form gives +0), which never reaches q or s (amax takes |v|, q(+-0) = 0).
+//    Where some group of a warp's unit has span > kMaxSpan<G> (values 2^38+ apart in one group
+//    of 256, rare; G = 4 judges a lane's 16 columns at once), the whole warp rotates that unit
+//    in double (a warp-uniform branch), so the result is the double form's in every case.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "ops/int8_linear/int8_fused.h"
 #include "ops/int8_linear/int8_math.cuh"
 
 namespace h3rt::ops::int8_detail {
+
+// The one place that picks the default form per compiled arch (__CUDA_ARCH__ or a binary's
+// version x 10): integer on the 12.x GPUs (GeForce RTX 50xx sm_120, GB10 sm_121: FP64 at 1/64
+// of FP32), double elsewhere (Hopper / B200 run FP64 at half rate or better).
+__host__ __device__ constexpr bool integer_rotation_default(int arch) {
+  return arch >= 1200 && arch < 1300;
+}
+
+// Whether this compiled kernel rotates in the integer form for `math`.
+__device__ __forceinline__ bool integer_rotation(Int8RotateMath math) {
+#ifdef __CUDA_ARCH__
+  return math == Int8RotateMath::kInteger ||
+         (math == Int8RotateMath::kAuto && integer_rotation_default(__CUDA_ARCH__));
+#else
+  return false;
+#endif
+}
 
 // s = max(amax / 127, 1e-30) as std::max writes it (a < b ? b : a).
 __device__ __forceinline__ float row_scale(float amax) {
@@ -32,9 +70,19 @@ __device__ __forceinline__ void butterfly(double& a0, double& a1, double& a2, do
   a3 = o3;
 }
 
+// The integer form's butterfly: the same four sums, exact in any order.
+__device__ __forceinline__ void butterfly(long long& a0, long long& a1, long long& a2,
+                                          long long& a3) {
+  const long long p = a0 + a1, d = a0 - a1, s = a2 + a3, t = a2 - a3;
+  a0 = p + t;  // a0 + a1 + a2 - a3
+  a1 = p - t;  // a0 + a1 - a2 + a3
+  a2 = d + s;  // a0 - a1 + a2 + a3
+  a3 = s - d;  // -a0 + a1 + a2 + a3
+}
+
 // One stage of stride s (1 or 4) over 16 values held in registers.
-template <int S>
-__device__ __forceinline__ void stage16(double (&a)[16]) {
+template <int S, class T>
+__device__ __forceinline__ void stage16(T (&a)[16]) {
 #pragma unroll
   for (int blk = 0; blk < 16; blk += 4 * S)
 #pragma unroll
@@ -110,9 +158,10 @@ __device__ __forceinline__ uint4 quantize16(const uint4 (&v)[2], float rcp) {
   return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
-// transpose() with whole doubles: lane L stores a[c] at tile2[L * 17 + c] (64-bit stores; the
-// odd pitch keeps each half-warp's 16 stores, and the G = 256 loads, on distinct bank pairs),
-// then loads the doubles `src(c)` names. Moving doubles through memory keeps their bits.
+// transpose() with whole 64-bit words: lane L stores a[c] at tile2[L * 17 + c] (64-bit stores;
+// the odd pitch keeps each half-warp's 16 stores, and the G = 256 loads, on distinct bank pairs),
+// then loads the words `src(c)` names. Moving doubles (or int64 bits in doubles) through memory
+// keeps their bits.
 template <class Src>
 __device__ __forceinline__ void transpose64(double (&a)[16], double* tile2, int lane, Src src) {
 #pragma unroll
@@ -122,22 +171,19 @@ __device__ __forceinline__ void transpose64(double (&a)[16], double* tile2, int 
   for (int c = 0; c < 16; ++c) a[c] = tile2[src(c)];
   __syncwarp();
 }
-
-// Rotates this lane's 16 columns (`raw`) of the 512-column unit at `unit` (two 256-column pieces
-// kPiecePitch apart) with exactly the operations of rotate<G>, writes the bf16 results back into
-// the unit in column order and raises mf to the largest |f32 result| (max |bf16(f)| =
-// bf16(max |f|): the rounding is monotone and odd).
-template <int G>
-__device__ __forceinline__ void rotate_unit(const uint4 (&raw)[2], unsigned char* unit,
-                                            double* tile2, int lane, float& mf) {
-  const uint32_t w[8] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w,
-                         raw[1].x, raw[1].y, raw[1].z, raw[1].w};
-  double a[16];
+template <class Src>
+__device__ __forceinline__ void transpose64(long long (&a)[16], double* tile2, int lane, Src src) {
+  double d[16];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    a[2 * i] = scaled_double_sar(w[i], false);
-    a[2 * i + 1] = scaled_double_sar(w[i], true);
-  }
+  for (int c = 0; c < 16; ++c) d[c] = __longlong_as_double(a[c]);
+  transpose64(d, tile2, lane, src);
+#pragma unroll
+  for (int c = 0; c < 16; ++c) a[c] = __double_as_longlong(d[c]);
+}
+
+// The butterfly stages of rotate<G> on this lane's 16 values (slot order afterwards: see below).
+template <int G, class T>
+__device__ __forceinline__ void rotate16(T (&a)[16], double* tile2, int lane) {
   stage16<1>(a);
   if constexpr (G >= 16) stage16<4>(a);
   // After the transpose, as in rotate<G>: G = 64: lane 4g + u holds columns 16 d2 + 4u + d0
@@ -152,14 +198,19 @@ __device__ __forceinline__ void rotate_unit(const uint4 (&raw)[2], unsigned char
     stage16<1>(a);
     stage16<4>(a);
   }
-  const double back = __hiloint2double((1023 + 896 - half_log2(G)) << 20, 0);  // 2^(896-m)
+}
+
+// Writes the f32 results of rotate16 (slot order) back into the unit as bf16 in column order and
+// raises mf to their largest magnitude (max |bf16(f)| = bf16(max |f|): the rounding is monotone
+// and odd).
+template <int G>
+__device__ __forceinline__ void store_rotated(const float (&f)[16], unsigned char* unit, int lane,
+                                              float& mf) {
   uint32_t b[8];  // bf16 pairs: slots 2i (low half) and 2i + 1
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const float f0 = __double2float_rn(__dmul_rn(a[2 * i], back));
-    const float f1 = __double2float_rn(__dmul_rn(a[2 * i + 1], back));
-    mf = fmaxf(mf, fmaxf(fabsf(f0), fabsf(f1)));
-    b[i] = bf16x2_bits(f0, f1);
+    mf = fmaxf(mf, fmaxf(fabsf(f[2 * i]), fabsf(f[2 * i + 1])));
+    b[i] = bf16x2_bits(f[2 * i], f[2 * i + 1]);
   }
   if constexpr (G <= 16) {  // slots are this lane's own columns
     uint4* own = reinterpret_cast<uint4*>(unit + (lane >> 4) * kPiecePitch + (lane & 15) * 32);
@@ -181,6 +232,120 @@ __device__ __forceinline__ void rotate_unit(const uint4 (&raw)[2], unsigned char
   }
 }
 
+// ---- the double form: rotate<G>'s operations ----
+template <int G>
+__device__ __forceinline__ void rotate_unit_double(const uint32_t (&w)[8], unsigned char* unit,
+                                                   double* tile2, int lane, float& mf) {
+  double a[16];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    a[2 * i] = scaled_double_sar(w[i], false);
+    a[2 * i + 1] = scaled_double_sar(w[i], true);
+  }
+  rotate16<G>(a, tile2, lane);
+  const double back = __hiloint2double((1023 + 896 - half_log2(G)) << 20, 0);  // 2^(896-m)
+  float f[16];
+#pragma unroll
+  for (int j = 0; j < 16; ++j) f[j] = __double2float_rn(__dmul_rn(a[j], back));
+  store_rotated<G>(f, unit, lane, mf);
+}
+
+// ---- the integer form (header): exact int64 sums where every group's span allows ----
+
+// Largest exponent span of one group's nonzero values for which the double butterflies are
+// exact: G terms below 2^(8 + span) units sum below 2^53 units.
+template <int G>
+inline constexpr int kMaxSpan = 45 - 2 * half_log2(G);
+
+// The bf16 magnitude range of this lane's 16 values, widened to its group's (G >= 64: the
+// lanes of one group share it, before and after the transpose): lo = the least NONZERO
+// magnitude (15 bits; 0x8000 when all are zero), hi = the largest.
+template <int G>
+__device__ __forceinline__ void group_magnitudes(const uint32_t (&w)[8], uint32_t& lo,
+                                                 uint32_t& hi) {
+  uint32_t lo1 = 0xffffffffu;  // least magnitude - 1 (zeros wrap to the top)
+  hi = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t m0 = w[i] & 0x7fffu, m1 = (w[i] >> 16) & 0x7fffu;
+    hi = max(hi, max(m0, m1));
+    lo1 = min(lo1, min(m0 - 1u, m1 - 1u));
+  }
+  constexpr int lanes = G >= 16 ? G / 16 : 1;  // lanes per group
+#pragma unroll
+  for (int o = 1; o < lanes; o <<= 1) {
+    hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+    lo1 = min(lo1, __shfl_xor_sync(0xffffffffu, lo1, o));
+  }
+  lo = min(lo1, 0x7fffu) + 1u;
+}
+
+// exp(m) = max(m >> 7, 1): the e of a magnitude's M 2^(e - 134).
+__device__ __forceinline__ int bf16_exp(uint32_t mag) {
+  return max(static_cast<int>(mag >> 7), 1);
+}
+
+// Signed integer M 2^(e - e_min) of bf16 bits h (low 16 bits; zero for +-0 whatever e_min).
+__device__ __forceinline__ long long fixed_term(uint32_t h, int e_min) {
+  const uint32_t mag = h & 0x7fffu;
+  const int e = bf16_exp(mag);
+  const int m = static_cast<int>(mag) + 128 - (e << 7);  // 0x80 | mantissa; subnormal: mantissa
+  const int sm = (h & 0x8000u) ? -m : m;
+  return static_cast<long long>(sm) << (max(e, e_min) - e_min);
+}
+
+// rn_f32(s 2^(e_min - 134 - mlog)): one correctly rounded conversion, then an exact power of two
+// (an f32 subnormal for k < -126; mul.rn.f32 without .ftz keeps it).
+__device__ __forceinline__ float fixed_to_f32(long long s, float pow2) {
+  float r;
+  asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(__ll2float_rn(s)), "f"(pow2));
+  return r;
+}
+
+template <int G>
+__device__ __forceinline__ void rotate_unit_integer(const uint32_t (&w)[8], int e_min,
+                                                    unsigned char* unit, double* tile2, int lane,
+                                                    float& mf) {
+  long long a[16];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    a[2 * i] = fixed_term(w[i], e_min);
+    a[2 * i + 1] = fixed_term(w[i] >> 16, e_min);
+  }
+  rotate16<G>(a, tile2, lane);
+  const int k = e_min - 134 - half_log2(G);  // in [-137, 120]
+  const float pow2 = __uint_as_float(k >= -126 ? uint32_t(k + 127) << 23 : 1u << (k + 149));
+  float f[16];
+#pragma unroll
+  for (int j = 0; j < 16; ++j) f[j] = fixed_to_f32(a[j], pow2);
+  store_rotated<G>(f, unit, lane, mf);
+}
+
+// Rotates this lane's 16 columns (`raw`) of the 512-column unit at `unit` (two 256-column pieces
+// kPiecePitch apart) exactly as rotate<G> does (double form, or the integer form when `integer`
+// and every group of the unit allows it: the same bits, header), writes the bf16 results back
+// into the unit in column order and raises mf to the largest |f32 result|. Called by the whole
+// warp with a warp-uniform `integer`; `fallbacks` (tests) counts units the integer form left to
+// the double one.
+template <int G>
+__device__ __forceinline__ void rotate_unit(const uint4 (&raw)[2], unsigned char* unit,
+                                            double* tile2, int lane, float& mf, bool integer,
+                                            uint32_t* fallbacks = nullptr) {
+  const uint32_t w[8] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w,
+                         raw[1].x, raw[1].y, raw[1].z, raw[1].w};
+  if (integer) {
+    uint32_t lo, hi;
+    group_magnitudes<G>(w, lo, hi);
+    const bool zero = lo > 0x7fffu;  // every value of the group is +-0
+    const int e_min = zero ? 1 : bf16_exp(lo);
+    if (__all_sync(0xffffffffu, zero || bf16_exp(hi) - e_min <= kMaxSpan<G>)) {
+      rotate_unit_integer<G>(w, e_min, unit, tile2, lane, mf);
+      return;
+    }
+    if (fallbacks && lane == 0) atomicAdd(fallbacks, 1u);
+  }
+  rotate_unit_double<G>(w, unit, tile2, lane, mf);
+}
 
 // Shared-memory bytes of a staged row of k columns, and of the per-warp transpose tiles that
 // quantize_staged_row needs for `warps` warps.
@@ -198,19 +363,21 @@ __device__ __forceinline__ int staged_offset(int col) {
 // Rotates and quantizes the bf16 row staged at `row` (k columns, k % 16 == 0, in the layout
 // above) with every warp of the CTA: warp w takes units w, w + W, ... with the team kernel's
 // operations (rotate_unit, the bf16 amax, row_scale, quantize16), so the bytes equal the
-// standalone quantizer's on the same values. Writes q[0, k) and *scale. Called by all threads;
-// begins with a barrier (the producer's stores to the stage become visible) and ends with one
-// (the stage, tiles and reduction slots may be refilled for the next row).
+// standalone quantizer's on the same values (either rotation form: `math`; `fallbacks` as in
+// rotate_unit). Writes q[0, k) and *scale. Called by all threads; begins with a barrier (the
+// producer's stores to the stage become visible) and ends with one (the stage, tiles and
+// reduction slots may be refilled for the next row).
 template <int G>
-__device__ __forceinline__ void quantize_staged_row(unsigned char* row, int k,
-                                                    unsigned char* tiles, int8_t* q,
-                                                    float* scale) {
+__device__ __forceinline__ void quantize_staged_row(unsigned char* row, int k, unsigned char* tiles,
+                                                    int8_t* q, float* scale, Int8RotateMath math,
+                                                    uint32_t* fallbacks) {
   static_assert(G == 16 || G == 64 || G == 256, "fused producers take G = 16, 64 or 256");
   __shared__ uint32_t red[32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   const int units = (k + kUnitCols - 1) / kUnitCols;
   const int lane_off = (lane >> 4) * kPiecePitch + (lane & 15) * 32;
   double* const tile2 = reinterpret_cast<double*>(tiles + (G >= 64 ? warp * kTile64Bytes : 0));
+  const bool integer = integer_rotation(math);
   __syncthreads();
   float mf = 0.0f;
   for (int u = warp; u < units; u += nwarps) {
@@ -222,7 +389,7 @@ __device__ __forceinline__ void quantize_staged_row(unsigned char* row, int k,
       raw[1] = own[1];
     }
     __syncwarp();  // every lane has read its columns before rotate_unit scatters into the unit
-    rotate_unit<G>(raw, unit, tile2, lane, mf);  // zeros (columns past k) rotate to zeros
+    rotate_unit<G>(raw, unit, tile2, lane, mf, integer, fallbacks);  // zeros past k: zeros
   }
   uint32_t m = __float_as_uint(mf);  // non-negative floats order like their bits
 #pragma unroll

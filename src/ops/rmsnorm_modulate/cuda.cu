@@ -159,9 +159,9 @@ __global__ void __launch_bounds__(kMaxThreads<kVec>, kMinBlocks<kVec, kResidual,
   if constexpr (kFuse == kFuseInt8) {
     const int64_t qs = p.int8.q_row_stride ? p.int8.q_row_stride : p.dim;
     const int k = static_cast<int>(p.dim);
-    int8_detail::quantize_staged_row<kGroup>(int8_stage, k,
-                                             int8_stage + int8_detail::staged_row_bytes(k),
-                                             p.int8.q + row * qs, p.int8.scale + row);
+    int8_detail::quantize_staged_row<kGroup>(
+        int8_stage, k, int8_stage + int8_detail::staged_row_bytes(k), p.int8.q + row * qs,
+        p.int8.scale + row, p.int8.rotate, p.int8.rotate_fallbacks);
   }
 }
 
