@@ -18,6 +18,7 @@
 #include "model/forward_internal.h"
 #include "ops/attention/attention.h"
 #include "ops/attention_sparse/router.h"
+#include "pipeline/resume.h"
 #include "sparse_test_util.h"
 #include "test_util.h"
 
@@ -415,6 +416,22 @@ TEST(SparseCheckSample, HeadsAboveTheBoundTurnDenseOthersStaySparse) {
   EXPECT_EQ(k.turned_dense, want);
   EXPECT_GT(r.hybrid_steps[2].sparse_fraction, probe.hybrid_steps[2].sparse_fraction);
   EXPECT_LT(r.hybrid_steps[2].sparse_fraction, 1.0);
+}
+
+// A resume file names the check (a resumed run must not mix settings); off adds nothing, so
+// files written before the check still match runs without it.
+TEST(SparseCheckSample, ResumeKeyNamesTheCheckOnlyWhenOn) {
+  auto d = Denoiser::create(ModelSource{});
+  const Request req = check_request(d->config());
+  const auto key = [&](const SampleOptions& o) {
+    for (const auto& [k, v] : resume::run_keys(*d, req, o))
+      if (k == "sparse_attention") return v;
+    return std::string("absent");
+  };
+  const std::string off = key(check_options(0, 0.05));
+  EXPECT_EQ(off.find("check"), std::string::npos) << off;
+  const std::string on = key(check_options(5, 0.25));
+  EXPECT_EQ(on, off + ", check every 5 bound 0.25 tiles 4");
 }
 
 }  // namespace
