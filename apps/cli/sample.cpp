@@ -165,6 +165,13 @@ void print_hybrid(const h3rt::SampleOptions& so, const SampleResult& res) {
   const nlohmann::json h = hybrid_report(so, res);
   std::fprintf(stderr, "h3rt sample: %d of %zu steps sparse, %d reused the step cache\n",
                h["sparse_steps"].get<int>(), res.hybrid_steps.size(), h["reused_steps"].get<int>());
+  if (!so.hybrid.check.enabled()) return;
+  const nlohmann::json& k = h["sparse_attention"]["check"];
+  std::fprintf(stderr,
+               "h3rt sample: sparse check on %d steps; %lld (block, head) pairs dense at the end "
+               "(bound %g; per check step: the report's hybrid.steps[i].sparse_check)\n",
+               k["check_steps"].get<int>(), static_cast<long long>(k["dense_heads"].get<int64_t>()),
+               so.hybrid.check.bound);
 }
 
 // --gate: the dense and the approximate run, both written, and their comparison.
@@ -358,6 +365,17 @@ void add_sample_command(CLI::App& app) {
   cmd->add_option("--dense-blocks", o->hybrid.dense_blocks,
                   "With --sparse-attention: the first N transformer blocks stay dense, in [0, "
                   "1000]")
+      ->capture_default_str();
+  cmd->add_option("--sparse-check", o->hybrid.sparse_check,
+                  "With --sparse-attention: on the first sparse step and every K-th after it, "
+                  "recompute 4 seeded query tiles of each sparse block densely and compare with "
+                  "the sparse output; per (block, head) whose relative L1 reaches "
+                  "--sparse-check-bound, that head runs dense in that block from the next step "
+                  "on (the report's hybrid steps say what was measured). K in [0, 1000]; 0: off")
+      ->capture_default_str();
+  cmd->add_option("--sparse-check-bound", o->hybrid.sparse_check_bound,
+                  "With --sparse-check: the relative L1 in [0, 100] at which a head turns dense "
+                  "(0: every checked head)")
       ->capture_default_str();
   cmd->add_option("--step-cache", o->hybrid.step_cache,
                   "First-block step caching, threshold in [0, 100] (e.g. 0.08; 0: off): when "

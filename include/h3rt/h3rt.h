@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define H3RT_API_VERSION 2 /* bumped on any incompatible change of this header */
+#define H3RT_API_VERSION 3 /* bumped on any incompatible change of this header */
 
 typedef enum h3rt_status {
   H3RT_OK = 0,
@@ -136,6 +136,11 @@ typedef struct h3rt_sample_request {
   /* `h3rt sample --sampler / --scheduler` (API version 2): NULL for euler / diffusers. */
   const char* sampler;   /* euler | res_multistep | euler_ancestral */
   const char* scheduler; /* diffusers | simple */
+  /* `h3rt sample --sparse-check K --sparse-check-bound X` (API version 3): with sparse
+     attention, every K-th sparse step recomputes a seeded sample of query tiles densely and
+     turns the (block, head) pairs whose relative L1 reaches the bound dense (h3rt/hybrid.h). */
+  int sparse_check;          /* 0: off */
+  double sparse_check_bound; /* 0.05 */
 } h3rt_sample_request;
 void h3rt_sample_request_init(h3rt_sample_request* request);
 

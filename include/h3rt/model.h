@@ -247,6 +247,10 @@ struct ForwardInputs {
   // where to add what it computed (optional).
   const SparseAttention* sparse = nullptr;
   SparseStats* sparse_stats = nullptr;
+  // The run's sparse check (h3rt/hybrid.h; optional, read only with `sparse`): its dense heads
+  // route every key block, and when checking() the forward measures the sampled tiles and
+  // records what it found (SparseCheck::record).
+  SparseCheck* sparse_check = nullptr;
   // First-block step caching (h3rt/hybrid.h; null or !enabled(): every block runs). The
   // sampling loop owns it; the forward reads and refreshes its state and records its decision.
   StepCache* step_cache = nullptr;

@@ -121,7 +121,8 @@ def sample(model, width=0, height=0, frames=0, steps=8, seed=440420, text=None, 
            audio_shift=3.0, checkpoint=None, checkpoint_every=0, resume=None,
            sparse_attention=0.0, dense_steps=10, dense_blocks=2, step_cache=0.0,
            step_cache_max=3, video_denoise_mask=None, audio_denoise_mask=None,
-           video_latent_image=None, audio_latent_image=None):
+           video_latent_image=None, audio_latent_image=None, sparse_check=0,
+           sparse_check_bound=0.05):
     """The whole denoising loop, the same noise and bits as `h3rt sample` with the same
     options. Returns {"video_latents": [1,24,T,H/16,W/16], "audio_latents": [2,32,N],
     "stages": [per-step seconds], "sigmas": the schedule, "resumed_steps"}.
@@ -132,11 +133,16 @@ def sample(model, width=0, height=0, frames=0, steps=8, seed=440420, text=None, 
     every checkpoint_every steps and when cancelled; resume: continue from one (refused,
     naming the difference, when it comes from another model or request).
     The hybrid (off by default; `h3rt sample --sparse-attention/--dense-steps/--dense-blocks/
-    --step-cache/--step-cache-max`): sparse_attention tau > 0 runs block-sparse attention
-    (CUDA, attention="sage") from step dense_steps on, in blocks from dense_blocks on;
-    step_cache > 0 reuses the rest of the network when block 0's residual moved by less than
-    that relative L1, at most step_cache_max steps in a row. out["hybrid"] says per step what
-    ran ({"attention", "sparse_fraction", "step_cache", "relative_l1"}).
+    --step-cache/--step-cache-max/--sparse-check/--sparse-check-bound`): sparse_attention
+    tau > 0 runs block-sparse attention (CUDA, attention="sage") from step dense_steps on, in
+    blocks from dense_blocks on; sparse_check K > 0 recomputes a seeded sample of query tiles
+    densely on the first sparse step and every K-th after it and turns the (block, head) pairs
+    whose relative L1 reaches sparse_check_bound dense for the rest of the run; step_cache > 0
+    reuses the rest of the network when block 0's residual moved by less than that relative
+    L1, at most step_cache_max steps in a row. out["hybrid"] says per step what ran
+    ({"attention", "sparse_fraction", "step_cache", "relative_l1", "sparse_check"}; the last
+    None except on check steps: {"tiles_per_block", "blocks", "rel_l1" [block][head],
+    "turned_dense" [(block, head)], "dense_heads"}).
     Denoise masks (scheduler="simple"; float32, 1 generate, 0 keep): video_denoise_mask
     [T, H/16, W/16], audio_denoise_mask [2, N], with the clean latents they keep,
     video_latent_image [1, 24, T, H/16, W/16] and audio_latent_image [2, 32, N] (absent: zeros),
@@ -147,5 +153,6 @@ def sample(model, width=0, height=0, frames=0, steps=8, seed=440420, text=None, 
                          float(audio_shift), None if checkpoint is None else str(checkpoint),
                          checkpoint_every, None if resume is None else str(resume),
                          float(sparse_attention), int(dense_steps), int(dense_blocks),
-                         float(step_cache), int(step_cache_max), video_denoise_mask,
+                         float(step_cache), int(step_cache_max), int(sparse_check),
+                         float(sparse_check_bound), video_denoise_mask,
                          audio_denoise_mask, video_latent_image, audio_latent_image)

@@ -480,6 +480,26 @@ SampleOptions sample_options(const Model& m, int steps, uint64_t seed, const Sam
   return so;
 }
 
+// A check step's record (h3rt/hybrid.h SparseCheckRecord) as a dict; None on other steps.
+nb::object check_dict(const SparseCheckRecord& k) {
+  if (!k.checked) return nb::none();
+  nb::dict d;
+  nb::list blocks, rel, turned;
+  for (size_t b = 0; b < k.blocks.size(); ++b) {
+    blocks.append(k.blocks[b]);
+    nb::list row;
+    for (int64_t h = 0; h < k.heads; ++h) row.append(k.rel_l1[b * k.heads + h]);
+    rel.append(row);
+  }
+  for (const int64_t t : k.turned_dense) turned.append(nb::make_tuple(t / k.heads, t % k.heads));
+  d["tiles_per_block"] = k.tiles;
+  d["blocks"] = blocks;
+  d["rel_l1"] = rel;
+  d["turned_dense"] = turned;
+  d["dense_heads"] = k.dense_heads;
+  return d;
+}
+
 // SampleResult::hybrid_steps as dicts (None for figures a step did not have).
 nb::list hybrid_list(const std::vector<HybridStep>& steps) {
   nb::list out;
@@ -490,6 +510,7 @@ nb::list hybrid_list(const std::vector<HybridStep>& steps) {
     d["sparse_fraction"] = number(h.sparse_fraction);
     d["step_cache"] = !h.cache.checked ? "off" : h.cache.reused ? "reused" : "computed";
     d["relative_l1"] = number(h.cache.rel_l1);
+    d["sparse_check"] = check_dict(h.check);
     out.append(d);
   }
   return out;
@@ -701,11 +722,13 @@ NB_MODULE(_h3rt, m) {
          int64_t text_tokens, const std::string& sampler, const std::string& scheduler,
          double shift, double audio_shift, std::optional<std::string> checkpoint,
          int checkpoint_every, std::optional<std::string> resume, float sparse_attention,
-         int dense_steps, int dense_blocks, double step_cache, int step_cache_max,
-         std::optional<AnyArray> video_mask, std::optional<AnyArray> audio_mask,
-         std::optional<AnyArray> video_image, std::optional<AnyArray> audio_image) {
-        const h3rt::HybridSettings hybrid{sparse_attention, dense_steps, dense_blocks, step_cache,
-                                          step_cache_max};
+         int dense_steps, int dense_blocks, double step_cache, int step_cache_max, int sparse_check,
+         double sparse_check_bound, std::optional<AnyArray> video_mask,
+         std::optional<AnyArray> audio_mask, std::optional<AnyArray> video_image,
+         std::optional<AnyArray> audio_image) {
+        const h3rt::HybridSettings hybrid{sparse_attention,  dense_steps,    dense_blocks,
+                                          step_cache,        step_cache_max, sparse_check,
+                                          sparse_check_bound};
         const SamplingKeywords k{sampler, scheduler,        shift, audio_shift, checkpoint,
                                  resume,  checkpoint_every, hybrid};
         return sample(model, width, height, frames, steps, seed, std::move(text), progress,
@@ -716,8 +739,8 @@ NB_MODULE(_h3rt, m) {
       arg("text").none(), arg("progress").none(), arg("audio_seconds"), arg("text_tokens"),
       arg("sampler"), arg("scheduler"), arg("shift"), arg("audio_shift"), arg("checkpoint").none(),
       arg("checkpoint_every"), arg("resume").none(), arg("sparse_attention"), arg("dense_steps"),
-      arg("dense_blocks"), arg("step_cache"), arg("step_cache_max"),
-      arg("video_denoise_mask").none(), arg("audio_denoise_mask").none(),
+      arg("dense_blocks"), arg("step_cache"), arg("step_cache_max"), arg("sparse_check"),
+      arg("sparse_check_bound"), arg("video_denoise_mask").none(), arg("audio_denoise_mask").none(),
       arg("video_latent_image").none(), arg("audio_latent_image").none());
   m.def("simple_sigmas", &h3rt::simple_sigmas, arg("steps"), arg("shift") = h3rt::kVideoShift,
         "ComfyUI's simple schedule at `shift` (ModelSamplingAV's table): steps + 1 sigmas.");

@@ -312,6 +312,20 @@ def test_sample_hybrid_equals_cli_and_reports_steps(tmp_path):
         np.testing.assert_array_equal(res[key].view(np.uint32), ref[key].view(np.uint32))
 
 
+def test_sample_sparse_check_reports_check_steps():
+    opts = dict(steps=4, seed=7, sparse_attention=0.5, dense_steps=1, dense_blocks=0,
+                sparse_check=2, sparse_check_bound=0.0)
+    h = h3rt.sample(h3rt.preset("tiny"), **opts)["hybrid"]
+    assert [s["sparse_check"] is not None for s in h] == [False, True, False, True]
+    c = h[1]["sparse_check"]
+    assert c["tiles_per_block"] > 0 and c["blocks"] == [0, 1]
+    assert len(c["rel_l1"]) == 2 and all(len(row) == 2 for row in c["rel_l1"])
+    assert c["dense_heads"] == 4 and len(c["turned_dense"]) == 4  # bound 0: every head
+    assert h[2]["sparse_fraction"] == 1.0
+    with pytest.raises(ValueError, match="sparse_check must be in"):
+        h3rt.sample(h3rt.preset("tiny"), steps=2, sparse_attention=1.0, sparse_check=-1)
+
+
 def test_check_finite_names_the_input_and_can_be_off():
     video = np.zeros((1, 24, 7, 8, 12), np.float32)
     video[0, 3, 2, 1, 5] = np.nan

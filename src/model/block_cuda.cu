@@ -371,8 +371,17 @@ void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffer
     at.sparse_workspace = b.sparse_workspace.data();
     at.sparse_workspace_bytes = b.sparse_workspace.nbytes();
     at.sparse_stats = static_cast<unsigned long long*>(b.sparse_stats.data());
+    at.sparse_dense_heads = sparse->dense_heads;
+    if (sparse->check) at.out = bp(b.attn);
   }
   H3RT_CUDA_CHECK(ops::attention_cuda(at, b.attention, s));
+  if (at.sparse && sparse->check) {
+    H3RT_CHECK(b.h.numel() >= S * I, "block_forward_cuda: the sparse check needs b.h of ", S * I,
+               " elements");
+    ops::SparseCheckCudaParams chk = *sparse->check;
+    chk.dense_out = bp(b.h);
+    H3RT_CUDA_CHECK(ops::attention_sparse_check_cuda(at, chk, s));
+  }
   stage(hook, "attention");
 
   project_input(w.out, fused_out, bp(b.attn), bp(b.y), S, b, s);

@@ -111,9 +111,15 @@ void ensure_sparse_buffers(BlockCudaBuffers& b);
 
 // Block-sparse attention of one block (Sage only; h3rt/sparse.h): the forward's configuration
 // and its layout's prefix rows (attention_sparse::prefix_rows_of). Counts go to b.sparse_stats.
+// dense_heads (optional, device [heads]): the sparse check's heads that take every key block.
+// check (optional): this block's sparse check (h3rt/hybrid.h) right after its attention: the
+// attention then also writes its bf16 output to b.attn (as the unfused path does; same bits),
+// and b.h, free until the MLP, holds the dense sample (check->dense_out is set here).
 struct BlockSparse {
   const SparseAttention* cfg = nullptr;
   int64_t prefix_rows = 0;
+  const uint8_t* dense_heads = nullptr;
+  const ops::SparseCheckCudaParams* check = nullptr;
 };
 
 // Called after each stage with its name (the seeds' component names) when timing per component.

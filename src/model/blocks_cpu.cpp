@@ -1,4 +1,6 @@
 // Attention and MLP sublayers, the token-refiner block and the transformer block.
+#include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "model/forward_internal.h"
@@ -21,7 +23,43 @@ FloatVec columns(const FloatVec& buf, int64_t rows, int64_t stride, int64_t col,
   return out;
 }
 
+// The sparse check of this block (h3rt/hybrid.h): this step's sample, its sums, the record.
+void check_sparse_block(const SparseRun& sparse, const ops::AttentionParams& p) {
+  SparseCheck& check = *sparse.check;
+  const int64_t tile = SparseRun::kCpuSparseTile, nq = (p.rows + tile - 1) / tile;
+  const std::vector<int64_t> tiles =
+      check.tiles(sparse.block, sparse_check_first_tile(*sparse.cfg, sparse.prefix_rows, tile), nq);
+  if (tiles.empty()) return;  // no routed tile: nothing to measure
+  std::vector<double> diff(p.heads), ref(p.heads);
+  sparse_check_sums(p, tiles, tile, diff.data(), ref.data());
+  check.record(sparse.block, static_cast<int>(tiles.size()), diff.data(), ref.data());
+}
+
 }  // namespace
+
+void sparse_check_sums(ops::AttentionParams p, const std::vector<int64_t>& tiles, int64_t q_tile,
+                       double* diff, double* ref) {
+  const float* sparse_out = p.out;
+  const int64_t I = p.heads * p.head_dim;
+  const int64_t stride = p.out_row_stride ? p.out_row_stride : I;
+  FloatVec dense(p.rows * stride);
+  p.out = dense.data();
+  p.blocks = nullptr;
+  std::fill(diff, diff + p.heads, 0.0);
+  std::fill(ref, ref + p.heads, 0.0);
+  for (const int64_t t : tiles) {
+    p.row_begin = t * q_tile;
+    p.row_end = std::min(p.rows, (t + 1) * q_tile);
+    ops::attention_cpu(p);
+    for (int64_t r = p.row_begin; r < p.row_end; ++r)
+      for (int64_t h = 0; h < p.heads; ++h)
+        for (int64_t d = 0; d < p.head_dim; ++d) {
+          const int64_t e = r * stride + h * p.head_dim + d;
+          diff[h] += std::fabs(double(sparse_out[e]) - double(dense[e]));
+          ref[h] += std::fabs(double(dense[e]));
+        }
+  }
+}
 
 FloatVec attention_sublayer(const Ctx& ctx, const AttentionWeights& w, const float* n, int64_t rows,
                             const RopeTables* rope, const std::string& prefix,
@@ -64,8 +102,10 @@ FloatVec attention_sublayer(const Ctx& ctx, const AttentionWeights& w, const flo
   if (sparse) {
     const attention_sparse::RouterShape shape{rows, c.heads, c.head_dim, SparseRun::kCpuSparseTile,
                                               sparse->prefix_rows};
-    lists = attention_sparse::route_cpu({qkv.data(), qkv.data() + I, stride, stride}, shape,
-                                        *sparse->cfg);
+    const uint8_t* dense_heads =
+        sparse->check ? sparse->check->dense_heads(sparse->block) : nullptr;
+    lists = attention_sparse::route_cpu({qkv.data(), qkv.data() + I, stride, stride, dense_heads},
+                                        shape, *sparse->cfg);
     if (sparse->stats) {
       sparse->stats->key_blocks_total += lists.stats.key_blocks_total;
       sparse->stats->key_blocks_computed += lists.stats.key_blocks_computed;
@@ -73,18 +113,20 @@ FloatVec attention_sublayer(const Ctx& ctx, const AttentionWeights& w, const flo
   }
   const attention_sparse::BlockList view = sparse ? lists.view() : attention_sparse::BlockList{};
   FloatVec heads(rows * I);
-  ops::attention_cpu({.q = qkv.data(),
-                      .k = qkv.data() + I,
-                      .v = qkv.data() + 2 * I,
-                      .q_row_stride = stride,
-                      .k_row_stride = stride,
-                      .v_row_stride = stride,
-                      .out = heads.data(),
-                      .rows = rows,
-                      .heads = c.heads,
-                      .head_dim = c.head_dim,
-                      .round_bf16 = ctx.bf16(),
-                      .blocks = sparse ? &view : nullptr});
+  ops::AttentionParams ap{.q = qkv.data(),
+                          .k = qkv.data() + I,
+                          .v = qkv.data() + 2 * I,
+                          .q_row_stride = stride,
+                          .k_row_stride = stride,
+                          .v_row_stride = stride,
+                          .out = heads.data(),
+                          .rows = rows,
+                          .heads = c.heads,
+                          .head_dim = c.head_dim,
+                          .round_bf16 = ctx.bf16(),
+                          .blocks = sparse ? &view : nullptr};
+  ops::attention_cpu(ap);
+  if (sparse && sparse->check && sparse->check->checking()) check_sparse_block(*sparse, ap);
   FloatVec out = apply_linear(w.out, heads.data(), rows, ctx.bf16());
   if (observe) ctx.emit(prefix + "attn_out", out.data(), {rows, c.hidden});
   return out;

@@ -264,10 +264,12 @@ ForwardOutputs forward_cpu(const H3Model& model, const ForwardInputs& in, Precis
   ctx.emit("packed_input", x.data(), {S, H});
 
   const bool sparse = in.sparse && in.sparse->enabled();
-  const model::SparseRun run{in.sparse, sparse ? attention_sparse::prefix_rows_of(l) : 0,
-                             in.sparse_stats};
+  SparseCheck* check = sparse ? in.sparse_check : nullptr;
+  if (check) check->shape(c.layers, c.heads);
   const auto block = [&](int64_t i) {
     const bool sparse_block = sparse && i >= in.sparse->dense_blocks;
+    const model::SparseRun run{in.sparse, sparse ? attention_sparse::prefix_rows_of(l) : 0,
+                               in.sparse_stats, check, i};
     model::transformer_block(ctx, model.weights.blocks[i], i, x, silu_temb, M, adaln_rows.data(),
                              rope, sparse_block ? &run : nullptr);
     ctx.emit("block" + std::to_string(i) + "_out", x.data(), {S, H});

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "h3rt/model.h"
+#include "ops/attention/attention.h"
 
 namespace h3rt::model {
 
@@ -39,12 +41,23 @@ struct ModTable {
 
 // Block-sparse attention of one block (h3rt/sparse.h): the router runs on the q/k after RoPE
 // with query tiles of kCpuSparseTile rows; what it computed is added to `stats` (optional).
+// With `check`, its dense heads of block `block` route every key block, and a checking forward
+// measures this block's sample (h3rt/hybrid.h SparseCheck).
 struct SparseRun {
   static constexpr int64_t kCpuSparseTile = 64;  // the w4 kernel's tile (sm_120/121 builds)
   const SparseAttention* cfg = nullptr;
   int64_t prefix_rows = 0;
   SparseStats* stats = nullptr;
+  SparseCheck* check = nullptr;
+  int64_t block = 0;
 };
+
+// The sparse check's statistic (h3rt/hybrid.h) of one sparse attention call `p` (p.out holds
+// its output): the rows of `tiles` (q_tile rows each) recomputed without the block list (the
+// bits a dense call gives those rows); per head h, diff[h] = sum |sparse - dense| and
+// ref[h] = sum |dense| over those rows and head h's channels, in double.
+void sparse_check_sums(ops::AttentionParams p, const std::vector<int64_t>& tiles, int64_t q_tile,
+                       double* diff, double* ref);
 
 // out_proj(attention(rope(qk_norm(qkv_proj(n))))) over all `rows` rows; no RoPE when `rope` is
 // null. Emits q_norm, k_norm, q_rope, k_rope and attn_out under `prefix` when it is non-empty.

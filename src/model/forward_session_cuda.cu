@@ -294,6 +294,19 @@ struct ForwardSessionCuda::Impl {
   SparseAttention sparse_cfg;
   int64_t prefix_rows = 0;
   Pinned h_sparse_stats;
+  // The sparse check (h3rt/hybrid.h). The run's dense-head flags [blocks][heads] on the device,
+  // read by every sparse block's router (graphs included; all zero without a check) and
+  // uploaded before a step when they changed. A check step (run eagerly) samples tiles per
+  // sparse block (check_tiles, kMaxCheckTiles slots a block) and reads the per-head sums back.
+  static constexpr int64_t kMaxCheckTiles = 64;
+  Tensor dense_heads_dev;
+  std::vector<uint8_t> dense_heads_uploaded;
+  Pinned h_dense_heads;
+  SparseCheck* checking = nullptr;  // this forward's check (null: not a check step)
+  std::vector<std::vector<int64_t>> check_tiles;
+  std::vector<int64_t> checked_blocks;  // blocks whose check this step enqueued
+  Tensor check_tiles_dev, check_sums_dev, check_workspace;
+  Pinned h_check_tiles, h_check_sums;
   bool graph_failed = false;
   int64_t last_nodes = 0;
 
@@ -696,7 +709,6 @@ struct ForwardSessionCuda::Impl {
   // Blocks [first, last) on the packed stream, each after its AdaLN table.
   void enqueue_blocks(int64_t first, int64_t last, int64_t M, bool timed) {
     bf16* x = b.x.ptr<bf16>();
-    const model::BlockSparse block_sparse{&sparse_cfg, prefix_rows};
     if (weights) weights->begin(first, last, s, timed);
     for (int64_t i = first; i < last; ++i) {
       const DeviceBlock& w = block_weights(i, timed);
@@ -705,6 +717,8 @@ struct ForwardSessionCuda::Impl {
       adaln_table(w.adaln, b.table.data(), M, false);
       mark(timed, "blocks");
       const bool sparse_block = sparse && i >= sparse_cfg.dense_blocks;
+      ops::SparseCheckCudaParams chk;
+      const model::BlockSparse block_sparse = sparse_block_of(i, chk);
       block_forward_cuda(m.config, w, b, s, nullptr, false, sparse_block ? &block_sparse : nullptr);
       if (weights) weights->release(i, s);
       flag_non_finite(x, S * H, kBlockTag + static_cast<int>(i));
@@ -738,6 +752,9 @@ struct ForwardSessionCuda::Impl {
     if (sparse)
       H3RT_CUDA_CHECK(cudaMemcpyAsync(h_sparse_stats.as<void>(), b.sparse_stats.data(),
                                       b.sparse_stats.nbytes(), cudaMemcpyDeviceToHost, s));
+    if (checking)
+      H3RT_CUDA_CHECK(cudaMemcpyAsync(h_check_sums.as<void>(), check_sums_dev.data(),
+                                      check_sums_dev.nbytes(), cudaMemcpyDeviceToHost, s));
     mark(timed, nullptr);
   }
 
@@ -844,8 +861,10 @@ struct ForwardSessionCuda::Impl {
   // ---- block-sparse attention -----------------------------------------------------------
 
   // Before the step (outside any capture): the configuration and the buffers it needs.
-  void prepare_sparse(const SparseAttention* cfg) {
+  void prepare_sparse(const SparseAttention* cfg, SparseCheck* chk) {
     sparse = cfg && cfg->enabled();
+    checking = nullptr;
+    checked_blocks.clear();
     if (!sparse) return;
     H3RT_CHECK(b.attention == ops::AttentionKernel::sage_8bit,
                "sparse attention needs --attention sage (this session runs the bf16 attention "
@@ -855,6 +874,90 @@ struct ForwardSessionCuda::Impl {
     attention_sparse::check_router_args({S, m.config.heads, 128, 1, prefix_rows}, sparse_cfg);
     ensure_sparse_buffers(b);
     if (!h_sparse_stats.as<void>()) h_sparse_stats = Pinned(b.sparse_stats.nbytes());
+    upload_dense_heads(chk);
+    if (chk && chk->checking()) prepare_check(*chk);
+  }
+
+  int64_t n_blocks() const { return static_cast<int64_t>(m.blocks.size()); }
+
+  // The run's flags to the device when they differ from what it holds (zeros without a check).
+  // The stream is idle here (forward waited for the last step), so the pinned copy is free.
+  void upload_dense_heads(SparseCheck* chk) {
+    const int64_t n = n_blocks() * m.config.heads;
+    if (!dense_heads_dev.defined()) {
+      dense_heads_dev = cuda::device_empty(DType::u8, {n});
+      H3RT_CUDA_CHECK(cudaMemset(dense_heads_dev.data(), 0, n));
+      dense_heads_uploaded.assign(n, 0);
+      h_dense_heads = Pinned(n);
+    }
+    if (chk) chk->shape(n_blocks(), m.config.heads);
+    const std::vector<uint8_t> want = chk ? chk->dense() : std::vector<uint8_t>(n, 0);
+    if (want == dense_heads_uploaded) return;
+    std::memcpy(h_dense_heads.as<void>(), want.data(), n);
+    H3RT_CUDA_CHECK(cudaMemcpyAsync(dense_heads_dev.data(), h_dense_heads.as<void>(), n,
+                                    cudaMemcpyHostToDevice, s));
+    dense_heads_uploaded = want;
+  }
+
+  // A check step: the sampled tiles of every sparse block to the device, the sums' buffers.
+  void prepare_check(SparseCheck& chk) {
+    const int64_t nb = n_blocks(), heads = m.config.heads;
+    if (!check_sums_dev.defined()) {
+      const MemoryScope scope("the sparse check's buffers");
+      check_tiles_dev = cuda::device_empty(DType::i32, {nb * kMaxCheckTiles});
+      check_sums_dev = cuda::device_empty(DType::f64, {nb * heads * 2});
+      const auto ws = static_cast<int64_t>(ops::attention_sparse_check_workspace_bytes(S, heads));
+      check_workspace = cuda::device_empty(DType::u8, {ws});
+      h_check_tiles = Pinned(check_tiles_dev.nbytes());
+      h_check_sums = Pinned(check_sums_dev.nbytes());
+    }
+    const int64_t q_tile = ops::attention_sparse_query_tile(), nq = (S + q_tile - 1) / q_tile;
+    const int64_t first = sparse_check_first_tile(sparse_cfg, prefix_rows, q_tile);
+    check_tiles.assign(nb, {});
+    auto* staged = h_check_tiles.as<int32_t>();
+    for (int64_t i = std::max<int64_t>(sparse_cfg.dense_blocks, 0); i < nb; ++i) {
+      check_tiles[i] = chk.tiles(i, first, nq);
+      H3RT_CHECK(static_cast<int64_t>(check_tiles[i].size()) <= kMaxCheckTiles,
+                 "sparse check: more than ", kMaxCheckTiles, " tiles");
+      for (size_t k = 0; k < check_tiles[i].size(); ++k)
+        staged[i * kMaxCheckTiles + k] = static_cast<int32_t>(check_tiles[i][k]);
+    }
+    H3RT_CUDA_CHECK(cudaMemcpyAsync(check_tiles_dev.data(), staged, check_tiles_dev.nbytes(),
+                                    cudaMemcpyHostToDevice, s));
+    checking = &chk;
+  }
+
+  // Block i's sparse parameters: its dense-head flags and, on a check step with a sample in
+  // it, its check (filled into `chk`).
+  model::BlockSparse sparse_block_of(int64_t i, ops::SparseCheckCudaParams& chk) {
+    model::BlockSparse bs{&sparse_cfg, prefix_rows};
+    if (!sparse) return bs;
+    bs.dense_heads = dense_heads_dev.ptr<uint8_t>() + i * m.config.heads;
+    if (!checking || check_tiles[i].empty()) return bs;
+    chk.tiles = check_tiles_dev.ptr<int32_t>() + i * kMaxCheckTiles;
+    chk.n_tiles = static_cast<int>(check_tiles[i].size());
+    chk.workspace = check_workspace.data();
+    chk.workspace_bytes = check_workspace.nbytes();
+    chk.sums = check_sums_dev.ptr<double>() + i * m.config.heads * 2;
+    bs.check = &chk;
+    checked_blocks.push_back(i);
+    return bs;
+  }
+
+  // After the step's wait: each checked block's sums to the run's check (its decisions).
+  void finish_check() {
+    if (!checking) return;
+    const int64_t heads = m.config.heads;
+    const double* sums = h_check_sums.as<double>();
+    std::vector<double> diff(heads), ref(heads);
+    for (const int64_t i : checked_blocks) {
+      for (int64_t h = 0; h < heads; ++h) {
+        diff[h] = sums[(i * heads + h) * 2];
+        ref[h] = sums[(i * heads + h) * 2 + 1];
+      }
+      checking->record(i, static_cast<int>(check_tiles[i].size()), diff.data(), ref.data());
+    }
+    checking = nullptr;
   }
 
   // After the step's wait: what its sparse blocks computed.
@@ -957,7 +1060,8 @@ struct ForwardSessionCuda::Impl {
     const GraphKey key = graph_key(M, check, part);
     const auto t_capture = Clock::now();
     bool captured = false;
-    const bool use_graph = opt.cuda_graph && !graph_failed && warmed[warm_key(M, part)] &&
+    const bool use_graph = opt.cuda_graph && !graph_failed && !checking &&
+                           warmed[warm_key(M, part)] &&
                            (graphs.count(key) || (captured = capture(key, enqueue)));
     if (captured) times.capture_ms += ms_since(t_capture);
     if (use_graph)
@@ -986,7 +1090,7 @@ struct ForwardSessionCuda::Impl {
     if (L) flag_non_finite(text_rows.ptr<bf16>(), L * H, kTextTag);
     const double text_wall_ms = times.text_refined ? ms_since(t_text) : 0.0;
     prepare_plan(in.plan);
-    prepare_sparse(in.sparse);
+    prepare_sparse(in.sparse, in.sparse_check);
     prepare_heads(in.schedule);
     prepare_cond(in.cond_video_rows, Ncv, m.video_in, cond_video_emb, cached_cond_video, "video");
     prepare_cond(in.cond_audio_rows, Nca, m.audio_in, cond_audio_emb, cached_cond_audio, "audio");
@@ -1007,7 +1111,7 @@ struct ForwardSessionCuda::Impl {
 
     const auto t_wait = Clock::now();
     times.graph = use_graph;
-    if (in.device && !check && !(sparse && in.sparse_stats)) {  // nothing the host must read
+    if (in.device && !check && !(sparse && in.sparse_stats) && !checking) {  // nothing to read
       pending = true;
       times.wall_ms = ms_since(t_start);  // device_ms stays 0: not waited for
       return {};
@@ -1015,6 +1119,7 @@ struct ForwardSessionCuda::Impl {
     s.synchronize();
     throw_if_flagged();
     add_sparse_stats(in.sparse_stats);
+    finish_check();
     ForwardOutputs out;
     if (!in.device) {
       out.video_velocity.assign(h_video_v.as<float>(),

@@ -251,8 +251,9 @@ h3rt_status h3rt_forward_t2va(h3rt_model* m, int64_t text_len, int64_t audio_len
 
 void h3rt_sample_request_init(h3rt_sample_request* r) {
   if (r)
-    *r = h3rt_sample_request{0,       0,       0,    0.0, 0, 440420, 8, nullptr, 0,      nullptr,
-                             nullptr, nullptr, 0.0f, 10,  2, 0.0,    3, nullptr, nullptr};
+    *r = h3rt_sample_request{0,       0,   0,       0.0,     0,       440420, 8,
+                             nullptr, 0,   nullptr, nullptr, nullptr, 0.0f,   10,
+                             2,       0.0, 3,       nullptr, nullptr, 0,      0.05};
 }
 
 h3rt_status h3rt_sample_shapes(const h3rt_model* m, const h3rt_sample_request* r,
@@ -284,8 +285,9 @@ h3rt_status h3rt_sample(h3rt_model* m, const h3rt_sample_request* r, float* vide
     try {  // options of the request: H3RT_ERROR_INVALID_ARGUMENT, naming the field
       if (r->sampler) so.sampler = h3rt::parse_sampler(r->sampler, "sampler");
       if (r->scheduler) so.scheduler = h3rt::parse_scheduler(r->scheduler, "scheduler");
-      const h3rt::HybridPolicy p = h3rt::hybrid_policy(
-          {r->sparse_attention, r->dense_steps, r->dense_blocks, r->step_cache, r->step_cache_max});
+      const h3rt::HybridPolicy p =
+          h3rt::hybrid_policy({r->sparse_attention, r->dense_steps, r->dense_blocks, r->step_cache,
+                               r->step_cache_max, r->sparse_check, r->sparse_check_bound});
       so.hybrid = p.hybrid;
       so.step_cache = p.step_cache;
     } catch (const h3rt::Error& e) {

@@ -96,6 +96,14 @@ std::string meta(const SafetensorsFile& f, const std::string& key) {
   return it->second;
 }
 
+// The sparse check's part of the sparse_attention key (nothing when off: files from before it
+// still match).
+std::string check_text(const SparseCheckOptions& k) {
+  if (!k.enabled()) return "";
+  return ", check every " + std::to_string(k.every) + " bound " + f64_text(k.bound) + " tiles " +
+         std::to_string(k.tiles);
+}
+
 }  // namespace
 
 RunKeys run_keys(const Denoiser& d, const Request& r, const SampleOptions& o) {
@@ -122,13 +130,14 @@ RunKeys run_keys(const Denoiser& d, const Request& r, const SampleOptions& o) {
   // The hybrid changes the trajectory ("off" also stands for a file written before these keys).
   const SparseAttention& sp = o.hybrid.sparse;
   keys.push_back({"sparse_attention",
-                  !sp.enabled() ? std::string(kOff)
-                                : "tau " + f64_text(sp.tau) + ", dense steps " +
-                                      std::to_string(o.hybrid.dense_steps) + ", dense blocks " +
-                                      std::to_string(sp.dense_blocks) + ", band " +
-                                      std::to_string(sp.band) + ", max blocks " +
-                                      std::to_string(sp.max_blocks) +
-                                      (sp.video_rows_only ? ", video rows only" : ", all rows")});
+                  !sp.enabled()
+                      ? std::string(kOff)
+                      : "tau " + f64_text(sp.tau) + ", dense steps " +
+                            std::to_string(o.hybrid.dense_steps) + ", dense blocks " +
+                            std::to_string(sp.dense_blocks) + ", band " + std::to_string(sp.band) +
+                            ", max blocks " + std::to_string(sp.max_blocks) +
+                            (sp.video_rows_only ? ", video rows only" : ", all rows") +
+                            check_text(o.hybrid.check)});
   keys.push_back({"step_cache", !o.step_cache.enabled()
                                     ? std::string(kOff)
                                     : "threshold " + f64_text(o.step_cache.threshold) +

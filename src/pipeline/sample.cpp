@@ -79,6 +79,7 @@ class Stepper {
         bf16_(d.precision() == Precision::bf16),
         hybrid_(o.hybrid),
         cache_(o.step_cache),
+        check_(o.hybrid.check, o.noise_seed),
         inpaint_(inpaint),
         masks_(row_masks(r.conditioning, r.layout)) {}
 
@@ -108,6 +109,10 @@ class Stepper {
     if (rec.sparse) {
       in.sparse = &hybrid_.sparse;
       in.sparse_stats = &stats;
+      if (check_.options().enabled()) {
+        check_.begin(i, sparse_check_step(hybrid_, i));
+        in.sparse_check = &check_;
+      }
     }
     if (cache_.enabled()) in.step_cache = &cache_;
     t.packing = seconds_since(t0);
@@ -117,6 +122,7 @@ class Stepper {
     t.denoiser = seconds_since(t0);
     if (stats.key_blocks_total > 0) rec.sparse_fraction = stats.fraction();
     if (cache_.enabled()) rec.cache = cache_.last();
+    if (in.sparse_check && check_.checking()) rec.check = check_.last();
     records_.push_back(rec);
     t0 = Clock::now();
     const auto vn = static_cast<int64_t>(st.video_rows.size());
@@ -161,7 +167,8 @@ class Stepper {
   FloatVec x_video_, x_audio_;    // the state of the model call (comfy loop)
   FloatVec video_in_, audio_in_;  // what the network gets
   const HybridOptions& hybrid_;
-  StepCache cache_;  // this run's: starts empty
+  StepCache cache_;    // this run's: starts empty
+  SparseCheck check_;  // this run's: every head sparse at the start
   const Inpaint& inpaint_;
   const RowMasks masks_;
   std::vector<HybridStep> records_;

@@ -248,6 +248,43 @@ TEST(CApi, HybridSampleGivesTheCppBits) {
   h3rt_model_free(m);
 }
 
+TEST(CApi, SparseCheckFieldsReachTheLoop) {
+  h3rt_model* m = nullptr;
+  ASSERT_EQ(h3rt_model_create_preset("tiny", 0, nullptr, &m), H3RT_OK) << h3rt_last_error();
+  h3rt_sample_request req;
+  h3rt_sample_request_init(&req);
+  EXPECT_EQ(req.sparse_check, 0);
+  EXPECT_EQ(req.sparse_check_bound, 0.05);
+  req.steps = 3;
+  req.sparse_attention = 0.5f;
+  req.dense_steps = 1;
+  req.dense_blocks = 0;
+  req.sparse_check = 1;
+  req.sparse_check_bound = 0.0;
+  const CSample got = run_c_sample(m, req);
+  ASSERT_EQ(got.status, H3RT_OK) << h3rt_last_error();
+  auto d = Denoiser::create(ModelSource{});
+  SampleOptions o;
+  o.steps = 3;
+  o.hybrid.sparse.tau = 0.5f;
+  o.hybrid.sparse.dense_blocks = 0;
+  o.hybrid.dense_steps = 1;
+  o.hybrid.check.every = 1;
+  o.hybrid.check.bound = 0.0;
+  const SampleResult want = sample(*d, make_request(d->config(), {}), o);
+  test::expect_same_bits(got.video, want.video_latents, "video_latents");
+  test::expect_same_bits(got.audio, want.audio_latents, "audio_latents");
+  ASSERT_EQ(want.hybrid_steps.size(), 3u);
+  EXPECT_TRUE(want.hybrid_steps[1].check.checked);  // the options reached the loop
+  EXPECT_GT(want.hybrid_steps[1].check.dense_heads, 0);
+  req.sparse_check = -1;
+  EXPECT_EQ(run_c_sample(m, req).status, H3RT_ERROR_INVALID_ARGUMENT) << h3rt_last_error();
+  EXPECT_NE(std::string(h3rt_last_error()).find("sparse_check must be in [0, 1000]"),
+            std::string::npos)
+      << h3rt_last_error();
+  h3rt_model_free(m);
+}
+
 // The C++ run of the default request conditioned from `cond` (the C API's default seed).
 SampleResult cpp_sample_with(const std::string& cond, const SampleOptions& o) {
   auto d = Denoiser::create(ModelSource{});

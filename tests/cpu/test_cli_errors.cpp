@@ -140,6 +140,13 @@ TEST(CliErrors, BadOptionValues) {
   expect_error("sample --dense-blocks 1001", "--dense-blocks must be in [0, 1000], got 1001");
   expect_error("sample --step-cache -0.5", "--step-cache must be in [0, 100]");
   expect_error("sample --step-cache-max 0", "--step-cache-max must be in [1, 1000], got 0");
+  expect_error("sample --sparse-attention 1 --sparse-check -1",
+               "--sparse-check must be in [0, 1000] (0: off), got -1");
+  expect_error("sample --sparse-check 5",
+               "--sparse-check checks the sparse attention: give "
+               "--sparse-attention too");
+  expect_error("sample --sparse-attention 1 --sparse-check 5 --sparse-check-bound -1",
+               "--sparse-check-bound must be in [0, 100], got -1");
   expect_error("sample --gate", "--gate compares the dense run with an approximate one");
   expect_error("sample --gate --step-cache 0.1 --checkpoint-every 2", "--gate runs both");
   expect_error("sample --gemm int4", "--gemm");

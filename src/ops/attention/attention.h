@@ -28,6 +28,9 @@ struct AttentionParams {
   // the key blocks its tile lists (softmax over those keys). Null: every key. A full list gives
   // the dense result bit for bit.
   const attention_sparse::BlockList* blocks = nullptr;
+  // Only output rows [row_begin, row_end) are computed and written (row_end 0: every row); each
+  // row has the bits it has in the whole call (the sparse check's dense sample).
+  int64_t row_begin = 0, row_end = 0;
 };
 
 void attention_cpu(const AttentionParams& p);
@@ -83,12 +86,14 @@ struct AttentionCudaParams {
   // after the pre-pass, on the device, and the Sage kernel computes only those. Rows
   // [0, sparse_prefix_rows) are the prefix; sparse_workspace holds attention_sparse_workspace_
   // bytes(); sparse_stats (optional, device [2]) gets += computed and total (head, tile, key
-  // block) triples.
+  // block) triples. sparse_dense_heads (optional, device [heads]): nonzero heads take every key
+  // block (the sparse check's decision, h3rt/hybrid.h).
   const SparseAttention* sparse = nullptr;
   int64_t sparse_prefix_rows = 0;
   void* sparse_workspace = nullptr;
   size_t sparse_workspace_bytes = 0;
   unsigned long long* sparse_stats = nullptr;
+  const uint8_t* sparse_dense_heads = nullptr;
 };
 
 // q/k/v as the three column blocks of a fused QKV projection [rows, 3, heads, 128] (the
@@ -101,6 +106,33 @@ size_t attention_sparse_workspace_bytes(int64_t rows, int64_t heads);
 cudaError_t attention_cuda(const AttentionCudaParams& p, AttentionKernel kernel,
                            cudaStream_t stream);
 cudaError_t attention_flash_bf16_cuda(const AttentionCudaParams& p, cudaStream_t stream);
+
+// The query tile of the Sage kernel this device runs (192 wgmma_pp3, 64 w4): the rows one
+// block-list entry covers.
+int64_t attention_sparse_query_tile();
+
+// The sparse check of one sparse Sage call (h3rt/hybrid.h SparseCheck; sparse_check.cu). Run
+// right after attention_cuda(p, sage_8bit) with p.sparse, before anything rewrites p.workspace
+// (the pre-pass's 8-bit q/k/v are reused) or p.out (the sparse bf16 output, which must be set).
+//   1. lists: per (head, tile) count = n_kblocks for the `n_tiles` sampled tiles, 0 for the
+//      others (the kernels leave those rows unwritten), index = 0, 1, ... for the sampled ones;
+//   2. the Sage kernel with those lists into dense_out: the sampled rows get the bits of a
+//      dense call (a full list is bit-identical to dense);
+//   3. per head h, one CTA of 256 threads: thread t takes elements t, t + 256, ... of the
+//      sampled rows' 128 channels (tiles in the given order, rows, channels), double sums of
+//      |out - dense_out| and |dense_out|, then a fixed tree: sums[2h], sums[2h + 1]. The same
+//      inputs give the same bits.
+struct SparseCheckCudaParams {
+  const int32_t* tiles = nullptr;      // device [n_tiles]: distinct query tiles
+  int n_tiles = 0;                     // in [1, 64]
+  __nv_bfloat16* dense_out = nullptr;  // [rows, heads*128]: only the sampled rows are written
+  void* workspace = nullptr;           // attention_sparse_check_workspace_bytes (no initialisation)
+  size_t workspace_bytes = 0;
+  double* sums = nullptr;  // device [heads][2]
+};
+size_t attention_sparse_check_workspace_bytes(int64_t rows, int64_t heads);
+cudaError_t attention_sparse_check_cuda(const AttentionCudaParams& p,
+                                        const SparseCheckCudaParams& c, cudaStream_t stream);
 
 }  // namespace h3rt::ops
 #endif  // H3RT_HAVE_CUDA

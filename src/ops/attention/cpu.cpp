@@ -71,12 +71,13 @@ void attend_rows(const AttentionParams& p, const Strides& s, int64_t h, int64_t 
   }
 }
 
-// Work unit u of `units` (heads x row blocks), ranges [u0, u1).
-void attend_units(const AttentionParams& p, const Strides& s, int64_t blocks, int64_t u0,
-                  int64_t u1) {
+// Work unit u of `units` (heads x blocks of the rows [r0, r1)), ranges [u0, u1).
+void attend_units(const AttentionParams& p, const Strides& s, int64_t r0, int64_t r1,
+                  int64_t blocks, int64_t u0, int64_t u1) {
+  const int64_t n = r1 - r0;
   for (int64_t u = u0; u < u1; ++u) {
     const int64_t h = u / blocks, b = u % blocks;
-    attend_rows(p, s, h, p.rows * b / blocks, p.rows * (b + 1) / blocks);
+    attend_rows(p, s, h, r0 + n * b / blocks, r0 + n * (b + 1) / blocks);
   }
 }
 
@@ -102,12 +103,15 @@ void attention_cpu(const AttentionParams& p) {
                "attention: block lists of ", p.blocks->heads, " heads x ", p.blocks->n_qtiles,
                " tiles x ", p.blocks->n_kblocks, " key blocks do not fit ", p.rows, " rows, ",
                p.heads, " heads");
+  const int64_t r0 = p.row_begin, r1 = p.row_end ? p.row_end : p.rows;
+  H3RT_CHECK(r0 >= 0 && r0 < r1 && r1 <= p.rows, "attention: output rows [", r0, ", ", r1,
+             ") outside [0, ", p.rows, ")");
   // Work units are heads x row blocks, one block per thread where there are few heads.
-  const double work = 2.0 * static_cast<double>(p.rows) * p.rows * p.head_dim * p.heads;
+  const double work = 2.0 * static_cast<double>(r1 - r0) * p.rows * p.head_dim * p.heads;
   const int64_t threads = threads_for_work(work);
-  const int64_t blocks = std::min<int64_t>(p.rows, threads);
+  const int64_t blocks = std::min<int64_t>(r1 - r0, threads);
   parallel_ranges(p.heads * blocks, threads,
-                  [&](int64_t u0, int64_t u1) { attend_units(p, s, blocks, u0, u1); });
+                  [&](int64_t u0, int64_t u1) { attend_units(p, s, r0, r1, blocks, u0, u1); });
 }
 
 }  // namespace h3rt::ops

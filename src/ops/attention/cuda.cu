@@ -262,6 +262,10 @@ AttentionCudaParams attention_params_from_qkv(const __nv_bfloat16* qkv, int64_t 
   return p;
 }
 
+int64_t attention_sparse_query_tile() {
+  return sparse_shape(1, 1, 0).q_tile;
+}
+
 size_t attention_sparse_workspace_bytes(int64_t rows, int64_t heads) {
   return attention_sparse::router_workspace_bytes(sparse_shape(rows, heads, 0));
 }
@@ -290,6 +294,7 @@ attention_sparse::BlockList route(const AttentionCudaParams& p, cudaStream_t str
   r.workspace = p.sparse_workspace;
   r.workspace_bytes = p.sparse_workspace_bytes;
   r.stats = p.sparse_stats;
+  r.dense_heads = p.sparse_dense_heads;
   H3RT_CUDA_CHECK(attention_sparse::route_cuda(r, stream));
   return attention_sparse::router_lists(p.sparse_workspace, r.shape);
 }

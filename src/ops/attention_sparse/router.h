@@ -14,7 +14,9 @@
 // band: the key blocks overlapping the tile's rows, widened by `band` blocks either side. With
 // video_rows_only a tile holding a prefix row (q0 < prefix_rows) takes every block. Optional
 // blocks: the others with z_j >= tau; with max_blocks > 0 only the max_blocks highest z
-// (ties: the lower index first). The list is the union, ascending; it is never empty.
+// (ties: the lower index first). The list is the union, ascending; it is never empty. A head
+// marked in `dense_heads` (the sparse check's decision, h3rt/hybrid.h) takes every block in
+// every tile.
 #pragma once
 
 #include <cstdint>
@@ -64,6 +66,7 @@ struct RouterInput {
   const float* q = nullptr;
   const float* k = nullptr;
   int64_t q_row_stride = 0, k_row_stride = 0;  // elements
+  const uint8_t* dense_heads = nullptr;        // optional [heads]: nonzero = every key block
 };
 
 // The CPU reference router (throws h3rt::Error for bad shapes or an options value out of range).

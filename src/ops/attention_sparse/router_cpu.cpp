@@ -45,10 +45,11 @@ void check_input(const RouterInput& in, const RouterShape& s) {
 
 // The list of one (head, tile) from its scores row; returns its count.
 int32_t select_tile(const float* score, const RouterShape& s, const SparseAttention& cfg,
-                    int64_t tile, int32_t* list) {
+                    int64_t tile, bool head_dense, int32_t* list) {
   const int64_t nk = s.n_kblocks();
-  const rules::TileRule rule = rules::tile_rule(tile, s.q_tile, s.seq, s.prefix_rows, cfg.band,
-                                                cfg.video_rows_only, kKeyBlock);
+  rules::TileRule rule = rules::tile_rule(tile, s.q_tile, s.seq, s.prefix_rows, cfg.band,
+                                          cfg.video_rows_only, kKeyBlock);
+  rule.dense = rule.dense || head_dense;
   const rules::RowStats st = rules::row_stats(score, nk);
   std::vector<float> z(nk);
   std::vector<unsigned char> cand(nk);
@@ -117,7 +118,8 @@ HostBlockLists route_cpu(const RouterInput& in, const RouterShape& s, const Spar
     const std::vector<float> sc = head_scores(in, s, h);
     for (int64_t i = 0; i < nq; ++i) {
       const int64_t t = h * nq + i;
-      out.count[t] = select_tile(&sc[i * nk], s, cfg, i, &out.index[t * nk]);
+      const bool head_dense = in.dense_heads && in.dense_heads[h];
+      out.count[t] = select_tile(&sc[i * nk], s, cfg, i, head_dense, &out.index[t * nk]);
       out.stats.key_blocks_computed += out.count[t];
     }
   }

@@ -58,6 +58,7 @@ struct RouteArgs {
   const float *qbar, *kbar;
   int32_t *index, *count;
   unsigned long long* stats;
+  const uint8_t* dense_heads;
   int seq, q_tile, nq, nk;
   int64_t prefix_rows, band, max_blocks;
   float tau;
@@ -83,8 +84,9 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(RouteArgs a) {
   __syncthreads();
   if (tid == 0) st = rules::row_stats(score, a.nk);
   __syncthreads();
-  const rules::TileRule rule =
+  rules::TileRule rule =
       rules::tile_rule(tile, a.q_tile, a.seq, a.prefix_rows, a.band, a.video_rows_only, kKeyBlock);
+  rule.dense = rule.dense || (a.dense_heads && a.dense_heads[h]);
   for (int j = tid; j < a.nk; j += blockDim.x) {
     z[j] = rules::z_score(score[j], st);
     cand[j] = !rule.forced(j) && z[j] >= a.tau;
@@ -171,6 +173,7 @@ cudaError_t route_cuda(const RouterCudaParams& p, cudaStream_t stream) {
                      reinterpret_cast<int32_t*>(base + l.index),
                      reinterpret_cast<int32_t*>(base + l.count),
                      p.stats,
+                     p.dense_heads,
                      static_cast<int>(s.seq),
                      static_cast<int>(s.q_tile),
                      nq,

@@ -26,6 +26,7 @@ struct RouterCudaParams {
   void* workspace = nullptr;  // router_workspace_bytes(shape); no initialisation needed
   size_t workspace_bytes = 0;
   unsigned long long* stats = nullptr;  // optional device [2]: += computed, += total pairs
+  const uint8_t* dense_heads = nullptr;  // optional device [heads]: nonzero = every key block
 };
 
 size_t router_workspace_bytes(const RouterShape& shape);
