@@ -131,9 +131,10 @@ void add_bench_step_command(CLI::App& bench) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   step->add_flag("--compare-resident", o->compare_resident,
-                 "With --device-memory-limit: run the same steps with resident weights first, "
-                 "then under the limit; the report adds the resident run under \"resident\" "
-                 "and the step time ratios and bit identity under \"streamed_vs_resident\"");
+                 "With --device-memory-limit: run the same steps with resident weights first "
+                 "(a model loaded whole, freed after), then under the limit; the report adds "
+                 "the resident run under \"resident\" (its load peak too) and the step time "
+                 "ratios and bit identity under \"streamed_vs_resident\"");
   step->callback([o] {
 #ifdef H3RT_HAVE_CUDA
     check_outputs(*o);

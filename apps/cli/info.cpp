@@ -113,6 +113,25 @@ model::BlockStorage cuda_storage(const H3Config& c, const model::TensorSource& s
   return model::uniform_storage(c, s);
 }
 
+// What loading under `limit` puts on the device (model/weight_stream_plan.h, plan_load).
+void print_load_plan(const H3Config& c, const model::BlockStorage& st, int64_t limit) {
+  try {
+    const model::LoadPlan load = model::plan_load(c, st, st, limit, true);
+    if (load.stream)
+      std::printf(
+          "load: the blocks go from the file to pinned host memory as they are read; the load "
+          "puts %.2f GB of weights on the device, never the whole model\n",
+          load.device_weight_bytes / 1e9);
+    else
+      std::printf(
+          "load: resident (%.2f GB of weights, within the limit); a request over the limit moves "
+          "the blocks to pinned host memory at its first forward\n",
+          load.device_weight_bytes / 1e9);
+  } catch (const Error& e) {
+    std::printf("load: too small: %s\n", e.what());
+  }
+}
+
 // Device bytes on CUDA at ComfyUI's default shape (864x480, 124 frames, 100 text tokens, Sage
 // attention), and under --device-memory-limit whether the block weights would stream.
 void print_device_plan(const H3Config& c, const model::TensorSource& src, int64_t limit) {
@@ -144,6 +163,7 @@ void print_device_plan(const H3Config& c, const model::TensorSource& src, int64_
   } catch (const Error& e) {
     std::printf("--device-memory-limit %.2f GB: too small: %s\n", limit / 1e9, e.what());
   }
+  print_load_plan(c, st, limit);
 }
 
 // For files with H3 keys: the inferred config, the qkv row order and each linear layer's format.
@@ -250,7 +270,8 @@ void add_info_command(CLI::App& app) {
   cmd->add_option("--device-memory-limit", *limit,
                   "H3 checkpoints: also say whether under this limit (as `sample "
                   "--device-memory-limit`: 24GB, 24GiB or bytes) the block weights would stream "
-                  "at 864x480, 124 frames, and the device bytes planned")
+                  "at 864x480, 124 frames, the device bytes planned, and what the load puts "
+                  "on the device")
       ->capture_default_str();
   cmd->callback([path, limit] {
     const int64_t bytes = parse_memory_size(*limit, "--device-memory-limit");

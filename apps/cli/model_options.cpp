@@ -31,7 +31,10 @@ void add_device_memory_limit(CLI::App* cmd, std::string& size) {
                   "resident model and the request's activations exceed it, the transformer "
                   "blocks' weight matrices stay in pinned host memory and stream into two device "
                   "slots, each block's copy overlapped with the compute of the blocks before it "
-                  "(the same bits); below what that needs, an error says how many bytes it needs")
+                  "(the same bits). When the resident model cannot fit it at all, the blocks "
+                  "go to pinned host memory as they load, never whole on the device (the load's "
+                  "peak: weight_streaming.load_peak_device_bytes); below what streaming needs, "
+                  "an error says how many bytes it needs")
       ->capture_default_str();
 }
 

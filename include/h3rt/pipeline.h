@@ -54,8 +54,10 @@ struct DenoiserOptions {
   // CUDA: the device bytes (weights + a forward's activations) to stay within; 0 = no limit.
   // Where the resident model and a request's activations exceed it, the transformer blocks'
   // weight matrices stream from pinned host memory into two device slots, each block's copy
-  // overlapped with the previous block's compute (same bits as resident). Below what
-  // streaming needs, forward() throws naming this option and the bytes needed.
+  // overlapped with the previous block's compute (same bits as resident). When the resident
+  // model cannot fit the limit at all, the blocks go to pinned host memory as they load, never
+  // whole on the device. Below what streaming needs, create() or forward() throws naming this
+  // option and the bytes needed.
   int64_t device_memory_limit = 0;
   // A preset on device cuda only (an error with a checkpoint or on the CPU): its block GEMMs.
   SyntheticGemm synthetic_gemm = SyntheticGemm::bf16;
@@ -65,14 +67,17 @@ struct DenoiserOptions {
 
 // Whether and how a CUDA denoiser streams its block weights (Denoiser::weight_streaming).
 struct WeightStreaming {
-  int64_t limit = 0;                    // device_memory_limit (0: none)
-  bool streamed = false;                // the block weights live in pinned host memory
-  int slots = 0;                        // device slots of one block's weights
+  int64_t limit = 0;      // device_memory_limit (0: none)
+  bool streamed = false;  // the block weights live in pinned host memory
+  int slots = 0;          // device slots of one block's weights
   int64_t slot_bytes = 0;
-  int64_t host_bytes = 0;               // pinned host bytes of the streamed weights
-  int64_t h2d_bytes_per_step = 0;       // copied host -> device per forward
-  int64_t resident_weight_bytes = 0;    // weights kept on the device
-  int64_t planned_device_bytes = 0;     // the plan's estimate: weights + slots + activations
+  int64_t host_bytes = 0;              // pinned host bytes of the streamed weights
+  int64_t h2d_bytes_per_step = 0;      // copied host -> device per forward
+  int64_t resident_weight_bytes = 0;   // weights kept on the device
+  int64_t planned_device_bytes = 0;    // the plan's estimate: weights + slots + activations
+  bool streamed_at_load = false;       // the blocks went to pinned memory as they loaded
+  int64_t load_peak_device_bytes = 0;  // the load's peak device bytes (the arena's, reserved)
+  int64_t caller_device_bytes = 0;     // block weights used in place from the caller's GPU
 };
 nlohmann::json to_json(const WeightStreaming& w);  // the reports' "weight_streaming"
 
@@ -109,7 +114,9 @@ class Denoiser {
   // Peak device bytes (allocated, reserved) of the caching arena; zeros on the CPU.
   virtual std::pair<int64_t, int64_t> device_peak_bytes() const { return {0, 0}; }
   // The weight streaming plan of the latest forward's shape (DenoiserOptions::device_memory_limit);
-  // not streamed on the CPU and before the first forward without a limit.
+  // not streamed on the CPU and before the first forward without a limit. The load's fields
+  // (streamed_at_load, load_peak_device_bytes, caller_device_bytes) are set from creation on;
+  // a model streamed at load reports the smallest request's plan until its first forward.
   virtual WeightStreaming weight_streaming() const { return {}; }
   // Layers that fp8_activations dynamic switched to per-call scales (0: the option changed
   // nothing, e.g. a bf16 checkpoint).

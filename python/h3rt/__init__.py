@@ -58,7 +58,10 @@ def load(path_or_state_dict, device="cpu", precision=None, attention="bf16", cud
     check that fails raises RuntimeError naming what holds the value (as --check-finite).
     device_memory_limit (device="cuda"): device bytes for the weights and a step's activations,
     bytes (int/float) or a string "24GB" / "24GiB"; 0: none. Over it the blocks' weights stream
-    from pinned host memory (same bits; as --device-memory-limit)."""
+    from pinned host memory (same bits; as --device-memory-limit); a model that cannot fit it at
+    all loads its blocks straight into pinned host memory, never whole on the GPU. A state dict
+    whose block weights are CUDA tensors is used in place and not streamed (that would free none
+    of their memory): a limit that needs streaming raises; pass CPU tensors to stream them."""
     lora_list = _lora_list(loras)
     if isinstance(path_or_state_dict, (str, os.PathLike)):
         model = _h3rt._load_path(os.fspath(path_or_state_dict), device, precision, attention,

@@ -37,6 +37,14 @@ class Model:
     @property
     def lora_report(self) -> dict[str, Any]:
         """What load(loras=...) merged: {"pairs": int, "layers": int, "warnings": [str]}."""
+    @property
+    def weight_streaming(self) -> dict[str, Any]:
+        """How device_memory_limit placed the block weights, as the reports' weight_streaming:
+        streamed (the blocks live in pinned host memory), streamed_at_load (they went there as
+        they loaded, never whole on the GPU), load_peak_device_bytes (the load's peak in h3rt's
+        device pool), caller_device_bytes (block weights used in place from CUDA tensors you
+        passed), slots, slot_bytes, host_bytes, h2d_bytes_per_step, resident_weight_bytes,
+        planned_device_bytes, device_memory_limit. Zeros on the CPU."""
     def forward(self, video_rows: ArrayLike, audio_rows: ArrayLike, text: ArrayLike, *,
                 layout: Layout, timesteps: Timesteps, sigma: Optional[float] = None,
                 sample_sigmas: Optional[Sequence[float]] = None,

@@ -346,7 +346,12 @@ def test_device_memory_limit_is_parsed_and_needs_cuda():
     for size in ("24GB", 24e9, 24 << 30):  # a limit on the CPU backend is refused
         with pytest.raises(RuntimeError, match="device_memory_limit applies to device cuda"):
             h3rt.preset("tiny", device_memory_limit=size)
-    assert h3rt.preset("tiny", device_memory_limit=0).config["hidden"] == 192
+    m = h3rt.preset("tiny", device_memory_limit=0)
+    assert m.config["hidden"] == 192
+    w = m.weight_streaming  # the CPU backend never streams: every field zero or False
+    assert w["streamed"] is False and w["streamed_at_load"] is False
+    assert w["load_peak_device_bytes"] == 0 and w["device_memory_limit"] == 0
+    assert set(w) >= {"slots", "host_bytes", "h2d_bytes_per_step", "caller_device_bytes"}
 
 
 def test_sample_denoise_masks_keep_the_clean_latent_and_equal_cli(tmp_path):

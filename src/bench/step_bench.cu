@@ -1,6 +1,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,8 +20,8 @@
 #include "model/block_cuda.h"
 #include "model/forward_session_cuda.h"
 #include "model/model_cuda.h"
-#include "model/weight_stream_cuda.h"
 #include "model/synthetic_gemm_cuda.h"
+#include "model/weight_stream_cuda.h"
 #include "ops/linear/linear.h"
 #include "ops/linear_nvfp4/linear_nvfp4.h"
 
@@ -39,11 +40,13 @@ struct Setup {
   model::DeviceModel dev;
   double model_s = 0;
   int64_t weight_bytes = 0;
+  WeightStreaming load;  // streamed_at_load, load_peak_device_bytes
   FloatVec text;
   InitialNoise noise;
 };
 
-Setup setup(const StepBenchOptions& o, const char* verb) {
+// `resident`: the model loads whole whatever the limit (--compare-resident's first run).
+Setup setup(const StepBenchOptions& o, const char* verb, bool resident = false) {
   H3RT_CHECK(cuda::cuda_device_available(), "bench ", verb, " needs a CUDA device; none was found");
   Setup st;
   st.c = *config_preset(o.preset);
@@ -57,29 +60,48 @@ Setup setup(const StepBenchOptions& o, const char* verb) {
                : o.nvfp4           ? "NVFP4"
                : o.int8_group >= 0 ? "int8 W8A8"
                                    : "bf16");
-  cuda::default_arena().reset_peak();
-  const auto t0 = Clock::now();
-  st.dev = model::make_synthetic_device_model(st.c, o.weights_seed);
   H3RT_CHECK(int(o.fp8) + int(o.nvfp4) + int(o.int8_group >= 0) <= 1, "bench ", verb,
              ": choose one of fp8, nvfp4 and int8");
-  if (o.fp8 || o.nvfp4 || o.int8_group >= 0) {
-    cuda::Stream s;
-    const SyntheticGemm gemm = o.fp8     ? SyntheticGemm::fp8
-                               : o.nvfp4 ? SyntheticGemm::nvfp4
-                                         : SyntheticGemm::int8;
-    model::quantize_synthetic_blocks(st.dev, gemm, o.int8_group, s);
-  }
+  const SyntheticGemm gemm = o.fp8               ? SyntheticGemm::fp8
+                             : o.nvfp4           ? SyntheticGemm::nvfp4
+                             : o.int8_group >= 0 ? SyntheticGemm::int8
+                                                 : SyntheticGemm::bf16;
+  // Under a limit the resident model cannot fit even without activations: the blocks go to
+  // pinned host memory as they are made (model/weight_stream_plan.h, plan_load).
+  std::optional<model::LoadPlan> lp;
+  if (o.device_memory_limit > 0 && !resident)
+    lp = model::plan_load(st.c, model::synthetic_block_storage(st.c, gemm),
+                          model::synthetic_block_storage(st.c, SyntheticGemm::bf16),
+                          o.device_memory_limit, o.sage_attention);
+  const bool stream = lp && lp->stream;
+  cuda::default_arena().release_cached();  // the peak below is this load's alone
+  const int64_t base = cuda::default_arena().stats().current_reserved;
+  cuda::default_arena().reset_peak();
+  const auto t0 = Clock::now();
+  st.dev = model::make_synthetic_gemm_model(st.c, o.weights_seed, gemm, o.int8_group,
+                                            stream ? &lp->slot : nullptr);
   H3RT_CUDA_CHECK(cudaDeviceSynchronize());
   st.model_s = seconds_since(t0);
   st.weight_bytes = cuda::default_arena().stats().current_allocated;
-  std::fprintf(stderr, "bench %s: model ready in %.2f s (%.2f GB on the device)\n", verb,
-               st.model_s, st.weight_bytes / 1e9);
+  st.load.streamed_at_load = stream;
+  st.load.load_peak_device_bytes = cuda::default_arena().stats().peak_reserved - base;
+  std::fprintf(stderr,
+               "bench %s: model ready in %.2f s (%.2f GB on the device, load peak %.2f GB%s)\n",
+               verb, st.model_s, st.weight_bytes / 1e9, st.load.load_peak_device_bytes / 1e9,
+               stream ? "; the blocks went to pinned host memory as they were made" : "");
   // The request `h3rt sample` builds: seeded stand-in text (stream 2, bf16 values) and noise.
   st.text.resize(static_cast<size_t>(L.text_len * st.c.text_dim));
   gaussian_noise(o.seed, 2, 0, st.text.data(), static_cast<int64_t>(st.text.size()));
   for (float& x : st.text) x = round_bf16(x);
   st.noise = initial_noise(o.seed, L, st.c.in_channels, st.c.audio_channels);
   return st;
+}
+
+// `w` with the load's fields of `load`.
+WeightStreaming with_load(WeightStreaming w, const WeightStreaming& load) {
+  w.streamed_at_load = load.streamed_at_load;
+  w.load_peak_device_bytes = load.load_peak_device_bytes;
+  return w;
 }
 
 StepRepetition repetition(const model::ForwardStepTimes& t, const ForwardOutputs& v,
@@ -248,15 +270,17 @@ nlohmann::json run_step_bench(const StepBenchOptions& o) {
   H3RT_CHECK(o.reps >= 1 && o.warmup >= 1, "bench step: --reps and --warmup must be >= 1");
   H3RT_CHECK(!o.compare_resident || o.device_memory_limit > 0,
              "bench step: --compare-resident needs --device-memory-limit");
-  Setup st = setup(o, "step");
   StepMeasurements resident;
-  if (o.compare_resident) {
+  if (o.compare_resident) {  // its own model, loaded whole, freed before the streamed one loads
     std::fprintf(stderr, "bench step: resident weights first (--compare-resident)\n");
-    resident = measure_steps(o, st);
+    Setup r = setup(o, "step", true);
+    resident = measure_steps(o, r);
+    resident.weight_streaming = with_load({}, r.load);
   }
+  Setup st = setup(o, "step");
   const model::WeightStreamPlan plan = apply_limit(o, st, "step");
   StepMeasurements m = measure_steps(o, st);
-  m.weight_streaming = model::weight_streaming_of(plan, o.device_memory_limit);
+  m.weight_streaming = with_load(model::weight_streaming_of(plan, o.device_memory_limit), st.load);
   return o.compare_resident ? step_comparison_report(st.c, st.layout, m, resident)
                             : step_report(st.c, st.layout, m);
 }
@@ -345,7 +369,8 @@ nlohmann::json run_sample_bench(const StepBenchOptions& o) {
   j["cuda_graph"] = o.cuda_graph && session.graph_enabled();
   j["setup"] = {{"model_seconds", st.model_s}, {"session_ms", session_ms}};
   j["per_step"] = per_step;
-  j["weight_streaming"] = to_json(model::weight_streaming_of(streaming, o.device_memory_limit));
+  j["weight_streaming"] =
+      to_json(with_load(model::weight_streaming_of(streaming, o.device_memory_limit), st.load));
   std::vector<double> ms;
   for (const auto& s : rep.stages) ms.push_back(s.step_total() * 1e3);
   run_t.step_ms = median(ms);

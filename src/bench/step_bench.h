@@ -12,8 +12,10 @@
 // sample: the whole Euler loop (`steps` evaluations) end to end, with per-step stage seconds and
 // the final latents' checksums (the same as `h3rt sample --device cuda` for the same request).
 // With a device memory limit the model's blocks stream when the plan says so
-// (model/weight_stream_cuda.h); the report's "weight_streaming" says how, and step's eager
-// steps time the copies and the compute stream's waits for them.
+// (model/weight_stream_cuda.h), from the load on when the resident model cannot fit the limit
+// at all (the blocks go to pinned memory as they are made; load_peak_device_bytes); the report's
+// "weight_streaming" says how, and step's eager steps time the copies and the compute stream's
+// waits for them.
 #pragma once
 
 #include <cstdint>
@@ -35,7 +37,8 @@ struct StepBenchOptions {
   bool sage_attention = false;  // the blocks' attention: Sage 8-bit instead of flash bf16
   uint64_t seed = 440420, weights_seed = 0;
   // Weight streaming (DenoiserOptions::device_memory_limit); step: with compare_resident the
-  // same steps run first with resident weights, then streamed, in one run (the ratio).
+  // same steps run first on a model loaded whole (resident), freed before the model under the
+  // limit loads, in one run (the ratio, both loads' peaks).
   int64_t device_memory_limit = 0;
   bool compare_resident = false;
 };

@@ -7,6 +7,7 @@
 #include "cuda/runtime.h"
 #include "model/lora_cuda.h"
 #include "model/lora_internal.h"
+#include "model/weights.h"
 #include "ops/int8_linear/int8_linear.h"
 #include "ops/lora_merge/lora_merge.h"
 
@@ -102,15 +103,34 @@ DeviceLinear merge_layer(const DeviceLinear& l, const LoraLayerPlan& plan, cudaS
 
 }  // namespace
 
-LoraMergeCuda merge_loras_cuda(DeviceModel& m, const std::vector<Lora>& loras,
-                               const LoraOptions& options, cudaStream_t s) {
-  std::map<std::string, DeviceLinear*> layers = device_linear_layers(m);
+namespace {
+
+void refuse_host_side_targets(const std::vector<Lora>& loras) {
   for (const Lora& lora : loras)
     for (const LoraPair& p : lora.pairs)
       H3RT_CHECK(p.target.rfind("time_embedder.", 0) != 0, "LoRA ", lora.path, ": '", p.up_key,
                  "' targets ", p.target,
                  ", which the CUDA backend runs on the host; merge it on the host (load the "
                  "checkpoint file)");
+}
+
+// Merges the planned layers found in `layers` in place (the originals are dropped).
+void merge_found(const LoraPlan& plan, const std::map<std::string, DeviceLinear*>& layers,
+                 const H3Config& c, cudaStream_t s) {
+  for (const LoraLayerPlan& lp : plan.layers) {
+    auto it = layers.find(lp.layer);
+    if (it == layers.end()) continue;
+    check_mergeable(lp.layer, *it->second, c);
+    *it->second = merge_layer(*it->second, lp, s);
+  }
+}
+
+}  // namespace
+
+LoraMergeCuda merge_loras_cuda(DeviceModel& m, const std::vector<Lora>& loras,
+                               const LoraOptions& options, cudaStream_t s) {
+  std::map<std::string, DeviceLinear*> layers = device_linear_layers(m);
+  refuse_host_side_targets(loras);
   const LoraPlan plan =
       plan_loras(m.config, loras, options,
                  [&](const std::string& name) -> std::optional<std::pair<int64_t, int64_t>> {
@@ -129,6 +149,41 @@ LoraMergeCuda merge_loras_cuda(DeviceModel& m, const std::vector<Lora>& loras,
     l = std::move(merged);
   }
   return merge;
+}
+
+BlockwiseLoraMergeCuda::BlockwiseLoraMergeCuda(const H3Config& c, std::vector<Lora> loras,
+                                               const LoraOptions& options)
+    : loras_(std::move(loras)), config_(c) {
+  refuse_host_side_targets(loras_);
+  // The device model's layers (device_linear_layers) are the config's 2-D weights but the
+  // host-side time embedder.
+  std::map<std::string, std::pair<int64_t, int64_t>> shapes;
+  for (const WeightSpec& w : weight_specs(c))
+    if (w.shape.size() == 2 && w.key.ends_with(".weight") && w.key.rfind("time_embedder.", 0) != 0)
+      shapes[w.key.substr(0, w.key.size() - 7)] = {w.shape[0], w.shape[1]};
+  plan_ = plan_loras(c, loras_, options,
+                     [&](const std::string& name) -> std::optional<std::pair<int64_t, int64_t>> {
+                       auto it = shapes.find(name);
+                       if (it == shapes.end()) return std::nullopt;
+                       return it->second;
+                     });
+}
+
+void BlockwiseLoraMergeCuda::merge_block(size_t i, DeviceBlock& b, cudaStream_t s) {
+  const std::string p = "blocks." + std::to_string(i) + ".";
+  merge_found(plan_,
+              {{p + "attn.qkv_proj", &b.qkv},
+               {p + "attn.out_proj", &b.out},
+               {p + "mlp.fc1", &b.fc1},
+               {p + "mlp.fc2", &b.fc2},
+               {p + "adaln_proj.linear", &b.adaln}},
+              config_, s);
+}
+
+void BlockwiseLoraMergeCuda::merge_rest(DeviceModel& m, cudaStream_t s) {
+  std::map<std::string, DeviceLinear*> layers = device_linear_layers(m);
+  std::erase_if(layers, [](const auto& kv) { return kv.first.rfind("blocks.", 0) == 0; });
+  merge_found(plan_, layers, config_, s);
 }
 
 void unmerge_loras_cuda(DeviceModel& m, LoraMergeCuda& merge) {

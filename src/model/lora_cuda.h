@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "h3rt/lora.h"
+#include "model/lora_internal.h"
 #include "model/model_cuda.h"
 
 namespace h3rt::model {
@@ -26,6 +27,24 @@ std::map<std::string, DeviceLinear*> device_linear_layers(DeviceModel& model);
 LoraMergeCuda merge_loras_cuda(DeviceModel& model, const std::vector<Lora>& loras,
                                const LoraOptions& options = {}, cudaStream_t stream = nullptr);
 void unmerge_loras_cuda(DeviceModel& model, LoraMergeCuda& merge);
+
+// The same merge for a model made block by block (a synthetic preset streamed at load, each
+// block leaving the device before the next is made): the plan over the config's layer shapes
+// up front, each transformer block's layers merged as it is made, every other layer once the
+// model is complete. Same pairs, scales and bits as merge_loras_cuda; no originals are kept.
+class BlockwiseLoraMergeCuda {
+ public:
+  BlockwiseLoraMergeCuda(const H3Config& config, std::vector<Lora> loras,
+                         const LoraOptions& options);
+  void merge_block(size_t i, DeviceBlock& block, cudaStream_t stream);  // blocks.<i>.*
+  void merge_rest(DeviceModel& model, cudaStream_t stream);  // every layer outside blocks.*
+  const LoraMergeReport& report() const { return plan_.report; }
+
+ private:
+  std::vector<Lora> loras_;  // the plan points into their pairs
+  LoraPlan plan_;
+  H3Config config_;
+};
 
 }  // namespace h3rt::model
 #endif  // H3RT_HAVE_CUDA

@@ -10,8 +10,9 @@
 #include "h3rt/int8.h"
 #include "h3rt/nvfp4.h"
 #include "model/model_cuda.h"
-#include "ops/int8_linear/int8_linear.h"
+#include "model/weight_stream_cuda.h"
 #include "model/weights.h"
+#include "ops/int8_linear/int8_linear.h"
 #include "ops/rope_table/rope_table.h"
 
 namespace h3rt::model {
@@ -43,31 +44,43 @@ enum class LinearPath { f32_island, bf16, projection };
 // Quantized weight bytes, and bf16 weights of layers computing in bf16, already in device memory
 // (a caller's state dict: Denoiser::create from tensors) are used where they are, without a
 // copy: the caller keeps them alive and unchanged.
-Tensor on_device(const Tensor& t) {
-  return t.device() == Device::cuda ? t : cuda::to_device(t);
-}
+//
+// Where a layer's weight matrix goes: the device, or, for a block streamed at load, the host
+// tensor exactly as it would be uploaded (BlockImageWriter copies it into the block's pinned
+// image). Counts the caller's device matrices used in place (`caller_bytes`).
+struct Place {
+  bool host = false;
+  int64_t* caller_bytes = nullptr;
+  Tensor operator()(const Tensor& t) const {
+    if (t.device() == Device::cuda) {
+      if (caller_bytes) *caller_bytes += t.nbytes();
+      return t;
+    }
+    return host ? t : cuda::to_device(t);
+  }
+};
 
-void upload_nvfp4(const LinearWeight& l, DeviceLinear& d) {
+void upload_nvfp4(const LinearWeight& l, DeviceLinear& d, const Place& place) {
   H3RT_CHECK(
       l.data.is_contiguous() && l.scale.is_contiguous() && l.data.nbytes() == l.out * l.in / 2 &&
           l.scale.nbytes() == nvfp4_scales_bytes(l.out, l.in),
       "layer '", l.name, "': nvfp4 weight or weight_scale is not a contiguous packed tensor");
-  d.w4 = on_device(l.data);
-  d.w4_scales = on_device(l.scale);
+  d.w4 = place(l.data);
+  d.w4_scales = place(l.scale);
   d.w4_global = device_scalar(l.scale_2, l.name + ".weight_scale_2");
   if (l.input_scale.data()) d.x4_global = device_scalar(l.input_scale, l.name + ".input_scale");
 }
 
 // int8 block projections keep their stored int8 weight (rotated when convrot) and per-row scales.
-void upload_int8(const LinearWeight& l, DeviceLinear& d) {
+void upload_int8(const LinearWeight& l, DeviceLinear& d, const Place& place) {
   H3RT_CHECK(l.data.dtype() == DType::i8 && l.data.is_contiguous(), "layer '", l.name,
              "': int8 weight is not a contiguous i8 tensor");
-  d.wi8 = on_device(l.data);
+  d.wi8 = place(l.data);
   d.wi8_scale = cuda::to_device(tensor_from_f32(int8_row_scales(l.scale, l.out), {l.out}));
   d.int8_group = static_cast<int>(l.int8_group);
 }
 
-DeviceLinear upload_linear(const LinearWeight& l, LinearPath path) {
+DeviceLinear upload_linear(const LinearWeight& l, LinearPath path, const Place& place = {}) {
   const MemoryScope scope("the weights of layer " + l.name);
   H3RT_CHECK(l.format != WeightFormat::nvfp4 || path == LinearPath::projection, "layer '", l.name,
              "' is nvfp4; the CUDA backend runs nvfp4 in the block projections (qkv, out, fc1, "
@@ -78,11 +91,11 @@ DeviceLinear upload_linear(const LinearWeight& l, LinearPath path) {
   d.in = l.in;
   if (l.has_bias()) d.b = upload_values(l.b, {l.out}, t);
   if (l.format == WeightFormat::nvfp4) {
-    upload_nvfp4(l, d);
+    upload_nvfp4(l, d, place);
     return d;
   }
   if (l.format == WeightFormat::int8 && path == LinearPath::projection) {
-    upload_int8(l, d);
+    upload_int8(l, d, place);
     return d;
   }
   const bool static_scale = l.input_scale.data() != nullptr;
@@ -90,7 +103,7 @@ DeviceLinear upload_linear(const LinearWeight& l, LinearPath path) {
       (static_scale || l.fp8_dynamic_activations)) {
     H3RT_CHECK(l.data.dtype() == DType::e4m3 && l.data.is_contiguous(), "layer '", l.name,
                "': fp8 weight is not a contiguous e4m3 tensor");
-    d.w8 = on_device(l.data);
+    d.w8 = place(l.data);
     d.w_scale = device_scalar(l.scale, l.name + ".weight_scale");
     if (static_scale) d.x_scale = device_scalar(l.input_scale, l.name + ".input_scale");
     return d;
@@ -98,13 +111,14 @@ DeviceLinear upload_linear(const LinearWeight& l, LinearPath path) {
   // bf16 weights in the caller's device memory on a bf16 path: used where they are.
   if (l.format == WeightFormat::bf16 && l.data.device() == Device::cuda && t == DType::bf16 &&
       l.w.empty()) {
-    d.w = l.data;
+    d.w = place(l.data);
     return d;
   }
   // A quantized layer run densely (e.g. fp8 without an input scale) is dequantized for this
   // upload only: its host copy is dropped again (kept, it would cost 4 bytes per weight).
   const bool cached = !l.w.empty();
-  d.w = upload_values(dense_weight(l), {l.out, l.in}, t);
+  const FloatVec& dense = dense_weight(l);
+  d.w = place(tensor_from_f32(std::vector<float>(dense.begin(), dense.end()), {l.out, l.in}, t));
   if (!cached && l.quantized()) FloatVec().swap(l.w);
   return d;
 }
@@ -115,17 +129,25 @@ Tensor upload_norm(const FloatVec& v) {
 
 }  // namespace
 
-DeviceBlock upload_block(const RefinerBlockWeights& w) {
+namespace {
+
+DeviceBlock upload_block(const RefinerBlockWeights& w, const Place& place) {
   DeviceBlock d;
   d.norm1 = upload_norm(w.norm1);
   d.norm2 = upload_norm(w.norm2);
   d.q_norm = upload_norm(w.attn.q_norm);
   d.k_norm = upload_norm(w.attn.k_norm);
-  d.qkv = upload_linear(w.attn.qkv, LinearPath::projection);
-  d.out = upload_linear(w.attn.out, LinearPath::projection);
-  d.fc1 = upload_linear(w.mlp.fc1, LinearPath::projection);
-  d.fc2 = upload_linear(w.mlp.fc2, LinearPath::projection);
+  d.qkv = upload_linear(w.attn.qkv, LinearPath::projection, place);
+  d.out = upload_linear(w.attn.out, LinearPath::projection, place);
+  d.fc1 = upload_linear(w.mlp.fc1, LinearPath::projection, place);
+  d.fc2 = upload_linear(w.mlp.fc2, LinearPath::projection, place);
   return d;
+}
+
+}  // namespace
+
+DeviceBlock upload_block(const RefinerBlockWeights& w) {
+  return upload_block(w, Place{});
 }
 
 namespace {
@@ -272,7 +294,7 @@ DeviceLinear upload_head(const LinearWeight& l, int64_t pdd_heads) {
 
 }  // namespace
 
-DeviceModel upload_model(const H3Model& m) {
+DeviceModel upload_model(const H3Model& m, BlockImageWriter* stream) {
   const H3Weights& w = m.weights;
   const H3Config& c = m.config;
   // The curve form's AdaLN layers compute in float32 (adaln_curve_linear_cuda).
@@ -290,10 +312,19 @@ DeviceModel upload_model(const H3Model& m) {
     d.audio_bank = host_bank(w.audio_out);
   }
   for (const auto& b : w.refiner) d.refiner.push_back(upload_block(b));
-  for (const auto& b : w.blocks) {
-    d.blocks.push_back(upload_block(b));
-    d.blocks.back().adaln = upload_linear(b.adaln, adaln);
+  const Place place{stream != nullptr, &d.caller_block_bytes};
+  for (size_t i = 0; i < w.blocks.size(); ++i) {
+    d.blocks.push_back(upload_block(w.blocks[i], place));
+    d.blocks.back().adaln = upload_linear(w.blocks[i].adaln, adaln, place);
+    if (!stream) continue;
+    H3RT_CHECK(d.caller_block_bytes == 0, "device_memory_limit: block ", i, " (blocks.", i,
+               ".*) holds weight matrices that are the caller's CUDA tensors, used in place; "
+               "streaming them would copy them to host memory and free none of their device "
+               "memory. Pass the state dict as CPU tensors (h3rt then streams them from pinned "
+               "host memory), or raise the limit");
+    stream->write(i, d.blocks.back());  // the block's host matrices are dropped here
   }
+  if (stream) d.streamed = stream->finish();
   d.refiner_norm = upload_norm(w.refiner_norm);
   d.final_norm = upload_norm(w.final_norm);
   d.time_in_w = dense_weight(w.time_in);
@@ -349,7 +380,8 @@ void convert_linear_to_nvfp4(DeviceLinear& l, float input_scale, cudaStream_t s)
   l.w = Tensor();
 }
 
-DeviceModel make_synthetic_device_model(const H3Config& c, uint64_t seed) {
+DeviceModel make_synthetic_device_model(const H3Config& c, uint64_t seed,
+                                        const std::function<void(size_t, DeviceBlock&)>& each) {
   c.validate();
   H3RT_CHECK(!c.adaln_curve() && c.pdd_heads == 1,
              "synthetic device models have the full AdaLN and plain output heads");
@@ -364,8 +396,12 @@ DeviceModel make_synthetic_device_model(const H3Config& c, uint64_t seed) {
   d.audio_out = s.linear("final_layer.audio_out", true);
   for (int64_t i = 0; i < c.refiner_layers; ++i)
     d.refiner.push_back(s.block("token_refiner.blocks." + std::to_string(i) + ".", false));
-  for (int64_t i = 0; i < c.layers; ++i)
+  for (int64_t i = 0; i < c.layers; ++i) {
     d.blocks.push_back(s.block("blocks." + std::to_string(i) + ".", true));
+    if (!each) continue;
+    H3RT_CUDA_CHECK(cudaDeviceSynchronize());  // each may work on another stream
+    each(static_cast<size_t>(i), d.blocks.back());
+  }
   d.refiner_norm = s.tensor("token_refiner.final_norm.weight");
   d.final_norm = s.tensor("final_layer.norm.weight");
   d.time_in_w = download(s.tensor("time_embedder.proj_in.weight"));

@@ -16,6 +16,7 @@
 
 #ifdef H3RT_HAVE_CUDA
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -26,6 +27,7 @@
 namespace h3rt::model {
 
 struct StreamedBlocks;  // model/weight_stream_cuda.h
+class BlockImageWriter;
 
 struct DeviceModel {
   H3Config config;
@@ -42,6 +44,9 @@ struct DeviceModel {
   // Set by stream_block_weights: the blocks' weight matrices live in pinned host memory (their
   // DeviceBlock tensors are host views) and forward sessions stream them into device slots.
   std::shared_ptr<const StreamedBlocks> streamed;
+  // Bytes of the blocks' streamable matrices used in place from the caller's device memory (a
+  // state dict of CUDA tensors): streaming them would free none of it, so it is refused.
+  int64_t caller_block_bytes = 0;
 
   bool has_fp8() const;    // any block projection on the fp8 GEMM path
   bool has_nvfp4() const;  // any block projection on the NVFP4 GEMM path
@@ -53,11 +58,18 @@ struct DeviceModel {
 // with per-call activation scales), other fp8_scaled layers dequantized to bf16; NVFP4 block
 // projections packed (W4A4 GEMMs); NVFP4 elsewhere is refused by name; int8 block projections
 // as stored (W8A8 GEMMs), int8 elsewhere (an unpruned file's AdaLN layers) dequantized to bf16.
-DeviceModel upload_model(const H3Model& model);
+// With `stream` (the streamed load): each block's streamed matrices are made on the host exactly
+// as they would be uploaded and written to its pinned image, never allocated on the device; the
+// model comes back streamed. Throws when a block's matrices are the caller's CUDA tensors.
+DeviceModel upload_model(const H3Model& model, BlockImageWriter* stream = nullptr);
 
 // The same synthetic weights as make_synthetic_model (bit-identical values), generated directly
 // on the GPU, so the release-sized preset needs no host copy of its 33B parameters.
-DeviceModel make_synthetic_device_model(const H3Config& config, uint64_t seed);
+// `each_block(i, block)`, when given, runs on each transformer block as soon as it is made,
+// before the next (the streamed load converts it and writes it to its pinned image there).
+DeviceModel make_synthetic_device_model(
+    const H3Config& config, uint64_t seed,
+    const std::function<void(size_t, DeviceBlock&)>& each_block = {});
 
 // Re-packs a bf16 device layer as NVFP4 on the device, as quantize-checkpoint packs weights
 // (global scale amax / 2688 in fp32), with a static activation scale `input_scale`, or none

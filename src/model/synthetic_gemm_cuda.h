@@ -6,6 +6,7 @@
 
 #include "h3rt/pipeline.h"
 #include "model/model_cuda.h"
+#include "model/weight_stream_plan.h"
 
 namespace h3rt::model {
 
@@ -16,5 +17,24 @@ namespace h3rt::model {
 // (convert_linear_to_nvfp4). bf16 changes nothing. The bf16 copies are released.
 void quantize_synthetic_blocks(DeviceModel& model, SyntheticGemm format, int int8_group,
                                cudaStream_t stream);
+// The same for one block.
+void quantize_synthetic_block(DeviceBlock& block, SyntheticGemm format, int int8_group,
+                              cudaStream_t stream);
+
+// The storage quantize_synthetic_blocks gives the blocks, and the refiner's (bf16).
+BlockStorage synthetic_block_storage(const H3Config& c, SyntheticGemm format);
+
+class BlockwiseLoraMergeCuda;  // model/lora_cuda.h
+
+// make_synthetic_device_model, `lora` merged (as merge_loras_cuda), then
+// quantize_synthetic_blocks: the same bits, made block by block (each block merged and
+// converted before the next is made). With `stream` (a LoadPlan that streams: its slot layout)
+// each block is also written to its pinned image before the next is made: the device holds
+// the resident part and one block's bf16 weights and converted copy at most, never the model
+// (the cost: one device-to-host copy of each block's image, e.g. 50 x 0.9 GB for the int8 h3
+// preset).
+DeviceModel make_synthetic_gemm_model(const H3Config& c, uint64_t seed, SyntheticGemm format,
+                                      int int8_group, const SlotLayout* stream = nullptr,
+                                      BlockwiseLoraMergeCuda* lora = nullptr);
 
 }  // namespace h3rt::model

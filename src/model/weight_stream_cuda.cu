@@ -1,6 +1,8 @@
 // Block weight streaming (see weight_stream_cuda.h).
 #include <cuda_runtime.h>
 
+#include <cstring>
+
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
 #include "h3rt/memory.h"
@@ -67,23 +69,6 @@ std::shared_ptr<void> pinned(size_t bytes, size_t i, size_t blocks) {
   return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
 }
 
-// Copies block b's streamed tensors into its pinned image and swaps them for host views.
-void offload(DeviceBlock& b, const SlotLayout& layout, const std::shared_ptr<void>& image,
-             cudaStream_t s) {
-  auto tensors = streamed_tensors(b);
-  char* base = static_cast<char*>(image.get());
-  for (size_t k = 0; k < tensors.size(); ++k) {
-    const Tensor& t = *tensors[k].second;
-    H3RT_CUDA_CHECK(cudaMemcpyAsync(base + layout.entries[k].offset, t.data(), t.nbytes(),
-                                    cudaMemcpyDefault, s));
-  }
-  H3RT_CUDA_CHECK(cudaStreamSynchronize(s));  // the device copies may go back to the arena now
-  for (size_t k = 0; k < tensors.size(); ++k) {
-    Tensor& t = *tensors[k].second;
-    t = Tensor(base + layout.entries[k].offset, t.dtype(), t.shape(), image, Device::cpu);
-  }
-}
-
 }  // namespace
 
 std::vector<std::pair<std::string, Tensor*>> streamed_tensors(DeviceBlock& b) {
@@ -126,21 +111,65 @@ int64_t model_weight_bytes(const DeviceModel& m) {
   return n;
 }
 
+BlockImageWriter::BlockImageWriter(const SlotLayout& layout, size_t blocks)
+    : st_(std::make_shared<StreamedBlocks>()), written_(blocks, false) {
+  const MemoryScope scope("the pinned host copies of the streamed block weights");
+  st_->layout = layout;
+  for (size_t i = 0; i < blocks; ++i)
+    st_->images.push_back(pinned(static_cast<size_t>(layout.bytes), i, blocks));
+}
+
+void BlockImageWriter::write(size_t i, DeviceBlock& b) {
+  H3RT_CHECK(i < written_.size() && !written_[i], "BlockImageWriter: block ", i,
+             " out of range or written twice");
+  H3RT_CHECK(same_layout(block_slot_layout(b), st_->layout), "block ", i, " (blocks.", i,
+             ".*) stores its linears in other formats or shapes than the streamed layout (",
+             st_->layout.bytes,
+             " bytes per block, from block 0's formats); weight streaming "
+             "(device_memory_limit) needs one layout for every block");
+  const SlotLayout& layout = st_->layout;
+  const std::shared_ptr<void>& image = st_->images[i];
+  char* base = static_cast<char*>(image.get());
+  auto tensors = streamed_tensors(b);
+  for (const auto& [name, t] : tensors)  // whatever wrote them (kernels on other streams)
+    if (t->device() == Device::cuda) {
+      H3RT_CUDA_CHECK(cudaDeviceSynchronize());
+      break;
+    }
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const Tensor& t = *tensors[k].second;
+    H3RT_CHECK(t.is_contiguous(), "weight streaming: ", tensors[k].first, " of block ", i,
+               " is not contiguous");
+    if (t.device() == Device::cpu)
+      std::memcpy(base + layout.entries[k].offset, t.data(), static_cast<size_t>(t.nbytes()));
+    else  // synchronous: the device copy may go back to the arena after it
+      H3RT_CUDA_CHECK(cudaMemcpy(base + layout.entries[k].offset, t.data(),
+                                 static_cast<size_t>(t.nbytes()), cudaMemcpyDefault));
+  }
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    Tensor& t = *tensors[k].second;
+    t = Tensor(base + layout.entries[k].offset, t.dtype(), t.shape(), image, Device::cpu);
+  }
+  written_[i] = true;
+}
+
+std::shared_ptr<const StreamedBlocks> BlockImageWriter::finish() {
+  for (size_t i = 0; i < written_.size(); ++i)
+    H3RT_CHECK(written_[i], "BlockImageWriter: block ", i, " was never written");
+  return st_;
+}
+
 void stream_block_weights(DeviceModel& m) {
   if (m.streamed || m.blocks.empty()) return;
-  const MemoryScope scope("the pinned host copies of the streamed block weights");
-  auto st = std::make_shared<StreamedBlocks>();
-  st->layout = block_slot_layout(m.blocks[0]);
+  const SlotLayout layout = block_slot_layout(m.blocks[0]);
   for (size_t i = 0; i < m.blocks.size(); ++i)
-    H3RT_CHECK(same_layout(block_slot_layout(m.blocks[i]), st->layout), "block ", i, " (blocks.", i,
+    H3RT_CHECK(same_layout(block_slot_layout(m.blocks[i]), layout), "block ", i, " (blocks.", i,
                ".*) stores its linears in other formats or shapes than block 0; "
                "weight streaming (device_memory_limit) needs one layout for every block");
   H3RT_CUDA_CHECK(cudaDeviceSynchronize());     // whatever wrote the weights (other streams)
-  for (size_t i = 0; i < m.blocks.size(); ++i)  // all first: a failure leaves m as it was
-    st->images.push_back(pinned(static_cast<size_t>(st->layout.bytes), i, m.blocks.size()));
-  cuda::Stream s;
-  for (size_t i = 0; i < m.blocks.size(); ++i) offload(m.blocks[i], st->layout, st->images[i], s);
-  m.streamed = std::move(st);
+  BlockImageWriter w(layout, m.blocks.size());  // pins all first: a failure leaves m as it was
+  for (size_t i = 0; i < m.blocks.size(); ++i) w.write(i, m.blocks[i]);
+  m.streamed = w.finish();
   cuda::default_arena().release_cached();  // the freed blocks go back to the driver
 }
 
@@ -156,6 +185,14 @@ WeightStreamPlan apply_weight_streaming(DeviceModel& m, const SequenceLayout& la
       estimate_working_set_bytes(m.config, block_storage(m.blocks[0]), sage, forward_shape(layout));
   w.streamed = m.streamed != nullptr;
   const WeightStreamPlan p = plan_weight_streaming(w);
+  H3RT_CHECK(!p.stream || m.streamed || m.caller_block_bytes == 0, "device_memory_limit ",
+             limit / 1e9, " GB: this request needs the block weights streamed (",
+             p.device_bytes / 1e9, " GB on the device streamed, ",
+             (w.weight_bytes + w.working_set_bytes) / 1e9, " GB resident), but ",
+             m.caller_block_bytes / 1e9,
+             " GB of them are the caller's CUDA tensors, used in place: streaming would copy them "
+             "to host memory and free none of their device memory. Pass the state dict as CPU "
+             "tensors (h3rt then streams them from pinned host memory), or raise the limit");
   if (p.stream) stream_block_weights(m);
   return p;
 }

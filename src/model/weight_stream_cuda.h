@@ -46,13 +46,32 @@ BlockStorage block_storage(const DeviceBlock& b);
 // Bytes of every weight tensor of the model, on the device or streamed.
 int64_t model_weight_bytes(const DeviceModel& m);
 
+// The pinned images of a model's blocks, written one block at a time: by stream_block_weights
+// from a resident model, and by the streamed load (upload_model, make_synthetic_gemm_model),
+// which writes each block as it is made so the whole model is never on the device. Every image
+// is pinned up front, so a host short of memory fails before any block is read.
+class BlockImageWriter {
+ public:
+  BlockImageWriter(const SlotLayout& layout, size_t blocks);
+  // Copies block i's streamed tensors (host or device memory) into image i and swaps them for
+  // host views of it (their device memory, if any, goes back to the arena). Throws naming the
+  // block when its tensors do not match the layout.
+  void write(size_t i, DeviceBlock& b);
+  std::shared_ptr<const StreamedBlocks> finish();  // after every block was written
+ private:
+  std::shared_ptr<StreamedBlocks> st_;
+  std::vector<bool> written_;
+};
+
 // Moves the blocks' streamed tensors to pinned host memory (once; a no-op when streamed).
 // Throws when the blocks store their linears differently (one slot layout serves all).
 void stream_block_weights(DeviceModel& m);
 
 // The plan for a session of `layout` on m under `limit` (m's weight bytes and block layout, the
 // shape's estimated working set); moves m's blocks to pinned memory when it says stream.
-// Throws as plan_weight_streaming when the limit is too small.
+// Throws as plan_weight_streaming when the limit is too small, and when the plan streams but the
+// blocks are the caller's CUDA tensors (DeviceModel::caller_block_bytes): copying those out
+// would free none of their device memory.
 WeightStreamPlan apply_weight_streaming(DeviceModel& m, const SequenceLayout& layout, int64_t limit,
                                         bool sage_attention);
 

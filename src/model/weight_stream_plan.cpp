@@ -108,11 +108,15 @@ SlotLayout block_slot_layout(const H3Config& c, const BlockStorage& s) {
 }
 
 int64_t model_weight_bytes(const H3Config& c, const BlockStorage& s) {
+  return model_weight_bytes(c, s, s);
+}
+
+int64_t model_weight_bytes(const H3Config& c, const BlockStorage& s, const BlockStorage& r) {
   const int64_t H = c.hidden;
   const int64_t norms = 2 * H * 2 + 2 * c.head_dim * 2;
   int64_t block = norms, refiner = norms;
   for (const Shape2& l : block_linears(c, s, true)) block += linear_bytes(l);
-  for (const Shape2& l : block_linears(c, s, false)) refiner += linear_bytes(l);
+  for (const Shape2& l : block_linears(c, r, false)) refiner += linear_bytes(l);
   block += 18 * H * (s.adaln == LinearStorage::f32 ? 4 : 2);  // the AdaLN bias
   const int64_t adaln_elem = s.adaln == LinearStorage::f32 ? 4 : 2;
   int64_t rest = (c.video_features() + c.audio_channels + 2) * H * 4;  // patch projections
@@ -121,6 +125,23 @@ int64_t model_weight_bytes(const H3Config& c, const BlockStorage& s) {
   rest += (c.video_features() + c.audio_channels) * (H + 1) * 4;       // heads
   rest += 2 * H * 2;                                                   // final norms
   return c.layers * block + c.refiner_layers * refiner + rest;
+}
+
+LinearStorage upload_storage(const LinearWeight& l) {
+  if (l.format == WeightFormat::nvfp4) return LinearStorage::nvfp4;
+  if (l.format == WeightFormat::int8) return LinearStorage::int8;
+  if (l.format == WeightFormat::fp8_scaled && (l.input_scale.data() || l.fp8_dynamic_activations))
+    return LinearStorage::fp8;
+  return LinearStorage::bf16;
+}
+
+BlockStorage upload_storage(const H3Config& c, const RefinerBlockWeights& b) {
+  BlockStorage s = uniform_storage(c, LinearStorage::bf16);
+  s.qkv = upload_storage(b.attn.qkv);
+  s.out = upload_storage(b.attn.out);
+  s.fc1 = upload_storage(b.mlp.fc1);
+  s.fc2 = upload_storage(b.mlp.fc2);
+  return s;
 }
 
 ForwardShape forward_shape(const SequenceLayout& l) {
@@ -176,6 +197,27 @@ WeightStreamPlan plan_weight_streaming(const WeightStreamInput& in) {
   return p;
 }
 
+LoadPlan plan_load(const H3Config& c, const BlockStorage& blocks, const BlockStorage& refiner,
+                   int64_t limit, bool sage) {
+  LoadPlan l;
+  l.weight_bytes = model_weight_bytes(c, blocks, refiner);
+  l.slot = block_slot_layout(c, blocks);
+  WeightStreamInput in;
+  in.limit = limit;
+  in.weight_bytes = l.weight_bytes;
+  in.slot_bytes = l.slot.bytes;
+  in.blocks = c.layers;
+  in.working_set_bytes = estimate_working_set_bytes(c, blocks, sage, ForwardShape{});
+  try {
+    l.plan = plan_weight_streaming(in);
+  } catch (const Error& e) {  // "this shape" is the smallest request here: say so
+    H3RT_FAIL("loading the model: ", e.what(), " (the shape: a request of no rows)");
+  }
+  l.stream = l.plan.stream;
+  l.device_weight_bytes = l.plan.resident_weight_bytes;
+  return l;
+}
+
 WeightStreaming weight_streaming_of(const WeightStreamPlan& p, int64_t limit) {
   WeightStreaming w;
   w.limit = limit;
@@ -201,7 +243,10 @@ nlohmann::json to_json(const WeightStreaming& w) {
           {"host_bytes", w.host_bytes},
           {"h2d_bytes_per_step", w.h2d_bytes_per_step},
           {"resident_weight_bytes", w.resident_weight_bytes},
-          {"planned_device_bytes", w.planned_device_bytes}};
+          {"planned_device_bytes", w.planned_device_bytes},
+          {"streamed_at_load", w.streamed_at_load},
+          {"load_peak_device_bytes", w.load_peak_device_bytes},
+          {"caller_device_bytes", w.caller_device_bytes}};
 }
 
 }  // namespace h3rt

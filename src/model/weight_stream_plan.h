@@ -57,6 +57,16 @@ SlotLayout block_slot_layout(const H3Config& c, const BlockStorage& s);
 // Device bytes of every weight of the model held resident, stored as `s` (blocks and refiner
 // alike; the patch projections and heads float32, condition_proj bf16).
 int64_t model_weight_bytes(const H3Config& c, const BlockStorage& s);
+// The same with the refiner's projections stored as `refiner` (the refiner's AdaLN-free blocks:
+// a synthetic model quantizes only the transformer blocks).
+int64_t model_weight_bytes(const H3Config& c, const BlockStorage& blocks,
+                           const BlockStorage& refiner);
+
+// How the CUDA upload (model_cuda.cu) stores a host layer: a block projection (qkv, out, fc1,
+// fc2) keeps nvfp4 and int8, and fp8_scaled with an input_scale or dynamic activations; anything
+// else runs bf16 (dequantized). A block's AdaLN: f32 in the curve form, else bf16.
+LinearStorage upload_storage(const LinearWeight& projection);
+BlockStorage upload_storage(const H3Config& c, const RefinerBlockWeights& b);
 
 // The rows a forward session holds activations for.
 struct ForwardShape {
@@ -95,6 +105,23 @@ struct WeightStreamPlan {
 // Resident when there is no limit or everything fits it; else the blocks stream. Throws naming
 // device_memory_limit, the bytes streaming needs and their parts when even that exceeds it.
 WeightStreamPlan plan_weight_streaming(const WeightStreamInput& in);
+
+// The decision at load time, before any weight reaches the device: plan_weight_streaming for
+// the smallest request (the working set of no rows: tables, cuBLAS workspace and the margin).
+// `stream`: even that exceeds the limit, so the blocks go to pinned host memory as they load
+// (model/weight_stream_cuda.h, BlockImageWriter) and the device holds only the resident part;
+// else the model loads resident, within the limit, and a request's plan may still move its
+// blocks out at its first forward (apply_weight_streaming). Throws as plan_weight_streaming
+// when even streaming cannot fit.
+struct LoadPlan {
+  bool stream = false;
+  int64_t weight_bytes = 0;         // every weight, resident
+  int64_t device_weight_bytes = 0;  // weights the load leaves on the device
+  SlotLayout slot;                  // a block's image
+  WeightStreamPlan plan;            // for the smallest request
+};
+LoadPlan plan_load(const H3Config& c, const BlockStorage& blocks, const BlockStorage& refiner,
+                   int64_t limit, bool sage_attention);
 
 // The plan as the Denoiser and the reports give it (h3rt/pipeline.h).
 WeightStreaming weight_streaming_of(const WeightStreamPlan& p, int64_t limit);

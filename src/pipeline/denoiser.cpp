@@ -2,6 +2,8 @@
 // sessions (bf16). Both take the same host inputs and return the same host outputs.
 #include <unistd.h>
 
+#include <optional>
+
 #include "h3rt/lora.h"
 #include "h3rt/pipeline.h"
 
@@ -13,8 +15,8 @@
 #include "model/forward_session_cuda.h"
 #include "model/lora_cuda.h"
 #include "model/model_cuda.h"
-#include "model/weight_stream_cuda.h"
 #include "model/synthetic_gemm_cuda.h"
+#include "model/weight_stream_cuda.h"
 #endif
 
 namespace h3rt {
@@ -49,11 +51,88 @@ class CpuDenoiser : public Denoiser {
 };
 
 #ifdef H3RT_HAVE_CUDA
+// `w` with the load's fields of `load`.
+WeightStreaming with_load(WeightStreaming w, const WeightStreaming& load) {
+  w.streamed_at_load = load.streamed_at_load;
+  w.load_peak_device_bytes = load.load_peak_device_bytes;
+  w.caller_device_bytes = load.caller_device_bytes;
+  return w;
+}
+
+// The load's device peak: the arena's reserved bytes above what it held when the load began
+// (its cache given back first, so the figure is this load's, not an earlier model's leftovers).
+class LoadMeter {
+ public:
+  LoadMeter() {
+    cuda::default_arena().release_cached();
+    base_ = cuda::default_arena().stats().current_reserved;
+    cuda::default_arena().reset_peak();
+  }
+  int64_t peak() const { return cuda::default_arena().stats().peak_reserved - base_; }
+
+ private:
+  int64_t base_ = 0;
+};
+
+// Under a limit, the load's plan (model/weight_stream_plan.h, plan_load); none without one.
+std::optional<model::LoadPlan> load_plan(const H3Config& c, const model::BlockStorage& blocks,
+                                         const model::BlockStorage& refiner,
+                                         const DenoiserOptions& o) {
+  if (o.device_memory_limit == 0) return std::nullopt;
+  return model::plan_load(c, blocks, refiner, o.device_memory_limit,
+                          o.attention == Attention::sage);
+}
+
+// The weight_streaming report of a model as loaded (the first forward's plan adds the rest).
+WeightStreaming load_report(const model::DeviceModel& m, const std::optional<model::LoadPlan>& lp,
+                            const DenoiserOptions& o, const LoadMeter& meter) {
+  WeightStreaming w;
+  if (m.streamed) w = model::weight_streaming_of(lp->plan, o.device_memory_limit);
+  w.limit = o.device_memory_limit;
+  w.streamed_at_load = m.streamed != nullptr;
+  w.load_peak_device_bytes = meter.peak();
+  w.caller_device_bytes = m.caller_block_bytes;
+  return w;
+}
+
+// Bytes of the blocks' streamable matrices that are the caller's CUDA tensors.
+int64_t caller_block_bytes(const H3Model& m) {
+  int64_t n = 0;
+  for (const BlockWeights& b : m.weights.blocks)
+    for (const LinearWeight* l : {&b.attn.qkv, &b.attn.out, &b.mlp.fc1, &b.mlp.fc2, &b.adaln})
+      for (const Tensor* t : {&l->data, &l->scale})
+        if (t->data() && t->device() == Device::cuda) n += t->nbytes();
+  return n;
+}
+
+// A host model (a checkpoint, a state dict) on the device; when the load plan streams, each
+// block's matrices go from the host to its pinned image, never to the device.
+model::DeviceModel upload_for(const H3Model& m, const DenoiserOptions& o,
+                              std::optional<model::LoadPlan>& lp) {
+  const H3Config& c = m.config;
+  if (o.device_memory_limit > 0 && !m.weights.blocks.empty()) {
+    const model::BlockStorage refiner = m.weights.refiner.empty()
+                                            ? model::uniform_storage(c, model::LinearStorage::bf16)
+                                            : model::upload_storage(c, m.weights.refiner[0]);
+    lp = load_plan(c, model::upload_storage(c, m.weights.blocks[0]), refiner, o);
+  }
+  if (!lp || !lp->stream) return model::upload_model(m);
+  const int64_t caller = caller_block_bytes(m);
+  H3RT_CHECK(caller == 0, "device_memory_limit ", o.device_memory_limit / 1e9, " GB: the model (",
+             lp->weight_bytes / 1e9, " GB of weights) must stream its block weights, but ",
+             caller / 1e9,
+             " GB of them are the caller's CUDA tensors, used in place: streaming would copy them "
+             "to host memory and free none of their device memory. Pass the state dict as CPU "
+             "tensors (h3rt then streams them from pinned host memory), or raise the limit");
+  model::BlockImageWriter images(lp->slot, m.weights.blocks.size());
+  return model::upload_model(m, &images);
+}
+
 class CudaDenoiser : public Denoiser {
  public:
   CudaDenoiser(model::DeviceModel m, const DenoiserOptions& o, int fp8_dynamic,
-               LoraMergeReport lora = {})
-      : model_(std::move(m)) {
+               LoraMergeReport lora, WeightStreaming load)
+      : model_(std::move(m)), streaming_(load) {
     options_.cuda_graph = o.cuda_graphs;
     if (o.attention == Attention::sage) options_.attention = ops::AttentionKernel::sage_8bit;
     fp8_dynamic_layers_ = fp8_dynamic;
@@ -95,7 +174,7 @@ class CudaDenoiser : public Denoiser {
     if (limit_ == 0 && !model_.streamed) return;
     const model::WeightStreamPlan p = model::apply_weight_streaming(
         model_, layout, limit_, options_.attention == ops::AttentionKernel::sage_8bit);
-    streaming_ = model::weight_streaming_of(p, limit_);
+    streaming_ = with_load(model::weight_streaming_of(p, limit_), streaming_);
   }
 
   model::DeviceModel model_;  // outlives session_ (declared first)
@@ -190,7 +269,11 @@ std::unique_ptr<Denoiser> place(H3Model m, const DenoiserOptions& o) {
     return std::make_unique<CpuDenoiser>(std::move(m), precision_for(o), fp8_dynamic,
                                          o.check_finite, std::move(lora));
 #ifdef H3RT_HAVE_CUDA
-  return std::make_unique<CudaDenoiser>(model::upload_model(m), o, fp8_dynamic, std::move(lora));
+  const LoadMeter meter;
+  std::optional<model::LoadPlan> lp;
+  model::DeviceModel d = upload_for(m, o, lp);
+  const WeightStreaming load = load_report(d, lp, o, meter);
+  return std::make_unique<CudaDenoiser>(std::move(d), o, fp8_dynamic, std::move(lora), load);
 #else
   H3RT_FAIL("unreachable: device cuda without CUDA");
 #endif
@@ -248,15 +331,22 @@ std::unique_ptr<Denoiser> Denoiser::create(const ModelSource& s, const DenoiserO
     H3RT_CHECK(s.qkv_override.empty(), "qkv_override needs a checkpoint");
     const std::optional<H3Config> config = config_preset(s.preset);
     H3RT_CHECK(config, "unknown preset '", s.preset, "' (tiny or h3)");
-    model::DeviceModel m = model::make_synthetic_device_model(*config, s.weights_seed);
-    LoraMergeReport lora;  // merged on the GPU: these weights never exist on the host
-    if (!o.loras.empty()) lora = model::merge_loras_cuda(m, read_loras(o), lora_options(o)).report;
-    {  // after the LoRA merge: the merged bf16 weights are what gets quantized
-      cuda::Stream stream;
-      model::quantize_synthetic_blocks(m, o.synthetic_gemm,
-                                       synthetic_int8_group(*config, o.int8_group), stream);
-    }
-    return std::make_unique<CudaDenoiser>(std::move(m), o, 0, std::move(lora));
+    const int group = synthetic_int8_group(*config, o.int8_group);
+    const LoadMeter meter;
+    std::optional<model::LoadPlan> lp =
+        load_plan(*config, model::synthetic_block_storage(*config, o.synthetic_gemm),
+                  model::synthetic_block_storage(*config, SyntheticGemm::bf16), o);
+    // LoRAs merge on the GPU (these weights never exist on the host), each block before it is
+    // quantized; under a limit the model cannot fit at all, each block then goes to its pinned
+    // image before the next is made.
+    std::optional<model::BlockwiseLoraMergeCuda> loras;
+    if (!o.loras.empty()) loras.emplace(*config, read_loras(o), lora_options(o));
+    model::DeviceModel m = model::make_synthetic_gemm_model(
+        *config, s.weights_seed, o.synthetic_gemm, group, lp && lp->stream ? &lp->slot : nullptr,
+        loras ? &*loras : nullptr);
+    const WeightStreaming load = load_report(m, lp, o, meter);
+    LoraMergeReport lora = loras ? loras->report() : LoraMergeReport{};
+    return std::make_unique<CudaDenoiser>(std::move(m), o, 0, std::move(lora), load);
   }
 #endif
   return place(load_host_model(s), o);

@@ -177,6 +177,116 @@ TEST(WeightStreamPlan, PrunedInt8ReleaseAt864x480StreamsWithin24GB) {
   EXPECT_EQ(p.h2d_bytes_per_step, 50 * p.slot_bytes);
 }
 
+// The load's decision (plan_load): resident while the weights and the smallest request's working
+// set fit the limit (the load then stays within it and a larger request streams at its first
+// forward); below that the blocks stream as they load and the device holds the rest.
+TEST(WeightStreamPlan, LoadStreamsOnlyWhenTheResidentModelCannotFitAtAll) {
+  H3Config c = H3Config::tiny();
+  c.layers = 5;
+  const model::BlockStorage blocks = model::uniform_storage(c, LinearStorage::int8);
+  const model::BlockStorage refiner = model::uniform_storage(c, LinearStorage::bf16);
+  const int64_t w = model::model_weight_bytes(c, blocks, refiner);
+  const int64_t slot = model::block_slot_layout(c, blocks).bytes;
+  const int64_t least = model::estimate_working_set_bytes(c, blocks, false, {});
+  const SequenceLayout L = make_t2va_layout(10, 9, 7, 8, 12);
+  EXPECT_GT(least, model::kWorkingSetMarginBytes);
+  EXPECT_LT(least, model::estimate_working_set_bytes(c, blocks, false, model::forward_shape(L)));
+
+  model::LoadPlan p = model::plan_load(c, blocks, refiner, 0, false);
+  EXPECT_FALSE(p.stream);
+  EXPECT_EQ(p.weight_bytes, w);
+  EXPECT_EQ(p.device_weight_bytes, w);
+  p = model::plan_load(c, blocks, refiner, w + least, false);
+  EXPECT_FALSE(p.stream);
+  EXPECT_EQ(p.device_weight_bytes, w);
+
+  p = model::plan_load(c, blocks, refiner, w + least - 1, false);
+  EXPECT_TRUE(p.stream);
+  EXPECT_EQ(p.slot.bytes, slot);
+  EXPECT_EQ(p.device_weight_bytes, w - 5 * slot);
+  EXPECT_EQ(p.plan.resident_weight_bytes, w - 5 * slot);
+  EXPECT_EQ(p.plan.host_bytes, 5 * slot);
+  EXPECT_EQ(p.plan.device_bytes, w - 5 * slot + 2 * slot + least);
+
+  const int64_t need = w - 3 * slot + least;  // the resident rest, 2 slots, no rows
+  EXPECT_TRUE(model::plan_load(c, blocks, refiner, need, false).stream);
+  const std::string e = error_of([&] { model::plan_load(c, blocks, refiner, need - 1, false); });
+  EXPECT_NE(e.find("device_memory_limit"), std::string::npos) << e;
+  EXPECT_NE(e.find("(" + std::to_string(need) + " bytes"), std::string::npos) << e;
+}
+
+// A synthetic model quantizes the transformer blocks only: its refiner stays bf16, and the
+// two-storage byte count says so (one storage for both: the single-storage count).
+TEST(WeightStreamPlan, RefinerStorageCountsApart) {
+  const H3Config c = H3Config::tiny();
+  const model::BlockStorage i8 = model::uniform_storage(c, LinearStorage::int8);
+  const model::BlockStorage b16 = model::uniform_storage(c, LinearStorage::bf16);
+  EXPECT_EQ(model::model_weight_bytes(c, i8, i8), model::model_weight_bytes(c, i8));
+  const int64_t H = c.hidden, I = c.inner(), F = c.ffn;
+  const int64_t weights = 3 * I * H + H * I + 2 * F * H + H * F;  // one byte each in int8
+  const int64_t row_scales = (3 * I + H + 2 * F + H) * 4;
+  EXPECT_EQ(model::model_weight_bytes(c, i8, b16) - model::model_weight_bytes(c, i8),
+            c.refiner_layers * (weights - row_scales));
+}
+
+// The storage the CUDA upload gives each host layer format (model_cuda.cu's rule).
+TEST(WeightStreamPlan, UploadStorageFollowsTheUploadRule) {
+  LinearWeight l;
+  l.format = WeightFormat::nvfp4;
+  EXPECT_EQ(model::upload_storage(l), LinearStorage::nvfp4);
+  l.format = WeightFormat::int8;
+  EXPECT_EQ(model::upload_storage(l), LinearStorage::int8);
+  l.format = WeightFormat::fp8_scaled;
+  EXPECT_EQ(model::upload_storage(l), LinearStorage::bf16);  // no input scale: run dequantized
+  l.fp8_dynamic_activations = true;
+  EXPECT_EQ(model::upload_storage(l), LinearStorage::fp8);
+  l.fp8_dynamic_activations = false;
+  l.input_scale = tensor_from_f32({0.5f}, {1});
+  EXPECT_EQ(model::upload_storage(l), LinearStorage::fp8);
+  for (WeightFormat f : {WeightFormat::bf16, WeightFormat::f32}) {
+    l.format = f;
+    EXPECT_EQ(model::upload_storage(l), LinearStorage::bf16);
+  }
+  H3Config c = H3Config::tiny();
+  RefinerBlockWeights b;
+  b.attn.qkv.format = WeightFormat::int8;
+  b.mlp.fc2.format = WeightFormat::nvfp4;
+  model::BlockStorage s = model::upload_storage(c, b);
+  EXPECT_EQ(s.qkv, LinearStorage::int8);
+  EXPECT_EQ(s.out, LinearStorage::bf16);
+  EXPECT_EQ(s.fc2, LinearStorage::nvfp4);
+  EXPECT_EQ(s.adaln, LinearStorage::bf16);
+  c.adaln_curve_grid = 64;
+  c.adaln_curve_rank = 8;
+  EXPECT_EQ(model::upload_storage(c, b).adaln, LinearStorage::f32);
+}
+
+// The bench's point (`bench step --preset h3 --gemm int8 --device-memory-limit 24GB`): the
+// synthetic int8 h3 model (full AdaLN) cannot load resident under 24 GB; streamed at load the
+// device holds its resident part only, and the 864x480 step's plan fits.
+TEST(WeightStreamPlan, SyntheticInt8H3LoadsStreamedUnder24GB) {
+  const H3Config c = H3Config::h3();
+  const model::BlockStorage blocks = model::uniform_storage(c, LinearStorage::int8);
+  const model::BlockStorage refiner = model::uniform_storage(c, LinearStorage::bf16);
+  const int64_t limit = parse_memory_size("24GB");
+  const model::LoadPlan p = model::plan_load(c, blocks, refiner, limit, true);
+  EXPECT_GT(p.weight_bytes, limit);
+  EXPECT_TRUE(p.stream);
+  EXPECT_LT(p.device_weight_bytes, int64_t(4e9));
+  EXPECT_EQ(p.device_weight_bytes + c.layers * p.slot.bytes, p.weight_bytes);
+  const LatentShape sh = latent_shape_for(864, 480, 124, {0, 0, 0, 0});
+  const SequenceLayout L = make_t2va_layout(100, sh.audio, sh.frames, sh.height, sh.width);
+  model::WeightStreamInput in;
+  in.limit = limit;
+  in.weight_bytes = p.weight_bytes;
+  in.slot_bytes = p.slot.bytes;
+  in.blocks = c.layers;
+  in.working_set_bytes =
+      model::estimate_working_set_bytes(c, blocks, true, model::forward_shape(L));
+  in.streamed = true;
+  EXPECT_LE(model::plan_weight_streaming(in).device_bytes, limit);
+}
+
 // `h3rt info --device-memory-limit`: the plan at 864x480 for a checkpoint, and the option's
 // parse error. The tiny model's two blocks save nothing by streaming (two slots hold both).
 TEST(WeightStreamPlan, InfoSaysWhetherTheWeightsWouldStream) {
@@ -185,6 +295,7 @@ TEST(WeightStreamPlan, InfoSaysWhetherTheWeightsWouldStream) {
   ASSERT_EQ(big.status, 0) << big.output;
   EXPECT_NE(big.output.find("CUDA: "), std::string::npos) << big.output;
   EXPECT_NE(big.output.find("the weights stay resident"), std::string::npos) << big.output;
+  EXPECT_NE(big.output.find("load: resident"), std::string::npos) << big.output;
   const test::CliRun small = test::run_cli("info " + w + " --device-memory-limit 1MB", false);
   ASSERT_EQ(small.status, 0) << small.output;
   EXPECT_NE(small.output.find("too small: device_memory_limit"), std::string::npos) << small.output;

@@ -2,7 +2,10 @@
 // host memory gives the same bits as the same model resident, eagerly and from CUDA graphs, in
 // every GEMM format, with step caching's block ranges; the slot layout matches the planner's;
 // the working-set estimate covers what a session allocates; the Denoiser streams under
-// device_memory_limit and refuses a limit below what streaming needs.
+// device_memory_limit and refuses a limit below what streaming needs. The streamed load
+// (WeightStreamLoad.*): blocks written to pinned memory as they load, the load's device peak
+// the resident part (+ one block for synthetic conversion), the same bits; a caller's device
+// block weights are refused for streaming.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -14,8 +17,10 @@
 #include "cuda/arena.h"
 #include "cuda_test_util.h"
 #include "h3rt/formats.h"
+#include "h3rt/lora.h"
 #include "h3rt/pipeline.h"
 #include "model/forward_session_cuda.h"
+#include "model/lora_cuda.h"
 #include "model/model_cuda.h"
 #include "model/synthetic_gemm_cuda.h"
 #include "model/weight_stream_cuda.h"
@@ -248,6 +253,210 @@ TEST(WeightStream, DenoiserStreamsUnderTheLimitAndRefusesTooLittle) {
     EXPECT_NE(m.find("device_memory_limit"), std::string::npos) << m;
     EXPECT_NE(m.find("(" + std::to_string(need) + " bytes"), std::string::npos) << m;
   }
+}
+
+// ---- the streamed load: the blocks never whole on the device ------------------------------
+
+// The tiny dimensions with 12 blocks: the blocks are most of the model, so a load that held
+// them all would show.
+H3Config twelve_blocks() {
+  H3Config c = H3Config::tiny();
+  c.layers = 12;
+  return c;
+}
+
+// Device bytes the arena hands out at most while `load` runs, above what it held before.
+template <class F>
+int64_t load_peak(F&& load) {
+  auto& arena = cuda::default_arena();
+  arena.release_cached();
+  const int64_t base = arena.stats().current_allocated;
+  arena.reset_peak();
+  load();
+  return arena.stats().peak_allocated - base;
+}
+
+// The same velocities bit for bit from two models over steps with changing timesteps.
+void expect_same_forwards(const model::DeviceModel& want_m, const model::DeviceModel& got_m,
+                          uint64_t seed, bool graphs) {
+  const H3Config& c = want_m.config;
+  const SequenceLayout layout = make_t2va_layout(10, 9, 7, 8, 12);
+  model::ForwardSessionOptions o;
+  o.cuda_graph = graphs;
+  model::ForwardSessionCuda a(want_m, layout, o), b(got_m, layout, o);
+  std::mt19937_64 g(seed);
+  const std::vector<float> text = normal(layout.text_len * c.text_dim, g);
+  const std::pair<float, float> steps[] = {{0.3f, 0.63f}, {0.45f, 0.8f}, {0.9f, 0.2f}};
+  for (const auto& t : steps) {
+    const std::vector<float> video = normal(layout.video_rows() * c.video_features(), g);
+    const std::vector<float> audio = normal(layout.audio_rows() * c.audio_channels, g);
+    const TimestepPlan plan = make_timestep_plan(layout, t.first, t.second);
+    const ForwardInputs in{layout, plan, video.data(), audio.data(), text.data()};
+    const ForwardOutputs want = a.forward(in);
+    const ForwardOutputs got = b.forward(in);
+    EXPECT_TRUE(b.last_times().weights_streamed);
+    expect_same_bits(got.video_velocity, want.video_velocity, "video");
+    expect_same_bits(got.audio_velocity, want.audio_velocity, "audio");
+  }
+}
+
+// A synthetic model streamed at load (each block made, converted and written to its pinned image
+// before the next): the arena's peak during the load is the resident part plus one block in
+// bf16 and converted (far below the whole model), the planner's bytes are the model's, and the
+// steps are bit-identical to the model loaded whole.
+void expect_synthetic_load_streams(Gemm gemm, bool graphs) {
+  H3RT_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + ", format " + std::to_string(int(gemm)));
+  const H3Config c = twelve_blocks();
+  const model::BlockStorage blocks = model::synthetic_block_storage(c, gemm);
+  const model::BlockStorage refiner = model::synthetic_block_storage(c, Gemm::bf16);
+  const int64_t least = model::estimate_working_set_bytes(c, blocks, false, {});
+  const int64_t limit = model::model_weight_bytes(c, blocks, refiner) + least - 1;
+  const model::LoadPlan lp = model::plan_load(c, blocks, refiner, limit, false);
+  ASSERT_TRUE(lp.stream);
+  model::DeviceModel streamed;
+  const int64_t peak =
+      load_peak([&] { streamed = model::make_synthetic_gemm_model(c, seed, gemm, 64, &lp.slot); });
+  ASSERT_TRUE(streamed.streamed);
+  for (model::DeviceBlock& b : streamed.blocks)
+    for (const auto& [name, t] : model::streamed_tensors(b))
+      EXPECT_EQ(t->device(), Device::cpu) << name;
+  EXPECT_EQ(model::model_weight_bytes(streamed), lp.weight_bytes);
+  const int64_t bf16_block = model::block_slot_layout(c, refiner).bytes;
+  const int64_t slack = int64_t(1) << 20;  // bucket rounding, the nvfp4 quantizer's workspace
+  EXPECT_LE(peak, lp.device_weight_bytes + bf16_block + lp.slot.bytes + slack);
+  EXPECT_LT(peak, lp.weight_bytes - 6 * lp.slot.bytes);  // half the blocks never were there
+  const model::DeviceModel resident = model::make_synthetic_gemm_model(c, seed, gemm, 64);
+  EXPECT_FALSE(resident.streamed);
+  expect_same_forwards(resident, streamed, seed, graphs);
+}
+
+TEST(WeightStreamLoad, SyntheticBf16LoadStaysUnderBudgetBitIdentical) {
+  expect_synthetic_load_streams(Gemm::bf16, false);
+}
+TEST(WeightStreamLoad, SyntheticInt8LoadStaysUnderBudgetBitIdentical) {
+  expect_synthetic_load_streams(Gemm::int8, true);
+}
+TEST(WeightStreamLoad, SyntheticFp8LoadStaysUnderBudgetBitIdentical) {
+  expect_synthetic_load_streams(Gemm::fp8, true);
+}
+TEST(WeightStreamLoad, SyntheticNvfp4LoadStaysUnderBudgetBitIdentical) {
+  expect_synthetic_load_streams(Gemm::nvfp4, false);
+}
+
+// A host state dict under a limit the resident model cannot meet: Denoiser::create writes each
+// block's matrices from the host straight to its pinned image (no block matrix is allocated on
+// the device: the load's peak is the resident part), reports it, and the forward is
+// bit-identical to the resident Denoiser's.
+TEST(WeightStreamLoad, HostStateDictLoadsStreamedWithoutTheBlocksOnTheDevice) {
+  H3RT_REQUIRE_GPU();
+  const H3Config c = twelve_blocks();
+  const auto weights = state_dict(c, test::fresh_seed());
+  DenoiserOptions o;
+  o.device = Device::cuda;
+  const auto resident = Denoiser::create(weights, o);
+  EXPECT_FALSE(resident->weight_streaming().streamed_at_load);
+  const model::BlockStorage st = model::uniform_storage(c, model::LinearStorage::bf16);
+  const int64_t least = model::estimate_working_set_bytes(c, st, false, {});
+  o.device_memory_limit = model::model_weight_bytes(c, st) + least - 1;
+  const model::LoadPlan lp = model::plan_load(c, st, st, o.device_memory_limit, false);
+  ASSERT_TRUE(lp.stream);
+  std::unique_ptr<Denoiser> streamed;
+  const int64_t peak = load_peak([&] { streamed = Denoiser::create(weights, o); });
+  const WeightStreaming w = streamed->weight_streaming();
+  EXPECT_TRUE(w.streamed_at_load);
+  EXPECT_TRUE(w.streamed);
+  EXPECT_EQ(w.host_bytes, c.layers * lp.slot.bytes);
+  EXPECT_GT(w.load_peak_device_bytes, 0);
+  EXPECT_LE(peak, lp.device_weight_bytes + (int64_t(1) << 20));  // + bucket rounding
+  EXPECT_LT(peak, lp.device_weight_bytes + lp.slot.bytes);       // not one block on the device
+  EXPECT_LE(w.load_peak_device_bytes, lp.device_weight_bytes + (int64_t(4) << 20));
+
+  const SequenceLayout layout = make_t2va_layout(10, 9, 7, 8, 12);
+  std::vector<float> video(layout.video_rows() * c.video_features(), 0.25f);
+  std::vector<float> audio(layout.audio_rows() * c.audio_channels, -0.5f);
+  std::vector<float> text(layout.text_len * c.text_dim, 0.125f);
+  const TimestepPlan plan = make_timestep_plan(layout, 0.5f, 0.4f);
+  const ForwardInputs in{layout, plan, video.data(), audio.data(), text.data()};
+  const ForwardOutputs want = resident->forward(in);
+  const ForwardOutputs got = streamed->forward(in);
+  EXPECT_TRUE(streamed->weight_streaming().streamed_at_load);  // kept past the forward's plan
+  expect_same_bits(got.video_velocity, want.video_velocity, "video");
+  expect_same_bits(got.audio_velocity, want.audio_velocity, "audio");
+}
+
+// A caller's block weights already in device memory are used in place; streaming them would
+// free none of it, so a limit that needs streaming is an error naming the option and what to
+// do, at load (the model cannot fit at all) or at the first forward (this request's shape).
+TEST(WeightStreamLoad, CallerDeviceBlockWeightsAreNotStreamed) {
+  H3RT_REQUIRE_GPU();
+  const H3Config c = twelve_blocks();
+  auto weights = state_dict(c, test::fresh_seed());
+  int64_t on_device = 0;
+  for (auto& [key, t] : weights)
+    if (key.rfind("blocks.", 0) == 0 && key.ends_with(".weight") && t.dim() == 2 &&
+        t.dtype() == DType::bf16) {
+      t = cuda::to_device(t);
+      on_device += t.nbytes();
+    }
+  ASSERT_GT(on_device, 0);
+  const model::BlockStorage st = model::uniform_storage(c, model::LinearStorage::bf16);
+  const int64_t w = model::model_weight_bytes(c, st);
+  const int64_t least = model::estimate_working_set_bytes(c, st, false, {});
+  DenoiserOptions o;
+  o.device = Device::cuda;
+  o.device_memory_limit = w + least - 1;  // streams at load
+  try {
+    Denoiser::create(weights, o);
+    ADD_FAILURE() << "a limit that needs the caller's device weights streamed loaded";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("device_memory_limit"), std::string::npos) << m;
+    EXPECT_NE(m.find("caller's CUDA tensors"), std::string::npos) << m;
+    EXPECT_NE(m.find("CPU tensors"), std::string::npos) << m;
+  }
+  o.device_memory_limit = w + least;  // loads resident; this request's shape would stream
+  const auto d = Denoiser::create(weights, o);
+  EXPECT_EQ(d->weight_streaming().caller_device_bytes, on_device);
+  const SequenceLayout layout = make_t2va_layout(10, 9, 7, 8, 12);
+  std::vector<float> video(layout.video_rows() * c.video_features(), 0.25f);
+  std::vector<float> audio(layout.audio_rows() * c.audio_channels, -0.5f);
+  std::vector<float> text(layout.text_len * c.text_dim, 0.125f);
+  const TimestepPlan plan = make_timestep_plan(layout, 0.5f, 0.4f);
+  try {
+    d->forward({layout, plan, video.data(), audio.data(), text.data()});
+    ADD_FAILURE() << "a request that needs the caller's device weights streamed ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("caller's CUDA tensors"), std::string::npos) << e.what();
+  }
+}
+
+// A synthetic preset with a LoRA streamed at load (each block merged on the device, converted,
+// written out): the same bits as the model merged whole (merge_loras_cuda) and then converted.
+TEST(WeightStreamLoad, SyntheticLoraMergedBlockByBlockBitIdentical) {
+  H3RT_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const H3Config c = twelve_blocks();
+  const std::vector<Lora> loras = {make_synthetic_lora(c, 4, 1000, seed)};
+  model::DeviceModel whole = model::make_synthetic_device_model(c, seed);
+  const model::LoraMergeCuda merged = model::merge_loras_cuda(whole, loras);
+  model::quantize_synthetic_blocks(whole, Gemm::int8, 64, nullptr);
+  const model::BlockStorage blocks = model::synthetic_block_storage(c, Gemm::int8);
+  const model::BlockStorage refiner = model::synthetic_block_storage(c, Gemm::bf16);
+  const int64_t limit = model::model_weight_bytes(c, blocks, refiner) +
+                        model::estimate_working_set_bytes(c, blocks, false, {}) - 1;
+  const model::LoadPlan lp = model::plan_load(c, blocks, refiner, limit, false);
+  ASSERT_TRUE(lp.stream);
+  model::BlockwiseLoraMergeCuda blockwise(c, loras, {});
+  const model::DeviceModel streamed =
+      model::make_synthetic_gemm_model(c, seed, Gemm::int8, 64, &lp.slot, &blockwise);
+  ASSERT_TRUE(streamed.streamed);
+  EXPECT_EQ(blockwise.report().pairs, merged.report.pairs);
+  EXPECT_EQ(blockwise.report().layers, merged.report.layers);
+  EXPECT_EQ(blockwise.report().layers, 12 * 5 + 4 + 2);  // every block, refiner, cond, final
+  expect_same_forwards(whole, streamed, seed, true);
 }
 
 }  // namespace
