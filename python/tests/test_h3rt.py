@@ -76,10 +76,9 @@ def test_state_dict_load_equals_path(model, golden):
         np.testing.assert_array_equal(a, b)
 
 
-def test_fp8_state_dict_equals_path(golden, tmp_path):
-    """torch.float8_e4m3fn tensors (ComfyUI's fp8_scaled weights) load through DLPack as stored:
-    the same bits as the fp8 checkpoint loaded by path (torch only; numpy has no fp8)."""
-    torch = pytest.importorskip("torch")
+def fp8_state_dict(torch, tmp_path):
+    """The golden checkpoint quantized to fp8_scaled by the CLI: (its path, a torch state dict
+    with its fp8 weights as torch.float8_e4m3fn, those keys)."""
     cli = find_cli()
     if cli is None:
         pytest.skip("no h3rt CLI next to this package (set H3RT_CLI)")
@@ -89,10 +88,18 @@ def test_fp8_state_dict_equals_path(golden, tmp_path):
     raw = path.read_bytes()
     header = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
     state = {k: torch.from_numpy(v.copy()) for k, v in read_safetensors(path).items()}
-    fp8 = [k for k, e in header.items() if k != "__metadata__" and e["dtype"] == "F8_E4M3"]
+    fp8 = {k for k, e in header.items() if k != "__metadata__" and e["dtype"] == "F8_E4M3"}
     assert fp8
     for k in fp8:
         state[k] = state[k].view(torch.float8_e4m3fn)
+    return path, state, fp8
+
+
+def test_fp8_state_dict_equals_path(golden, tmp_path):
+    """torch.float8_e4m3fn tensors (ComfyUI's fp8_scaled weights) load through DLPack as stored:
+    the same bits as the fp8 checkpoint loaded by path (torch only; numpy has no fp8)."""
+    torch = pytest.importorskip("torch")
+    path, state, _ = fp8_state_dict(torch, tmp_path)
     video = golden["input/video_latents"]
     audio = golden["input/audio_latents"].transpose(1, 0, 2)[None]
     args = (video, audio, 0.7, golden["input/text_embeds"])

@@ -10,7 +10,7 @@ import pytest
 
 import h3rt
 from safetensors_np import read_safetensors
-from test_h3rt import GOLDEN, WEIGHTS, find_cli
+from test_h3rt import GOLDEN, WEIGHTS, find_cli, fp8_state_dict
 
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
@@ -65,18 +65,7 @@ def test_fp8_weight_bytes_on_the_device_load_as_the_file(tmp_path):
     # ComfyUI's fp8_scaled weights as torch.float8_e4m3fn CUDA tensors: kept where they are (the
     # fp8 GEMM reads them there; without an input_scale h3rt runs a dequantized bf16 copy) and
     # the bits of the file loaded by path.
-    cli = find_cli()
-    if cli is None:
-        pytest.skip("no h3rt CLI next to this package (set H3RT_CLI)")
-    path = tmp_path / "fp8.safetensors"
-    subprocess.run([cli, "quantize-checkpoint", "--in", str(WEIGHTS), "--out", str(path),
-                    "--format", "fp8"], check=True, capture_output=True)
-    raw = path.read_bytes()
-    header = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
-    state = {k: torch.from_numpy(v.copy()) for k, v in read_safetensors(path).items()}
-    on_device = {k for k, e in header.items() if k != "__metadata__" and e["dtype"] == "F8_E4M3"}
-    for k in on_device:
-        state[k] = state[k].view(torch.float8_e4m3fn)
+    path, state, on_device = fp8_state_dict(torch, tmp_path)
     expect_used_in_place(state, on_device, path)
 
 

@@ -12,6 +12,15 @@
 
 namespace h3rt {
 
+// SplitMix64's output function: the hash behind the synthetic weights (host and device give the
+// same bits) and the hybrid's seeded sampling.
+H3RT_HD inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
 H3RT_HD inline uint32_t float_bits(float x) {
 #if defined(__CUDA_ARCH__)
   return __float_as_uint(x);

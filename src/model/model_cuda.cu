@@ -14,6 +14,7 @@
 #include "model/weights.h"
 #include "ops/int8_linear/int8_linear.h"
 #include "ops/rope_table/rope_table.h"
+#include "core/host_device.h"
 
 namespace h3rt::model {
 namespace {
@@ -154,20 +155,6 @@ namespace {
 
 // ---- synthesis (the hash of synthetic.cpp, evaluated on the device) -----------------------
 
-__device__ uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-uint64_t splitmix64_host(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // Element e: u = top 24 bits of splitmix64(base + e) mapped exactly to [-1, 1); a norm gain is
 // 1 + 0.1 u, anything else u * scale. Products and sums are rounded singly (no FMA), as on the
 // host, so the values are bit-identical to the CPU's.
@@ -204,7 +191,7 @@ struct Synth {
     const MemoryScope scope("synthetic weight " + key);
     const auto& [k, spec] = specs.at(key);
     Tensor t = cuda::device_empty(spec.dtype, spec.shape);
-    const uint64_t base = splitmix64_host(seed ^ splitmix64_host(k));
+    const uint64_t base = splitmix64(seed ^ splitmix64(k));
     const bool norm =
         spec.shape.size() == 1 && key.size() > 7 && key.compare(key.size() - 7, 7, ".weight") == 0;
     const float scale = 1.0f / std::sqrt(static_cast<float>(fan_in.at(key)));

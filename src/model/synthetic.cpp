@@ -14,17 +14,11 @@
 #include "h3rt/formats.h"
 #include "model/weights.h"
 #include "ops/rope_table/rope_table.h"
+#include "core/host_device.h"
 
 namespace h3rt {
 
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 float uniform_pm1(uint64_t h) {
   return static_cast<float>(static_cast<double>(h >> 40) / static_cast<double>(1ull << 23) - 1.0);

@@ -52,24 +52,13 @@ TEST(HybridPolicy, ReuseDecision) {
   EXPECT_FALSE(reuse_cached_step(o, true, 0.0, 3)) << "the cap of 3 reuses in a row";
 }
 
-// The message of the Error that f() throws, or "no error".
-template <typename F>
-std::string error_of(const F& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
 TEST(HybridPolicy, OptionChecksNameTheField) {
   const auto msg = [](HybridOptions h, StepCacheOptions c) {
-    return error_of([&] { check_hybrid_options(h, c); });
+    return test::error_of([&] { check_hybrid_options(h, c); });
   };
   HybridOptions h;
   StepCacheOptions c;
-  EXPECT_EQ(msg(h, c), "no error");
+  EXPECT_EQ(msg(h, c), "");
   h.dense_steps = -1;
   EXPECT_NE(msg(h, c).find("dense_steps must be >= 0, got -1"), std::string::npos);
   h = {};
@@ -94,7 +83,7 @@ TEST(HybridPolicy, SettingsMapOnceAndErrorsUseTheCallersNames) {
   EXPECT_FALSE(off.hybrid.sparse.enabled());
   EXPECT_FALSE(off.step_cache.enabled());
   const auto msg = [](const HybridSettings& s, const HybridNames& n) {
-    return error_of([&] { hybrid_policy(s, n); });
+    return test::error_of([&] { hybrid_policy(s, n); });
   };
   HybridSettings s;
   s.sparse_attention = 11;

@@ -107,15 +107,6 @@ ModelSource source(const std::string& checkpoint) {
   return s;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 std::string quantize_tiny(const TempDir& dir, WeightFormat f, int64_t group) {
   QuantizeCheckpointOptions o;
   o.format = f;
@@ -132,7 +123,7 @@ TEST(Lora, SpecsAndLayerNames) {
   EXPECT_EQ(s.strength, 0.75);
   EXPECT_EQ(parse_lora_spec("c:/x/a.safetensors").path, "c:/x/a.safetensors");  // not a number
   EXPECT_EQ(parse_lora_spec("a:-1.5e-1").strength, -0.15);
-  EXPECT_NE(error_of([] { parse_lora_spec("a:inf"); }).find("not a finite number"),
+  EXPECT_NE(test::error_of([] { parse_lora_spec("a:inf"); }).find("not a finite number"),
             std::string::npos);
   EXPECT_EQ(h3_linear_layer("blocks.3.attn.qkv_proj"), "blocks.3.attn.qkv_proj");
   EXPECT_EQ(h3_linear_layer("blocks_12_mlp_fc2"), "blocks.12.mlp.fc2");
@@ -178,7 +169,7 @@ TEST(Lora, MalformedFilesNameTheirKeys) {
   auto err = [&](const NamedTensors& t) {
     const std::string p = dir.file("bad.safetensors");
     write_safetensors(p, t);
-    return error_of([&] { read_lora({p, 1.0}); });
+    return test::error_of([&] { read_lora({p, 1.0}); });
   };
   const std::string m = "diffusion_model.blocks.0.mlp.fc1";
   std::string e = err({{m + ".lora_B.weight", lcg_matrix(768, 4, 1)},
@@ -207,7 +198,7 @@ TEST(Lora, MalformedFilesNameTheirKeys) {
                         {m + ".dora_scale", lcg_matrix(768, 1, 3)}});
   const Lora dora = read_lora({p, 1.0});
   H3Model model = load_model(kWeights);
-  e = error_of([&] { merge_loras(model, {dora}); });
+  e = test::error_of([&] { merge_loras(model, {dora}); });
   EXPECT_NE(e.find("key '" + m + ".dora_scale': DoRA are not supported"), std::string::npos) << e;
   LoraOptions skip;
   skip.skip_unmatched = true;
@@ -382,7 +373,7 @@ TEST(Lora, PrunedAdalnTakesFittingLorasAndNamesMisfits) {
                          dense_merged(values(dense_weight(ref.weights.blocks[1].adaln)), p.up,
                                       p.down.to_f32(), p.scale(1.0)),
                          "curve adaln");
-  const std::string e = error_of([&] { merge_loras(m, {ld}); });
+  const std::string e = test::error_of([&] { merge_loras(m, {ld}); });
   EXPECT_NE(e.find("2 LoRA pair(s) or key(s) do not fit"), std::string::npos) << e;
   EXPECT_NE(e.find("'diffusion_model.blocks.0.adaln_proj.linear.lora_B.weight' [3456, 2]"),
             std::string::npos)
@@ -410,7 +401,7 @@ TEST(Lora, UnknownTargetsAndShapesAreNamed) {
   f.add("diffusion_model.blocks.1.attn.qkv_proj", 768, 190, 2, 3);
   const Lora l = read_lora({f.write(dir, "l.safetensors"), 1.0});
   H3Model m = load_model(kWeights);
-  const std::string e = error_of([&] { merge_loras(m, {l}); });
+  const std::string e = test::error_of([&] { merge_loras(m, {l}); });
   EXPECT_NE(e.find("3 LoRA pair(s) or key(s) do not fit"), std::string::npos) << e;
   EXPECT_NE(e.find("targets layer 'blocks.7.attn.qkv_proj', which this checkpoint does not have"),
             std::string::npos)

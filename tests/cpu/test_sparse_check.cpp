@@ -19,21 +19,12 @@
 #include "ops/attention/attention.h"
 #include "ops/attention_sparse/router.h"
 #include "pipeline/resume.h"
+#include "dense_twin.h"
 #include "sparse_test_util.h"
 #include "test_util.h"
 
 namespace h3rt {
 namespace {
-
-template <typename F>
-std::string error_of(const F& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 TEST(SparseCheckPolicy, FirstSparseStepThenEveryKth) {
   HybridOptions h;
@@ -89,7 +80,7 @@ TEST(SparseCheckPolicy, TilesAreSeededDistinctAscendingInRange) {
 
 TEST(SparseCheckPolicy, OptionErrorsNameTheOption) {
   const auto msg = [](const HybridSettings& s, const HybridNames& n) {
-    return error_of([&] { hybrid_policy(s, n); });
+    return test::error_of([&] { hybrid_policy(s, n); });
   };
   HybridSettings s;
   s.sparse_attention = 1.0;
@@ -120,13 +111,13 @@ TEST(SparseCheckPolicy, OptionErrorsNameTheOption) {
   EXPECT_EQ(p.hybrid.check.tiles, 4);
   HybridOptions h = p.hybrid;
   h.check.tiles = 0;
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(test::error_of([&] {
               check_hybrid_options(h, {});
             }).find("sparse check tiles must be in [1, 64], got 0"),
             std::string::npos);
   h.check.tiles = 4;
   h.check.bound = INFINITY;
-  EXPECT_NE(error_of([&] { check_hybrid_options(h, {}); }).find("sparse check bound"),
+  EXPECT_NE(test::error_of([&] { check_hybrid_options(h, {}); }).find("sparse check bound"),
             std::string::npos);
 }
 
@@ -219,7 +210,7 @@ TEST(SparseCheckAttention, OutputRowRangeHasTheWholeCallsBits) {
       EXPECT_EQ(part[r * I], -7.0f) << "row " << r << " outside the range was written";
   }
   p.row_end = 301;
-  EXPECT_NE(error_of([&] { ops::attention_cpu(p); }).find("output rows [64, 301)"),
+  EXPECT_NE(test::error_of([&] { ops::attention_cpu(p); }).find("output rows [64, 301)"),
             std::string::npos);
 }
 
@@ -276,10 +267,10 @@ TEST(SparseCheckState, RecordTurnsHeadsAtOrAboveTheBoundDense) {
   c.record(2, 4, low, ref);
   EXPECT_TRUE(c.last().turned_dense.empty());
   EXPECT_EQ(c.last().dense_heads, 2);
-  EXPECT_NE(error_of([&] { c.shape(3, 5); }).find("3 x 4"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { c.shape(3, 5); }).find("3 x 4"), std::string::npos);
   c.begin(9, false);
   EXPECT_FALSE(c.last().checked);
-  EXPECT_NE(error_of([&] { c.record(2, 4, low, ref); }).find("outside a checking forward"),
+  EXPECT_NE(test::error_of([&] { c.record(2, 4, low, ref); }).find("outside a checking forward"),
             std::string::npos);
 }
 
@@ -343,33 +334,8 @@ TEST(SparseCheckSample, OffAndUnreachedBoundChangeNoBit) {
   EXPECT_NE(sample(*d, req, other).hybrid_steps[1].check.rel_l1, r.rel_l1);
 }
 
-// A forward that records each forward's output bits and its sparse counters.
-class Recording : public Denoiser {
- public:
-  Recording() : inner_(Denoiser::create(ModelSource{})) {}
-  const H3Config& config() const override { return inner_->config(); }
-  std::string device_name() const override { return "recording cpu"; }
-  Precision precision() const override { return inner_->precision(); }
-  ForwardOutputs forward(const ForwardInputs& in) override {
-    ForwardOutputs o = inner_->forward(in);
-    // The same inputs through the dense forward.
-    ForwardInputs dense = in;
-    dense.sparse = nullptr;
-    dense.sparse_stats = nullptr;
-    dense.sparse_check = nullptr;
-    const ForwardOutputs ref = inner_->forward(dense);
-    same_as_dense.push_back(o.video_velocity == ref.video_velocity &&
-                            o.audio_velocity == ref.audio_velocity);
-    return o;
-  }
-  std::vector<bool> same_as_dense;
-
- private:
-  std::unique_ptr<Denoiser> inner_;
-};
-
 TEST(SparseCheckSample, BoundZeroTurnsEveryHeadDenseThenTheForwardIsDense) {
-  Recording d;
+  test::DenseTwin d;
   const Request req = check_request(d.config());
   const SampleResult r = sample(d, req, check_options(10, 0.0));
   EXPECT_EQ(checks(r), "dCss");
@@ -378,7 +344,7 @@ TEST(SparseCheckSample, BoundZeroTurnsEveryHeadDenseThenTheForwardIsDense) {
   EXPECT_EQ(k.dense_heads, pairs);
   EXPECT_EQ(static_cast<int64_t>(k.turned_dense.size()), pairs);
   // The check step itself ran sparse; from the next forward on every list is full.
-  EXPECT_EQ(d.same_as_dense, (std::vector<bool>{true, false, true, true}));
+  EXPECT_EQ(d.same, (std::vector<bool>{true, false, true, true}));
   EXPECT_LT(r.hybrid_steps[1].sparse_fraction, 1.0);
   EXPECT_EQ(r.hybrid_steps[2].sparse_fraction, 1.0);
   EXPECT_EQ(r.hybrid_steps[3].sparse_fraction, 1.0);

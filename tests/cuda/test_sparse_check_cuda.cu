@@ -10,10 +10,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "../cpu/dense_twin.h"
 #include "../cpu/test_util.h"
 #include "../cpu/variant_files.h"
 #include "cuda_test_util.h"
@@ -168,35 +170,14 @@ TEST(SparseCheckCuda, DenseHeadsGetTheDenseBits) {
 
 // ---- the sampling loop on the GPU (tiny preset, Sage attention) ----
 
-// Runs each forward and, on the same inputs, the dense forward; records whether they agree.
-class DenseTwin : public Denoiser {
- public:
-  explicit DenseTwin(bool graphs) {
-    DenoiserOptions o;
-    o.device = Device::cuda;
-    o.attention = Attention::sage;
-    o.cuda_graphs = graphs;
-    inner_ = Denoiser::create(ModelSource{}, o);
-  }
-  const H3Config& config() const override { return inner_->config(); }
-  std::string device_name() const override { return inner_->device_name(); }
-  Precision precision() const override { return inner_->precision(); }
-  ForwardOutputs forward(const ForwardInputs& in) override {
-    ForwardOutputs o = inner_->forward(in);
-    ForwardInputs d = in;
-    d.sparse = nullptr;
-    d.sparse_stats = nullptr;
-    d.sparse_check = nullptr;
-    const ForwardOutputs ref = inner_->forward(d);
-    same.push_back(o.video_velocity == ref.video_velocity &&
-                   o.audio_velocity == ref.audio_velocity);
-    return o;
-  }
-  std::vector<bool> same;
-
- private:
-  std::unique_ptr<Denoiser> inner_;
-};
+// Sage on the GPU, with or without graphs.
+test::DenseTwin* dense_twin(bool graphs) {
+  DenoiserOptions o;
+  o.device = Device::cuda;
+  o.attention = Attention::sage;
+  o.cuda_graphs = graphs;
+  return new test::DenseTwin(o);
+}
 
 Request check_request(const H3Config& c) {
   RequestOptions r;  // 32 x 32 latent, 3 latent frames: 768 video rows (12 64-row tiles)
@@ -223,7 +204,8 @@ TEST(SparseCheckCuda, BoundZeroRunIsDenseFromTheTurnOnWithGraphs) {
   H3RT_REQUIRE_SAGE();
   for (bool graphs : {false, true}) {
     SCOPED_TRACE(graphs ? "graphs" : "eager");
-    DenseTwin d(graphs);
+    std::unique_ptr<test::DenseTwin> twin(dense_twin(graphs));
+    test::DenseTwin& d = *twin;
     const Request req = check_request(d.config());
     // Run 1, no check: its sparse steps capture the sparse graph (flags all zero).
     const SampleResult plain = sample(d, req, check_options(4, 0, 0.05));

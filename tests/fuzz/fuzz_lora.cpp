@@ -20,12 +20,20 @@ H3Model& tiny_model() {
   return m;
 }
 
-// FNV-1a over the bytes of every linear layer's stored data and working values.
+// A multiplicative hash over every linear layer's stored data and working values, 8 bytes at a
+// time (the tail bytewise): any changed bit changes it with overwhelming probability.
 uint64_t weights_checksum(const H3Model& m) {
   uint64_t h = 1469598103934665603ull;
   auto mix = [&](const void* p, size_t n) {
     const auto* b = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, b + i, 8);
+      h = (h ^ w) * 0x9E3779B97F4A7C15ull;
+      h ^= h >> 29;
+    }
+    for (; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
   };
   for (const auto& [name, l] : linear_layers(const_cast<H3Model&>(m).weights)) {
     mix(name.data(), name.size());
@@ -42,6 +50,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!f) return 0;
   H3Model& m = tiny_model();
   static const uint64_t before = weights_checksum(m);
+  bool merged = false;  // merge_loras was entered: the weights must be checked afterwards
   try {
     const Lora lora = read_lora(std::make_shared<const SafetensorsFile>(std::move(*f)),
                                 LoraSpec{"fuzz.safetensors", size % 3 == 0 ? 0.5 : 1.0});
@@ -49,11 +58,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     lora_target_groups(lora);
     LoraOptions o;
     o.skip_unmatched = size % 2 == 1;
+    merged = true;
     LoraMerge merge = merge_loras(m, {lora}, o);
     unmerge_loras(m, merge);
   } catch (const Error&) {
   }
-  if (weights_checksum(m) != before) {
+  if (merged && weights_checksum(m) != before) {
     std::fprintf(stderr, "fuzz_lora: the model's weights differ after merge + unmerge\n");
     std::abort();
   }
