@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "h3rt/pipeline.h"
 #include "h3rt/sparse.h"
 #include "ops/attention_sparse/router.h"
 
@@ -36,6 +37,17 @@ attention_sparse::HostBlockLists random_block_lists(const attention_sparse::Rout
     l.stats.key_blocks_computed += n;
   }
   return l;
+}
+
+// The sparse-check loop tests' request: a 32 x 32 latent, 3 latent frames: 768 video rows
+// (12 64-row tiles) past a short prefix.
+inline Request check_request(const H3Config& c) {
+  RequestOptions r;
+  r.width = 512;
+  r.height = 512;
+  r.frames = 9;
+  r.text_tokens = 3;
+  return make_request(c, r);
 }
 
 }  // namespace h3rt::test

@@ -276,15 +276,6 @@ TEST(SparseCheckState, RecordTurnsHeadsAtOrAboveTheBoundDense) {
 
 // ---- the sampling loop on the CPU (tiny preset) ----
 
-Request check_request(const H3Config& c) {
-  RequestOptions r;  // 32 x 32 latent, 3 latent frames: 768 video rows (12 64-row tiles)
-  r.width = 512;
-  r.height = 512;
-  r.frames = 9;
-  r.text_tokens = 3;
-  return make_request(c, r);
-}
-
 SampleOptions check_options(int every, double bound) {
   SampleOptions o;
   o.steps = 4;
@@ -310,7 +301,7 @@ std::string checks(const SampleResult& r) {
 
 TEST(SparseCheckSample, OffAndUnreachedBoundChangeNoBit) {
   auto d = Denoiser::create(ModelSource{});
-  const Request req = check_request(d->config());
+  const Request req = test::check_request(d->config());
   const SampleResult plain = sample(*d, req, check_options(0, 0.05));
   EXPECT_EQ(checks(plain), "dsss");
   for (int i = 1; i < 4; ++i) EXPECT_LT(plain.hybrid_steps[i].sparse_fraction, 1.0) << i;
@@ -336,7 +327,7 @@ TEST(SparseCheckSample, OffAndUnreachedBoundChangeNoBit) {
 
 TEST(SparseCheckSample, BoundZeroTurnsEveryHeadDenseThenTheForwardIsDense) {
   test::DenseTwin d;
-  const Request req = check_request(d.config());
+  const Request req = test::check_request(d.config());
   const SampleResult r = sample(d, req, check_options(10, 0.0));
   EXPECT_EQ(checks(r), "dCss");
   const SparseCheckRecord& k = r.hybrid_steps[1].check;
@@ -367,7 +358,7 @@ TEST(SparseCheckSample, BoundZeroTurnsEveryHeadDenseThenTheForwardIsDense) {
 // A bound between the measured errors: exactly the heads at or above it turn dense.
 TEST(SparseCheckSample, HeadsAboveTheBoundTurnDenseOthersStaySparse) {
   auto d = Denoiser::create(ModelSource{});
-  const Request req = check_request(d->config());
+  const Request req = test::check_request(d->config());
   const SampleResult probe = sample(*d, req, check_options(10, 100));
   std::vector<double> e = probe.hybrid_steps[1].check.rel_l1;
   std::sort(e.begin(), e.end());
@@ -388,7 +379,7 @@ TEST(SparseCheckSample, HeadsAboveTheBoundTurnDenseOthersStaySparse) {
 // files written before the check still match runs without it.
 TEST(SparseCheckSample, ResumeKeyNamesTheCheckOnlyWhenOn) {
   auto d = Denoiser::create(ModelSource{});
-  const Request req = check_request(d->config());
+  const Request req = test::check_request(d->config());
   const auto key = [&](const SampleOptions& o) {
     for (const auto& [k, v] : resume::run_keys(*d, req, o))
       if (k == "sparse_attention") return v;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../cpu/dense_twin.h"
+#include "../cpu/sparse_test_util.h"
 #include "../cpu/test_util.h"
 #include "../cpu/variant_files.h"
 #include "cuda_test_util.h"
@@ -179,15 +180,6 @@ test::DenseTwin* dense_twin(bool graphs) {
   return new test::DenseTwin(o);
 }
 
-Request check_request(const H3Config& c) {
-  RequestOptions r;  // 32 x 32 latent, 3 latent frames: 768 video rows (12 64-row tiles)
-  r.width = 512;
-  r.height = 512;
-  r.frames = 9;
-  r.text_tokens = 3;
-  return make_request(c, r);
-}
-
 SampleOptions check_options(int steps, int every, double bound) {
   SampleOptions o;
   o.steps = steps;
@@ -206,7 +198,7 @@ TEST(SparseCheckCuda, BoundZeroRunIsDenseFromTheTurnOnWithGraphs) {
     SCOPED_TRACE(graphs ? "graphs" : "eager");
     std::unique_ptr<test::DenseTwin> twin(dense_twin(graphs));
     test::DenseTwin& d = *twin;
-    const Request req = check_request(d.config());
+    const Request req = test::check_request(d.config());
     // Run 1, no check: its sparse steps capture the sparse graph (flags all zero).
     const SampleResult plain = sample(d, req, check_options(4, 0, 0.05));
     EXPECT_EQ(d.same, (std::vector<bool>{true, false, false, false}));

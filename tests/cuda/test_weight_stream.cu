@@ -206,6 +206,18 @@ std::map<std::string, Tensor> state_dict(const H3Config& c, uint64_t seed) {
   return t;
 }
 
+// A small t2va request of constant rows for config c (layout 10 text, 9 audio, 7 x 8 x 12 video).
+struct ConstantRequest {
+  SequenceLayout layout = make_t2va_layout(10, 9, 7, 8, 12);
+  TimestepPlan plan = make_timestep_plan(layout, 0.5f, 0.4f);
+  std::vector<float> video, audio, text;
+  explicit ConstantRequest(const H3Config& c)
+      : video(layout.video_rows() * c.video_features(), 0.25f),
+        audio(layout.audio_rows() * c.audio_channels, -0.5f),
+        text(layout.text_len * c.text_dim, 0.125f) {}
+  ForwardInputs inputs() const { return {layout, plan, video.data(), audio.data(), text.data()}; }
+};
+
 // The Denoiser under a limit that forces streaming: the same bits as without a limit; a limit
 // below what streaming needs: an error naming the option and the bytes.
 TEST(WeightStream, DenoiserStreamsUnderTheLimitAndRefusesTooLittle) {
@@ -216,12 +228,8 @@ TEST(WeightStream, DenoiserStreamsUnderTheLimitAndRefusesTooLittle) {
   const auto resident = Denoiser::create(weights, o);
   const H3Config& c = resident->config();
   ASSERT_EQ(c.layers, 5);
-  const SequenceLayout layout = make_t2va_layout(10, 9, 7, 8, 12);
-  std::vector<float> video(layout.video_rows() * c.video_features(), 0.25f);
-  std::vector<float> audio(layout.audio_rows() * c.audio_channels, -0.5f);
-  std::vector<float> text(layout.text_len * c.text_dim, 0.125f);
-  const TimestepPlan plan = make_timestep_plan(layout, 0.5f, 0.4f);
-  const ForwardInputs in{layout, plan, video.data(), audio.data(), text.data()};
+  const ConstantRequest req(c);
+  const ForwardInputs in = req.inputs();
   const ForwardOutputs want = resident->forward(in);
   EXPECT_FALSE(resident->weight_streaming().streamed);
 
@@ -230,7 +238,7 @@ TEST(WeightStream, DenoiserStreamsUnderTheLimitAndRefusesTooLittle) {
   const int64_t slot = model::block_slot_layout(c, st).bytes;
   const int64_t need =
       model::model_weight_bytes(c, st) - c.layers * slot + 2 * slot +
-      model::estimate_working_set_bytes(c, st, false, model::forward_shape(layout));
+      model::estimate_working_set_bytes(c, st, false, model::forward_shape(req.layout));
   o.device_memory_limit = need;
   const auto streamed = Denoiser::create(weights, o);
   const ForwardOutputs got = streamed->forward(in);
@@ -373,12 +381,8 @@ TEST(WeightStreamLoad, HostStateDictLoadsStreamedWithoutTheBlocksOnTheDevice) {
   EXPECT_LT(peak, lp.device_weight_bytes + lp.slot.bytes);       // not one block on the device
   EXPECT_LE(w.load_peak_device_bytes, lp.device_weight_bytes + (int64_t(4) << 20));
 
-  const SequenceLayout layout = make_t2va_layout(10, 9, 7, 8, 12);
-  std::vector<float> video(layout.video_rows() * c.video_features(), 0.25f);
-  std::vector<float> audio(layout.audio_rows() * c.audio_channels, -0.5f);
-  std::vector<float> text(layout.text_len * c.text_dim, 0.125f);
-  const TimestepPlan plan = make_timestep_plan(layout, 0.5f, 0.4f);
-  const ForwardInputs in{layout, plan, video.data(), audio.data(), text.data()};
+  const ConstantRequest req(c);
+  const ForwardInputs in = req.inputs();
   const ForwardOutputs want = resident->forward(in);
   const ForwardOutputs got = streamed->forward(in);
   EXPECT_TRUE(streamed->weight_streaming().streamed_at_load);  // kept past the forward's plan
