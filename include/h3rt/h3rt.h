@@ -114,7 +114,8 @@ typedef struct h3rt_sample_request {
   int64_t width, height, frames; /* pixels and video frames; 0: 192 x 128, 22 frames */
   double audio_seconds;          /* 0: frames / 24 */
   int64_t text_tokens;           /* stand-in text length; 0: 10 */
-  uint64_t seed;                 /* 440420, as `h3rt sample` */
+  uint64_t seed;                 /* 440420: the starting noise, condition noise, euler_ancestral's
+                                    noise and sparse-check draws, as `h3rt sample --seed` */
   int steps;                     /* model evaluations, default 8 */
   const float* text;             /* [text_len, text_dim] embeddings, or NULL: seeded stand-in */
   int64_t text_len;

@@ -282,6 +282,7 @@ h3rt_status h3rt_sample(h3rt_model* m, const h3rt_sample_request* r, float* vide
                 std::to_string(na) + " audio floats; see h3rt_sample_shapes)");
     h3rt::SampleOptions so;
     so.steps = r->steps;
+    so.noise_seed = r->seed;  // as `h3rt sample --seed`: euler_ancestral's noise, sparse checks
     try {  // options of the request: H3RT_ERROR_INVALID_ARGUMENT, naming the field
       if (r->sampler) so.sampler = h3rt::parse_sampler(r->sampler, "sampler");
       if (r->scheduler) so.scheduler = h3rt::parse_scheduler(r->scheduler, "scheduler");

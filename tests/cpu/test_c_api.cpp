@@ -213,6 +213,32 @@ CSample run_c_sample(h3rt_model* m, const h3rt_sample_request& req) {
   return c;
 }
 
+// The request's seed seeds the sampler's own noise too (euler_ancestral), as `h3rt sample --seed`.
+TEST(CApi, SeedReachesTheAncestralNoise) {
+  h3rt_model* m = nullptr;
+  ASSERT_EQ(h3rt_model_create_preset("tiny", 0, nullptr, &m), H3RT_OK) << h3rt_last_error();
+  h3rt_sample_request req;
+  h3rt_sample_request_init(&req);
+  req.steps = 3;
+  req.seed = 7;
+  req.sampler = "euler_ancestral";
+  req.scheduler = "simple";
+  const CSample got = run_c_sample(m, req);
+  ASSERT_EQ(got.status, H3RT_OK) << h3rt_last_error();
+  auto d = Denoiser::create(ModelSource{});
+  RequestOptions ro;
+  ro.seed = 7;
+  SampleOptions o;
+  o.steps = 3;
+  o.sampler = parse_sampler("euler_ancestral", "sampler");
+  o.scheduler = parse_scheduler("simple", "scheduler");
+  o.noise_seed = 7;
+  const SampleResult want = sample(*d, make_request(d->config(), ro), o);
+  test::expect_same_bits(got.video, want.video_latents, "video_latents");
+  test::expect_same_bits(got.audio, want.audio_latents, "audio_latents");
+  h3rt_model_free(m);
+}
+
 TEST(CApi, HybridSampleGivesTheCppBits) {
   h3rt_model* m = nullptr;
   ASSERT_EQ(h3rt_model_create_preset("tiny", 0, nullptr, &m), H3RT_OK) << h3rt_last_error();
