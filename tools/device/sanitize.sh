@@ -13,14 +13,20 @@
 # shows it on a bare cuBLASLt call: all 115,200 outputs reported, 0 wrong; a kernel-written control
 # buffer: 0 reports). initcheck is therefore meaningful only on tests whose kernels read no cuBLASLt
 # output (not the forward sessions or blocks).
-# Environment: H3RT_SANITIZE_FILTER (the filter when no argument is given), H3RT_SANITIZE_TOOLS
-# (default all four), H3RT_SANITIZE_TIMEOUT (seconds per tool, default 280: racecheck is the slow
-# one; split the tools over calls when a call has less time), COMPUTE_SANITIZER (the binary).
+# Environment: H3RT_SANITIZE_FILTER (the filter when no argument is given; '*' for the whole
+# suite), H3RT_SANITIZE_TOOLS (default all four), H3RT_SANITIZE_TIMEOUT (seconds per tool, default
+# 280: racecheck is the slow one; split the tools over calls when a call has less time),
+# H3RT_SANITIZE_SHARDS (N > 1: the tests split into N gtest shards run side by side, one process
+# each: the tools' cost is mostly on the host, so a 16-core machine covers the suite N times
+# faster; one summary line per shard, the logs packed into $OUT/sanitize_logs.tar.gz),
+# H3RT_SANITIZE_BIN (the test binary, default build-device/tests/h3rt_cuda_tests; e.g. the one
+# tools/device/prebuilt.sh unpacks), COMPUTE_SANITIZER (the tool's binary).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
-BIN=build-device/tests/h3rt_cuda_tests
+BIN=${H3RT_SANITIZE_BIN:-build-device/tests/h3rt_cuda_tests}
+SHARDS=${H3RT_SANITIZE_SHARDS:-1}
 # Small shapes of the kernels that use shared memory, barriers and async copies: the Sage
 # pre-pass (both algorithms) and mma.sync kernels, the wgmma Sage kernels on tiny sequences, the
 # bf16 flash attention, the NVFP4 dequantize + cuBLASLt GEMM on small shapes, and a few quick ones.
@@ -48,18 +54,20 @@ race_pairs() {
        }' "$1" | sort | uniq -c | sort -rn | head -12
 }
 
-status=0
-summary=()
-for tool in $TOOLS; do
-  log="$OUT/sanitize_$tool.log"
-  opts=(--tool "$tool" --error-exitcode 1 --print-limit 10000 --show-backtrace device)
-  [ "$tool" = racecheck ] && opts+=(--racecheck-report all)
-  t0=$(date +%s)
-  timeout -k 10 "$LIMIT" "$CS" "${opts[@]}" "$BIN" --gtest_color=no --gtest_filter="$FILTER" \
-    > "$log" 2>&1
-  rc=$?
-  secs=$(( $(date +%s) - t0 ))
-  # The tool's final summaries: racecheck counts hazards, the others errors.
+# One tool over one shard of the filter's tests; the exit code goes to <log>.rc.
+run_shard() {  # tool, shard index, log
+  local opts=(--tool "$1" --error-exitcode 1 --print-limit 10000 --show-backtrace device)
+  [ "$1" = racecheck ] && opts+=(--racecheck-report all)
+  GTEST_TOTAL_SHARDS=$SHARDS GTEST_SHARD_INDEX=$2 timeout -k 10 "$LIMIT" "$CS" "${opts[@]}" \
+    "$BIN" --gtest_color=no --gtest_filter="$FILTER" > "$3" 2>&1
+  echo $? > "$3.rc"
+}
+
+# Reads one log: prints its summary line (and, when not clean, what it reported); returns 1
+# unless clean.
+verdict_of() {  # tool, name, log, seconds
+  local tool=$1 name=$2 log=$3 secs=$4 rc errs race passed failed count what verdict line
+  rc=$(cat "$log.rc")
   errs=$(grep -oE "ERROR SUMMARY: [0-9]+" "$log" | tail -1 | grep -oE "[0-9]+$")
   race=$(grep -oE "RACECHECK SUMMARY: [0-9]+ hazards? displayed \([0-9]+ errors?, [0-9]+ warnings?\)" \
     "$log" | tail -1)
@@ -84,19 +92,42 @@ for tool in $TOOLS; do
   elif (( passed == 0 )); then verdict="NO TEST RAN (filter?)"
   elif (( rc != 0 )); then verdict="rc=$rc"
   fi
-  [ "$verdict" = clean ] || status=1
-  line=$(printf "%-9s %-40s tests passed=%s failed=%s  %4ds  rc=%d  %s" "$tool" "$what" \
+  line=$(printf "%-13s %-40s tests passed=%s failed=%s  %4ds  rc=%d  %s" "$name" "$what" \
     "${passed:-?}" "${failed:-0}" "$secs" "$rc" "$verdict")
   summary+=("$line")
   echo "$line"
-  if [ "$verdict" != clean ]; then
-    if [ "$tool" = racecheck ]; then race_pairs "$log"; fi
-    grep -iE "^=+ +(error|warning|invalid|uninitiali|barrier|race|potential)" "$log" \
-      | grep -v SUMMARY | head -6 | cut -c1-240
-    [ -z "$count" ] && tail -5 "$log"
-  fi
-  # Files over 16 MiB do not come back from the device.
-  if [ "$(stat -c %s "$log")" -gt $((15 << 20)) ]; then gzip -f "$log"; fi
+  [ "$verdict" = clean ] && return 0
+  if [ "$tool" = racecheck ]; then race_pairs "$log"; fi
+  grep -iE "^=+ +(error|warning|invalid|uninitiali|barrier|race|potential)" "$log" \
+    | grep -v SUMMARY | head -6 | cut -c1-240
+  [ -z "$count" ] && tail -5 "$log"
+  return 1
+}
+
+status=0
+summary=()
+logs=()
+for tool in $TOOLS; do
+  t0=$(date +%s)
+  for ((i = 0; i < SHARDS; ++i)); do
+    log="$OUT/sanitize_$tool.log"
+    (( SHARDS > 1 )) && log="$OUT/sanitize_${tool}_$i.log"
+    logs+=("$log")
+    run_shard "$tool" "$i" "$log" &
+  done
+  wait
+  secs=$(( $(date +%s) - t0 ))
+  for ((i = 0; i < SHARDS; ++i)); do
+    log="$OUT/sanitize_$tool.log" name=$tool
+    (( SHARDS > 1 )) && log="$OUT/sanitize_${tool}_$i.log" name="$tool[$i/$SHARDS]"
+    verdict_of "$tool" "$name" "$log" "$secs" || status=1
+    rm -f "$log.rc"
+    # Files over 16 MiB do not come back from the device.
+    (( SHARDS == 1 )) && [ "$(stat -c %s "$log")" -gt $((15 << 20)) ] && gzip -f "$log"
+  done
 done
+if (( SHARDS > 1 )); then  # at most 8 files come back: one archive of the shards' logs
+  tar -C "$OUT" -czf "$OUT/sanitize_logs.tar.gz" "${logs[@]#$OUT/}" && rm -f "${logs[@]}"
+fi
 printf "%s\n" "${summary[@]}" > "$OUT/sanitize_summary.txt"
 exit $status
