@@ -676,18 +676,9 @@ NB_MODULE(_h3rt, m) {
           "What load(loras=...) merged: pairs, layers, a warning per skipped pair.")
       .def_prop_ro(
           "weight_streaming",
-          [](const Model& x) {
-            const h3rt::WeightStreaming w = x.denoiser->weight_streaming();
-            nb::dict d;
-            d["device_memory_limit"] = w.limit, d["streamed"] = w.streamed;
-            d["streamed_at_load"] = w.streamed_at_load, d["slots"] = w.slots;
-            d["slot_bytes"] = w.slot_bytes, d["host_bytes"] = w.host_bytes;
-            d["h2d_bytes_per_step"] = w.h2d_bytes_per_step;
-            d["resident_weight_bytes"] = w.resident_weight_bytes;
-            d["planned_device_bytes"] = w.planned_device_bytes;
-            d["load_peak_device_bytes"] = w.load_peak_device_bytes;
-            d["caller_device_bytes"] = w.caller_device_bytes;
-            return d;
+          [](const Model& x) {  // the reports' object, one spelling (to_json)
+            const std::string j = h3rt::to_json(x.denoiser->weight_streaming()).dump();
+            return nb::module_::import_("json").attr("loads")(j);
           },
           "How device_memory_limit placed the block weights (the reports' weight_streaming).")
       .def("forward", &forward, arg("video_rows"), arg("audio_rows"), arg("text"), nb::kw_only(),

@@ -74,9 +74,7 @@ Setup setup(const StepBenchOptions& o, const char* verb, bool resident = false) 
                           model::synthetic_block_storage(st.c, SyntheticGemm::bf16),
                           o.device_memory_limit, o.sage_attention);
   const bool stream = lp && lp->stream;
-  cuda::default_arena().release_cached();  // the peak below is this load's alone
-  const int64_t base = cuda::default_arena().stats().current_reserved;
-  cuda::default_arena().reset_peak();
+  const model::LoadMeter meter;
   const auto t0 = Clock::now();
   st.dev = model::make_synthetic_gemm_model(st.c, o.weights_seed, gemm, o.int8_group,
                                             stream ? &lp->slot : nullptr);
@@ -84,7 +82,7 @@ Setup setup(const StepBenchOptions& o, const char* verb, bool resident = false) 
   st.model_s = seconds_since(t0);
   st.weight_bytes = cuda::default_arena().stats().current_allocated;
   st.load.streamed_at_load = stream;
-  st.load.load_peak_device_bytes = cuda::default_arena().stats().peak_reserved - base;
+  st.load.load_peak_device_bytes = meter.peak();
   std::fprintf(stderr,
                "bench %s: model ready in %.2f s (%.2f GB on the device, load peak %.2f GB%s)\n",
                verb, st.model_s, st.weight_bytes / 1e9, st.load.load_peak_device_bytes / 1e9,
@@ -95,13 +93,6 @@ Setup setup(const StepBenchOptions& o, const char* verb, bool resident = false) 
   for (float& x : st.text) x = round_bf16(x);
   st.noise = initial_noise(o.seed, L, st.c.in_channels, st.c.audio_channels);
   return st;
-}
-
-// `w` with the load's fields of `load`.
-WeightStreaming with_load(WeightStreaming w, const WeightStreaming& load) {
-  w.streamed_at_load = load.streamed_at_load;
-  w.load_peak_device_bytes = load.load_peak_device_bytes;
-  return w;
 }
 
 StepRepetition repetition(const model::ForwardStepTimes& t, const ForwardOutputs& v,
@@ -275,12 +266,13 @@ nlohmann::json run_step_bench(const StepBenchOptions& o) {
     std::fprintf(stderr, "bench step: resident weights first (--compare-resident)\n");
     Setup r = setup(o, "step", true);
     resident = measure_steps(o, r);
-    resident.weight_streaming = with_load({}, r.load);
+    resident.weight_streaming = model::with_load({}, r.load);
   }
   Setup st = setup(o, "step");
   const model::WeightStreamPlan plan = apply_limit(o, st, "step");
   StepMeasurements m = measure_steps(o, st);
-  m.weight_streaming = with_load(model::weight_streaming_of(plan, o.device_memory_limit), st.load);
+  m.weight_streaming =
+      model::with_load(model::weight_streaming_of(plan, o.device_memory_limit), st.load);
   return o.compare_resident ? step_comparison_report(st.c, st.layout, m, resident)
                             : step_report(st.c, st.layout, m);
 }
@@ -369,8 +361,8 @@ nlohmann::json run_sample_bench(const StepBenchOptions& o) {
   j["cuda_graph"] = o.cuda_graph && session.graph_enabled();
   j["setup"] = {{"model_seconds", st.model_s}, {"session_ms", session_ms}};
   j["per_step"] = per_step;
-  j["weight_streaming"] =
-      to_json(with_load(model::weight_streaming_of(streaming, o.device_memory_limit), st.load));
+  j["weight_streaming"] = to_json(
+      model::with_load(model::weight_streaming_of(streaming, o.device_memory_limit), st.load));
   std::vector<double> ms;
   for (const auto& s : rep.stages) ms.push_back(s.step_total() * 1e3);
   run_t.step_ms = median(ms);

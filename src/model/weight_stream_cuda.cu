@@ -9,6 +9,23 @@
 #include "model/weight_stream_cuda.h"
 
 namespace h3rt::model {
+
+LoadMeter::LoadMeter() {
+  cuda::default_arena().release_cached();
+  base_ = cuda::default_arena().stats().current_reserved;
+  cuda::default_arena().reset_peak();
+}
+
+int64_t LoadMeter::peak() const {
+  return cuda::default_arena().stats().peak_reserved - base_;
+}
+
+WeightStreaming with_load(WeightStreaming w, const WeightStreaming& load) {
+  w.streamed_at_load = load.streamed_at_load;
+  w.load_peak_device_bytes = load.load_peak_device_bytes;
+  w.caller_device_bytes = load.caller_device_bytes;
+  return w;
+}
 namespace {
 
 // The weight matrix a linear computes with (one of w, w8, wi8, w4), or null.
@@ -41,8 +58,8 @@ int64_t linear_bytes(const DeviceLinear& l) {
 }
 
 int64_t block_bytes(const DeviceBlock& b) {
-  int64_t n = held_bytes(b.norm1) + held_bytes(b.norm2) + held_bytes(b.q_norm) +
-              held_bytes(b.k_norm);
+  int64_t n =
+      held_bytes(b.norm1) + held_bytes(b.norm2) + held_bytes(b.q_norm) + held_bytes(b.k_norm);
   for (const DeviceLinear* l : {&b.qkv, &b.out, &b.fc1, &b.fc2, &b.adaln}) n += linear_bytes(*l);
   return n;
 }

@@ -63,6 +63,22 @@ class BlockImageWriter {
   std::vector<bool> written_;
 };
 
+// The device peak of one load: the default arena's reserved bytes above what it held when the
+// meter was made, its cache given back first (so the figure is this load's alone, not an earlier
+// model's leftovers): the reports' weight_streaming.load_peak_device_bytes.
+class LoadMeter {
+ public:
+  LoadMeter();
+  int64_t peak() const;
+
+ private:
+  int64_t base_ = 0;
+};
+
+// `w` (a forward's plan) with the load's fields of `load` (streamed_at_load,
+// load_peak_device_bytes, caller_device_bytes).
+WeightStreaming with_load(WeightStreaming w, const WeightStreaming& load);
+
 // Moves the blocks' streamed tensors to pinned host memory (once; a no-op when streamed).
 // Throws when the blocks store their linears differently (one slot layout serves all).
 void stream_block_weights(DeviceModel& m);

@@ -24,8 +24,7 @@ namespace {
 
 class CpuDenoiser : public Denoiser {
  public:
-  CpuDenoiser(H3Model m, Precision p, int fp8_dynamic, CheckFinite check,
-              LoraMergeReport lora = {})
+  CpuDenoiser(H3Model m, Precision p, int fp8_dynamic, CheckFinite check, LoraMergeReport lora = {})
       : model_(std::move(m)), precision_(p) {
     fp8_dynamic_layers_ = fp8_dynamic;
     check_finite_ = check;
@@ -51,29 +50,6 @@ class CpuDenoiser : public Denoiser {
 };
 
 #ifdef H3RT_HAVE_CUDA
-// `w` with the load's fields of `load`.
-WeightStreaming with_load(WeightStreaming w, const WeightStreaming& load) {
-  w.streamed_at_load = load.streamed_at_load;
-  w.load_peak_device_bytes = load.load_peak_device_bytes;
-  w.caller_device_bytes = load.caller_device_bytes;
-  return w;
-}
-
-// The load's device peak: the arena's reserved bytes above what it held when the load began
-// (its cache given back first, so the figure is this load's, not an earlier model's leftovers).
-class LoadMeter {
- public:
-  LoadMeter() {
-    cuda::default_arena().release_cached();
-    base_ = cuda::default_arena().stats().current_reserved;
-    cuda::default_arena().reset_peak();
-  }
-  int64_t peak() const { return cuda::default_arena().stats().peak_reserved - base_; }
-
- private:
-  int64_t base_ = 0;
-};
-
 // Under a limit, the load's plan (model/weight_stream_plan.h, plan_load); none without one.
 std::optional<model::LoadPlan> load_plan(const H3Config& c, const model::BlockStorage& blocks,
                                          const model::BlockStorage& refiner,
@@ -85,7 +61,7 @@ std::optional<model::LoadPlan> load_plan(const H3Config& c, const model::BlockSt
 
 // The weight_streaming report of a model as loaded (the first forward's plan adds the rest).
 WeightStreaming load_report(const model::DeviceModel& m, const std::optional<model::LoadPlan>& lp,
-                            const DenoiserOptions& o, const LoadMeter& meter) {
+                            const DenoiserOptions& o, const model::LoadMeter& meter) {
   WeightStreaming w;
   if (m.streamed) w = model::weight_streaming_of(lp->plan, o.device_memory_limit);
   w.limit = o.device_memory_limit;
@@ -174,7 +150,7 @@ class CudaDenoiser : public Denoiser {
     if (limit_ == 0 && !model_.streamed) return;
     const model::WeightStreamPlan p = model::apply_weight_streaming(
         model_, layout, limit_, options_.attention == ops::AttentionKernel::sage_8bit);
-    streaming_ = with_load(model::weight_streaming_of(p, limit_), streaming_);
+    streaming_ = model::with_load(model::weight_streaming_of(p, limit_), streaming_);
   }
 
   model::DeviceModel model_;  // outlives session_ (declared first)
@@ -269,7 +245,7 @@ std::unique_ptr<Denoiser> place(H3Model m, const DenoiserOptions& o) {
     return std::make_unique<CpuDenoiser>(std::move(m), precision_for(o), fp8_dynamic,
                                          o.check_finite, std::move(lora));
 #ifdef H3RT_HAVE_CUDA
-  const LoadMeter meter;
+  const model::LoadMeter meter;
   std::optional<model::LoadPlan> lp;
   model::DeviceModel d = upload_for(m, o, lp);
   const WeightStreaming load = load_report(d, lp, o, meter);
@@ -332,7 +308,7 @@ std::unique_ptr<Denoiser> Denoiser::create(const ModelSource& s, const DenoiserO
     const std::optional<H3Config> config = config_preset(s.preset);
     H3RT_CHECK(config, "unknown preset '", s.preset, "' (tiny or h3)");
     const int group = synthetic_int8_group(*config, o.int8_group);
-    const LoadMeter meter;
+    const model::LoadMeter meter;
     std::optional<model::LoadPlan> lp =
         load_plan(*config, model::synthetic_block_storage(*config, o.synthetic_gemm),
                   model::synthetic_block_storage(*config, SyntheticGemm::bf16), o);

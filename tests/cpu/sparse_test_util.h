@@ -50,4 +50,18 @@ inline Request check_request(const H3Config& c) {
   return make_request(c, r);
 }
 
+// The sparse-check loop tests' options: 4 steps, the first dense, then sparse at tau 0.5 in every
+// block (no band), checked on the first sparse step and every `every`-th after it.
+inline SampleOptions check_options(int every, double bound) {
+  SampleOptions o;
+  o.steps = 4;
+  o.hybrid.sparse.tau = 0.5f;
+  o.hybrid.sparse.band = 0;
+  o.hybrid.sparse.dense_blocks = 0;
+  o.hybrid.dense_steps = 1;
+  o.hybrid.check.every = every;
+  o.hybrid.check.bound = bound;
+  return o;
+}
+
 }  // namespace h3rt::test

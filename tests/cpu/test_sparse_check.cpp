@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "dense_twin.h"
 #include "h3rt/hybrid.h"
 #include "h3rt/pipeline.h"
 #include "h3rt/quality.h"
@@ -19,7 +20,6 @@
 #include "ops/attention/attention.h"
 #include "ops/attention_sparse/router.h"
 #include "pipeline/resume.h"
-#include "dense_twin.h"
 #include "sparse_test_util.h"
 #include "test_util.h"
 
@@ -276,18 +276,6 @@ TEST(SparseCheckState, RecordTurnsHeadsAtOrAboveTheBoundDense) {
 
 // ---- the sampling loop on the CPU (tiny preset) ----
 
-SampleOptions check_options(int every, double bound) {
-  SampleOptions o;
-  o.steps = 4;
-  o.hybrid.sparse.tau = 0.5f;
-  o.hybrid.sparse.band = 0;
-  o.hybrid.sparse.dense_blocks = 0;
-  o.hybrid.dense_steps = 1;
-  o.hybrid.check.every = every;
-  o.hybrid.check.bound = bound;
-  return o;
-}
-
 void expect_same(const SampleResult& a, const SampleResult& b, const std::string& what) {
   test::expect_same_bits(a.video_latents, b.video_latents, what + " video");
   test::expect_same_bits(a.audio_latents, b.audio_latents, what + " audio");
@@ -302,10 +290,10 @@ std::string checks(const SampleResult& r) {
 TEST(SparseCheckSample, OffAndUnreachedBoundChangeNoBit) {
   auto d = Denoiser::create(ModelSource{});
   const Request req = test::check_request(d->config());
-  const SampleResult plain = sample(*d, req, check_options(0, 0.05));
+  const SampleResult plain = sample(*d, req, test::check_options(0, 0.05));
   EXPECT_EQ(checks(plain), "dsss");
   for (int i = 1; i < 4; ++i) EXPECT_LT(plain.hybrid_steps[i].sparse_fraction, 1.0) << i;
-  const SampleResult measured = sample(*d, req, check_options(2, 100));
+  const SampleResult measured = sample(*d, req, test::check_options(2, 100));
   EXPECT_EQ(checks(measured), "dCsC");
   expect_same(measured, plain, "bound 100");
   const SparseCheckRecord& r = measured.hybrid_steps[1].check;
@@ -317,10 +305,10 @@ TEST(SparseCheckSample, OffAndUnreachedBoundChangeNoBit) {
   EXPECT_TRUE(r.turned_dense.empty());
   EXPECT_EQ(r.dense_heads, 0);
   // Seeded: the same run records the same errors; another seed samples other tiles.
-  const SampleResult again = sample(*d, req, check_options(2, 100));
+  const SampleResult again = sample(*d, req, test::check_options(2, 100));
   EXPECT_EQ(again.hybrid_steps[1].check.rel_l1, r.rel_l1);
   EXPECT_EQ(again.hybrid_steps[3].check.rel_l1, measured.hybrid_steps[3].check.rel_l1);
-  SampleOptions other = check_options(2, 100);
+  SampleOptions other = test::check_options(2, 100);
   other.noise_seed += 1;
   EXPECT_NE(sample(*d, req, other).hybrid_steps[1].check.rel_l1, r.rel_l1);
 }
@@ -328,7 +316,7 @@ TEST(SparseCheckSample, OffAndUnreachedBoundChangeNoBit) {
 TEST(SparseCheckSample, BoundZeroTurnsEveryHeadDenseThenTheForwardIsDense) {
   test::DenseTwin d;
   const Request req = test::check_request(d.config());
-  const SampleResult r = sample(d, req, check_options(10, 0.0));
+  const SampleResult r = sample(d, req, test::check_options(10, 0.0));
   EXPECT_EQ(checks(r), "dCss");
   const SparseCheckRecord& k = r.hybrid_steps[1].check;
   const int64_t pairs = d.config().layers * d.config().heads;
@@ -340,7 +328,7 @@ TEST(SparseCheckSample, BoundZeroTurnsEveryHeadDenseThenTheForwardIsDense) {
   EXPECT_EQ(r.hybrid_steps[2].sparse_fraction, 1.0);
   EXPECT_EQ(r.hybrid_steps[3].sparse_fraction, 1.0);
   // The report's per-step entry.
-  SampleOptions o = check_options(10, 0.0);
+  SampleOptions o = test::check_options(10, 0.0);
   const nlohmann::json j = hybrid_report(o, r);
   EXPECT_EQ(j["sparse_attention"]["check"]["every"], 10);
   EXPECT_EQ(j["sparse_attention"]["check"]["check_steps"], 1);
@@ -359,12 +347,12 @@ TEST(SparseCheckSample, BoundZeroTurnsEveryHeadDenseThenTheForwardIsDense) {
 TEST(SparseCheckSample, HeadsAboveTheBoundTurnDenseOthersStaySparse) {
   auto d = Denoiser::create(ModelSource{});
   const Request req = test::check_request(d->config());
-  const SampleResult probe = sample(*d, req, check_options(10, 100));
+  const SampleResult probe = sample(*d, req, test::check_options(10, 100));
   std::vector<double> e = probe.hybrid_steps[1].check.rel_l1;
   std::sort(e.begin(), e.end());
   ASSERT_LT(e.front(), e.back());
   const double bound = e[e.size() / 2];  // the upper half turns dense
-  const SampleResult r = sample(*d, req, check_options(10, bound));
+  const SampleResult r = sample(*d, req, test::check_options(10, bound));
   const SparseCheckRecord& k = r.hybrid_steps[1].check;
   EXPECT_EQ(k.rel_l1, probe.hybrid_steps[1].check.rel_l1) << "the same measurement";
   std::vector<int64_t> want;
@@ -385,9 +373,9 @@ TEST(SparseCheckSample, ResumeKeyNamesTheCheckOnlyWhenOn) {
       if (k == "sparse_attention") return v;
     return std::string("absent");
   };
-  const std::string off = key(check_options(0, 0.05));
+  const std::string off = key(test::check_options(0, 0.05));
   EXPECT_EQ(off.find("check"), std::string::npos) << off;
-  const std::string on = key(check_options(5, 0.25));
+  const std::string on = key(test::check_options(5, 0.25));
   EXPECT_EQ(on, off + ", check every 5 bound 0.25 tiles 4");
 }
 

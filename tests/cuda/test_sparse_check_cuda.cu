@@ -180,18 +180,6 @@ test::DenseTwin* dense_twin(bool graphs) {
   return new test::DenseTwin(o);
 }
 
-SampleOptions check_options(int steps, int every, double bound) {
-  SampleOptions o;
-  o.steps = steps;
-  o.hybrid.sparse.tau = 0.5f;
-  o.hybrid.sparse.band = 0;
-  o.hybrid.sparse.dense_blocks = 0;
-  o.hybrid.dense_steps = 1;
-  o.hybrid.check.every = every;
-  o.hybrid.check.bound = bound;
-  return o;
-}
-
 TEST(SparseCheckCuda, BoundZeroRunIsDenseFromTheTurnOnWithGraphs) {
   H3RT_REQUIRE_SAGE();
   for (bool graphs : {false, true}) {
@@ -200,12 +188,12 @@ TEST(SparseCheckCuda, BoundZeroRunIsDenseFromTheTurnOnWithGraphs) {
     test::DenseTwin& d = *twin;
     const Request req = test::check_request(d.config());
     // Run 1, no check: its sparse steps capture the sparse graph (flags all zero).
-    const SampleResult plain = sample(d, req, check_options(4, 0, 0.05));
+    const SampleResult plain = sample(d, req, test::check_options(0, 0.05));
     EXPECT_EQ(d.same, (std::vector<bool>{true, false, false, false}));
     // Run 2, bound 0: step 1 checks (eagerly) and turns every head dense; steps 2 and 3 replay
     // the graph captured in run 1, reading the new flags: the dense bits.
     d.same.clear();
-    const SampleResult checked = sample(d, req, check_options(4, 10, 0.0));
+    const SampleResult checked = sample(d, req, test::check_options(10, 0.0));
     EXPECT_EQ(d.same, (std::vector<bool>{true, false, true, true}));
     const SparseCheckRecord& k = checked.hybrid_steps[1].check;
     ASSERT_TRUE(k.checked);
@@ -216,11 +204,11 @@ TEST(SparseCheckCuda, BoundZeroRunIsDenseFromTheTurnOnWithGraphs) {
     EXPECT_EQ(checked.hybrid_steps[2].sparse_fraction, 1.0);
     // Run 3, no check again: the flags go back to zero, the plain run's bits.
     d.same.clear();
-    const SampleResult again = sample(d, req, check_options(4, 0, 0.05));
+    const SampleResult again = sample(d, req, test::check_options(0, 0.05));
     test::expect_same_bits(again.video_latents, plain.video_latents, "run 3 video");
     test::expect_same_bits(again.audio_latents, plain.audio_latents, "run 3 audio");
     // A bound no head reaches: measured, nothing changes.
-    const SampleResult unreached = sample(d, req, check_options(4, 2, 100.0));
+    const SampleResult unreached = sample(d, req, test::check_options(2, 100.0));
     EXPECT_TRUE(unreached.hybrid_steps[1].check.checked && unreached.hybrid_steps[3].check.checked);
     EXPECT_EQ(unreached.hybrid_steps[3].check.dense_heads, 0);
     test::expect_same_bits(unreached.video_latents, plain.video_latents, "bound 100 video");
