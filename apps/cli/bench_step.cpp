@@ -22,7 +22,7 @@ struct Opts {
   int64_t width = 0, height = 0, frames = 0;
   uint64_t seed = 440420, weights_seed = 0;
   std::string device_memory_limit = "0";
-  bool compare_resident = false;
+  bool compare_resident = false, device_io = false;
 };
 
 void add_common(CLI::App* cmd, Opts& o) {
@@ -104,6 +104,7 @@ bench::StepBenchOptions to_bench(const Opts& o) {
   b.weights_seed = o.weights_seed;
   b.device_memory_limit = parse_memory_size(o.device_memory_limit, "--device-memory-limit");
   b.compare_resident = o.compare_resident;
+  b.device_io = o.device_io;
   return b;
 }
 #endif
@@ -135,6 +136,17 @@ void add_bench_step_command(CLI::App& bench) {
                  "(a model loaded whole, freed after), then under the limit; the report adds "
                  "the resident run under \"resident\" (its load peak too) and the step time "
                  "ratios and bit identity under \"streamed_vs_resident\"");
+  step->add_flag("--device-io", o->device_io,
+                 "Then (the bench's model freed) load the model as h3rt.preset(..., "
+                 "device=\"cuda\") does and time the Python module's device forward of CUDA "
+                 "latents, in C++: per call the strided_copy patchify into new device rows, "
+                 "forward_request into new device velocity rows on the legacy default stream, "
+                 "the unpatchify into output latents allocated once; sigma 0.7, the text "
+                 "unchanged, 3 untimed calls, then --reps calls back to back, timed as "
+                 "tools/device/py_overhead.py times the Python call. The report adds "
+                 "\"device_io\": forward_ms_per_call_wall (one device sync after the calls, "
+                 "divided by them), forward_ms_p50_gpu (CUDA events around each call) and "
+                 "forward_ms_p50_host (the call's return time)");
   step->callback([o] {
 #ifdef H3RT_HAVE_CUDA
     check_outputs(*o);

@@ -1,11 +1,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "bench/block_report.h"
+#include "bench/device_io_forward.h"
 #include "bench/launch_count.h"
 #include "bench/step_bench.h"
 #include "bench/step_report.h"
@@ -15,6 +17,7 @@
 #include "h3rt/formats.h"
 #include "h3rt/memory.h"
 #include "h3rt/model.h"
+#include "h3rt/pipeline.h"
 #include "h3rt/report.h"
 #include "h3rt/sampler.h"
 #include "model/block_cuda.h"
@@ -255,6 +258,73 @@ StepMeasurements measure_steps(const StepBenchOptions& o, Setup& st) {
   return m;
 }
 
+// --device-io: the Denoiser h3rt.preset(preset, device="cuda", ...) loads, with the same options.
+std::unique_ptr<Denoiser> python_denoiser(const StepBenchOptions& o) {
+  DenoiserOptions d;
+  d.device = Device::cuda;
+  d.attention = o.sage_attention ? Attention::sage : Attention::bf16;
+  d.synthetic_gemm = o.fp8               ? SyntheticGemm::fp8
+                     : o.nvfp4           ? SyntheticGemm::nvfp4
+                     : o.int8_group >= 0 ? SyntheticGemm::int8
+                                         : SyntheticGemm::bf16;
+  d.int8_group = o.int8_group;
+  d.device_memory_limit = o.device_memory_limit;
+  ModelSource src;
+  src.preset = o.preset;
+  src.weights_seed = o.weights_seed;
+  return Denoiser::create(src, d);
+}
+
+// tools/device/py_overhead.py's timed(): 3 untimed calls (eager, capture, replay), then `reps`
+// calls back to back with CUDA events around each on the call's stream and one device sync at
+// the end. The stream is the legacy default stream, torch's current stream unless a script
+// sets another. `r`: the bench's request (layout, noise rows, stand-in text).
+nlohmann::json measure_device_io(const StepBenchOptions& o, const Request& r) {
+  std::fprintf(stderr, "bench step: --device-io: loading the model as h3rt.preset does\n");
+  const std::unique_ptr<Denoiser> d = python_denoiser(o);
+  constexpr uintptr_t kStream = 0;
+  constexpr float kSigma = 0.7f;  // py_overhead.py's
+  const auto s = reinterpret_cast<cudaStream_t>(kStream);
+  const DeviceLatents in = upload_latents(d->config(), r, kStream);
+  const DeviceLatents out = device_latents(d->config(), r.layout, kStream);
+  auto call = [&] { device_io_forward(*d, r, kSigma, in, out, kStream); };
+  for (int w = 0; w < 3; ++w) call();
+  H3RT_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<cudaEvent_t> ev(2 * o.reps);
+  for (cudaEvent_t& e : ev) H3RT_CUDA_CHECK(cudaEventCreate(&e));
+  std::vector<double> host_ms, gpu_ms;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < o.reps; ++i) {
+    H3RT_CUDA_CHECK(cudaEventRecord(ev[2 * i], s));
+    const auto h0 = Clock::now();
+    call();
+    host_ms.push_back(seconds_since(h0) * 1e3);
+    H3RT_CUDA_CHECK(cudaEventRecord(ev[2 * i + 1], s));
+  }
+  H3RT_CUDA_CHECK(cudaDeviceSynchronize());
+  const double wall_ms = seconds_since(t0) * 1e3 / o.reps;
+  for (int i = 0; i < o.reps; ++i) {
+    float ms = 0;
+    H3RT_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
+    gpu_ms.push_back(ms);
+  }
+  for (cudaEvent_t e : ev) H3RT_CUDA_CHECK(cudaEventDestroy(e));
+  std::fprintf(stderr,
+               "bench step: device-io forward (the Python module's CUDA-latents path in C++): "
+               "%.4f ms per call (wall, %d calls), GPU p50 %.4f ms, host p50 %.4f ms\n",
+               wall_ms, o.reps, median(gpu_ms), median(host_ms));
+  return {{"entry",
+           "forward_request with EvalOptions::device on ComfyUI-layout CUDA latents, patchify "
+           "and unpatchify by strided_copy (Python's forward_latents with CUDA tensors, out=)"},
+          {"stream", "legacy default"},
+          {"sigma", kSigma},
+          {"calls", o.reps},
+          {"warmup_calls", 3},
+          {"forward_ms_per_call_wall", wall_ms},
+          {"forward_ms_p50_gpu", median(gpu_ms)},
+          {"forward_ms_p50_host", median(host_ms)}};
+}
+
 }  // namespace
 
 nlohmann::json run_step_bench(const StepBenchOptions& o) {
@@ -273,8 +343,17 @@ nlohmann::json run_step_bench(const StepBenchOptions& o) {
   StepMeasurements m = measure_steps(o, st);
   m.weight_streaming =
       model::with_load(model::weight_streaming_of(plan, o.device_memory_limit), st.load);
-  return o.compare_resident ? step_comparison_report(st.c, st.layout, m, resident)
-                            : step_report(st.c, st.layout, m);
+  nlohmann::json j = o.compare_resident ? step_comparison_report(st.c, st.layout, m, resident)
+                                        : step_report(st.c, st.layout, m);
+  if (!o.device_io) return j;
+  Request r;  // the same request; the bench's model goes before the Denoiser loads its own
+  r.layout = st.layout;
+  r.video_rows = std::move(st.noise.video_rows);
+  r.audio_rows = std::move(st.noise.audio_rows);
+  r.text = std::move(st.text);
+  st.dev = {};
+  j["device_io"] = measure_device_io(o, r);
+  return j;
 }
 
 nlohmann::json run_sample_bench(const StepBenchOptions& o) {

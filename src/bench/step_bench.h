@@ -16,6 +16,10 @@
 // at all (the blocks go to pinned memory as they are made; load_peak_device_bytes); the report's
 // "weight_streaming" says how, and step's eager steps time the copies and the compute stream's
 // waits for them.
+// step with device_io: then, the bench's model freed, the Denoiser the Python module loads for
+// the preset (h3rt.preset(..., device="cuda")) runs the Python module's device forward of CUDA
+// latents in C++ (device_io_forward.h) `reps` times back to back at sigma 0.7 with the text
+// unchanged, timed as tools/device/py_overhead.py times the Python call; JSON "device_io".
 #pragma once
 
 #include <cstdint>
@@ -41,6 +45,7 @@ struct StepBenchOptions {
   // limit loads, in one run (the ratio, both loads' peaks).
   int64_t device_memory_limit = 0;
   bool compare_resident = false;
+  bool device_io = false;  // step: also time the device-io forward (above)
 };
 
 nlohmann::json run_step_bench(const StepBenchOptions& o);

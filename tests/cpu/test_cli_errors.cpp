@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "h3rt/device.h"
 #include "test_util.h"
 
 namespace h3rt {
@@ -125,6 +126,24 @@ TEST(CliErrors, GpuVerbsOfACpuBuild) {
     if (verb.rfind("bench ", 0) == 0 && verb != "bench compare") expect_error(verb, "CUDA");
 }
 #endif
+
+// bench step --device-io (the C++ figure of tools/device/py_overhead.py): --help says what it
+// times and the report keys it adds; without a CUDA device (a CPU build, or a CUDA build on a
+// machine without a GPU) it fails naming the need, before any work.
+TEST(CliErrors, BenchStepDeviceIo) {
+  const CliRun help = run_cli("bench step --help", false);
+  ASSERT_EQ(help.status, 0) << help.output;
+  for (const char* key : {"--device-io", "forward_request", "forward_ms_per_call_wall",
+                          "forward_ms_p50_gpu", "forward_ms_p50_host"})
+    EXPECT_NE(help.output.find(key), std::string::npos) << key << " not in:\n" << help.output;
+  if (cuda_current_device() >= 0) GTEST_SKIP() << "a CUDA device is present: the bench would run";
+#ifdef H3RT_HAVE_CUDA
+  expect_error("bench step --preset tiny --device-io --out " + tmp("d.json"),
+               "bench step needs a CUDA device; none was found");
+#else
+  expect_error("bench step --preset tiny --device-io", "built without CUDA");
+#endif
+}
 
 TEST(CliErrors, BadOptionValues) {
   expect_error("sample --steps 0", "--steps must be in [1, 1000], got 0");

@@ -1,7 +1,8 @@
 // Device-memory forwards (ForwardInputs::device) and the strided copies the Python package uses
 // around them: the kernel gives the host reference's bits; a device forward on a non-default
 // stream (eager, then graph-captured and replayed) gives the host forward's bits, reads the rows
-// the caller's stream wrote just before the call, and the host forwards after it still match.
+// the caller's stream wrote just before the call, and the host forwards after it still match;
+// `bench step --device-io`'s timed call (the Python module's CUDA-latents path) gives them too.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "../cpu/golden_inputs.h"
+#include "bench/device_io_forward.h"
 #include "cuda_test_util.h"
 #include "h3rt/device.h"
 #include "h3rt/h3rt.h"
@@ -192,6 +194,65 @@ TEST(DeviceForward, ChecksNonFiniteRowsOnTheDevice) {
   } catch (const NonFinite& e) {
     EXPECT_NE(std::string(e.what()).find("packed input"), std::string::npos) << e.what();
   }
+}
+
+// The host velocity rows of `v` as ComfyUI-layout latents (the host strided copy, the reference
+// of the device one): video [1, C, T, H, W] then audio [1, Ca, 2, N], concatenated.
+std::vector<float> host_latents(const H3Config& c, const SequenceLayout& l, ForwardOutputs& v) {
+  const int64_t nv = c.in_channels * l.frames * l.height * l.width;
+  std::vector<float> out(nv + 2 * l.audio_len * c.audio_channels);
+  const Tensor video(out.data(), DType::f32, {1, c.in_channels, l.frames, l.height, l.width},
+                     nullptr, Device::cpu),
+      audio(out.data() + nv, DType::f32, {1, c.audio_channels, 2, l.audio_len}, nullptr,
+            Device::cpu);
+  const Tensor vrows(v.video_velocity.data(), DType::f32,
+                     {l.frames, l.height / 2, l.width / 2, c.in_channels, 2, 2}, nullptr,
+                     Device::cpu),
+      arows(v.audio_velocity.data(), DType::f32, {2, l.audio_len, c.audio_channels}, nullptr,
+            Device::cpu);
+  copy_strided(video_rows_view(video), vrows);
+  copy_strided(comfy_audio_rows_view(audio), arows);
+  return out;
+}
+
+// bench step --device-io times bench::device_io_forward: on the tiny preset (as Python's
+// h3rt.preset("tiny", device="cuda")) its output latents are the host forward's velocities
+// (forward_request on host rows, unpatchified on the host) bit for bit, on a caller's stream,
+// eager, captured and replayed, the outputs poisoned before each call.
+TEST(DeviceForward, BenchDeviceIoForwardGivesTheHostBits) {
+  H3RT_REQUIRE_GPU();
+  DenoiserOptions o;
+  o.device = Device::cuda;
+  auto d = Denoiser::create(ModelSource{}, o);  // the tiny preset, synthetic weights seed 0
+  const H3Config& c = d->config();
+  const Request r = make_request(c, RequestOptions{});
+  constexpr float kSigma = 0.7f;
+  ForwardOutputs host = forward_request(*d, r, kSigma);
+  const std::vector<float> want = host_latents(c, r.layout, host);
+  cudaStream_t s;
+  H3RT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const auto su = reinterpret_cast<uintptr_t>(s);
+  {  // the latents are freed on `s`, before it goes
+    const bench::DeviceLatents in = bench::upload_latents(c, r, su);
+    const bench::DeviceLatents out = bench::device_latents(c, r.layout, su);
+    const int64_t nv = out.video.numel();
+    for (int call = 0; call < 4; ++call) {  // eager, capture, replays
+      H3RT_CUDA_CHECK(cudaMemsetAsync(out.video.data(), 0xff, out.video.nbytes(), s));
+      H3RT_CUDA_CHECK(cudaMemsetAsync(out.audio.data(), 0xff, out.audio.nbytes(), s));
+      bench::device_io_forward(*d, r, kSigma, in, out, su);
+      std::vector<float> got(want.size());
+      H3RT_CUDA_CHECK(cudaMemcpyAsync(got.data(), out.video.data(), out.video.nbytes(),
+                                      cudaMemcpyDeviceToHost, s));
+      H3RT_CUDA_CHECK(cudaMemcpyAsync(got.data() + nv, out.audio.data(), out.audio.nbytes(),
+                                      cudaMemcpyDeviceToHost, s));
+      H3RT_CUDA_CHECK(cudaStreamSynchronize(s));
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), nv * 4), 0) << "video, call " << call;
+      EXPECT_EQ(std::memcmp(got.data() + nv, want.data() + nv, (want.size() - nv) * 4), 0)
+          << "audio, call " << call;
+    }
+  }
+  H3RT_CUDA_CHECK(cudaStreamSynchronize(s));
+  H3RT_CUDA_CHECK(cudaStreamDestroy(s));
 }
 
 }  // namespace

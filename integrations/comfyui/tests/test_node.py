@@ -152,6 +152,23 @@ class DeviceArray(np.ndarray):
         return self.astype(dtype).view(DeviceArray)
 
 
+class DeviceContext(DeviceArray):
+    """A CUDA context stand-in the node may copy to the host (torch's float().cpu().contiguous()
+    .numpy(), counted) and clone on the device."""
+    copies = 0
+
+    def float(self):
+        return self
+
+    def cpu(self):
+        DeviceContext.copies += 1
+        host = np.array(self, np.float32)
+        return types.SimpleNamespace(contiguous=lambda: types.SimpleNamespace(numpy=lambda: host))
+
+    def clone(self):
+        return np.array(self, copy=True).view(DeviceContext)
+
+
 class CudaEngine(FakeEngine):
     """A CUDA h3rt engine: device forwards return float32 CUDA arrays."""
     device, precision = "NVIDIA H200 (sm_90)", "bf16"
@@ -266,14 +283,67 @@ def test_cuda_engine_takes_device_latents_without_host_copies():
     _, out, wrapper = patched(loader, device="cuda")
     x, ts, ctx = inputs(dtype=np.float16)
     x = [a.view(DeviceArray) for a in x]
-    ctx = ctx.view(DeviceArray)
+    ctx = ctx.view(DeviceContext)
     res = sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
     (video, audio, _, text, _), = loader.engine.calls
-    assert video is x[0] and audio is x[1] and text is ctx  # as ComfyUI holds them
+    assert video is x[0] and audio is x[1]  # as ComfyUI holds them
+    assert type(text) is np.ndarray and text.dtype == np.float32  # h3rt reads text on the host
+    np.testing.assert_array_equal(text, ctx.astype(np.float32))
     assert wrapper.calls == {"h3rt": 1, "comfyui": 0}
     for r, a, k in zip(res, x, (2.0, 3.0)):
         assert isinstance(r, DeviceArray) and r.dtype == np.float16 and r.shape == a.shape
         np.testing.assert_array_equal(r, (-k * a.astype(np.float32)).astype(np.float16))
+
+
+def test_unchanged_cuda_context_is_copied_to_the_host_once():
+    loader = Loader(CudaEngine())
+    _, out, wrapper = patched(loader, device="cuda")
+    x, ts, cond = inputs(seed=1)
+    uncond = inputs(seed=2)[2]
+    x = [a.view(DeviceArray) for a in x]
+    DeviceContext.copies = 0
+
+    def call(ctx):  # a new tensor each call, as ComfyUI rebuilds the context every step
+        sample_call(out, x, ts, np.array(ctx, copy=True).view(DeviceContext),
+                    minimax_payload=t2va_payload())
+        text = loader.engine.calls[-1][3]
+        np.testing.assert_array_equal(text, np.asarray(ctx, np.float32))
+        return text
+
+    texts = [call(c) for c in (cond, uncond) * 3]  # CFG: cond and uncond alternate
+    assert DeviceContext.copies == 2 and wrapper.host_text.copies == 2
+    assert all(t is texts[0] for t in texts[::2]) and all(t is texts[1] for t in texts[1::2])
+    changed = cond.copy()
+    changed[0, 3, 5] += 1.0  # one value: a new prompt
+    call(changed)
+    assert DeviceContext.copies == 3
+    same = np.array(changed, copy=True).view(DeviceContext)
+    sample_call(out, x, ts, same, minimax_payload=t2va_payload())
+    same[0, 0, 0] = 7.0  # the same tensor changed in place: compared by value, copied again
+    sample_call(out, x, ts, same, minimax_payload=t2va_payload())
+    assert DeviceContext.copies == 4
+    np.testing.assert_array_equal(loader.engine.calls[-1][3], np.asarray(same, np.float32))
+    assert wrapper.calls == {"h3rt": 9, "comfyui": 0}
+
+
+def test_host_text_compares_torch_tensors_by_value():
+    torch = pytest.importorskip("torch")
+    h = h3rt_node.HostText()
+    a = torch.randn(1, 12, 64).to(torch.bfloat16)
+    first = h.get(a)
+    assert first.dtype == np.float32 and h.copies == 1
+    np.testing.assert_array_equal(first, a.float().numpy())
+    assert h.get(a.clone()) is first and h.copies == 1  # equal values: the same host copy
+    b = a.clone()
+    b[0, 0, 0] += 1
+    assert h.get(b) is not first and h.copies == 2
+    assert h.get(a) is first and h.copies == 2  # two kept: cond and uncond
+    assert h.get(a.float()) is not first and h.copies == 3  # another dtype: copied
+    n = a.clone()
+    n[0, 1, 1] = float("nan")
+    h.get(n)
+    h.get(n)
+    assert h.copies == 5  # NaN never equals itself: copied every time
 
 
 def test_full_masks_and_outer_wrappers_still_run_in_h3rt():
