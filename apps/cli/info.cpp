@@ -66,12 +66,14 @@ std::string layer_group(const std::string& layer) {
   return "input, time and output layers";
 }
 
-// How a layer of `label`'s format runs, on the CUDA backend and on the CPU reference.
-std::string runs_with(const std::string& label, bool projection, bool input_scale) {
+// How a layer of `label`'s format runs, on the CUDA backend and on the CPU reference
+// (`w8a8`: a layer whose int8 weight the CUDA upload keeps: a block projection or a full-form
+// AdaLN layer).
+std::string runs_with(const std::string& label, bool projection, bool w8a8, bool input_scale) {
   if (label.rfind("int8", 0) == 0)
-    return projection ? "CUDA: int8 W8A8 GEMM (activation rotated and quantized per call); CPU: "
-                        "exact W8A8 reference"
-                      : "CUDA: dequantized to bf16; CPU: exact W8A8 reference";
+    return w8a8 ? "CUDA: int8 W8A8 GEMM (activation rotated and quantized per call); CPU: "
+                  "exact W8A8 reference"
+                : "CUDA: dequantized to bf16; CPU: exact W8A8 reference";
   if (label == "nvfp4")
     return projection ? "CUDA: NVFP4 W4A4 (Hopper: exact dequantize + cuBLASLt bf16; Blackwell: "
                         "block-scaled cuBLASLt, never run here); CPU: W4A4 reference"
@@ -90,10 +92,11 @@ void print_layer_groups(const H3Config& c, const model::TensorSource& src) {
     const std::string layer = spec.key.substr(0, spec.key.size() - 7), group = layer_group(layer);
     const std::string label = model::linear_format_label(src, layer);
     ++groups[group][label];
-    how[group + "|" + label] = runs_with(
-        label,
-        spec.key.find(".attn.") != std::string::npos || spec.key.find(".mlp.") != std::string::npos,
-        src.count(layer + ".input_scale") > 0);
+    const bool projection =
+        spec.key.find(".attn.") != std::string::npos || spec.key.find(".mlp.") != std::string::npos;
+    const bool adaln = !c.adaln_curve() && layer.find("adaln_proj") != std::string::npos;
+    how[group + "|" + label] =
+        runs_with(label, projection, projection || adaln, src.count(layer + ".input_scale") > 0);
   }
   std::printf("layer groups:\n");
   for (const auto& [group, labels] : groups)
@@ -110,7 +113,11 @@ model::BlockStorage cuda_storage(const H3Config& c, const model::TensorSource& s
   if (label == "nvfp4") s = model::LinearStorage::nvfp4;
   if (label == "fp8_scaled" && src.count("blocks.0.attn.qkv_proj.input_scale"))
     s = model::LinearStorage::fp8;
-  return model::uniform_storage(c, s);
+  model::BlockStorage st = model::uniform_storage(c, s);
+  if (!c.adaln_curve() &&
+      model::linear_format_label(src, "blocks.0.adaln_proj.linear").rfind("int8", 0) == 0)
+    st.adaln = model::LinearStorage::int8;  // kept int8 (W8A8), as the upload does
+  return st;
 }
 
 // What loading under `limit` puts on the device (model/weight_stream_plan.h, plan_load).

@@ -15,7 +15,7 @@ namespace h3rt::cli {
 void add_quantize_checkpoint_command(CLI::App& app) {
   struct Opts {
     std::string in, out, format;
-    int64_t group = 256;
+    int64_t group = 256, adaln_group = -1;
     std::vector<std::string> layers = {"qkv", "out", "fc1", "fc2"}, keep;
   };
   auto o = std::make_shared<Opts>();
@@ -36,9 +36,14 @@ void add_quantize_checkpoint_command(CLI::App& app) {
                   "int8_convrot: the rotation's group size (a power of 4 dividing every chosen "
                   "layer's input features; the tiny preset needs 16 or 64)")
       ->capture_default_str();
-  cmd->add_option("--layers", o->layers, "which linears of each block (comma separated)")
+  cmd->add_option("--adaln-group-size", o->adaln_group,
+                  "int8_convrot: the AdaLN layers' group size when --layers has adaln (default: "
+                  "--group-size; 0: plain int8 AdaLN)");
+  cmd->add_option("--layers", o->layers,
+                  "which linears of each block (comma separated); adaln: every block's and the "
+                  "final layer's adaln_proj.linear (full AdaLN form)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"qkv", "out", "fc1", "fc2"}))
+      ->check(CLI::IsMember({"qkv", "out", "fc1", "fc2", "adaln"}))
       ->capture_default_str();
   cmd->add_option("--keep-bf16", o->keep,
                   "layers left as stored: a layer (blocks.0.mlp.fc2) or a block prefix "
@@ -51,6 +56,7 @@ void add_quantize_checkpoint_command(CLI::App& app) {
                : o->format == "fp8" ? WeightFormat::fp8_scaled
                                     : WeightFormat::int8;
     q.int8_group = o->format == "int8" ? 0 : o->group;
+    q.adaln_int8_group = o->format == "int8" ? 0 : o->adaln_group;
     q.layers = o->layers;
     q.keep = o->keep;
     q.progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };

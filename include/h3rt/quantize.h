@@ -42,8 +42,13 @@ NamedTensors quantize_linear_int8(const std::string& layer, const Tensor& w, int
 struct QuantizeCheckpointOptions {
   WeightFormat format = WeightFormat::nvfp4;  // nvfp4, fp8_scaled or int8
   int64_t int8_group = 256;                   // int8: convrot group size, 0 = plain tensorwise
+  // int8: the AdaLN layers' group size (their input is the time embedding's width, e.g. 2688,
+  // which 256 does not divide); -1: int8_group.
+  int64_t adaln_int8_group = -1;
   // Which linears of every block and refiner block: "qkv" (attn.qkv_proj), "out"
-  // (attn.out_proj), "fc1" (mlp.fc1), "fc2" (mlp.fc2).
+  // (attn.out_proj), "fc1" (mlp.fc1), "fc2" (mlp.fc2); "adaln": every transformer block's
+  // adaln_proj.linear and final_layer.adaln_proj.linear (the layers an unpruned int8 release
+  // file also stores int8; full AdaLN form only).
   std::vector<std::string> layers = {"qkv", "out", "fc1", "fc2"};
   // Left as stored: a layer ("blocks.0.mlp.fc2") or every chosen layer under a prefix
   // ("blocks.0", "token_refiner.blocks.0"). An entry that matches no chosen layer is an error.

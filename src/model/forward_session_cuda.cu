@@ -15,6 +15,7 @@
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
 #include "h3rt/formats.h"
+#include "model/adaln_int8_cuda.h"
 #include "model/block_cuda.h"
 #include "model/forward_session_cuda.h"
 #include "model/pdd_head.h"
@@ -255,6 +256,7 @@ struct ForwardSessionCuda::Impl {
   Tensor tidx;                           // [S] int64 timestep index per row (final layer)
   Tensor final_table;                    // [Mcap, 2H] bf16 (curve form: f32)
   Tensor temb;                           // [Mcap, Tm] bf16 silu(temb) (curve form: f32 [Mcap, k])
+  AdalnInt8Scratch adaln_i8;             // int8 AdaLN layers: Mcap quantized rows (else empty)
   Tensor video_in, audio_in;             // [Nv, 96], [Na, 32] f32
   Tensor video_v, audio_v;               // velocities, f32
   Tensor scratch_own;                    // float32 scratch when b.h is too small
@@ -455,6 +457,7 @@ struct ForwardSessionCuda::Impl {
     final_table = cuda::device_empty(adaln, {M, 2 * H});
     temb = cuda::device_empty(adaln, {M, c.adaln_in()});
     h_temb = Pinned(temb.nbytes());
+    if (m.has_int8_adaln()) adaln_i8 = make_adaln_int8_scratch(M, c.adaln_in(), 18 * H);
     tables_valid = false;
     cached_timesteps.clear();
   }
@@ -589,9 +592,14 @@ struct ForwardSessionCuda::Impl {
     linear_f32(l, yf, v.ptr<float>(), rows, cublas_ws.data(), s);
   }
 
-  // One AdaLN projection of the M timestep rows: the bf16 GEMM, or the curve form's float32
-  // kernel writing bf16 (block tables) or float32 (the final table) rows.
+  // One AdaLN projection of the M timestep rows: the bf16 GEMM, the int8 W8A8 one (a layer the
+  // file stores int8; full form only), or the curve form's float32 kernel writing bf16 (block
+  // tables) or float32 (the final table) rows.
   void adaln_table(const DeviceLinear& l, void* out, int64_t M, bool f32_out) {
+    if (l.int8()) {
+      adaln_int8_linear(l, temb.ptr<bf16>(), static_cast<bf16*>(out), M, adaln_i8, s);
+      return;
+    }
     if (!curve()) {
       linear_bf16(l, temb.ptr<bf16>(), static_cast<bf16*>(out), M, s);
       return;

@@ -32,9 +32,10 @@ Tensor device_scalar(const Tensor& host_scalar, const std::string& what) {
   return cuda::to_device(tensor_from_f32({host_scalar.to_f32()[0]}, {1}));
 }
 
-// Where a layer runs: a float32 island (patch projections, output heads), a bf16 GEMM, or a
-// block projection, which can also run the fp8 GEMM.
-enum class LinearPath { f32_island, bf16, projection };
+// Where a layer runs: a float32 island (patch projections, output heads), a bf16 GEMM, a full
+// AdaLN projection (bf16, or int8 W8A8 where the file stores int8: adaln_int8_cuda.h), or a
+// block projection, which can also run the fp8, int8 and NVFP4 GEMMs.
+enum class LinearPath { f32_island, bf16, adaln, projection };
 
 // Weights are uploaded in the dtype their path computes in, from the exact float values: bf16 and
 // f32 layers unchanged; fp8_scaled layers dequantized (e4m3 values are exact in bf16, so this is
@@ -72,10 +73,14 @@ void upload_nvfp4(const LinearWeight& l, DeviceLinear& d, const Place& place) {
   if (l.input_scale.data()) d.x4_global = device_scalar(l.input_scale, l.name + ".input_scale");
 }
 
-// int8 block projections keep their stored int8 weight (rotated when convrot) and per-row scales.
+// int8 block projections and full-form AdaLN layers keep their stored int8 weight (rotated when
+// convrot) and per-row scales: no bf16 copy.
 void upload_int8(const LinearWeight& l, DeviceLinear& d, const Place& place) {
   H3RT_CHECK(l.data.dtype() == DType::i8 && l.data.is_contiguous(), "layer '", l.name,
              "': int8 weight is not a contiguous i8 tensor");
+  H3RT_CHECK(l.int8_group == 0 || l.in % l.int8_group == 0, "layer '", l.name,
+             "' is int8_convrot with group size ", l.int8_group, ", which does not divide its ",
+             l.in, " input features");
   d.wi8 = place(l.data);
   d.wi8_scale = cuda::to_device(tensor_from_f32(int8_row_scales(l.scale, l.out), {l.out}));
   d.int8_group = static_cast<int>(l.int8_group);
@@ -95,7 +100,8 @@ DeviceLinear upload_linear(const LinearWeight& l, LinearPath path, const Place& 
     upload_nvfp4(l, d, place);
     return d;
   }
-  if (l.format == WeightFormat::int8 && path == LinearPath::projection) {
+  if (l.format == WeightFormat::int8 &&
+      (path == LinearPath::projection || path == LinearPath::adaln)) {
     upload_int8(l, d, place);
     return d;
   }
@@ -250,6 +256,13 @@ bool DeviceModel::has_int8() const {
   return false;
 }
 
+bool DeviceModel::has_int8_adaln() const {
+  if (final_adaln.int8()) return true;
+  for (const DeviceBlock& b : blocks)
+    if (b.adaln.int8()) return true;
+  return false;
+}
+
 bool DeviceModel::has_nvfp4() const {
   for (const auto* list : {&refiner, &blocks})
     for (const DeviceBlock& b : *list)
@@ -285,7 +298,7 @@ DeviceModel upload_model(const H3Model& m, BlockImageWriter* stream) {
   const H3Weights& w = m.weights;
   const H3Config& c = m.config;
   // The curve form's AdaLN layers compute in float32 (adaln_curve_linear_cuda).
-  const LinearPath adaln = c.adaln_curve() ? LinearPath::f32_island : LinearPath::bf16;
+  const LinearPath adaln = c.adaln_curve() ? LinearPath::f32_island : LinearPath::adaln;
   DeviceModel d;
   d.config = c;
   d.video_in = upload_linear(w.video_in, LinearPath::f32_island);

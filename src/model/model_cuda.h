@@ -4,8 +4,9 @@
 //
 // The forward follows the reference's bf16 run (README section 6): the time embedding runs on
 // the host in float32 (a few rows); AdaLN tables, condition_proj, the token refiner, the blocks
-// and the final norm run in bf16 on the GPU through src/ops launchers; the patch projections and
-// output heads are float32 GEMMs (cuBLAS, TF32 off).
+// and the final norm run in bf16 on the GPU through src/ops launchers (int8 AdaLN layers as W8A8
+// GEMMs, adaln_int8_cuda.h); the patch projections and output heads are float32 GEMMs (cuBLAS,
+// TF32 off).
 //
 // Curve-form AdaLN (config.adaln_curve()): the table row is interpolated on the host (float32,
 // adaln_curve_embed_cpu) and the [M, k] x [k, 18H] projections run in float32 on the device
@@ -48,16 +49,19 @@ struct DeviceModel {
   // state dict of CUDA tensors): streaming them would free none of it, so it is refused.
   int64_t caller_block_bytes = 0;
 
-  bool has_fp8() const;    // any block projection on the fp8 GEMM path
-  bool has_nvfp4() const;  // any block projection on the NVFP4 GEMM path
-  bool has_int8() const;   // any block projection on the int8 W8A8 path
+  bool has_fp8() const;         // any block projection on the fp8 GEMM path
+  bool has_nvfp4() const;       // any block projection on the NVFP4 GEMM path
+  bool has_int8() const;        // any block projection on the int8 W8A8 path
+  bool has_int8_adaln() const;  // any AdaLN layer (a block's or the final one's) stored int8
 };
 
 // Uploads a loaded (or synthetic) model: bf16/f32 layers as stored; fp8_scaled block projections
 // with an input_scale, or marked by set_fp8_activations(dynamic), as e4m3 (fp8 GEMMs; the latter
 // with per-call activation scales), other fp8_scaled layers dequantized to bf16; NVFP4 block
 // projections packed (W4A4 GEMMs); NVFP4 elsewhere is refused by name; int8 block projections
-// as stored (W8A8 GEMMs), int8 elsewhere (an unpruned file's AdaLN layers) dequantized to bf16.
+// and full-form AdaLN layers (an unpruned int8 file's adaln_proj.linear) as stored (W8A8 GEMMs,
+// bit-exact with the CPU reference; no bf16 copy), int8 elsewhere (e.g. condition_proj, or the
+// curve form's float32 AdaLN) dequantized.
 // With `stream` (the streamed load): each block's streamed matrices are made on the host exactly
 // as they would be uploaded and written to its pinned image, never allocated on the device; the
 // model comes back streamed. Throws when a block's matrices are the caller's CUDA tensors.

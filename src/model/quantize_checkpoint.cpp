@@ -1,5 +1,6 @@
 // Quantized checkpoints: the per-layer quantizers (NVFP4 through the host packer, fp8 e4m3
 // with a per-tensor scale) and the whole-file transform behind `h3rt quantize-checkpoint`.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -35,22 +36,42 @@ const std::map<std::string, std::string>& layer_kinds() {
   return kinds;
 }
 
-// The chosen layers of every refiner block and block, in file order of blocks.
+// The AdaLN layers ("adaln"): each transformer block's and the final layer's (as an unpruned
+// int8 release file stores them); the refiner blocks have none.
+constexpr const char* kAdalnSuffix = "adaln_proj.linear";
+constexpr const char* kFinalAdaln = "final_layer.adaln_proj.linear";
+
+bool is_adaln(const std::string& layer) {
+  return layer.ends_with(kAdalnSuffix);
+}
+
+// The chosen layers of every refiner block and block, in file order of blocks (the final
+// AdaLN last).
 std::vector<std::string> chosen_layers(const H3Config& c, const std::vector<std::string>& kinds) {
   std::vector<std::string> suffixes;
+  bool adaln = false;
   for (const auto& k : kinds) {
+    if (k == "adaln") {
+      H3RT_CHECK(!c.adaln_curve(),
+                 "quantize-checkpoint: layer kind 'adaln' needs the full AdaLN (this "
+                 "checkpoint has the curve form, whose AdaLN stays float32)");
+      adaln = true;
+      continue;
+    }
     auto it = layer_kinds().find(k);
     H3RT_CHECK(it != layer_kinds().end(), "quantize-checkpoint: unknown layer kind '", k,
-               "' (expected qkv, out, fc1 or fc2)");
+               "' (expected qkv, out, fc1, fc2 or adaln)");
     suffixes.push_back(it->second);
   }
   std::vector<std::string> layers;
-  auto add_block = [&](const std::string& prefix) {
+  auto add_block = [&](const std::string& prefix, bool with_adaln) {
     for (const auto& s : suffixes) layers.push_back(prefix + s);
+    if (with_adaln) layers.push_back(prefix + kAdalnSuffix);
   };
   for (int64_t i = 0; i < c.refiner_layers; ++i)
-    add_block("token_refiner.blocks." + std::to_string(i) + ".");
-  for (int64_t i = 0; i < c.layers; ++i) add_block("blocks." + std::to_string(i) + ".");
+    add_block("token_refiner.blocks." + std::to_string(i) + ".", false);
+  for (int64_t i = 0; i < c.layers; ++i) add_block("blocks." + std::to_string(i) + ".", adaln);
+  if (adaln) layers.push_back(kFinalAdaln);
   return layers;
 }
 
@@ -124,6 +145,11 @@ QuantizeCheckpointReport quantize_checkpoint(const std::string& in_path,
                  o.format == WeightFormat::int8,
              "quantize-checkpoint: the target format must be nvfp4, fp8_scaled or int8, got ",
              weight_format_name(o.format));
+  H3RT_CHECK(o.format == WeightFormat::int8 ||
+                 std::find(o.layers.begin(), o.layers.end(), "adaln") == o.layers.end(),
+             "quantize-checkpoint: layer kind 'adaln' is quantized to int8 only (the CUDA "
+             "backend runs int8 AdaLN layers as W8A8 GEMMs), not ",
+             weight_format_name(o.format));
   const SafetensorsFile f = SafetensorsFile::open(in_path);
   const H3Config c = infer_config(f);
   model::TensorSource src;  // with _quantization_metadata turned into markers
@@ -137,6 +163,9 @@ QuantizeCheckpointReport quantize_checkpoint(const std::string& in_path,
                layers.size(), " chosen layers (e.g. '", layers.front(), "' or 'blocks.0')");
   }
 
+  const auto group_of = [&](const std::string& layer) {
+    return is_adaln(layer) && o.adaln_int8_group >= 0 ? o.adaln_int8_group : o.int8_group;
+  };
   QuantizeCheckpointReport report;
   std::map<std::string, NamedTensors> replaced;  // "<layer>.weight" -> the quantized tensors
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -166,7 +195,7 @@ QuantizeCheckpointReport quantize_checkpoint(const std::string& in_path,
     if (o.progress) o.progress(head + " -> " + weight_format_name(o.format));
     replaced[layer + ".weight"] = o.format == WeightFormat::nvfp4 ? quantize_linear_nvfp4(layer, t)
                                   : o.format == WeightFormat::int8
-                                      ? quantize_linear_int8(layer, t, o.int8_group)
+                                      ? quantize_linear_int8(layer, t, group_of(layer))
                                       : quantize_linear_fp8(layer, t);
     ++report.quantized;
   }

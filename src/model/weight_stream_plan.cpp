@@ -117,13 +117,15 @@ int64_t model_weight_bytes(const H3Config& c, const BlockStorage& s, const Block
   int64_t block = norms, refiner = norms;
   for (const Shape2& l : block_linears(c, s, true)) block += linear_bytes(l);
   for (const Shape2& l : block_linears(c, r, false)) refiner += linear_bytes(l);
-  block += 18 * H * (s.adaln == LinearStorage::f32 ? 4 : 2);  // the AdaLN bias
-  const int64_t adaln_elem = s.adaln == LinearStorage::f32 ? 4 : 2;
+  // The AdaLN biases: float32 in the curve form, else bf16 (int8 layers' too).
+  const int64_t bias_elem = s.adaln == LinearStorage::f32 ? 4 : 2;
+  block += 18 * H * bias_elem;
   int64_t rest = (c.video_features() + c.audio_channels + 2) * H * 4;  // patch projections
   rest += (H * c.text_dim + H) * 2;                                    // condition_proj
-  rest += (2 * H * c.adaln_in() + 2 * H) * adaln_elem;                 // final AdaLN
-  rest += (c.video_features() + c.audio_channels) * (H + 1) * 4;       // heads
-  rest += 2 * H * 2;                                                   // final norms
+  // The final AdaLN, stored as the blocks' (an int8 file quantizes both).
+  rest += linear_bytes({"final_adaln", s.adaln, 2 * H, c.adaln_in()}) + 2 * H * bias_elem;
+  rest += (c.video_features() + c.audio_channels) * (H + 1) * 4;  // heads
+  rest += 2 * H * 2;                                              // final norms
   return c.layers * block + c.refiner_layers * refiner + rest;
 }
 
@@ -141,6 +143,12 @@ BlockStorage upload_storage(const H3Config& c, const RefinerBlockWeights& b) {
   s.out = upload_storage(b.attn.out);
   s.fc1 = upload_storage(b.mlp.fc1);
   s.fc2 = upload_storage(b.mlp.fc2);
+  return s;
+}
+
+BlockStorage upload_storage(const H3Config& c, const BlockWeights& b) {
+  BlockStorage s = upload_storage(c, static_cast<const RefinerBlockWeights&>(b));
+  if (!c.adaln_curve() && b.adaln.format == WeightFormat::int8) s.adaln = LinearStorage::int8;
   return s;
 }
 
@@ -165,6 +173,8 @@ int64_t estimate_working_set_bytes(const H3Config& c, const BlockStorage& s, boo
   const int64_t scratch = std::max({f.video, f.audio, f.cond_video, f.cond_audio}) * H * 4;
   if (scratch > f.rows * 2 * c.ffn * 2) b += scratch;  // else the session borrows `h`
   b += int64_t(32) << 20;                              // cuBLAS workspace
+  // int8 AdaLN (adaln_int8_cuda.h): a 2-timestep table's quantized rows, scales, int32 rows.
+  if (s.adaln == LinearStorage::int8) b += 2 * c.adaln_in() + 2 * 4 + 2 * 18 * H * 4;
   return b + kWorkingSetMarginBytes;
 }
 

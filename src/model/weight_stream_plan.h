@@ -32,7 +32,8 @@ namespace h3rt::model {
 // How the CUDA model stores one linear (model_cuda.h, DeviceLinear).
 enum class LinearStorage { bf16, f32, fp8, int8, nvfp4 };
 
-// The storage of a block's projections and AdaLN (bf16, or f32 for the curve form).
+// The storage of a block's projections and AdaLN (bf16, int8 as an unpruned int8 file stores it,
+// or f32 for the curve form). The final AdaLN is stored as the blocks' AdaLN.
 struct BlockStorage {
   LinearStorage qkv = LinearStorage::bf16, out = LinearStorage::bf16, fc1 = LinearStorage::bf16,
                 fc2 = LinearStorage::bf16, adaln = LinearStorage::bf16;
@@ -64,9 +65,11 @@ int64_t model_weight_bytes(const H3Config& c, const BlockStorage& blocks,
 
 // How the CUDA upload (model_cuda.cu) stores a host layer: a block projection (qkv, out, fc1,
 // fc2) keeps nvfp4 and int8, and fp8_scaled with an input_scale or dynamic activations; anything
-// else runs bf16 (dequantized). A block's AdaLN: f32 in the curve form, else bf16.
+// else runs bf16 (dequantized). A block's AdaLN: f32 in the curve form, else int8 where the file
+// stores it int8 (W8A8, streamed as int8 like the projections), else bf16.
 LinearStorage upload_storage(const LinearWeight& projection);
 BlockStorage upload_storage(const H3Config& c, const RefinerBlockWeights& b);
+BlockStorage upload_storage(const H3Config& c, const BlockWeights& b);
 
 // The rows a forward session holds activations for.
 struct ForwardShape {

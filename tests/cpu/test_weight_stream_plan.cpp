@@ -261,6 +261,41 @@ TEST(WeightStreamPlan, UploadStorageFollowsTheUploadRule) {
   EXPECT_EQ(model::upload_storage(c, b).adaln, LinearStorage::f32);
 }
 
+// An unpruned int8 file's AdaLN layers stay int8 on the device (W8A8, adaln_int8_cuda.h): the
+// blocks' images carry the int8 AdaLN matrix, its per-row scales stay resident, and the model
+// holds one byte per AdaLN weight instead of bf16's two (13.0 GB less for the release shape).
+TEST(WeightStreamPlan, Int8AdalnIsStoredAndStreamedInt8) {
+  H3Config c = H3Config::h3();
+  BlockWeights b;
+  for (LinearWeight* l : {&b.attn.qkv, &b.attn.out, &b.mlp.fc1, &b.mlp.fc2, &b.adaln})
+    l->format = WeightFormat::int8;
+  const model::BlockStorage s = model::upload_storage(c, b);
+  EXPECT_EQ(s.qkv, LinearStorage::int8);
+  EXPECT_EQ(s.adaln, LinearStorage::int8);
+  const int64_t H = c.hidden, Tm = c.adaln_in();
+  const model::SlotLayout slot = model::block_slot_layout(c, s);
+  ASSERT_EQ(slot.entries.back().name, "adaln.weight");
+  EXPECT_EQ(slot.entries.back().bytes, 18 * H * Tm);
+  model::BlockStorage b16 = s;
+  b16.adaln = LinearStorage::bf16;
+  EXPECT_EQ(slot.bytes + 18 * H * Tm, model::block_slot_layout(c, b16).bytes);
+  // Per AdaLN layer [out, Tm]: out * Tm bytes less, out float32 row scales more.
+  const int64_t saved = c.layers * (18 * H * Tm - 18 * H * 4) + (2 * H * Tm - 2 * H * 4);
+  EXPECT_EQ(model::model_weight_bytes(c, b16) - model::model_weight_bytes(c, s), saved);
+  EXPECT_NEAR(saved / 1e9, 13.0, 0.05);
+  // The int8 AdaLN's activation scratch is in the working set.
+  const model::ForwardShape none{};
+  EXPECT_GT(model::estimate_working_set_bytes(c, s, true, none),
+            model::estimate_working_set_bytes(c, b16, true, none));
+  // A bf16 AdaLN beside int8 projections stays bf16; the curve form's stays float32.
+  b.adaln.format = WeightFormat::bf16;
+  EXPECT_EQ(model::upload_storage(c, b).adaln, LinearStorage::bf16);
+  b.adaln.format = WeightFormat::int8;
+  c.adaln_curve_grid = 64;
+  c.adaln_curve_rank = 8;
+  EXPECT_EQ(model::upload_storage(c, b).adaln, LinearStorage::f32);
+}
+
 // The bench's point (`bench step --preset h3 --gemm int8 --device-memory-limit 24GB`): the
 // synthetic int8 h3 model (full AdaLN) cannot load resident under 24 GB; streamed at load the
 // device holds its resident part only, and the 864x480 step's plan fits.
