@@ -18,7 +18,9 @@
 # 280: racecheck is the slow one; split the tools over calls when a call has less time),
 # H3RT_SANITIZE_SHARDS (N > 1: the tests split into N gtest shards run side by side, one process
 # each: the tools' cost is mostly on the host, so a 16-core machine covers the suite N times
-# faster; one summary line per shard, the logs packed into $OUT/sanitize_logs.tar.gz),
+# faster; one summary line per shard, the logs packed into $OUT/sanitize_logs.tar.gz; a slow test
+# times its whole shard out: for the whole suite use tools/device/sanitize_suite.sh, one process
+# and one verdict per (tool, test)),
 # H3RT_SANITIZE_BIN (the test binary, default build-device/tests/h3rt_cuda_tests; e.g. the one
 # tools/device/prebuilt.sh unpacks), COMPUTE_SANITIZER (the tool's binary).
 set -uo pipefail
@@ -39,26 +41,12 @@ CS=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/b
   "H3RT_TARGETS=h3rt_cuda_tests bash tools/device/build.sh" >&2; exit 2; }
 [ -x "$CS" ] || { echo "sanitize: compute-sanitizer not found (set COMPUTE_SANITIZER)" >&2; exit 2; }
 echo "sanitize: $("$CS" --version | tail -1); filter $FILTER"
-
-# racecheck's report as "count  first access file:line / second access file:line [hazards]",
-# most frequent first (best effort: the analysis lines "... between <kind> access at ... in
-# <file>:<line>" and "and <kind> access at ...", paired in order).
-race_pairs() {
-  awk '/(Read|Write) access at/ {
-         match($0, /(Read|Write) access at/); kind = substr($0, RSTART, 5); sub(/ $/, "", kind)
-         loc = "?"; n = split($0, w, " ")
-         for (i = 1; i <= n; ++i) if (w[i] ~ /\.(cu|cuh|h|hpp):[0-9]+/) loc = w[i]
-         sub(/.*\//, "", loc); sub(/:[^0-9].*/, "", loc)
-         tail = ""; if (match($0, /\[[0-9]+ hazards?\]/)) tail = " " substr($0, RSTART, RLENGTH)
-         if (first == "") first = kind " " loc; else { print first " / " kind " " loc tail; first = "" }
-       }' "$1" | sort | uniq -c | sort -rn | head -12
-}
+source tools/device/sanitize_lib.sh  # san_opts, san_parse, race_pairs, report_head
 
 # One tool over one shard of the filter's tests; the exit code goes to <log>.rc.
 run_shard() {  # tool, shard index, log
-  local opts=(--tool "$1" --error-exitcode 1 --print-limit 10000 --show-backtrace device)
-  [ "$1" = racecheck ] && opts+=(--racecheck-report all)
-  GTEST_TOTAL_SHARDS=$SHARDS GTEST_SHARD_INDEX=$2 timeout -k 10 "$LIMIT" "$CS" "${opts[@]}" \
+  san_opts "$1"
+  GTEST_TOTAL_SHARDS=$SHARDS GTEST_SHARD_INDEX=$2 timeout -k 10 "$LIMIT" "$CS" "${SAN_OPTS[@]}" \
     "$BIN" --gtest_color=no --gtest_filter="$FILTER" > "$3" 2>&1
   echo $? > "$3.rc"
 }
@@ -66,24 +54,10 @@ run_shard() {  # tool, shard index, log
 # Reads one log: prints its summary line (and, when not clean, what it reported); returns 1
 # unless clean.
 verdict_of() {  # tool, name, log, seconds
-  local tool=$1 name=$2 log=$3 secs=$4 rc errs race passed failed count what verdict line
+  local tool=$1 name=$2 log=$3 secs=$4 rc verdict line
   rc=$(cat "$log.rc")
-  errs=$(grep -oE "ERROR SUMMARY: [0-9]+" "$log" | tail -1 | grep -oE "[0-9]+$")
-  race=$(grep -oE "RACECHECK SUMMARY: [0-9]+ hazards? displayed \([0-9]+ errors?, [0-9]+ warnings?\)" \
-    "$log" | tail -1)
-  passed=$(grep -oE "^\[  PASSED  \] [0-9]+" "$log" | grep -oE "[0-9]+$")
-  failed=$(grep -oE "^\[  FAILED  \] [0-9]+ tests?" "$log" | grep -oE "^\[  FAILED  \] [0-9]+" \
-    | grep -oE "[0-9]+$")
-  if [ "$tool" = racecheck ] && [ -n "$race" ]; then
-    count=$(echo "$race" | grep -oE "SUMMARY: [0-9]+" | grep -oE "[0-9]+")
-    what="hazards=$count (${race#*(}"
-  elif [ -n "$errs" ]; then
-    count=$errs
-    what="errors=$count"
-  else
-    count=
-    what="no summary"
-  fi
+  san_parse "$tool" "$log"
+  local count=$SAN_COUNT what=$SAN_WHAT passed=$SAN_PASSED failed=$SAN_FAILED
   verdict=clean
   if (( rc == 124 || rc == 137 )); then verdict="TIMEOUT after ${LIMIT}s"
   elif [ -z "$count" ]; then verdict="DID NOT RUN (see the log's end)"
@@ -98,8 +72,7 @@ verdict_of() {  # tool, name, log, seconds
   echo "$line"
   [ "$verdict" = clean ] && return 0
   if [ "$tool" = racecheck ]; then race_pairs "$log"; fi
-  grep -iE "^=+ +(error|warning|invalid|uninitiali|barrier|race|potential)" "$log" \
-    | grep -v SUMMARY | head -6 | cut -c1-240
+  report_head "$log"
   [ -z "$count" ] && tail -5 "$log"
   return 1
 }
@@ -119,7 +92,7 @@ for tool in $TOOLS; do
   secs=$(( $(date +%s) - t0 ))
   for ((i = 0; i < SHARDS; ++i)); do
     log="$OUT/sanitize_$tool.log" name=$tool
-    (( SHARDS > 1 )) && log="$OUT/sanitize_${tool}_$i.log" name="$tool[$i/$SHARDS]"
+    (( SHARDS > 1 )) && log="$OUT/sanitize_${tool}_$i.log" name="${tool}[$i/$SHARDS]"
     verdict_of "$tool" "$name" "$log" "$secs" || status=1
     rm -f "$log.rc"
     # Files over 16 MiB do not come back from the device.
