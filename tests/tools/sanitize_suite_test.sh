@@ -19,6 +19,7 @@ cat > "$tmp/fake_tests" <<'EOF'
 #!/usr/bin/env bash
 tests="Fast.A Fast.B Slow.Sleepy Algos/Param.Shape/Dequant Bad.OutOfBounds Racy.Shared Fail.Wrong
 Skip.NoGpu Hang.Forever Tool.Broken DISABLED_Off.X Fast2.DISABLED_Y"
+[ -n "${FAKE_EXTRA:-}" ] && tests+=" Host.Only Oom.Provoked"
 filter='*' list=0
 for a in "$@"; do
   case $a in --gtest_list_tests) list=1 ;; --gtest_filter=*) filter=${a#--gtest_filter=} ;; esac
@@ -70,12 +71,21 @@ EOF
 cat > "$tmp/fake_cs" <<'EOF'
 #!/usr/bin/env bash
 [ "$1" = --version ] && { echo "fake compute-sanitizer"; echo "Version 0.0"; exit 0; }
-tool=memcheck
-while [[ $1 == --* ]]; do [ "$1" = --tool ] && tool=$2; shift 2; done
+tool=memcheck api=yes
+while [[ $1 == --* ]]; do
+  [ "$1" = --tool ] && tool=$2
+  [ "$1" = --report-api-errors ] && api=$2
+  shift 2
+done
 out=$(FAKE_TOOL=$tool "$@" 2>&1); rc=$?
 echo "$out"
 ran() { grep -q "^\[ RUN      \] $1" <<< "$out"; }
 ran Tool.Broken && { echo "========= Error: target application returned an error"; exit 255; }
+ran Host.Only && { echo "========= Error: Target application terminated before first instrumented API call"; exit 255; }
+if [ "$tool" = memcheck ] && [ "$api" != no ] && ran Oom.Provoked; then
+  echo '========= Program hit cudaErrorMemoryAllocation (error 2) due to "out of memory" on CUDA API call to cudaMalloc.'
+  echo "========= ERROR SUMMARY: 1 error"; exit 1
+fi
 if [ "$tool" = racecheck ]; then
   if ran Racy.Shared; then
     echo "========= Error: Race reported between Write access at /src/ops/x/cuda.cu:42:k() [3 hazards]"
@@ -153,6 +163,17 @@ rc2=$?
 check "run 2 exits 0 (gaps only)" test "$rc2" = 0
 check "cut by the budget" grep -qP "^memcheck\tSlow\.Sleepy\tTIMEOUT\t.*cut by the budget" "$out2/sanitize_suite.tsv"
 check "5 pairs NOT RUN" test "$(grep -c $'\tNOT RUN\t' "$out2/sanitize_suite.tsv")" = 5
+
+# 4. A test that never touches the device; a test that provokes CUDA API errors on purpose.
+out4=$tmp/out4; mkdir -p "$out4"
+OUT=$out4 H3RT_SANITIZE_TOOLS=memcheck H3RT_SANITIZE_FILTER='Host.*:Oom.*' FAKE_EXTRA=1 \
+  H3RT_SANITIZE_API_ERRORS='^Oom\.' bash "$root/tools/device/sanitize_suite.sh" > "$tmp/log5" 2>&1
+check "run 4 exits 0" test $? = 0
+check "Host.Only NO CUDA CALL" grep -qP "^memcheck\tHost\.Only\tNO CUDA CALL\t" "$out4/sanitize_suite.tsv"
+check "Oom clean, API errors noted" grep -qP "^memcheck\tOom\.Provoked\tclean\t.*API errors expected" "$out4/sanitize_suite.tsv"
+OUT=$out4 H3RT_SANITIZE_TOOLS=memcheck H3RT_SANITIZE_FILTER='Oom.*' FAKE_EXTRA=1 \
+  H3RT_SANITIZE_API_ERRORS= bash "$root/tools/device/sanitize_suite.sh" > "$tmp/log6" 2>&1
+check "without the list the provoked API error is REPORTED" test $? = 1
 
 # 3. sanitize.sh (shards) on the same stand-ins, through the shared functions.
 out3=$tmp/out3; mkdir -p "$out3"

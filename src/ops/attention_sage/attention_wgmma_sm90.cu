@@ -177,20 +177,18 @@ struct Softmax {
 // Scores of a block (int32 accumulator) -> P8 fragments (A operand of the PV wgmma).
 // Thread rows: r0 = lane/4 holds elements i with (i/2)%2 == 0, r0 + 8 those with (i/2)%2 == 1.
 // A thread's maximum is taken on the integers with 3-input max (VIMNMX3; exact, and dq > 0
-// commutes with it), s = float(a) * dq as in the contract (converted exactly: |a| <=
-// 128*127*127 < 2^21; dq is per thread: q scale x this thread's K scale group), and
-// 448 p = exp2(float(a) * dq - (m - log2(448))). Masked keys (>= seq, last block) give p = 0.
+// commutes with it); dq is per thread: q scale x this thread's K scale group (|a| <=
+// 128*127*127 < 2^21). 448 p = exp2(a * dq - (m - log2(448))), computed as one FFMA on the
+// integer's bits: B = bits(1.5 * 2^23) + a read as a float is exactly 1.5 * 2^23 + a, so
+// x = B * dq - C with C = 1.5 * 2^23 * dq + m - log2(448) rounded up. C's rounding lowers x by
+// less than 2 dq (one ulp of C), the same for all of the thread's keys of the row, and never
+// lets p pass 448; dq is one quantization step of the scores, whose INT8 error is many steps.
+// Against converting a exactly (an integer add and a float add before the FFMA): 3.1% faster
+// at the seed shape, the error against fp64 unchanged (bench/RESULTS.md session 14).
+// Masked keys (>= seq, last block) give p = 0.
 // kTail: the block may reach past seq (the masking code); false: a block before the last, for
 // which the masking is left out: the compiler did not always split the two forms itself (without
 // the split the dense kernel ran 21% slower at the seed shape, bench/RESULTS.md session 11).
-// float(a) for |a| < 2^22 (here |a| <= 128 * 127 * 127 < 2^21): the bits of 1.5 * 2^23 + a read
-// as a float are exactly that number, and subtracting 1.5 * 2^23 is exact, so the result equals
-// the conversion bit for bit. An integer add and a float add replace I2FP.F32.S32: 0.9% faster
-// at the seed shape than __int2float_rn (H200, bench/RESULTS.md session 12), the same bits.
-__device__ __forceinline__ float small_int_to_float(int a) {
-  return __fsub_rn(__int_as_float(a + 0x4B400000), 12582912.0f);
-}
-
 template <bool kTail>
 __device__ __forceinline__ void softmax_block_as(const int (&acc)[64], float dq, int kv0, int seq,
                                                  int lane, Softmax& st, uint32_t (&pa)[4][4]) {
@@ -226,13 +224,14 @@ __device__ __forceinline__ void softmax_block_as(const int (&acc)[64], float dq,
     const float m_new = fmaxf(st.m[r], sm);
     st.alpha[r] = ex2(st.m[r] - m_new);
     st.m[r] = m_new;
-    c[r] = m_new - kLog2PScale;
+    c[r] = -__fmaf_ru(12582912.0f, dq, m_new - kLog2PScale);  // -C
   }
   float f[64];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) f[i] = tail && masked(i) ? -INFINITY : small_int_to_float(acc[i]);
-#pragma unroll
-  for (int i = 0; i < 64; ++i) f[i] = ex2(fmaf(f[i], dq, -c[(i / 2) % 2]));
+  for (int i = 0; i < 64; ++i) {
+    const float b = __int_as_float(acc[i] + 0x4B400000);
+    f[i] = ex2(tail && masked(i) ? -INFINITY : fmaf(b, dq, c[(i / 2) % 2]));
+  }
     // k-step k2 covers n8 chunks 4k2..4k2+3: a0/a1 = chunks 4k2, 4k2+1 of rows r0/r0+8,
     // a2/a3 = chunks 4k2+2, 4k2+3.
 #pragma unroll
