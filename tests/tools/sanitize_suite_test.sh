@@ -19,7 +19,7 @@ cat > "$tmp/fake_tests" <<'EOF'
 #!/usr/bin/env bash
 tests="Fast.A Fast.B Slow.Sleepy Algos/Param.Shape/Dequant Bad.OutOfBounds Racy.Shared Fail.Wrong
 Skip.NoGpu Hang.Forever Tool.Broken DISABLED_Off.X Fast2.DISABLED_Y"
-[ -n "${FAKE_EXTRA:-}" ] && tests+=" Host.Only Oom.Provoked"
+[ -n "${FAKE_EXTRA:-}" ] && tests+=" Host.Only Oom.Provoked Tool.Internal"
 filter='*' list=0
 for a in "$@"; do
   case $a in --gtest_list_tests) list=1 ;; --gtest_filter=*) filter=${a#--gtest_filter=} ;; esac
@@ -81,6 +81,8 @@ out=$(FAKE_TOOL=$tool "$@" 2>&1); rc=$?
 echo "$out"
 ran() { grep -q "^\[ RUN      \] $1" <<< "$out"; }
 ran Tool.Broken && { echo "========= Error: target application returned an error"; exit 255; }
+ran Tool.Internal && { echo "========= Internal Sanitizer Error: The Sanitizer failed to handle a hardware exception."
+  echo "========= ERROR SUMMARY: 1 error"; exit 1; }
 ran Host.Only && { echo "========= Error: Target application terminated before first instrumented API call"; exit 255; }
 if [ "$tool" = memcheck ] && [ "$api" != no ] && ran Oom.Provoked; then
   echo '========= Program hit cudaErrorMemoryAllocation (error 2) due to "out of memory" on CUDA API call to cudaMalloc.'
@@ -174,6 +176,10 @@ check "Oom clean, API errors noted" grep -qP "^memcheck\tOom\.Provoked\tclean\t.
 OUT=$out4 H3RT_SANITIZE_TOOLS=memcheck H3RT_SANITIZE_FILTER='Oom.*' FAKE_EXTRA=1 \
   H3RT_SANITIZE_API_ERRORS= bash "$root/tools/device/sanitize_suite.sh" > "$tmp/log6" 2>&1
 check "without the list the provoked API error is REPORTED" test $? = 1
+OUT=$out4 H3RT_SANITIZE_TOOLS=memcheck H3RT_SANITIZE_FILTER='Tool.*' FAKE_EXTRA=1 \
+  bash "$root/tools/device/sanitize_suite.sh" > "$tmp/log7" 2>&1
+check "an internal sanitizer error is TOOL FAILED, not REPORTED" grep -qP \
+  "^memcheck\tTool\.Internal\tTOOL FAILED\t.*internal sanitizer error" "$out4/sanitize_suite.tsv"
 
 # 3. sanitize.sh (shards) on the same stand-ins, through the shared functions.
 out3=$tmp/out3; mkdir -p "$out3"

@@ -232,8 +232,8 @@ __device__ __forceinline__ void softmax_block_as(const int (&acc)[64], float dq,
     const float b = __int_as_float(acc[i] + 0x4B400000);
     f[i] = ex2(tail && masked(i) ? -INFINITY : fmaf(b, dq, c[(i / 2) % 2]));
   }
-    // k-step k2 covers n8 chunks 4k2..4k2+3: a0/a1 = chunks 4k2, 4k2+1 of rows r0/r0+8,
-    // a2/a3 = chunks 4k2+2, 4k2+3.
+  // k-step k2 covers n8 chunks 4k2..4k2+3: a0/a1 = chunks 4k2, 4k2+1 of rows r0/r0+8,
+  // a2/a3 = chunks 4k2+2, 4k2+3.
 #pragma unroll
   for (int k2 = 0; k2 < 4; ++k2) {
     const float* x = f + 16 * k2;
