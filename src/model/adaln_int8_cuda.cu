@@ -32,27 +32,9 @@ void adaln_int8_linear(const DeviceLinear& l, const __nv_bfloat16* x, __nv_bfloa
              l.out, ", ", l.in, "] at ", rows, " rows does not fit its scratch (", s.rows,
              " rows of ", s.in, " -> ", s.out, ")");
   if (rows == 0) return;
-  ops::Int8QuantizeCudaParams q;
-  q.x = x;
-  q.q = s.q.ptr<int8_t>();
-  q.scale = s.scale.ptr<float>();
-  q.rows = rows;
-  q.k = l.in;
-  q.group = l.int8_group;
-  H3RT_CUDA_CHECK(ops::int8_quantize_rows_cuda(q, stream));
-  ops::Int8LinearCudaParams g;
-  g.x = s.q.ptr<int8_t>();
-  g.x_scale = s.scale.ptr<float>();
-  g.w = l.wi8.ptr<int8_t>();
-  g.w_scale = l.wi8_scale.ptr<float>();
-  g.bias = l.b.data() ? l.b.ptr<__nv_bfloat16>() : nullptr;
-  g.y = y;
-  g.rows = rows;
-  g.in = l.in;
-  g.out = l.out;
-  g.workspace = s.workspace.data();
-  g.workspace_bytes = s.workspace.nbytes();
-  H3RT_CUDA_CHECK(ops::int8_linear_cuda(g, stream));
+  int8_project_cuda(
+      l, x, y, rows,
+      {s.q.ptr<int8_t>(), s.scale.ptr<float>(), s.workspace.data(), s.workspace.nbytes()}, stream);
 }
 
 }  // namespace h3rt::model

@@ -85,11 +85,13 @@ void project_nvfp4(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows, 
   gemm_nvfp4(l, q.global_scale, y, rows, b, s);
 }
 
-// int8 W8A8 GEMM of the activation already rotated and quantized in b.xi8 / b.xi8_scale.
-void gemm_int8(const DeviceLinear& l, bf16* y, int64_t rows, BlockCudaBuffers& b, cudaStream_t s) {
+}  // namespace
+
+void int8_gemm_cuda(const DeviceLinear& l, const Int8Activation& a, bf16* y, int64_t rows,
+                    cudaStream_t s) {
   ops::Int8LinearCudaParams g;
-  g.x = b.xi8.ptr<int8_t>();
-  g.x_scale = b.xi8_scale.ptr<float>();
+  g.x = a.q;
+  g.x_scale = a.scale;
   g.w = l.wi8.ptr<int8_t>();
   g.w_scale = l.wi8_scale.ptr<float>();
   g.bias = l.b.data() ? bp(l.b) : nullptr;
@@ -97,26 +99,43 @@ void gemm_int8(const DeviceLinear& l, bf16* y, int64_t rows, BlockCudaBuffers& b
   g.rows = rows;
   g.in = l.in;
   g.out = l.out;
-  g.workspace = b.int8_workspace.data();
-  g.workspace_bytes = b.int8_workspace.nbytes();
+  g.workspace = a.workspace;
+  g.workspace_bytes = a.workspace_bytes;
   H3RT_CHECK(ops::int8_linear_workspace_bytes(rows, l.out) <= g.workspace_bytes,
              "int8 GEMM scratch too small for ", rows, " x ", l.in, " -> ", l.out);
   H3RT_CUDA_CHECK(ops::int8_linear_cuda(g, s));
 }
 
-// int8 W8A8: rotate + quantize the activation rows, then the int8 GEMM with both scales.
-void project_int8(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows, BlockCudaBuffers& b,
-                  cudaStream_t s) {
-  H3RT_CHECK(b.xi8.data() != nullptr, "int8 layer without int8 activation buffers");
+void int8_project_cuda(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows,
+                       const Int8Activation& a, cudaStream_t s) {
   ops::Int8QuantizeCudaParams q;
   q.x = x;
-  q.q = b.xi8.ptr<int8_t>();
-  q.scale = b.xi8_scale.ptr<float>();
+  q.q = a.q;
+  q.scale = a.scale;
   q.rows = rows;
   q.k = l.in;
   q.group = l.int8_group;
   H3RT_CUDA_CHECK(ops::int8_quantize_rows_cuda(q, s));
-  gemm_int8(l, y, rows, b, s);
+  int8_gemm_cuda(l, a, y, rows, s);
+}
+
+namespace {
+
+Int8Activation int8_activation(BlockCudaBuffers& b) {
+  H3RT_CHECK(b.xi8.data() != nullptr, "int8 layer without int8 activation buffers");
+  return {b.xi8.ptr<int8_t>(), b.xi8_scale.ptr<float>(), b.int8_workspace.data(),
+          b.int8_workspace.nbytes()};
+}
+
+// int8 W8A8 GEMM of the activation already rotated and quantized in b.xi8 / b.xi8_scale.
+void gemm_int8(const DeviceLinear& l, bf16* y, int64_t rows, BlockCudaBuffers& b, cudaStream_t s) {
+  int8_gemm_cuda(l, int8_activation(b), y, rows, s);
+}
+
+// int8 W8A8: rotate + quantize the activation rows, then the int8 GEMM with both scales.
+void project_int8(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows, BlockCudaBuffers& b,
+                  cudaStream_t s) {
+  int8_project_cuda(l, x, y, rows, int8_activation(b), s);
 }
 
 // Whether the qkv / fc1 inputs of int8 layers are rotated and quantized by rmsnorm_modulate where

@@ -62,6 +62,23 @@ struct DeviceLinear {
   bool nvfp4() const { return w4.data() != nullptr; }
 };
 
+// The device buffers of an int8 W8A8 projection's activation: q [rows, in] int8 and scale [rows]
+// (written by the rotate+quantize step or a fused producer), and the GEMM's workspace.
+struct Int8Activation {
+  int8_t* q;
+  float* scale;
+  void* workspace;
+  size_t workspace_bytes;
+};
+// y [rows, l.out] bf16 = the int8 layer l (l.int8()) of the activation already in a: the int8
+// GEMM with both scales and l's bias in the epilogue (src/ops/int8_linear).
+void int8_gemm_cuda(const DeviceLinear& l, const Int8Activation& a, __nv_bfloat16* y, int64_t rows,
+                    cudaStream_t s);
+// The same from x [rows, l.in] bf16: its rows rotated (convrot group l.int8_group) and quantized
+// into a, then the GEMM.
+void int8_project_cuda(const DeviceLinear& l, const __nv_bfloat16* x, __nv_bfloat16* y,
+                       int64_t rows, const Int8Activation& a, cudaStream_t s);
+
 // Device copies (bf16) of one block's weights.
 struct DeviceBlock {
   Tensor norm1, norm2, q_norm, k_norm;  // [H], [H], [128], [128]

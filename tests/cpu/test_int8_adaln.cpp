@@ -117,21 +117,13 @@ TEST(Int8Adaln, ForwardStaysNearItsDequantizedAdaln) {
   const ForwardOutputs ref = forward_cpu(dense, g.inputs(), Precision::fp32);
   const ForwardOutputs w8a8 = forward_cpu(load_model(out), g.inputs(), Precision::fp32);
   const ForwardOutputs bf16 = forward_cpu(dense, g.inputs(), Precision::bf16);
-  auto rel = [](const FloatVec& a, const FloatVec& b) {
-    double n = 0, d = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      n += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-      d += double(b[i]) * b[i];
-    }
-    return std::sqrt(n / d);
-  };
-  const double ev = rel(w8a8.video_velocity, ref.video_velocity);
-  const double bv = rel(bf16.video_velocity, ref.video_velocity);
+  const double ev = test::rel_l2(w8a8.video_velocity, ref.video_velocity);
+  const double bv = test::rel_l2(bf16.video_velocity, ref.video_velocity);
   std::printf("[ measured ] int8 AdaLN rel L2 video %.4g; bf16 %.4g\n", ev, bv);
   EXPECT_GT(ev, 0.0);
   EXPECT_LT(ev, 2 * bv);
-  EXPECT_LT(rel(w8a8.audio_velocity, ref.audio_velocity),
-            2 * rel(bf16.audio_velocity, ref.audio_velocity));
+  EXPECT_LT(test::rel_l2(w8a8.audio_velocity, ref.audio_velocity),
+            2 * test::rel_l2(bf16.audio_velocity, ref.audio_velocity));
 }
 
 TEST(Int8Adaln, ErrorsNameTheLayer) {

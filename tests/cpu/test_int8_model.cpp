@@ -172,18 +172,10 @@ TEST(Int8Model, ForwardStaysNearItsDequantizedWeights) {
   const ForwardOutputs ref = forward_cpu(dense, g.inputs(), Precision::fp32);
   const ForwardOutputs w8a8 = forward_cpu(load_model(out), g.inputs(), Precision::fp32);
   const ForwardOutputs bf16 = forward_cpu(dense, g.inputs(), Precision::bf16);
-  auto rel = [](const FloatVec& a, const FloatVec& b) {
-    double n = 0, d = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      n += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-      d += double(b[i]) * b[i];
-    }
-    return std::sqrt(n / d);
-  };
-  const double ev = rel(w8a8.video_velocity, ref.video_velocity);
-  const double ea = rel(w8a8.audio_velocity, ref.audio_velocity);
-  const double bv = rel(bf16.video_velocity, ref.video_velocity);
-  const double ba = rel(bf16.audio_velocity, ref.audio_velocity);
+  const double ev = test::rel_l2(w8a8.video_velocity, ref.video_velocity);
+  const double ea = test::rel_l2(w8a8.audio_velocity, ref.audio_velocity);
+  const double bv = test::rel_l2(bf16.video_velocity, ref.video_velocity);
+  const double ba = test::rel_l2(bf16.audio_velocity, ref.audio_velocity);
   std::printf("[ measured ] W8A8 rel L2 video %.4g audio %.4g; bf16 video %.4g audio %.4g\n", ev,
               ea, bv, ba);
   EXPECT_GT(ev, 1e-4);

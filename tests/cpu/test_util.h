@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +26,17 @@ inline std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "";
+}
+
+// Relative L2 error of a against the reference b: sqrt(sum (a - b)^2 / sum b^2), in double.
+template <typename A, typename B>
+double rel_l2(const A& a, const B& b) {
+  double n = 0, d = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    n += (double(a[i]) - double(b[i])) * (double(a[i]) - double(b[i]));
+    d += double(b[i]) * double(b[i]);
+  }
+  return std::sqrt(n / d);
 }
 
 // The shared reference folder (golden/...). H3RT_SHARED_DIR in the environment overrides the
