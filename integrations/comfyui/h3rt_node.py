@@ -207,11 +207,15 @@ class H3rtWrapper:
     by ComfyUI's WrapperExecutor."""
 
     def __init__(self, base_model=None, attention="sage", cuda_graphs=True, device="cuda",
-                 weights="from the loaded model", checkpoint_path="", load=None, loras=()):
+                 weights="from the loaded model", checkpoint_path="", load=None, loras=(),
+                 device_memory_limit=""):
         self.base_model = base_model  # comfy's BaseModel: current_weight_patches_uuid, lowvram
         self.attention, self.cuda_graphs, self.device = attention, bool(cuda_graphs), device
         self.weights, self.checkpoint_path = weights, checkpoint_path
         self.loras = tuple(loras)  # (path, strength) that h3rt merges itself
+        # h3rt.load's device_memory_limit ("24GB"; "" none): over it the blocks stream from
+        # pinned host memory. Weights h3rt takes from ComfyUI's CUDA tensors cannot stream.
+        self.device_memory_limit = str(device_memory_limit or "").strip()
         self.load = load  # h3rt.load unless given (the tests pass stand-in engines)
         self.weight_patches = 0  # LoRA-style patches on the patched model (file path mode)
         self.engine = None
@@ -354,12 +358,12 @@ class H3rtWrapper:
             if self.weight_patches:
                 raise Fallback("weights from file path, but the model has weight patches "
                                "(LoRA) that the file lacks")
-            key = ("path", self.checkpoint_path, self.loras)
+            key = ("path", self.checkpoint_path, self.loras, self.device_memory_limit)
         else:
             dm = getattr(executor, "class_obj", None)
             if dm is None or not hasattr(dm, "state_dict"):
                 raise Fallback("the executor carries no diffusion model")
-            key = self._weights_key(dm) + (self.loras,)
+            key = self._weights_key(dm) + (self.loras, self.device_memory_limit)
         if self.engine is not None and key == self.engine_key:
             return self.engine
         if self.engine_key == ("failed",) + key:
@@ -382,6 +386,10 @@ class H3rtWrapper:
                     cuda_graphs=self.cuda_graphs)
         if self.loras:
             opts["loras"] = list(self.loras)
+        if self.device_memory_limit and self.device == "cpu":
+            self._once(logging.INFO, "device_memory_limit applies to the cuda device; ignored")
+        elif self.device_memory_limit:
+            opts["device_memory_limit"] = self.device_memory_limit
         if key[0] == "path":
             path = self.checkpoint_path
             if not path or not os.path.isfile(path):
@@ -447,6 +455,9 @@ class H3rtPatchModel:
             "optional": {
                 "checkpoint_path": ("STRING", {"default": ""}),
                 "loras": ("STRING", {"default": "", "multiline": True}),
+                # e.g. "24GB": the blocks stream from pinned host memory when the model and a
+                # step do not fit (weights from the file path, or ComfyUI's weights on the CPU).
+                "device_memory_limit": ("STRING", {"default": ""}),
             },
         }
 
@@ -459,10 +470,11 @@ class H3rtPatchModel:
 
     def patch(self, model, attention="sage", cuda_graphs=True, device="cuda",
               weights="from the loaded model", refine_text="in h3rt", checkpoint_path="",
-              loras=""):
+              loras="", device_memory_limit=""):
         patched = model.clone()
         wrapper = H3rtWrapper(getattr(model, "model", None), attention, cuda_graphs, device,
-                              weights, checkpoint_path, loras=parse_loras(loras))
+                              weights, checkpoint_path, loras=parse_loras(loras),
+                              device_memory_limit=device_memory_limit)
         # Patches added by nodes after this one are not visible here (README: limits).
         wrapper.weight_patches = len(getattr(model, "patches", None) or {})
         patched.add_wrapper_with_key(DIFFUSION_MODEL, WRAPPER_KEY, wrapper)

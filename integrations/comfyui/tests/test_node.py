@@ -500,6 +500,42 @@ def test_loras_reach_h3rt_load_and_key_the_engine(tmp_path):
     assert "loras" not in loader.calls[2][1]
 
 
+def test_device_memory_limit_reaches_h3rt_load_and_keys_the_engine(tmp_path, caplog):
+    ckpt = tmp_path / "h3.safetensors"
+    ckpt.write_bytes(b"")
+    loader = Loader(engine=CudaEngine())
+    _, out, wrapper = patched(loader, device="cuda", weights="from file path",
+                              checkpoint_path=str(ckpt), device_memory_limit=" 24GB ")
+    x, ts, ctx = inputs()
+    sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+    assert loader.calls[0][1]["device_memory_limit"] == "24GB"
+    wrapper.device_memory_limit = "16GB"  # another limit: a new engine
+    sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+    assert len(loader.calls) == 2 and loader.calls[1][1]["device_memory_limit"] == "16GB"
+    _, out, _ = patched(loader, device="cuda", weights="from file path",
+                        checkpoint_path=str(ckpt))  # none given: none passed
+    sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+    assert "device_memory_limit" not in loader.calls[2][1]
+    caplog.set_level(logging.INFO, logger="h3rt")
+    _, out, _ = patched(loader, device="cpu", weights="from file path",
+                        checkpoint_path=str(ckpt), device_memory_limit="24GB")
+    sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+    assert "device_memory_limit" not in loader.calls[3][1]
+    assert any("applies to the cuda device" in r.getMessage() for r in caplog.records)
+
+
+def test_a_limit_h3rt_refuses_falls_back_with_its_message(caplog):
+    err = RuntimeError("device_memory_limit 16 GB: the model's block weights are the caller's "
+                       "CUDA tensors")
+    loader = Loader(engine=CudaEngine(), error=err)
+    _, out, wrapper = patched(loader, device="cuda", device_memory_limit="16GB")
+    x, ts, ctx = inputs()
+    with caplog.at_level(logging.WARNING, logger="h3rt"):
+        sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+    assert wrapper.calls["comfyui"] == 1 and wrapper.calls["h3rt"] == 0
+    assert any("caller's CUDA tensors" in r.getMessage() for r in caplog.records)
+
+
 # ---- the numbers: h3rt through the node against ComfyUI's captured _forward ----
 def rel_max_err(got, ref):
     got, ref = np.asarray(got, np.float64).ravel(), np.asarray(ref, np.float64).ravel()
