@@ -195,6 +195,16 @@ struct EvalOptions {
 ForwardOutputs forward_request(Denoiser& denoiser, const Request& request, float sigma,
                                const EvalOptions& options = {});
 
+// forward_request on ComfyUI-layout latents in CUDA device memory: video [1, C, T, H, W] and
+// audio [1, Ca, 2, N] (f32 or bf16, any strides) patchified into new stream-ordered rows on
+// `stream` (h3rt/device.h: video_rows_view, comfy_audio_rows_view), the forward on those rows
+// (options.device is set here), and the velocities unpatchified into out_video / out_audio (the
+// same layouts; f32 or bf16). Nothing waits for the GPU unless the forward does (its finite
+// checks). The Python package's forward of CUDA latents; `h3rt bench step --device-io` times it.
+void forward_device_latents(Denoiser& denoiser, const Request& request, float sigma,
+                            const Tensor& video, const Tensor& audio, const Tensor& out_video,
+                            const Tensor& out_audio, uintptr_t stream, EvalOptions options = {});
+
 // A request from sizes as a user gives them (pixels, video frames, seconds; 0 = the default) and
 // a seed: the starting noise (initial_noise), and seeded stand-in text embeddings (stream 2,
 // rounded to bf16) unless `text` is given.

@@ -342,30 +342,21 @@ Outputs comfy_outputs(const H3Config& c, const Target& t, const ForwardOutputs& 
               to_numpy(rows_to_comfy_audio(out.audio_velocity, Ca, t.N), {1, Ca, 2, size_t(t.N)}))};
 }
 
-// One evaluation of `r` (layout, text, conditioning) on a device target: patchify and the audio
-// axis swap on the device (strided_copy), the forward into device rows, the inverse into the
-// results.
+// One evaluation of `r` (layout, text, conditioning) on a device target
+// (forward_device_latents: patchify and the audio axis swap on the device, the forward into
+// device rows, the inverse into the results).
 Outputs device_request(Model& m, Request& r, const Target& t, float sigma, EvalOptions o,
                        nb::handle out) {
   const H3Config& c = m.config();
-  const int64_t C = c.in_channels, Ca = c.audio_channels, Nv = t.T * (t.H / 2) * (t.W / 2);
+  const int64_t C = c.in_channels, Ca = c.audio_channels;
   const DeviceCall& call = t.call;
-  const Shape six{t.T, t.H / 2, t.W / 2, C, 2, 2}, audio3{2, t.N, Ca};
-  const Tensor v = device_f32({Nv, 4 * C}, call.stream), a = device_f32({2 * t.N, Ca}, call.stream);
-  copy_strided(v.reshape(six), video_rows_view(t.dev->first.view), call.stream);
-  copy_strided(a.reshape(audio3), comfy_audio_rows_view(t.dev->second.view), call.stream);
-  const Tensor vv = device_f32({Nv, 4 * C}, call.stream),
-               av = device_f32({2 * t.N, Ca}, call.stream);
-  const DeviceIO io{v.ptr<float>(), a.ptr<float>(), vv.ptr<float>(), av.ptr<float>(), call.stream};
-  o.device = &io;
   Results res = results(out, {1, C, t.T, t.H, t.W}, {1, Ca, 2, t.N}, call);
   {
     const StreamScope scope(call.stream);
     nb::gil_scoped_release release;
-    forward_request(*m.denoiser, r, sigma, o);
+    forward_device_latents(*m.denoiser, r, sigma, t.dev->first.view, t.dev->second.view,
+                           res.video.view, res.audio.view, call.stream, o);
   }
-  copy_strided(video_rows_view(res.video.view), vv.reshape(six), call.stream);
-  copy_strided(comfy_audio_rows_view(res.audio.view), av.reshape(audio3), call.stream);
   return {res.video.obj, res.audio.obj};
 }
 

@@ -13,10 +13,6 @@ Shape audio_axes(const H3Config& c, const SequenceLayout& l) {
   return {2, l.audio_len, c.audio_channels};
 }
 
-Tensor rows(int64_t n, int64_t features, uintptr_t stream) {
-  return device_f32({n, features}, stream);
-}
-
 }  // namespace
 
 DeviceLatents device_latents(const H3Config& c, const SequenceLayout& l, uintptr_t stream) {
@@ -30,8 +26,8 @@ DeviceLatents upload_latents(const H3Config& c, const Request& r, uintptr_t stre
                  static_cast<int64_t>(r.audio_rows.size()) == l.audio_rows() * c.audio_channels,
              "upload_latents: the request's rows do not match its layout");
   const auto s = reinterpret_cast<cudaStream_t>(stream);
-  const Tensor v = rows(l.video_rows(), c.video_features(), stream),
-               a = rows(l.audio_rows(), c.audio_channels, stream);
+  const Tensor v = device_f32({l.video_rows(), c.video_features()}, stream),
+               a = device_f32({l.audio_rows(), c.audio_channels}, stream);
   H3RT_CUDA_CHECK(
       cudaMemcpyAsync(v.data(), r.video_rows.data(), v.nbytes(), cudaMemcpyHostToDevice, s));
   H3RT_CUDA_CHECK(
@@ -41,25 +37,6 @@ DeviceLatents upload_latents(const H3Config& c, const Request& r, uintptr_t stre
   copy_strided(comfy_audio_rows_view(out.audio), a.reshape(audio_axes(c, l)), stream);
   H3RT_CUDA_CHECK(cudaStreamSynchronize(s));  // the host rows may go once this returns
   return out;
-}
-
-void device_io_forward(Denoiser& d, const Request& r, float sigma, const DeviceLatents& in,
-                       const DeviceLatents& out, uintptr_t stream) {
-  const H3Config& c = d.config();
-  const SequenceLayout& l = r.layout;
-  const Shape six = patch_axes(c, l), audio3 = audio_axes(c, l);
-  const Tensor v = rows(l.video_rows(), c.video_features(), stream),
-               a = rows(l.audio_rows(), c.audio_channels, stream);
-  copy_strided(v.reshape(six), video_rows_view(in.video), stream);
-  copy_strided(a.reshape(audio3), comfy_audio_rows_view(in.audio), stream);
-  const Tensor vv = rows(l.video_rows(), c.video_features(), stream),
-               av = rows(l.audio_rows(), c.audio_channels, stream);
-  const DeviceIO io{v.ptr<float>(), a.ptr<float>(), vv.ptr<float>(), av.ptr<float>(), stream};
-  EvalOptions o;
-  o.device = &io;
-  forward_request(d, r, sigma, o);
-  copy_strided(video_rows_view(out.video), vv.reshape(six), stream);
-  copy_strided(comfy_audio_rows_view(out.audio), av.reshape(audio3), stream);
 }
 
 }  // namespace h3rt::bench

@@ -1,10 +1,7 @@
-// The Python module's device forward of ComfyUI-layout CUDA latents (python/src/h3rt_python.cpp
-// device_request: forward_latents with torch CUDA tensors), in C++ without Python: per call, the
-// patchify and the audio axis swap into new stream-ordered row buffers (strided_copy), new
-// velocity row buffers, forward_request with EvalOptions::device on the caller's stream, and the
-// inverse copies into the caller's output latents (Python's out=). Nothing waits for the GPU
-// unless the forward itself does (its finite checks). `h3rt bench step --device-io` times it as
-// tools/device/py_overhead.py times the Python call, so their difference is the Python overhead.
+// ComfyUI-layout latents in CUDA device memory for `h3rt bench step --device-io`, which times
+// forward_device_latents (h3rt/pipeline.h: what the Python module runs for torch CUDA latents,
+// here without Python) as tools/device/py_overhead.py times the Python call, so their difference
+// is the Python overhead.
 #pragma once
 
 #include <cstdint>
@@ -24,11 +21,5 @@ DeviceLatents device_latents(const H3Config& c, const SequenceLayout& layout, ui
 // `request`'s target rows (video_rows, audio_rows) as device latents (uploaded, then
 // unpatchified on the device); complete for work queued on `stream` after it returns.
 DeviceLatents upload_latents(const H3Config& c, const Request& request, uintptr_t stream);
-
-// out = the velocities of `in` at video sigma `sigma` for `request`'s layout and text (its rows
-// are not read), the work queued on `stream`, as Python's
-// model.forward_latents(in.video, in.audio, sigma, text, out=(out.video, out.audio)).
-void device_io_forward(Denoiser& d, const Request& request, float sigma, const DeviceLatents& in,
-                       const DeviceLatents& out, uintptr_t stream);
 
 }  // namespace h3rt::bench

@@ -18,7 +18,7 @@
 // waits for them.
 // step with device_io: then, the bench's model freed, the Denoiser the Python module loads for
 // the preset (h3rt.preset(..., device="cuda")) runs the Python module's device forward of CUDA
-// latents in C++ (device_io_forward.h) `reps` times back to back at sigma 0.7 with the text
+// latents in C++ (forward_device_latents) `reps` times back to back at sigma 0.7 with the text
 // unchanged, timed as tools/device/py_overhead.py times the Python call; JSON "device_io".
 #pragma once
 

@@ -2,6 +2,7 @@
 // output masks and audio carry around one Denoiser::forward.
 #include <cmath>
 
+#include "h3rt/device.h"
 #include "h3rt/pipeline.h"
 
 namespace h3rt {
@@ -75,6 +76,25 @@ ForwardOutputs forward_request(Denoiser& d, const Request& r, float sigma, const
     carry_audio_output(v.audio_velocity.data(), audio_net.data(),
                        static_cast<int64_t>(v.audio_velocity.size()), carry);
   return v;
+}
+
+void forward_device_latents(Denoiser& d, const Request& r, float sigma, const Tensor& video,
+                            const Tensor& audio, const Tensor& out_video, const Tensor& out_audio,
+                            uintptr_t stream, EvalOptions o) {
+  H3RT_CHECK(video.dim() == 5 && audio.dim() == 4,
+             "forward_device_latents: video must be [1, C, T, H, W] and audio [1, Ca, 2, N]");
+  const int64_t C = video.size(1), T = video.size(2), H = video.size(3), W = video.size(4);
+  const int64_t Ca = audio.size(1), N = audio.size(3), Nv = T * (H / 2) * (W / 2);
+  const Shape six{T, H / 2, W / 2, C, 2, 2}, audio3{2, N, Ca};
+  const Tensor v = device_f32({Nv, 4 * C}, stream), a = device_f32({2 * N, Ca}, stream);
+  copy_strided(v.reshape(six), video_rows_view(video), stream);
+  copy_strided(a.reshape(audio3), comfy_audio_rows_view(audio), stream);
+  const Tensor vv = device_f32({Nv, 4 * C}, stream), av = device_f32({2 * N, Ca}, stream);
+  const DeviceIO io{v.ptr<float>(), a.ptr<float>(), vv.ptr<float>(), av.ptr<float>(), stream};
+  o.device = &io;
+  forward_request(d, r, sigma, o);
+  copy_strided(video_rows_view(out_video), vv.reshape(six), stream);
+  copy_strided(comfy_audio_rows_view(out_audio), av.reshape(audio3), stream);
 }
 
 }  // namespace h3rt

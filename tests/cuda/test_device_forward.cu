@@ -215,10 +215,10 @@ std::vector<float> host_latents(const H3Config& c, const SequenceLayout& l, Forw
   return out;
 }
 
-// bench step --device-io times bench::device_io_forward: on the tiny preset (as Python's
-// h3rt.preset("tiny", device="cuda")) its output latents are the host forward's velocities
-// (forward_request on host rows, unpatchified on the host) bit for bit, on a caller's stream,
-// eager, captured and replayed, the outputs poisoned before each call.
+// forward_device_latents (what the Python module runs and bench step --device-io times): on the
+// tiny preset (as Python's h3rt.preset("tiny", device="cuda")) its output latents are the host
+// forward's velocities (forward_request on host rows, unpatchified on the host) bit for bit, on
+// a caller's stream, eager, captured and replayed, the outputs poisoned before each call.
 TEST(DeviceForward, BenchDeviceIoForwardGivesTheHostBits) {
   H3RT_REQUIRE_GPU();
   DenoiserOptions o;
@@ -239,7 +239,7 @@ TEST(DeviceForward, BenchDeviceIoForwardGivesTheHostBits) {
     for (int call = 0; call < 4; ++call) {  // eager, capture, replays
       H3RT_CUDA_CHECK(cudaMemsetAsync(out.video.data(), 0xff, out.video.nbytes(), s));
       H3RT_CUDA_CHECK(cudaMemsetAsync(out.audio.data(), 0xff, out.audio.nbytes(), s));
-      bench::device_io_forward(*d, r, kSigma, in, out, su);
+      forward_device_latents(*d, r, kSigma, in.video, in.audio, out.video, out.audio, su);
       std::vector<float> got(want.size());
       H3RT_CUDA_CHECK(cudaMemcpyAsync(got.data(), out.video.data(), out.video.nbytes(),
                                       cudaMemcpyDeviceToHost, s));
