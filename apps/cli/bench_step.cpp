@@ -22,6 +22,7 @@ struct Opts {
   int64_t width = 0, height = 0, frames = 0;
   uint64_t seed = 440420, weights_seed = 0;
   std::string device_memory_limit = "0";
+  std::string weight_stream_source = "auto";
   bool compare_resident = false, device_io = false;
 };
 
@@ -54,6 +55,7 @@ void add_common(CLI::App* cmd, Opts& o) {
   cmd->add_option("--weights-seed", o.weights_seed, "Synthetic weights seed")
       ->capture_default_str();
   add_device_memory_limit(cmd, o.device_memory_limit);
+  add_weight_stream_source(cmd, o.weight_stream_source);
   cmd->add_option("--out", o.out, "JSON report path, - for stdout")->capture_default_str();
   cmd->add_option("--plot", o.plot,
                   "Also draw the timeline as SVG (step: the eager step's stages along time and "
@@ -103,6 +105,7 @@ bench::StepBenchOptions to_bench(const Opts& o) {
   b.seed = o.seed;
   b.weights_seed = o.weights_seed;
   b.device_memory_limit = parse_memory_size(o.device_memory_limit, "--device-memory-limit");
+  b.weight_stream_source = o.weight_stream_source;
   b.compare_resident = o.compare_resident;
   b.device_io = o.device_io;
   return b;

@@ -120,19 +120,32 @@ model::BlockStorage cuda_storage(const H3Config& c, const model::TensorSource& s
   return st;
 }
 
+// Which source --weight-stream-source auto takes on this host for plan p.
+void print_stream_source(const model::WeightStreamPlan& p) {
+  const model::HostMemory h = model::host_memory();
+  const WeightStreamSource s =
+      model::choose_stream_source(WeightStreamSource::automatic, p.host_bytes, h);
+  std::printf(
+      "this host: %.2f GB of %.2f GB available: --weight-stream-source auto takes %s here "
+      "(file: the blocks read from the mapped file at each step, %.2f GB pinned for staging)\n",
+      h.available / 1e9, h.total / 1e9, weight_stream_source_name(s),
+      model::with_source(p, WeightStreamSource::file).host_bytes / 1e9);
+}
+
 // What loading under `limit` puts on the device (model/weight_stream_plan.h, plan_load).
 void print_load_plan(const H3Config& c, const model::BlockStorage& st, int64_t limit) {
   try {
     const model::LoadPlan load = model::plan_load(c, st, st, limit, true);
     if (load.stream)
       std::printf(
-          "load: the blocks go from the file to pinned host memory as they are read; the load "
-          "puts %.2f GB of weights on the device, never the whole model\n",
+          "load: the blocks go from the file to host memory (pinned copies, or views of the "
+          "file with --weight-stream-source file) as they are read; the load puts %.2f GB of "
+          "weights on the device, never the whole model\n",
           load.device_weight_bytes / 1e9);
     else
       std::printf(
           "load: resident (%.2f GB of weights, within the limit); a request over the limit moves "
-          "the blocks to pinned host memory at its first forward\n",
+          "the blocks to host memory at its first forward\n",
           load.device_weight_bytes / 1e9);
   } catch (const Error& e) {
     std::printf("load: too small: %s\n", e.what());
@@ -164,7 +177,8 @@ void print_device_plan(const H3Config& c, const model::TensorSource& src, int64_
           "memory, %d slots of %.3f GB, %.2f GB H2D per step, %.2f GB on the device)\n",
           limit / 1e9, p.host_bytes / 1e9, p.slots, p.slot_bytes / 1e9, p.h2d_bytes_per_step / 1e9,
           p.device_bytes / 1e9);
-    else
+    if (p.stream) print_stream_source(p);
+    if (!p.stream)
       std::printf("--device-memory-limit %.2f GB: the weights stay resident (%.2f GB)\n",
                   limit / 1e9, p.device_bytes / 1e9);
   } catch (const Error& e) {

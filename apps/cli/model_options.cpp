@@ -29,12 +29,25 @@ void add_device_memory_limit(CLI::App* cmd, std::string& size) {
                   "(the default) is no limit. SIZE is bytes (2.5e10) or with a unit: GB/MB "
                   "(powers of 1000, 24GB = 24e9 bytes) or GiB/MiB (powers of 1024). When the "
                   "resident model and the request's activations exceed it, the transformer "
-                  "blocks' weight matrices stay in pinned host memory and stream into two device "
-                  "slots, each block's copy overlapped with the compute of the blocks before it "
-                  "(the same bits). When the resident model cannot fit it at all, the blocks "
-                  "go to pinned host memory as they load, never whole on the device (the load's "
-                  "peak: weight_streaming.load_peak_device_bytes); below what streaming needs, "
-                  "an error says how many bytes it needs")
+                  "blocks' weight matrices stay in host memory (--weight-stream-source) and "
+                  "stream into two device slots, each block's copy overlapped with the compute "
+                  "of the blocks before it (the same bits). When the resident model cannot fit "
+                  "it at all, the blocks go to host memory as they load, never whole on the "
+                  "device (the load's peak: weight_streaming.load_peak_device_bytes); below what "
+                  "streaming needs, an error says how many bytes it needs")
+      ->capture_default_str();
+}
+
+void add_weight_stream_source(CLI::App* cmd, std::string& source) {
+  cmd->add_option("--weight-stream-source", source,
+                  "With --device-memory-limit, where streamed blocks come from: pinned (a "
+                  "page-locked host copy of every block: fastest, needs the streamed bytes in "
+                  "free host memory), file (each block read from the memory-mapped checkpoint "
+                  "as it is needed, through two pinned staging buffers: no copy of the model in "
+                  "host memory, but a step may wait on the disk; a preset's blocks are held in "
+                  "pageable host memory instead) or auto (pinned when every block's copy fits "
+                  "the available host memory less 10% of the total and 2 GB, else file)")
+      ->check(CLI::IsMember({"auto", "pinned", "file"}))
       ->capture_default_str();
 }
 
@@ -99,6 +112,7 @@ void ModelOptions::add_to(CLI::App* cmd, bool with_preset) {
       ->check(CLI::IsMember({"off", "first", "all"}))
       ->capture_default_str();
   add_device_memory_limit(cmd, device_memory_limit);
+  add_weight_stream_source(cmd, weight_stream_source);
 }
 
 std::string ModelOptions::precision_name() const {
@@ -131,6 +145,8 @@ DenoiserOptions ModelOptions::denoiser_options() const {
   d.lora_skip_unmatched = lora_skip_unmatched;
   d.check_finite = parse_check_finite(check_finite, "--check-finite");
   d.device_memory_limit = parse_memory_size(device_memory_limit, "--device-memory-limit");
+  d.weight_stream_source =
+      parse_weight_stream_source(weight_stream_source, "--weight-stream-source");
   d.synthetic_gemm = parse_synthetic_gemm(gemm, "--gemm");
   d.int8_group = int8_group;
   return d;

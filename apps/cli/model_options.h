@@ -14,6 +14,8 @@ namespace h3rt::cli {
 
 // --device-memory-limit SIZE into `size` (parse_memory_size reads it): sample, forward, bench.
 void add_device_memory_limit(CLI::App* cmd, std::string& size);
+// --weight-stream-source auto|pinned|file into `source` (WeightStreamSource).
+void add_weight_stream_source(CLI::App* cmd, std::string& source);
 
 struct ModelOptions {
   std::string preset;      // "tiny" / "h3"; empty: tiny unless a checkpoint is given
@@ -32,9 +34,11 @@ struct ModelOptions {
   bool lora_skip_unmatched = false;
   std::string check_finite = "first";
   std::string device_memory_limit = "0";  // --device-memory-limit SIZE (0: none)
+  std::string weight_stream_source = "auto";
 
   // --preset (with_preset), --checkpoint, --qkv-*, --precision, --device, --fp8-activations,
-  // --lora, --lora-skip-unmatched, --check-finite, --device-memory-limit.
+  // --lora, --lora-skip-unmatched, --check-finite, --device-memory-limit,
+  // --weight-stream-source.
   void add_to(CLI::App* cmd, bool with_preset);
   std::string precision_name() const;  // as given, else the device's default
   std::string describe() const;        // the source, and --gemm when not bf16

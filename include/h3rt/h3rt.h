@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define H3RT_API_VERSION 3 /* bumped on any incompatible change of this header */
+#define H3RT_API_VERSION 4 /* bumped on any incompatible change of this header */
 
 typedef enum h3rt_status {
   H3RT_OK = 0,
@@ -31,16 +31,19 @@ typedef struct h3rt_model h3rt_model;
 
 /* NULL strings take the default. */
 typedef struct h3rt_model_options {
-  const char* device;          /* "cpu" (default) or "cuda" */
-  const char* precision;       /* "fp32" or "bf16"; default fp32 on cpu, bf16 on cuda */
-  const char* attention;       /* "bf16" (default) or "sage" (cuda only) */
-  int cuda_graphs;             /* nonzero (default): replay warm steps from CUDA graphs */
-  const char* fp8_activations; /* "static" (default) or "dynamic" */
-  const char* check_finite;    /* NaN/Inf checks: "first" (default: the first forward), "all"
-                                  (every forward, and the weights once) or "off" */
-  const char* device_memory_limit; /* cuda: device bytes for weights + activations, "24GB",
-                                      "24GiB" or "2.5e10"; NULL or "0" (default): no limit.
-                                      Above it the block weights stream from host memory */
+  const char* device;               /* "cpu" (default) or "cuda" */
+  const char* precision;            /* "fp32" or "bf16"; default fp32 on cpu, bf16 on cuda */
+  const char* attention;            /* "bf16" (default) or "sage" (cuda only) */
+  int cuda_graphs;                  /* nonzero (default): replay warm steps from CUDA graphs */
+  const char* fp8_activations;      /* "static" (default) or "dynamic" */
+  const char* check_finite;         /* NaN/Inf checks: "first" (default: the first forward), "all"
+                                       (every forward, and the weights once) or "off" */
+  const char* device_memory_limit;  /* cuda: device bytes for weights + activations, "24GB",
+                                       "24GiB" or "2.5e10"; NULL or "0" (default): no limit.
+                                       Above it the block weights stream from host memory */
+  const char* weight_stream_source; /* where they stream from: "auto" (default), "pinned" (a
+                                       page-locked copy of every block) or "file" (read from the
+                                       mapped checkpoint as needed) */
 } h3rt_model_options;
 void h3rt_model_options_init(h3rt_model_options* options);
 
@@ -129,11 +132,11 @@ typedef struct h3rt_sample_request {
      attention at router threshold sparse_attention (> 0; CUDA with Sage attention) from step
      dense_steps on, in blocks from dense_blocks on; first-block step caching at relative-L1
      threshold step_cache (> 0), at most step_cache_max reused steps in a row. */
-  float sparse_attention;      /* 0 */
-  int dense_steps;             /* 10 */
-  int dense_blocks;            /* 2 */
-  double step_cache;           /* 0 */
-  int step_cache_max;          /* 3 */
+  float sparse_attention; /* 0 */
+  int dense_steps;        /* 10 */
+  int dense_blocks;       /* 2 */
+  double step_cache;      /* 0 */
+  int step_cache_max;     /* 3 */
   /* `h3rt sample --sampler / --scheduler` (API version 2): NULL for euler / diffusers. */
   const char* sampler;   /* euler | res_multistep | euler_ancestral */
   const char* scheduler; /* diffusers | simple */

@@ -92,11 +92,12 @@ struct LinearWeight {
   Tensor scale_2;      // weight_scale_2: f32 scalar global scale (nvfp4); else empty
   Tensor input_scale;  // f32 scalar static activation scale (quantized formats), or empty
   Tensor bias_data;    // [out] as stored, or empty
-  // [out, in] f32 values: filled at load for f32/bf16/f16 layers. Quantized layers (fp8_scaled,
+  // [out, in] f32 values: filled at load for f32/bf16/f16 layers (unless
+  // LoadOptions::dense_float_copies is false). Quantized layers (fp8_scaled,
   // nvfp4, int8) leave it empty at load (dense copies of a 33B int8 checkpoint would need 77 GB of
   // host memory the GPU path never reads); dense_weight() fills it on first use.
   mutable FloatVec w;
-  FloatVec b;          // [out] or empty
+  FloatVec b;  // [out] or empty
   // fp8_scaled without input_scale, opted in by set_fp8_activations(dynamic): the activation is
   // quantized to e4m3 with a scale computed per call (src/ops/fp8_quantize/fp8_quantize.h).
   bool fp8_dynamic_activations = false;
@@ -176,6 +177,11 @@ struct LoadOptions {
   // Later files replace entries of earlier ones (e.g. a file holding only the qkv tensors);
   // every key they hold must be a key of the model.
   std::vector<WeightFile> overrides;
+  // Float layers (bf16, f16, f32) get their f32 values (LinearWeight::w) at load (true: the CPU
+  // reference computes from them) or on first use of dense_weight (false: the CUDA backend
+  // uploads the stored bf16 bytes, so host memory holds the mapped file, not twice its size in
+  // f32: 132 GB for the 33B bf16 release).
+  bool dense_float_copies = true;
 };
 
 // Infers the configuration from tensor shapes and key counts (heads = qkv rows / 3 / 128,

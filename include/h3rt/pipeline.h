@@ -39,6 +39,22 @@ enum class CheckFinite { off, first_step, every_step };
 // (W4A4, static input scales). A checkpoint's layers run in the formats the file stores.
 enum class SyntheticGemm { bf16, fp8, int8, nvfp4 };
 
+// Where streamed block weights come from (DenoiserOptions::weight_stream_source):
+//   pinned: a page-locked host copy of every block, copied to the device at full PCIe speed;
+//     needs the streamed bytes (19.4 GB for the pruned int8 release) in free host memory.
+//   file: each block read, as it is needed, from where the loaded weights already are (the
+//     memory-mapped checkpoint, or the caller's host tensors) into one of two pinned staging
+//     buffers, then copied; host memory holds no copy of the model (the file's pages are the
+//     kernel's page cache, dropped under pressure), so a step may wait on the disk. Layers the
+//     upload converts (e.g. fp8 without an input scale, run as bf16) are held as host copies.
+//   automatic: pinned when every block's pinned copy fits the host's available memory with a
+//     margin (MemAvailable, less 10% of the total and 2 GB), else file.
+enum class WeightStreamSource { automatic, pinned, file };
+const char* weight_stream_source_name(WeightStreamSource s);  // "auto", "pinned", "file"
+// "auto" | "pinned" | "file"; throws naming `what` and the accepted values otherwise.
+WeightStreamSource parse_weight_stream_source(const std::string& s,
+                                              const char* what = "weight_stream_source");
+
 struct DenoiserOptions {
   Device device = Device::cpu;
   std::optional<Precision> precision;     // default: fp32 on the CPU, bf16 on CUDA (its only one)
@@ -59,6 +75,8 @@ struct DenoiserOptions {
   // whole on the device. Below what streaming needs, create() or forward() throws naming this
   // option and the bytes needed.
   int64_t device_memory_limit = 0;
+  // Where streamed blocks are read from (see WeightStreamSource); only with a limit.
+  WeightStreamSource weight_stream_source = WeightStreamSource::automatic;
   // A preset on device cuda only (an error with a checkpoint or on the CPU): its block GEMMs.
   SyntheticGemm synthetic_gemm = SyntheticGemm::bf16;
   // synthetic_gemm int8: the convrot group size (0: plain int8; -1: synthetic_int8_group's).
@@ -68,10 +86,11 @@ struct DenoiserOptions {
 // Whether and how a CUDA denoiser streams its block weights (Denoiser::weight_streaming).
 struct WeightStreaming {
   int64_t limit = 0;      // device_memory_limit (0: none)
-  bool streamed = false;  // the block weights live in pinned host memory
+  bool streamed = false;  // the block weights stream from host memory into device slots
+  std::string source;     // streamed: "pinned" or "file" (WeightStreamSource)
   int slots = 0;          // device slots of one block's weights
   int64_t slot_bytes = 0;
-  int64_t host_bytes = 0;              // pinned host bytes of the streamed weights
+  int64_t host_bytes = 0;  // pinned host bytes: every block's copy (pinned) or staging (file)
   int64_t h2d_bytes_per_step = 0;      // copied host -> device per forward
   int64_t resident_weight_bytes = 0;   // weights kept on the device
   int64_t planned_device_bytes = 0;    // the plan's estimate: weights + slots + activations
@@ -294,9 +313,9 @@ struct SampleResult {
   FloatVec video_latents;  // [1, C, T, Hl, Wl]
   FloatVec audio_latents;  // [2, Ca, N]
   Shape video_shape, audio_shape;
-  std::vector<StageSeconds> stages;  // one per step run here (output_transform on the last)
-  int resumed_steps = 0;             // steps restored from resume_path (0: a fresh run)
-  std::vector<float> video_sigmas;   // the schedule the run used, terminal 0 included
+  std::vector<StageSeconds> stages;      // one per step run here (output_transform on the last)
+  int resumed_steps = 0;                 // steps restored from resume_path (0: a fresh run)
+  std::vector<float> video_sigmas;       // the schedule the run used, terminal 0 included
   std::vector<HybridStep> hybrid_steps;  // one per step run here: sparse or dense, cache use
 };
 

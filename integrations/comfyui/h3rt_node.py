@@ -214,7 +214,9 @@ class H3rtWrapper:
         self.weights, self.checkpoint_path = weights, checkpoint_path
         self.loras = tuple(loras)  # (path, strength) that h3rt merges itself
         # h3rt.load's device_memory_limit ("24GB"; "" none): over it the blocks stream from
-        # pinned host memory. Weights h3rt takes from ComfyUI's CUDA tensors cannot stream.
+        # host memory (pinned copies, or the mapped file's pages when host memory is short:
+        # weight_stream_source "auto"). Weights h3rt takes from ComfyUI's CUDA tensors cannot
+        # stream.
         self.device_memory_limit = str(device_memory_limit or "").strip()
         self.load = load  # h3rt.load unless given (the tests pass stand-in engines)
         self.weight_patches = 0  # LoRA-style patches on the patched model (file path mode)
@@ -455,8 +457,8 @@ class H3rtPatchModel:
             "optional": {
                 "checkpoint_path": ("STRING", {"default": ""}),
                 "loras": ("STRING", {"default": "", "multiline": True}),
-                # e.g. "24GB": the blocks stream from pinned host memory when the model and a
-                # step do not fit (weights from the file path, or ComfyUI's weights on the CPU).
+                # e.g. "24GB": the blocks stream from host memory when the model and a step do
+                # not fit (weights from the file path, or ComfyUI's weights on the CPU).
                 "device_memory_limit": ("STRING", {"default": ""}),
             },
         }

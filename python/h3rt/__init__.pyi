@@ -40,7 +40,7 @@ class Model:
     @property
     def weight_streaming(self) -> dict[str, Any]:
         """How device_memory_limit placed the block weights, as the reports' weight_streaming:
-        streamed (the blocks live in pinned host memory), streamed_at_load (they went there as
+        streamed (the blocks live in host memory), source ("pinned" or "file"), streamed_at_load (they went there as
         they loaded, never whole on the GPU), load_peak_device_bytes (the load's peak in h3rt's
         device pool), caller_device_bytes (block weights used in place from CUDA tensors you
         passed), slots, slot_bytes, host_bytes, h2d_bytes_per_step, resident_weight_bytes,
@@ -114,11 +114,13 @@ def load(path_or_state_dict: Union[str, os.PathLike, Mapping[str, ArrayLike]],
          qkv_layout: str = "auto",
          loras: Sequence[Union[str, os.PathLike, Tuple[Union[str, os.PathLike], float]]] = (),
          lora_skip_unmatched: bool = False, check_finite: str = "first",
-         device_memory_limit: int | float | str = 0) -> Model: ...
+         device_memory_limit: int | float | str = 0,
+         weight_stream_source: str = "auto") -> Model: ...
 def preset(name: str = "tiny", weights_seed: int = 0, device: str = "cpu",
            precision: Optional[str] = None, attention: str = "bf16",
            cuda_graphs: bool = True, check_finite: str = "first", gemm: str = "bf16",
-           int8_group: int = -1, device_memory_limit: int | float | str = 0) -> Model: ...
+           int8_group: int = -1, device_memory_limit: int | float | str = 0,
+           weight_stream_source: str = "auto") -> Model: ...
 def sample(model: Model, width: int = 0, height: int = 0, frames: int = 0, steps: int = 8,
            seed: int = 440420, text: Optional[ArrayLike] = None,
            progress: Optional[Callable[[int, int, float], Optional[bool]]] = None,

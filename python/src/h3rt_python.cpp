@@ -35,10 +35,12 @@ struct Model {
 DenoiserOptions options(const std::string& device, const std::optional<std::string>& precision,
                         const std::string& attention, bool cuda_graphs,
                         const std::string& fp8_activations, const std::string& check_finite,
-                        const std::string& device_memory_limit) {
+                        const std::string& device_memory_limit,
+                        const std::string& weight_stream_source) {
   DenoiserOptions o;
   try {
     o.device_memory_limit = parse_memory_size(device_memory_limit, "device_memory_limit");
+    o.weight_stream_source = parse_weight_stream_source(weight_stream_source);
     o.device = parse_device(device);
     if (precision) o.precision = parse_precision(*precision);
     o.attention = parse_attention(attention);
@@ -584,11 +586,11 @@ Model* load_path(const std::string& path, const std::string& device,
                  std::optional<std::string> precision, const std::string& attention,
                  bool cuda_graphs, const std::string& fp8, const std::string& qkv,
                  const LoraList& loras, bool lora_skip_unmatched, const std::string& check_finite,
-                 const std::string& limit) {
+                 const std::string& limit, const std::string& source) {
   ModelSource s;
   s.checkpoint = path;
   s.qkv_layout = qkv_layout_of(qkv);
-  auto o = options(device, precision, attention, cuda_graphs, fp8, check_finite, limit);
+  auto o = options(device, precision, attention, cuda_graphs, fp8, check_finite, limit, source);
   add_loras(o, loras, lora_skip_unmatched);
   nb::gil_scoped_release release;
   return new Model{Denoiser::create(s, o), {}, model_identity(s, o)};
@@ -597,11 +599,12 @@ Model* load_path(const std::string& path, const std::string& device,
 Model* load_preset(const std::string& name, uint64_t weights_seed, const std::string& device,
                    std::optional<std::string> precision, const std::string& attention,
                    bool cuda_graphs, const std::string& check_finite, const std::string& gemm,
-                   int int8_group, const std::string& limit) {
+                   int int8_group, const std::string& limit, const std::string& source) {
   ModelSource s;
   s.preset = name;
   s.weights_seed = weights_seed;
-  auto o = options(device, precision, attention, cuda_graphs, "static", check_finite, limit);
+  auto o =
+      options(device, precision, attention, cuda_graphs, "static", check_finite, limit, source);
   try {
     o.synthetic_gemm = parse_synthetic_gemm(gemm);
   } catch (const Error& e) {
@@ -616,7 +619,8 @@ Model* load_state_dict(const nb::dict& state, const std::string& device,
                        std::optional<std::string> precision, const std::string& attention,
                        bool cuda_graphs, const std::string& fp8, const std::string& qkv,
                        const LoraList& loras, bool lora_skip_unmatched,
-                       const std::string& check_finite, const std::string& limit) {
+                       const std::string& check_finite, const std::string& limit,
+                       const std::string& source) {
   std::map<std::string, Tensor> tensors;
   std::vector<nb::object> keep;
   for (auto [k, v] : state) {
@@ -628,7 +632,7 @@ Model* load_state_dict(const nb::dict& state, const std::string& device,
     keep.push_back(nb::borrow(v));
   }
   const QkvLayout layout = qkv == "auto" ? QkvLayout::fused_thirds : qkv_layout_of(qkv);
-  auto o = options(device, precision, attention, cuda_graphs, fp8, check_finite, limit);
+  auto o = options(device, precision, attention, cuda_graphs, fp8, check_finite, limit, source);
   add_loras(o, loras, lora_skip_unmatched);
   std::unique_ptr<Denoiser> d;
   {
@@ -705,14 +709,15 @@ NB_MODULE(_h3rt, m) {
   m.def("_load_path", &load_path, arg("path"), arg("device"), arg("precision").none(),
         arg("attention"), arg("cuda_graphs"), arg("fp8_activations"), arg("qkv_layout"),
         arg("loras"), arg("lora_skip_unmatched"), arg("check_finite"), arg("device_memory_limit"),
-        nb::rv_policy::take_ownership);
+        arg("weight_stream_source"), nb::rv_policy::take_ownership);
   m.def("_load_preset", &load_preset, arg("name"), arg("weights_seed"), arg("device"),
         arg("precision").none(), arg("attention"), arg("cuda_graphs"), arg("check_finite"),
-        arg("gemm"), arg("int8_group"), arg("device_memory_limit"), nb::rv_policy::take_ownership);
+        arg("gemm"), arg("int8_group"), arg("device_memory_limit"), arg("weight_stream_source"),
+        nb::rv_policy::take_ownership);
   m.def("_load_state_dict", &load_state_dict, arg("state_dict"), arg("device"),
         arg("precision").none(), arg("attention"), arg("cuda_graphs"), arg("fp8_activations"),
         arg("qkv_layout"), arg("loras"), arg("lora_skip_unmatched"), arg("check_finite"),
-        arg("device_memory_limit"), nb::rv_policy::take_ownership);
+        arg("device_memory_limit"), arg("weight_stream_source"), nb::rv_policy::take_ownership);
   m.def(
       "_sample",
       [](Model& model, int64_t width, int64_t height, int64_t frames, int steps, uint64_t seed,

@@ -359,6 +359,15 @@ def test_device_memory_limit_is_parsed_and_needs_cuda():
     assert w["streamed"] is False and w["streamed_at_load"] is False
     assert w["load_peak_device_bytes"] == 0 and w["device_memory_limit"] == 0
     assert set(w) >= {"slots", "host_bytes", "h2d_bytes_per_step", "caller_device_bytes"}
+    assert w["source"] == ""  # set ("pinned" or "file") only when the blocks stream
+
+
+def test_weight_stream_source_is_parsed_and_needs_a_limit():
+    with pytest.raises(ValueError, match="weight_stream_source must be auto, pinned or file"):
+        h3rt.preset("tiny", weight_stream_source="disk")
+    with pytest.raises(RuntimeError, match="weight_stream_source file applies when"):
+        h3rt.preset("tiny", weight_stream_source="file")
+    assert h3rt.preset("tiny", weight_stream_source="auto").config["layers"] > 0
 
 
 def test_sample_denoise_masks_keep_the_clean_latent_and_equal_cli(tmp_path):

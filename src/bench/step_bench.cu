@@ -79,8 +79,13 @@ Setup setup(const StepBenchOptions& o, const char* verb, bool resident = false) 
   const bool stream = lp && lp->stream;
   const model::LoadMeter meter;
   const auto t0 = Clock::now();
+  const WeightStreamSource source =
+      stream ? model::choose_stream_source(
+                   parse_weight_stream_source(o.weight_stream_source, "--weight-stream-source"),
+                   lp->plan.host_bytes, model::host_memory())
+             : WeightStreamSource::pinned;
   st.dev = model::make_synthetic_gemm_model(st.c, o.weights_seed, gemm, o.int8_group,
-                                            stream ? &lp->slot : nullptr);
+                                            stream ? &lp->slot : nullptr, nullptr, source);
   H3RT_CUDA_CHECK(cudaDeviceSynchronize());
   st.model_s = seconds_since(t0);
   st.weight_bytes = cuda::default_arena().stats().current_allocated;
@@ -89,7 +94,10 @@ Setup setup(const StepBenchOptions& o, const char* verb, bool resident = false) 
   std::fprintf(stderr,
                "bench %s: model ready in %.2f s (%.2f GB on the device, load peak %.2f GB%s)\n",
                verb, st.model_s, st.weight_bytes / 1e9, st.load.load_peak_device_bytes / 1e9,
-               stream ? "; the blocks went to pinned host memory as they were made" : "");
+               !stream ? ""
+               : source == WeightStreamSource::pinned
+                   ? "; the blocks went to pinned host memory as they were made"
+                   : "; the blocks went to pageable host memory as they were made (source file)");
   // The request `h3rt sample` builds: seeded stand-in text (stream 2, bf16 values) and noise.
   st.text.resize(static_cast<size_t>(L.text_len * st.c.text_dim));
   gaussian_noise(o.seed, 2, 0, st.text.data(), static_cast<int64_t>(st.text.size()));
@@ -118,17 +126,21 @@ StepRepetition repetition(const model::ForwardStepTimes& t, const ForwardOutputs
 // so (an error when the limit is too small).
 model::WeightStreamPlan apply_limit(const StepBenchOptions& o, Setup& st, const char* verb) {
   if (o.device_memory_limit == 0) return {};
-  const model::WeightStreamPlan p =
-      model::apply_weight_streaming(st.dev, st.layout, o.device_memory_limit, o.sage_attention);
-  std::fprintf(stderr,
-               "bench %s: --device-memory-limit %.2f GB: %s (planned %.2f GB on the device%s)\n",
-               verb, o.device_memory_limit / 1e9,
-               p.stream ? "the block weights stream from pinned host memory" : "resident",
-               p.device_bytes / 1e9,
-               p.stream ? detail::concat(", ", p.slots, " slots of ", p.slot_bytes / 1e9, " GB, ",
-                                         p.h2d_bytes_per_step / 1e9, " GB H2D per step")
-                              .c_str()
-                        : "");
+  const model::WeightStreamPlan p = model::apply_weight_streaming(
+      st.dev, st.layout, o.device_memory_limit, o.sage_attention,
+      parse_weight_stream_source(o.weight_stream_source, "--weight-stream-source"));
+  std::fprintf(
+      stderr, "bench %s: --device-memory-limit %.2f GB: %s (planned %.2f GB on the device%s)\n",
+      verb, o.device_memory_limit / 1e9,
+      !p.stream                                ? "resident"
+      : p.source == WeightStreamSource::pinned ? "the block weights stream from pinned host memory"
+                                               : "the block weights stream from pageable host "
+                                                 "memory through pinned staging (source file)",
+      p.device_bytes / 1e9,
+      p.stream ? detail::concat(", ", p.slots, " slots of ", p.slot_bytes / 1e9, " GB, ",
+                                p.h2d_bytes_per_step / 1e9, " GB H2D per step")
+                     .c_str()
+               : "");
   return p;
 }
 

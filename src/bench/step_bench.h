@@ -44,6 +44,7 @@ struct StepBenchOptions {
   // same steps run first on a model loaded whole (resident), freed before the model under the
   // limit loads, in one run (the ratio, both loads' peaks).
   int64_t device_memory_limit = 0;
+  std::string weight_stream_source = "auto";  // auto | pinned | file (WeightStreamSource)
   bool compare_resident = false;
   bool device_io = false;  // step: also time the device-io forward (above)
 };

@@ -48,15 +48,18 @@ class WeightScan {
       // No dense copy is made (77 GB for the release int8 file): int8 and e2m1 codes are finite
       // by construction, so the scales carry what can go bad (host tensors; fp8 e4m3 NaN codes
       // are not scanned).
-      for (const auto& [t, key] : {std::pair{&l.scale, ".weight_scale"},
-                                   std::pair{&l.scale_2, ".weight_scale_2"},
-                                   std::pair{&l.input_scale, ".input_scale"}})
+      for (const auto& [t, key] :
+           {std::pair{&l.scale, ".weight_scale"}, std::pair{&l.scale_2, ".weight_scale_2"},
+            std::pair{&l.input_scale, ".input_scale"}})
         if (t->data() && t->device() == Device::cpu && t->dtype() == DType::f32) {
           const std::vector<float> v = t->to_f32();
           vec(FloatVec(v.begin(), v.end()), l.name + key, 0);
         }
-    } else {
+    } else if (!l.w.empty() || l.data.device() != Device::cpu) {
       vec(l.w, l.name + ".weight", l.in);
+    } else {  // loaded without dense copies: one layer's f32 values at a time
+      const std::vector<float> v = l.data.to_f32();
+      vec(FloatVec(v.begin(), v.end()), l.name + ".weight", l.in);
     }
     vec(l.b, l.name + ".bias", 0);
   }

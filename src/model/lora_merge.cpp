@@ -65,8 +65,9 @@ LinearWeight same_layer(const LinearWeight& l) {
   return n;
 }
 
-// Stores the merged working values `v` in `l`'s format (h3rt/lora.h).
-LinearWeight store(const LinearWeight& l, const std::vector<float>& v) {
+// Stores the merged working values `v` in `l`'s format (h3rt/lora.h); a float layer keeps f32
+// values beside its stored dtype only when `dense` (the model was loaded with dense copies).
+LinearWeight store(const LinearWeight& l, const std::vector<float>& v, bool dense) {
   LinearWeight n = same_layer(l);
   const Tensor merged = tensor_from_f32(v, {l.out, l.in});
   switch (l.format) {
@@ -92,18 +93,20 @@ LinearWeight store(const LinearWeight& l, const std::vector<float>& v) {
     }
     default:  // float layers keep their stored dtype (curve-form AdaLN may be f16)
       n.data = tensor_from_f32(v, {l.out, l.in}, l.data.dtype());
-      n.w = float_vec(n.data.to_f32());
+      if (dense) n.w = float_vec(n.data.to_f32());
       return n;
   }
 }
 
 LinearWeight merge_layer(const LinearWeight& l, const model::LoraLayerPlan& plan) {
+  const bool dense = !l.w.empty();  // before working_values fills it
   std::vector<float> v = working_values(l);
+  if (!dense) FloatVec().swap(l.w);  // the saved original stays without its f32 copy
   const int64_t group = l.format == WeightFormat::int8 ? l.int8_group : 0;
   for (const auto& [pair, scale] : plan.pairs)
     model::add_lora_delta(v.data(), l.out, l.in, pair->up.to_f32(),
                           model::lora_down_in_basis(pair->down, group), pair->rank(), scale);
-  return store(l, v);
+  return store(l, v, dense);
 }
 
 std::string pair_name(const Lora& lora, const LoraPair& p) {

@@ -4,17 +4,18 @@
 #include <map>
 #include <vector>
 
+#include "core/host_device.h"
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
 #include "formats/nvfp4_quantize.h"
 #include "h3rt/int8.h"
 #include "h3rt/nvfp4.h"
+#include "io/mapped_files.h"
 #include "model/model_cuda.h"
 #include "model/weight_stream_cuda.h"
 #include "model/weights.h"
 #include "ops/int8_linear/int8_linear.h"
 #include "ops/rope_table/rope_table.h"
-#include "core/host_device.h"
 
 namespace h3rt::model {
 namespace {
@@ -49,11 +50,22 @@ enum class LinearPath { f32_island, bf16, adaln, projection };
 //
 // Where a layer's weight matrix goes: the device, or, for a block streamed at load, the host
 // tensor exactly as it would be uploaded (BlockImageWriter copies it into the block's pinned
-// image). Counts the caller's device matrices used in place (`caller_bytes`).
+// image). Counts the caller's device matrices used in place (`caller_bytes`). `kept`: the host
+// tensors uploaded as stored from a mapped checkpoint (views that cost no host memory; heap
+// tensors, e.g. LoRA-merged layers, are not kept), by their device copy's address
+// (DeviceModel::block_sources).
 struct Place {
   bool host = false;
   int64_t* caller_bytes = nullptr;
-  Tensor operator()(const Tensor& t) const {
+  std::map<const void*, Tensor>* kept = nullptr;
+  Tensor operator()(const Tensor& t) const {  // a tensor as stored
+    Tensor d = fresh(t);
+    if (kept && t.device() == Device::cpu && d.device() == Device::cuda &&
+        is_mapped_file_memory(t.data(), t.nbytes()))
+      (*kept)[d.data()] = t;
+    return d;
+  }
+  Tensor fresh(const Tensor& t) const {  // values the upload made
     if (t.device() == Device::cuda) {
       if (caller_bytes) *caller_bytes += t.nbytes();
       return t;
@@ -115,18 +127,21 @@ DeviceLinear upload_linear(const LinearWeight& l, LinearPath path, const Place& 
     if (static_scale) d.x_scale = device_scalar(l.input_scale, l.name + ".input_scale");
     return d;
   }
-  // bf16 weights in the caller's device memory on a bf16 path: used where they are.
-  if (l.format == WeightFormat::bf16 && l.data.device() == Device::cuda && t == DType::bf16 &&
-      l.w.empty()) {
+  // Stored bf16 on a bf16 path: the bytes as stored (the caller's device memory used in place,
+  // a host view uploaded, or streamed), never through f32 values (round_bf16(float(b)) = b).
+  if (l.format == WeightFormat::bf16 && l.data.dtype() == DType::bf16 && t == DType::bf16 &&
+      l.data.is_contiguous() && l.w.empty()) {
     d.w = place(l.data);
     return d;
   }
-  // A quantized layer run densely (e.g. fp8 without an input scale) is dequantized for this
-  // upload only: its host copy is dropped again (kept, it would cost 4 bytes per weight).
+  // A layer without f32 values (quantized and run densely, e.g. fp8 without an input scale, or
+  // loaded without dense copies) gets them for this upload only: kept, they would cost 4 bytes
+  // per weight.
   const bool cached = !l.w.empty();
   const FloatVec& dense = dense_weight(l);
-  d.w = place(tensor_from_f32(std::vector<float>(dense.begin(), dense.end()), {l.out, l.in}, t));
-  if (!cached && l.quantized()) FloatVec().swap(l.w);
+  d.w = place.fresh(
+      tensor_from_f32(std::vector<float>(dense.begin(), dense.end()), {l.out, l.in}, t));
+  if (!cached) FloatVec().swap(l.w);
   return d;
 }
 
@@ -294,7 +309,23 @@ DeviceLinear upload_head(const LinearWeight& l, int64_t pdd_heads) {
 
 }  // namespace
 
-DeviceModel upload_model(const H3Model& m, BlockImageWriter* stream) {
+namespace {
+
+// The kept host tensor of each of b's streamed tensors (undefined where none), in slot order.
+std::vector<Tensor> sources_of(DeviceBlock& b, const std::map<const void*, Tensor>& kept) {
+  std::vector<Tensor> v;
+  for (const auto& [name, t] : streamed_tensors(b)) {
+    auto it = kept.find(t->data());
+    const bool same =
+        it != kept.end() && it->second.nbytes() == t->nbytes() && it->second.is_contiguous();
+    v.push_back(same ? it->second : Tensor());
+  }
+  return v;
+}
+
+}  // namespace
+
+DeviceModel upload_model(const H3Model& m, BlockImageWriter* stream, bool keep_block_sources) {
   const H3Weights& w = m.weights;
   const H3Config& c = m.config;
   // The curve form's AdaLN layers compute in float32 (adaln_curve_linear_cuda).
@@ -312,10 +343,16 @@ DeviceModel upload_model(const H3Model& m, BlockImageWriter* stream) {
     d.audio_bank = host_bank(w.audio_out);
   }
   for (const auto& b : w.refiner) d.refiner.push_back(upload_block(b));
-  const Place place{stream != nullptr, &d.caller_block_bytes};
+  std::map<const void*, Tensor> kept;
+  const Place place{stream != nullptr, &d.caller_block_bytes,
+                    keep_block_sources && !stream ? &kept : nullptr};
   for (size_t i = 0; i < w.blocks.size(); ++i) {
     d.blocks.push_back(upload_block(w.blocks[i], place));
     d.blocks.back().adaln = upload_linear(w.blocks[i].adaln, adaln, place);
+    if (place.kept) {
+      d.block_sources.push_back(sources_of(d.blocks.back(), kept));
+      kept.clear();
+    }
     if (!stream) continue;
     H3RT_CHECK(d.caller_block_bytes == 0, "device_memory_limit: block ", i, " (blocks.", i,
                ".*) holds weight matrices that are the caller's CUDA tensors, used in place; "

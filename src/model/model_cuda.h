@@ -45,6 +45,11 @@ struct DeviceModel {
   // Set by stream_block_weights: the blocks' weight matrices live in pinned host memory (their
   // DeviceBlock tensors are host views) and forward sessions stream them into device slots.
   std::shared_ptr<const StreamedBlocks> streamed;
+  // Per block, the host tensors its streamable matrices were uploaded from where they are views
+  // of a mapped checkpoint holding the same bytes (undefined where the upload converted or the
+  // bytes are in heap memory), in slot order: kept by upload_model(keep_block_sources) so that
+  // streaming from the file later (stream_block_weights, source file) reads them, not copies.
+  std::vector<std::vector<Tensor>> block_sources;
   // Bytes of the blocks' streamable matrices used in place from the caller's device memory (a
   // state dict of CUDA tensors): streaming them would free none of it, so it is refused.
   int64_t caller_block_bytes = 0;
@@ -65,7 +70,9 @@ struct DeviceModel {
 // With `stream` (the streamed load): each block's streamed matrices are made on the host exactly
 // as they would be uploaded and written to its pinned image, never allocated on the device; the
 // model comes back streamed. Throws when a block's matrices are the caller's CUDA tensors.
-DeviceModel upload_model(const H3Model& model, BlockImageWriter* stream = nullptr);
+// keep_block_sources: fill DeviceModel::block_sources (for a later streaming from the file).
+DeviceModel upload_model(const H3Model& model, BlockImageWriter* stream = nullptr,
+                         bool keep_block_sources = false);
 
 // The same synthetic weights as make_synthetic_model (bit-identical values), generated directly
 // on the GPU, so the release-sized preset needs no host copy of its 33B parameters.

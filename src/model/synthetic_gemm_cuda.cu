@@ -57,10 +57,10 @@ BlockStorage synthetic_block_storage(const H3Config& c, SyntheticGemm format) {
 
 DeviceModel make_synthetic_gemm_model(const H3Config& c, uint64_t seed, SyntheticGemm format,
                                       int int8_group, const SlotLayout* stream,
-                                      BlockwiseLoraMergeCuda* lora) {
+                                      BlockwiseLoraMergeCuda* lora, WeightStreamSource source) {
   cuda::Stream s;
   std::optional<BlockImageWriter> images;
-  if (stream) images.emplace(*stream, static_cast<size_t>(c.layers));
+  if (stream) images.emplace(*stream, static_cast<size_t>(c.layers), source);
   DeviceModel m = make_synthetic_device_model(c, seed, [&](size_t i, DeviceBlock& b) {
     if (lora) lora->merge_block(i, b, s);
     quantize_synthetic_block(b, format, int8_group, s);

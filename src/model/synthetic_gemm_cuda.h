@@ -33,8 +33,11 @@ class BlockwiseLoraMergeCuda;  // model/lora_cuda.h
 // the resident part and one block's bf16 weights and converted copy at most, never the model
 // (the cost: one device-to-host copy of each block's image, e.g. 50 x 0.9 GB for the int8 h3
 // preset).
+// `source`: where the streamed blocks go (file: pageable host copies, which exercises the file
+// source's gather without a checkpoint).
 DeviceModel make_synthetic_gemm_model(const H3Config& c, uint64_t seed, SyntheticGemm format,
                                       int int8_group, const SlotLayout* stream = nullptr,
-                                      BlockwiseLoraMergeCuda* lora = nullptr);
+                                      BlockwiseLoraMergeCuda* lora = nullptr,
+                                      WeightStreamSource source = WeightStreamSource::pinned);
 
 }  // namespace h3rt::model

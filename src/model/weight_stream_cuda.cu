@@ -1,8 +1,12 @@
 // Block weight streaming (see weight_stream_cuda.h).
 #include <cuda_runtime.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
+#include "core/parallel.h"
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
 #include "h3rt/memory.h"
@@ -72,16 +76,22 @@ bool same_layout(const SlotLayout& a, const SlotLayout& b) {
   return true;
 }
 
-// Block `i`'s image of `bytes` in page-locked host memory (`blocks` of them in all).
-std::shared_ptr<void> pinned(size_t bytes, size_t i, size_t blocks) {
+// Image `i` of `bytes` in page-locked host memory (`n` of them in all): a block's (`staging`
+// false) or a slot's staging image.
+std::shared_ptr<void> pinned(size_t bytes, size_t i, size_t n, bool staging = false) {
   void* p = nullptr;
   const cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
   if (err != cudaSuccess) {
     cudaGetLastError();
+    if (staging)
+      H3RT_FAIL("weight streaming (device_memory_limit, weight_stream_source file): cannot pin ",
+                bytes / 1e9, " GB of host memory for staging image ", i, " of ", n, " (",
+                bytes * n / 1e9, " GB in all): ", cudaGetErrorString(err));
     H3RT_FAIL("weight streaming (device_memory_limit): cannot pin ", bytes / 1e9,
-              " GB of host memory for block ", i, "'s weights (", bytes * blocks / 1e9,
-              " GB for all ", blocks, " blocks): ", cudaGetErrorString(err),
-              "; the streamed weights need that much free host memory");
+              " GB of host memory for block ", i, "'s weights (", bytes * n / 1e9, " GB for all ",
+              n, " blocks): ", cudaGetErrorString(err),
+              "; the streamed weights need that much free host memory, or read them from the "
+              "file as they are needed (weight_stream_source file)");
   }
   return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
 }
@@ -128,15 +138,55 @@ int64_t model_weight_bytes(const DeviceModel& m) {
   return n;
 }
 
-BlockImageWriter::BlockImageWriter(const SlotLayout& layout, size_t blocks)
+BlockImageWriter::BlockImageWriter(const SlotLayout& layout, size_t blocks,
+                                   WeightStreamSource source)
     : st_(std::make_shared<StreamedBlocks>()), written_(blocks, false) {
+  H3RT_CHECK(source != WeightStreamSource::automatic,
+             "BlockImageWriter: choose the source first (choose_stream_source)");
   const MemoryScope scope("the pinned host copies of the streamed block weights");
   st_->layout = layout;
+  st_->source = source;
+  if (source == WeightStreamSource::file) {
+    st_->sources.resize(blocks);
+    return;
+  }
   for (size_t i = 0; i < blocks; ++i)
     st_->images.push_back(pinned(static_cast<size_t>(layout.bytes), i, blocks));
 }
 
-void BlockImageWriter::write(size_t i, DeviceBlock& b) {
+namespace {
+
+// A pageable host copy of a device tensor (the file source's fallback).
+Tensor host_copy_of(const Tensor& t) {
+  const MemoryScope scope("host copies of streamed block weights without a host source");
+  Tensor h = Tensor::zeros(t.dtype(), t.shape());
+  H3RT_CUDA_CHECK(
+      cudaMemcpy(h.data(), t.data(), static_cast<size_t>(t.nbytes()), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+}  // namespace
+
+// File: the block's host tensors as they are (device ones replaced by their kept source or a
+// host copy); their device memory, if any, goes back to the arena.
+void BlockImageWriter::keep(size_t i, std::vector<std::pair<std::string, Tensor*>>& tensors,
+                            const std::vector<Tensor>* kept) {
+  std::vector<Tensor>& out = st_->sources[i];
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    Tensor& t = *tensors[k].second;
+    if (t.device() == Device::cuda) {
+      const Tensor* s = kept && k < kept->size() ? &(*kept)[k] : nullptr;
+      const bool same = s && s->data() && s->device() == Device::cpu && s->dtype() == t.dtype() &&
+                        s->shape() == t.shape();
+      t = same ? *s : host_copy_of(t);
+    }
+    H3RT_CHECK(t.is_contiguous(), "weight streaming: ", tensors[k].first, " of block ", i,
+               " is not contiguous");
+    out.push_back(t);
+  }
+}
+
+void BlockImageWriter::write(size_t i, DeviceBlock& b, const std::vector<Tensor>* kept) {
   H3RT_CHECK(i < written_.size() && !written_[i], "BlockImageWriter: block ", i,
              " out of range or written twice");
   H3RT_CHECK(same_layout(block_slot_layout(b), st_->layout), "block ", i, " (blocks.", i,
@@ -145,14 +195,19 @@ void BlockImageWriter::write(size_t i, DeviceBlock& b) {
              " bytes per block, from block 0's formats); weight streaming "
              "(device_memory_limit) needs one layout for every block");
   const SlotLayout& layout = st_->layout;
-  const std::shared_ptr<void>& image = st_->images[i];
-  char* base = static_cast<char*>(image.get());
   auto tensors = streamed_tensors(b);
   for (const auto& [name, t] : tensors)  // whatever wrote them (kernels on other streams)
     if (t->device() == Device::cuda) {
       H3RT_CUDA_CHECK(cudaDeviceSynchronize());
       break;
     }
+  if (st_->source == WeightStreamSource::file) {
+    keep(i, tensors, kept);
+    written_[i] = true;
+    return;
+  }
+  const std::shared_ptr<void>& image = st_->images[i];
+  char* base = static_cast<char*>(image.get());
   for (size_t k = 0; k < tensors.size(); ++k) {
     const Tensor& t = *tensors[k].second;
     H3RT_CHECK(t.is_contiguous(), "weight streaming: ", tensors[k].first, " of block ", i,
@@ -176,22 +231,25 @@ std::shared_ptr<const StreamedBlocks> BlockImageWriter::finish() {
   return st_;
 }
 
-void stream_block_weights(DeviceModel& m) {
+void stream_block_weights(DeviceModel& m, WeightStreamSource source) {
   if (m.streamed || m.blocks.empty()) return;
   const SlotLayout layout = block_slot_layout(m.blocks[0]);
   for (size_t i = 0; i < m.blocks.size(); ++i)
     H3RT_CHECK(same_layout(block_slot_layout(m.blocks[i]), layout), "block ", i, " (blocks.", i,
                ".*) stores its linears in other formats or shapes than block 0; "
                "weight streaming (device_memory_limit) needs one layout for every block");
-  H3RT_CUDA_CHECK(cudaDeviceSynchronize());     // whatever wrote the weights (other streams)
-  BlockImageWriter w(layout, m.blocks.size());  // pins all first: a failure leaves m as it was
-  for (size_t i = 0; i < m.blocks.size(); ++i) w.write(i, m.blocks[i]);
+  H3RT_CUDA_CHECK(cudaDeviceSynchronize());  // whatever wrote the weights (other streams)
+  // Pinned: all pinned first, so a failure leaves m as it was.
+  BlockImageWriter w(layout, m.blocks.size(), source);
+  for (size_t i = 0; i < m.blocks.size(); ++i)
+    w.write(i, m.blocks[i], i < m.block_sources.size() ? &m.block_sources[i] : nullptr);
   m.streamed = w.finish();
+  m.block_sources.clear();
   cuda::default_arena().release_cached();  // the freed blocks go back to the driver
 }
 
 WeightStreamPlan apply_weight_streaming(DeviceModel& m, const SequenceLayout& layout, int64_t limit,
-                                        bool sage) {
+                                        bool sage, WeightStreamSource source) {
   H3RT_CHECK(!m.blocks.empty(), "weight streaming: the model has no transformer blocks");
   WeightStreamInput w;
   w.limit = limit;
@@ -210,8 +268,10 @@ WeightStreamPlan apply_weight_streaming(DeviceModel& m, const SequenceLayout& la
              " GB of them are the caller's CUDA tensors, used in place: streaming would copy them "
              "to host memory and free none of their device memory. Pass the state dict as CPU "
              "tensors (h3rt then streams them from pinned host memory), or raise the limit");
-  if (p.stream) stream_block_weights(m);
-  return p;
+  if (!p.stream) return p;
+  if (!m.streamed)
+    stream_block_weights(m, choose_stream_source(source, p.host_bytes, host_memory()));
+  return with_source(p, m.streamed->source);
 }
 
 BlockWeightStream::BlockWeightStream(const DeviceModel& m, int slots) : m_(m) {
@@ -228,6 +288,12 @@ BlockWeightStream::BlockWeightStream(const DeviceModel& m, int slots) : m_(m) {
       Tensor& t = *tensors[k].second;
       t = Tensor(base + layout_.entries[k].offset, t.dtype(), t.shape(), nullptr, Device::cuda);
     }
+  }
+  if (m.streamed->source == WeightStreamSource::file) {
+    for (int k = 0; k < slots; ++k)
+      staging_.push_back(pinned(static_cast<size_t>(layout_.bytes), k, slots, true));
+    for (size_t i = 0; i < m.blocks.size(); ++i)
+      gathers_.push_back({this, static_cast<int64_t>(i)});
   }
   H3RT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
   H3RT_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
@@ -251,20 +317,86 @@ BlockWeightStream::~BlockWeightStream() {
   if (copy_) cudaStreamDestroy(copy_);
 }
 
-void BlockWeightStream::copy(int64_t block) {
-  const size_t k = static_cast<size_t>(block) % slots_.size();
-  if (timed_) {
-    if (timing_used_ == timing_.size()) {
-      cudaEvent_t a, b;
-      H3RT_CUDA_CHECK(cudaEventCreate(&a));
-      H3RT_CUDA_CHECK(cudaEventCreate(&b));
-      timing_.push_back({a, b});
-    }
-    H3RT_CUDA_CHECK(cudaEventRecord(timing_[timing_used_].first, copy_));
+int BlockWeightStream::timer_begin() {
+  if (!timed_) return -1;
+  if (timing_used_ == timing_.size()) {
+    cudaEvent_t a, b;
+    H3RT_CUDA_CHECK(cudaEventCreate(&a));
+    H3RT_CUDA_CHECK(cudaEventCreate(&b));
+    timing_.push_back({a, b});
   }
-  H3RT_CUDA_CHECK(cudaMemcpyAsync(slots_[k].data(), m_.streamed->images[block].get(), layout_.bytes,
-                                  cudaMemcpyHostToDevice, copy_));
-  if (timed_) H3RT_CUDA_CHECK(cudaEventRecord(timing_[timing_used_++].second, copy_));
+  H3RT_CUDA_CHECK(cudaEventRecord(timing_[timing_used_].first, copy_));
+  return static_cast<int>(timing_used_++);
+}
+
+void BlockWeightStream::timer_end(int t) {
+  if (t >= 0) H3RT_CUDA_CHECK(cudaEventRecord(timing_[static_cast<size_t>(t)].second, copy_));
+}
+
+void CUDART_CB BlockWeightStream::gather_host(void* g) {
+  const Gather* task = static_cast<const Gather*>(g);
+  task->stream->gather(task->block);
+}
+
+namespace {
+
+// Asks the kernel to read t's pages ahead (a hint: errors, e.g. on heap memory, are ignored).
+void read_ahead(const Tensor& t) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGE_SIZE));
+  const uintptr_t a = reinterpret_cast<uintptr_t>(t.data());
+  const uintptr_t begin = a / page * page;
+  posix_madvise(reinterpret_cast<void*>(begin), a + static_cast<uintptr_t>(t.nbytes()) - begin,
+                POSIX_MADV_WILLNEED);
+}
+
+}  // namespace
+
+// Runs on the CUDA driver's callback thread: no CUDA calls, no exceptions out.
+void BlockWeightStream::gather(int64_t block) noexcept {
+  const std::vector<Tensor>& src = m_.streamed->sources[static_cast<size_t>(block)];
+  char* dst = static_cast<char*>(staging_[static_cast<size_t>(block) % staging_.size()].get());
+  const std::vector<Tensor>& next =
+      m_.streamed->sources[static_cast<size_t>(block + 1) % m_.streamed->sources.size()];
+  for (const Tensor& t : next) read_ahead(t);
+  // 16 MB pieces over up to 8 threads: one thread's memcpy reads the page cache at a fraction
+  // of PCIe speed.
+  constexpr int64_t kPiece = int64_t(16) << 20;
+  std::vector<std::pair<int64_t, int64_t>> pieces;  // (entry, offset within it)
+  for (size_t k = 0; k < src.size(); ++k)
+    for (int64_t o = 0; o < src[k].nbytes(); o += kPiece) pieces.push_back({int64_t(k), o});
+  const int64_t n = static_cast<int64_t>(pieces.size());
+  auto run = [&](int64_t b, int64_t e) {
+    for (int64_t j = b; j < e; ++j) {
+      const auto [k, o] = pieces[static_cast<size_t>(j)];
+      const Tensor& t = src[static_cast<size_t>(k)];
+      std::memcpy(dst + layout_.entries[static_cast<size_t>(k)].offset + o,
+                  static_cast<const char*>(t.data()) + o,
+                  static_cast<size_t>(std::min(kPiece, t.nbytes() - o)));
+    }
+  };
+  try {
+    parallel_ranges(n, std::min<int64_t>(n, 8), run);
+  } catch (...) {  // parallel_ranges runs a range itself when a thread cannot start
+    run(0, n);
+  }
+}
+
+void BlockWeightStream::copy(int64_t block, cudaEvent_t after) {
+  const size_t k = static_cast<size_t>(block) % slots_.size();
+  const void* from = nullptr;
+  if (staging_.empty()) {
+    from = m_.streamed->images[static_cast<size_t>(block)].get();
+  } else {  // gathered while the slot's previous block may still compute
+    const int t = timer_begin();
+    H3RT_CUDA_CHECK(cudaLaunchHostFunc(copy_, &gather_host, &gathers_[static_cast<size_t>(block)]));
+    timer_end(t);
+    from = staging_[k].get();
+  }
+  if (after) H3RT_CUDA_CHECK(cudaStreamWaitEvent(copy_, after, 0));
+  const int t = timer_begin();
+  H3RT_CUDA_CHECK(
+      cudaMemcpyAsync(slots_[k].data(), from, layout_.bytes, cudaMemcpyHostToDevice, copy_));
+  timer_end(t);
   H3RT_CUDA_CHECK(cudaEventRecord(copied_[k], copy_));
 }
 
@@ -277,7 +409,7 @@ void BlockWeightStream::begin(int64_t first, int64_t last, cudaStream_t s, bool 
   H3RT_CUDA_CHECK(cudaEventRecord(fork_, s));
   H3RT_CUDA_CHECK(cudaStreamWaitEvent(copy_, fork_, 0));
   const int64_t n = static_cast<int64_t>(slots_.size());
-  for (int64_t j = first; j < std::min(first + n, last); ++j) copy(j);
+  for (int64_t j = first; j < std::min(first + n, last); ++j) copy(j, nullptr);
 }
 
 const DeviceBlock& BlockWeightStream::acquire(int64_t i, cudaStream_t s) {
@@ -290,8 +422,7 @@ void BlockWeightStream::release(int64_t i, cudaStream_t s) {
   const int64_t next = i + static_cast<int64_t>(slots_.size());
   if (next >= last_) return;  // nothing left for this slot in the range
   H3RT_CUDA_CHECK(cudaEventRecord(done_[k], s));
-  H3RT_CUDA_CHECK(cudaStreamWaitEvent(copy_, done_[k], 0));
-  copy(next);
+  copy(next, done_[k]);
 }
 
 void BlockWeightStream::reset_timing() {

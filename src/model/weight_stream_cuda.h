@@ -15,6 +15,14 @@
 //            block i + slots into the freed slot, overlapped with blocks i+1 .. i+slots-1.
 // Every copy is waited on by an acquire on s, so a captured graph joins the copy stream again.
 // The bits are those of resident weights: the kernels read the same bytes from another address.
+// Source file (WeightStreamSource::file): a block's tensors stay where the load found them
+// (views of the mapped checkpoint or the caller's host tensors; host copies of converted ones)
+// and a copy is two steps on the copy stream: a host function gathers the block into the
+// slot's pinned staging image (memcpy on several threads, which reads the file's pages, and
+// asks the kernel to read ahead the next block's), then the H2D copy. The gather is ordered
+// after the staging image's previous copy and before the wait for the slot's previous block,
+// so it overlaps that block's compute. Host functions are captured as graph nodes: replays
+// gather again (the file is read every step).
 #pragma once
 
 #ifdef H3RT_HAVE_CUDA
@@ -31,10 +39,12 @@
 
 namespace h3rt::model {
 
-// The pinned host images of a streamed model's blocks (DeviceModel::streamed).
+// The host side of a streamed model's blocks (DeviceModel::streamed).
 struct StreamedBlocks {
-  SlotLayout layout;                          // the same for every block
-  std::vector<std::shared_ptr<void>> images;  // per block, layout.bytes of pinned memory
+  SlotLayout layout;  // the same for every block
+  WeightStreamSource source = WeightStreamSource::pinned;
+  std::vector<std::shared_ptr<void>> images;  // pinned: per block, layout.bytes of pinned memory
+  std::vector<std::vector<Tensor>> sources;   // file: per block, host tensors in slot order
 };
 
 // The streamed tensors of a block, in slot order (block_slot_layout's names).
@@ -46,19 +56,25 @@ BlockStorage block_storage(const DeviceBlock& b);
 // Bytes of every weight tensor of the model, on the device or streamed.
 int64_t model_weight_bytes(const DeviceModel& m);
 
-// The pinned images of a model's blocks, written one block at a time: by stream_block_weights
+// The host side of a model's blocks, written one block at a time: by stream_block_weights
 // from a resident model, and by the streamed load (upload_model, make_synthetic_gemm_model),
-// which writes each block as it is made so the whole model is never on the device. Every image
-// is pinned up front, so a host short of memory fails before any block is read.
+// which writes each block as it is made so the whole model is never on the device. Pinned:
+// every image is pinned up front, so a host short of memory fails before any block is read.
+// File: host tensors are kept where they are; device ones (a resident model's, or a preset's
+// made on the device) get host copies, or their `kept` host source (DeviceModel::block_sources).
 class BlockImageWriter {
  public:
-  BlockImageWriter(const SlotLayout& layout, size_t blocks);
-  // Copies block i's streamed tensors (host or device memory) into image i and swaps them for
-  // host views of it (their device memory, if any, goes back to the arena). Throws naming the
+  BlockImageWriter(const SlotLayout& layout, size_t blocks,
+                   WeightStreamSource source = WeightStreamSource::pinned);
+  // Copies (pinned) or keeps (file) block i's streamed tensors and swaps them for host tensors
+  // (their device memory, if any, goes back to the arena). `kept`: host tensors with the same
+  // bytes as the device ones, in slot order, undefined where there is none. Throws naming the
   // block when its tensors do not match the layout.
-  void write(size_t i, DeviceBlock& b);
+  void write(size_t i, DeviceBlock& b, const std::vector<Tensor>* kept = nullptr);
   std::shared_ptr<const StreamedBlocks> finish();  // after every block was written
  private:
+  void keep(size_t i, std::vector<std::pair<std::string, Tensor*>>& tensors,
+            const std::vector<Tensor>* kept);
   std::shared_ptr<StreamedBlocks> st_;
   std::vector<bool> written_;
 };
@@ -79,17 +95,20 @@ class LoadMeter {
 // load_peak_device_bytes, caller_device_bytes).
 WeightStreaming with_load(WeightStreaming w, const WeightStreaming& load);
 
-// Moves the blocks' streamed tensors to pinned host memory (once; a no-op when streamed).
-// Throws when the blocks store their linears differently (one slot layout serves all).
-void stream_block_weights(DeviceModel& m);
+// Moves the blocks' streamed tensors to host memory (once; a no-op when streamed): pinned
+// copies, or for file the load's host sources (DeviceModel::block_sources) and host copies of
+// the rest. Throws when the blocks store their linears differently (one slot layout serves all).
+void stream_block_weights(DeviceModel& m, WeightStreamSource source = WeightStreamSource::pinned);
 
 // The plan for a session of `layout` on m under `limit` (m's weight bytes and block layout, the
-// shape's estimated working set); moves m's blocks to pinned memory when it says stream.
-// Throws as plan_weight_streaming when the limit is too small, and when the plan streams but the
-// blocks are the caller's CUDA tensors (DeviceModel::caller_block_bytes): copying those out
-// would free none of their device memory.
+// shape's estimated working set); moves m's blocks to host memory when it says stream, from
+// choose_stream_source(`source`, ...) with the host's memory now. Throws as
+// plan_weight_streaming when the limit is too small, and when the plan streams but the blocks
+// are the caller's CUDA tensors (DeviceModel::caller_block_bytes): copying those out would free
+// none of their device memory.
 WeightStreamPlan apply_weight_streaming(DeviceModel& m, const SequenceLayout& layout, int64_t limit,
-                                        bool sage_attention);
+                                        bool sage_attention,
+                                        WeightStreamSource source = WeightStreamSource::pinned);
 
 class BlockWeightStream {
  public:
@@ -109,10 +128,21 @@ class BlockWeightStream {
   int64_t slot_bytes() const { return layout_.bytes; }
 
  private:
-  void copy(int64_t block);
+  struct Gather {  // a host function's argument: stable for the graphs that capture it
+    BlockWeightStream* stream;
+    int64_t block;
+  };
+  static void CUDART_CB gather_host(void* gather);
+  void gather(int64_t block) noexcept;  // file: block's tensors -> its slot's staging image
+  // Block into its slot on the copy stream, after `after` (the slot's previous block done).
+  void copy(int64_t block, cudaEvent_t after);
+  int timer_begin();  // an index into timing_ when timed_, else -1
+  void timer_end(int t);
   const DeviceModel& m_;
   SlotLayout layout_;
   std::vector<Tensor> slots_;
+  std::vector<std::shared_ptr<void>> staging_;  // file: a pinned image per slot
+  std::vector<Gather> gathers_;                 // file: per block
   std::vector<DeviceBlock> views_;  // per block, its streamed tensors in slot (block % slots)
   cudaStream_t copy_ = nullptr;
   cudaEvent_t fork_ = nullptr;

@@ -1,6 +1,10 @@
 #include "model/weight_stream_plan.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 
 #include "h3rt/check.h"
 #include "h3rt/nvfp4.h"
@@ -207,6 +211,38 @@ WeightStreamPlan plan_weight_streaming(const WeightStreamInput& in) {
   return p;
 }
 
+HostMemory host_memory() {
+  HostMemory h;
+  if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char key[64];
+    long long kb = 0;
+    while (std::fscanf(f, "%63s %lld kB\n", key, &kb) == 2) {
+      if (!std::strcmp(key, "MemAvailable:")) h.available = kb * 1024;
+      if (!std::strcmp(key, "MemTotal:")) h.total = kb * 1024;
+    }
+    std::fclose(f);
+  }
+  const int64_t physical = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGE_SIZE));
+  if (h.total <= 0) h.total = physical;
+  if (h.available <= 0) h.available = h.total;
+  return h;
+}
+
+WeightStreamSource choose_stream_source(WeightStreamSource requested, int64_t pinned_bytes,
+                                        const HostMemory& host) {
+  if (requested != WeightStreamSource::automatic) return requested;
+  const int64_t margin = host.total / 10 + (int64_t(2) << 30);
+  return pinned_bytes <= host.available - margin ? WeightStreamSource::pinned
+                                                 : WeightStreamSource::file;
+}
+
+WeightStreamPlan with_source(WeightStreamPlan p, WeightStreamSource s) {
+  H3RT_CHECK(s != WeightStreamSource::automatic, "with_source: choose the source first");
+  p.source = s;
+  if (p.stream && s == WeightStreamSource::file) p.host_bytes = p.slots * p.slot_bytes;
+  return p;
+}
+
 LoadPlan plan_load(const H3Config& c, const BlockStorage& blocks, const BlockStorage& refiner,
                    int64_t limit, bool sage) {
   LoadPlan l;
@@ -232,6 +268,7 @@ WeightStreaming weight_streaming_of(const WeightStreamPlan& p, int64_t limit) {
   WeightStreaming w;
   w.limit = limit;
   w.streamed = p.stream;
+  if (p.stream) w.source = weight_stream_source_name(p.source);
   w.slots = p.slots;
   w.slot_bytes = p.slot_bytes;
   w.host_bytes = p.host_bytes;
@@ -248,6 +285,7 @@ namespace h3rt {
 nlohmann::json to_json(const WeightStreaming& w) {
   return {{"device_memory_limit", w.limit},
           {"streamed", w.streamed},
+          {"source", w.source},
           {"slots", w.slots},
           {"slot_bytes", w.slot_bytes},
           {"host_bytes", w.host_bytes},

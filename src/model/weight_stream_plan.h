@@ -97,10 +97,11 @@ struct WeightStreamInput {
 
 struct WeightStreamPlan {
   bool stream = false;
+  WeightStreamSource source = WeightStreamSource::pinned;  // pinned or file (with_source)
   int slots = 0;
   int64_t slot_bytes = 0;
   int64_t resident_weight_bytes = 0;  // weights kept on the device
-  int64_t host_bytes = 0;             // pinned host memory of the block images
+  int64_t host_bytes = 0;             // pinned host memory: block images, or file's staging
   int64_t device_bytes = 0;           // resident weights + slots + working set
   int64_t h2d_bytes_per_step = 0;     // every block's image, once per forward
 };
@@ -108,6 +109,22 @@ struct WeightStreamPlan {
 // Resident when there is no limit or everything fits it; else the blocks stream. Throws naming
 // device_memory_limit, the bytes streaming needs and their parts when even that exceeds it.
 WeightStreamPlan plan_weight_streaming(const WeightStreamInput& in);
+
+// The host's memory as /proc/meminfo gives it (MemAvailable, MemTotal; sysconf's physical
+// pages for both where that file cannot be read).
+struct HostMemory {
+  int64_t available = 0, total = 0;
+};
+HostMemory host_memory();
+
+// Where a model's streamed blocks come from (h3rt/pipeline.h, WeightStreamSource): `requested`
+// unless automatic; then pinned when `pinned_bytes` (every block's image) fits the available
+// memory less a margin (10% of the total + 2 GB: what the process and the OS need besides), else
+// file. Never automatic.
+WeightStreamSource choose_stream_source(WeightStreamSource requested, int64_t pinned_bytes,
+                                        const HostMemory& host);
+// `p` reading from `s`: file pins only `slots` staging images instead of every block's.
+WeightStreamPlan with_source(WeightStreamPlan p, WeightStreamSource s);
 
 // The decision at load time, before any weight reaches the device: plan_weight_streaming for
 // the smallest request (the working set of no rows: tables, cuBLAS workspace and the margin).

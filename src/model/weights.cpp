@@ -260,7 +260,8 @@ FloatVec dequantize_nvfp4(const Tensor& q, const Tensor& scales, float g) {
 
 class Assembler {
  public:
-  Assembler(const H3Config& c, const TensorSource& s) : c_(c), src_(s) {}
+  Assembler(const H3Config& c, const TensorSource& s, bool dense_float)
+      : c_(c), src_(s), dense_float_(dense_float) {}
 
   void validate() {
     std::set<std::string> expected;
@@ -310,8 +311,8 @@ class Assembler {
         lw.int8_group = int8_group(read_marker(src_, name), &unused);
         break;
       }
-      default:  // bf16 in device memory: used there as stored (dense_weight copies on demand)
-        if (lw.data.device() == Device::cpu) lw.w = to_float(lw.data);
+      default:  // bf16 in device memory, or dense copies not wanted: dense_weight on demand
+        if (lw.data.device() == Device::cpu && dense_float_) lw.w = to_float(lw.data);
     }
     if (auto b = src_.find(name + ".bias"); b != src_.end()) {
       lw.bias_data = b->second.tensor;
@@ -330,7 +331,7 @@ class Assembler {
     lw.data = src_.at(name + ".weight").tensor;
     lw.out = lw.data.size(0);
     lw.in = lw.data.size(1);
-    lw.w = to_float(lw.data);
+    if (dense_float_) lw.w = to_float(lw.data);
     lw.bias_data = src_.at(name + ".bias").tensor;
     lw.b = to_float(lw.bias_data);
     return lw;
@@ -531,6 +532,7 @@ class Assembler {
 
   const H3Config& c_;
   const TensorSource& src_;
+  bool dense_float_ = true;
   std::set<std::string> linear_layers_;  // key prefixes of the 2-D ".weight" specs
   Problems problems_;
 };
@@ -548,9 +550,9 @@ void fill_core(const Assembler& a, const std::string& p, RefinerBlockWeights& b)
 
 }  // namespace
 
-H3Weights assemble_weights(const H3Config& c, const TensorSource& src) {
+H3Weights assemble_weights(const H3Config& c, const TensorSource& src, bool dense_float) {
   c.validate();
-  Assembler a(c, src);
+  Assembler a(c, src, dense_float);
   a.validate();
   H3Weights w;
   w.video_in = a.linear("video_patch_proj");
@@ -604,7 +606,8 @@ const FloatVec& dense_weight(const LinearWeight& lw) {
   }
   H3RT_CHECK(lw.data.device() == Device::cpu, "layer '", lw.name,
              "': its weights are in device memory, but this use needs them densely on the host "
-             "(the CPU reference, or a ", weight_format_name(lw.format),
+             "(the CPU reference, or a ",
+             weight_format_name(lw.format),
              " layer outside the block projections); pass that layer's tensors in host memory");
   switch (lw.format) {
     case WeightFormat::nvfp4:
@@ -705,7 +708,7 @@ H3Model load_with(const std::string& path, const std::optional<H3Config>& config
     extra.push_back(SafetensorsFile::open(o.path));
     model::add_source_file(src, extra.back(), o.qkv_layout);
   }
-  m.weights = model::assemble_weights(m.config, src);
+  m.weights = model::assemble_weights(m.config, src, options.dense_float_copies);
   return m;
 }
 
@@ -749,7 +752,7 @@ H3Model load_model(const std::map<std::string, Tensor>& tensors, const LoadOptio
   }
   H3Model m;
   m.config = config;
-  m.weights = model::assemble_weights(m.config, src);
+  m.weights = model::assemble_weights(m.config, src, options.dense_float_copies);
   return m;
 }
 

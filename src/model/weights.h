@@ -37,7 +37,9 @@ using TensorSource = std::map<std::string, SourceTensor>;
 // Validates every key of `source` against the specs (missing, unexpected, mis-shaped,
 // unsupported dtype or format: all reported in one h3rt::Error) and builds the weights,
 // reordering per-head-interleaved qkv rows to [q; k; v].
-H3Weights assemble_weights(const H3Config& config, const TensorSource& source);
+// dense_float: fill LinearWeight::w of float layers at load (LoadOptions::dense_float_copies).
+H3Weights assemble_weights(const H3Config& config, const TensorSource& source,
+                           bool dense_float = true);
 
 // The per-layer format hook: how the linear layer `layer` (key prefix) is stored in `source`.
 // A "<layer>.comfy_quant" marker (u8 JSON bytes, {"format": "nvfp4"} or {"format":

@@ -63,6 +63,9 @@ h3rt::DenoiserOptions options_of(const h3rt_model_options* o) {
     if (o->device_memory_limit)
       d.device_memory_limit =
           h3rt::parse_memory_size(o->device_memory_limit, "options.device_memory_limit");
+    if (o->weight_stream_source)
+      d.weight_stream_source =
+          h3rt::parse_weight_stream_source(o->weight_stream_source, "options.weight_stream_source");
   } catch (const h3rt::Error& e) {
     throw InvalidArgument(e.what());
   }
@@ -141,7 +144,7 @@ const char* h3rt_last_error(void) {
 }
 
 void h3rt_model_options_init(h3rt_model_options* o) {
-  if (o) *o = h3rt_model_options{nullptr, nullptr, nullptr, 1, nullptr, nullptr, nullptr};
+  if (o) *o = h3rt_model_options{nullptr, nullptr, nullptr, 1, nullptr, nullptr, nullptr, nullptr};
 }
 
 h3rt_status h3rt_model_create(const char* path, const h3rt_model_options* options,
@@ -219,9 +222,8 @@ h3rt_status h3rt_forward(h3rt_model* m, const h3rt_layout* layout, const h3rt_ti
   });
 }
 
-h3rt_status h3rt_forward_device(h3rt_model* m, const h3rt_layout* layout,
-                                const h3rt_timesteps* ts, const float* video_rows,
-                                const float* audio_rows, const float* text,
+h3rt_status h3rt_forward_device(h3rt_model* m, const h3rt_layout* layout, const h3rt_timesteps* ts,
+                                const float* video_rows, const float* audio_rows, const float* text,
                                 float* video_velocity, float* audio_velocity, void* stream) {
   return guarded([&] {
     C_CHECK(

@@ -63,7 +63,9 @@ std::optional<model::LoadPlan> load_plan(const H3Config& c, const model::BlockSt
 WeightStreaming load_report(const model::DeviceModel& m, const std::optional<model::LoadPlan>& lp,
                             const DenoiserOptions& o, const model::LoadMeter& meter) {
   WeightStreaming w;
-  if (m.streamed) w = model::weight_streaming_of(lp->plan, o.device_memory_limit);
+  if (m.streamed)
+    w = model::weight_streaming_of(model::with_source(lp->plan, m.streamed->source),
+                                   o.device_memory_limit);
   w.limit = o.device_memory_limit;
   w.streamed_at_load = m.streamed != nullptr;
   w.load_peak_device_bytes = meter.peak();
@@ -82,7 +84,9 @@ int64_t caller_block_bytes(const H3Model& m) {
 }
 
 // A host model (a checkpoint, a state dict) on the device; when the load plan streams, each
-// block's matrices go from the host to its pinned image, never to the device.
+// block's matrices go from the host to its pinned image (or stay where they are, for the file
+// source), never to the device. Under a limit without the pinned source, the resident blocks
+// keep their host sources for a later streaming from the file.
 model::DeviceModel upload_for(const H3Model& m, const DenoiserOptions& o,
                               std::optional<model::LoadPlan>& lp) {
   const H3Config& c = m.config;
@@ -92,7 +96,9 @@ model::DeviceModel upload_for(const H3Model& m, const DenoiserOptions& o,
                                             : model::upload_storage(c, m.weights.refiner[0]);
     lp = load_plan(c, model::upload_storage(c, m.weights.blocks[0]), refiner, o);
   }
-  if (!lp || !lp->stream) return model::upload_model(m);
+  if (!lp || !lp->stream)
+    return model::upload_model(m, nullptr,
+                               lp && o.weight_stream_source != WeightStreamSource::pinned);
   const int64_t caller = caller_block_bytes(m);
   H3RT_CHECK(caller == 0, "device_memory_limit ", o.device_memory_limit / 1e9, " GB: the model (",
              lp->weight_bytes / 1e9, " GB of weights) must stream its block weights, but ",
@@ -100,7 +106,9 @@ model::DeviceModel upload_for(const H3Model& m, const DenoiserOptions& o,
              " GB of them are the caller's CUDA tensors, used in place: streaming would copy them "
              "to host memory and free none of their device memory. Pass the state dict as CPU "
              "tensors (h3rt then streams them from pinned host memory), or raise the limit");
-  model::BlockImageWriter images(lp->slot, m.weights.blocks.size());
+  const WeightStreamSource source = model::choose_stream_source(
+      o.weight_stream_source, lp->plan.host_bytes, model::host_memory());
+  model::BlockImageWriter images(lp->slot, m.weights.blocks.size(), source);
   return model::upload_model(m, &images);
 }
 
@@ -115,6 +123,7 @@ class CudaDenoiser : public Denoiser {
     lora_report_ = std::move(lora);
     check_finite_ = o.check_finite;
     limit_ = o.device_memory_limit;
+    source_ = o.weight_stream_source;
   }
   const H3Config& config() const override { return model_.config; }
   // One session per request shape: a sampling loop pays the per-request work once.
@@ -149,7 +158,7 @@ class CudaDenoiser : public Denoiser {
   void plan_streaming(const SequenceLayout& layout) {
     if (limit_ == 0 && !model_.streamed) return;
     const model::WeightStreamPlan p = model::apply_weight_streaming(
-        model_, layout, limit_, options_.attention == ops::AttentionKernel::sage_8bit);
+        model_, layout, limit_, options_.attention == ops::AttentionKernel::sage_8bit, source_);
     streaming_ = model::with_load(model::weight_streaming_of(p, limit_), streaming_);
   }
 
@@ -157,6 +166,7 @@ class CudaDenoiser : public Denoiser {
   model::ForwardSessionOptions options_;
   std::unique_ptr<model::ForwardSessionCuda> session_;
   int64_t limit_ = 0;
+  WeightStreamSource source_ = WeightStreamSource::automatic;
   WeightStreaming streaming_;
 };
 #endif
@@ -168,6 +178,9 @@ Precision precision_for(const DenoiserOptions& o) {
 void check_options(const DenoiserOptions& o) {
   H3RT_CHECK(o.device_memory_limit >= 0,
              "device_memory_limit must be >= 0 bytes (0: no limit), got ", o.device_memory_limit);
+  H3RT_CHECK(o.weight_stream_source == WeightStreamSource::automatic || o.device_memory_limit > 0,
+             "weight_stream_source ", weight_stream_source_name(o.weight_stream_source),
+             " applies when the block weights stream, under a device_memory_limit; none is set");
   H3RT_CHECK(o.device_memory_limit == 0 || o.device == Device::cuda,
              "device_memory_limit applies to device cuda (the CPU backend holds its weights in "
              "host memory)");
@@ -210,11 +223,13 @@ H3Model synthetic_host_model(const ModelSource& s) {
   return make_synthetic_model(*config, s.weights_seed);
 }
 
-H3Model load_host_model(const ModelSource& s) {
+// The CUDA backend uploads stored bytes: no f32 copies of float layers on the host.
+H3Model load_host_model(const ModelSource& s, Device device) {
   H3RT_CHECK(!s.checkpoint.empty() || s.qkv_override.empty(), "qkv_override needs a checkpoint");
   if (s.checkpoint.empty()) return synthetic_host_model(s);
   LoadOptions opts;
   opts.qkv_layout = s.qkv_layout;
+  opts.dense_float_copies = device == Device::cpu;
   if (!s.qkv_override.empty()) opts.overrides.push_back({s.qkv_override, s.qkv_layout});
   return load_model(s.checkpoint, opts);
 }
@@ -317,15 +332,19 @@ std::unique_ptr<Denoiser> Denoiser::create(const ModelSource& s, const DenoiserO
     // image before the next is made.
     std::optional<model::BlockwiseLoraMergeCuda> loras;
     if (!o.loras.empty()) loras.emplace(*config, read_loras(o), lora_options(o));
+    const bool stream = lp && lp->stream;
     model::DeviceModel m = model::make_synthetic_gemm_model(
-        *config, s.weights_seed, o.synthetic_gemm, group, lp && lp->stream ? &lp->slot : nullptr,
-        loras ? &*loras : nullptr);
+        *config, s.weights_seed, o.synthetic_gemm, group, stream ? &lp->slot : nullptr,
+        loras ? &*loras : nullptr,
+        stream ? model::choose_stream_source(o.weight_stream_source, lp->plan.host_bytes,
+                                             model::host_memory())
+               : WeightStreamSource::pinned);
     const WeightStreaming load = load_report(m, lp, o, meter);
     LoraMergeReport lora = loras ? loras->report() : LoraMergeReport{};
     return std::make_unique<CudaDenoiser>(std::move(m), o, 0, std::move(lora), load);
   }
 #endif
-  return place(load_host_model(s), o);
+  return place(load_host_model(s, o.device), o);
 }
 
 std::unique_ptr<Denoiser> Denoiser::create(const std::map<std::string, Tensor>& tensors,
@@ -337,6 +356,7 @@ std::unique_ptr<Denoiser> Denoiser::create(const std::map<std::string, Tensor>& 
                  "' is in device memory; a CPU model reads its weights from host memory");
   LoadOptions opts;
   opts.qkv_layout = qkv_layout;
+  opts.dense_float_copies = o.device == Device::cpu;
   H3RT_CHECK(o.synthetic_gemm == SyntheticGemm::bf16, "gemm ",
              synthetic_gemm_name(o.synthetic_gemm),
              " applies to the synthetic presets; a state dict runs each layer in the format it "

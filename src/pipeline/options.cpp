@@ -40,6 +40,24 @@ CheckFinite parse_check_finite(const std::string& s, const char* what) {
   return CheckFinite::every_step;
 }
 
+const char* weight_stream_source_name(WeightStreamSource s) {
+  switch (s) {
+    case WeightStreamSource::pinned:
+      return "pinned";
+    case WeightStreamSource::file:
+      return "file";
+    default:
+      return "auto";
+  }
+}
+
+WeightStreamSource parse_weight_stream_source(const std::string& s, const char* what) {
+  for (WeightStreamSource v :
+       {WeightStreamSource::automatic, WeightStreamSource::pinned, WeightStreamSource::file})
+    if (s == weight_stream_source_name(v)) return v;
+  H3RT_FAIL(what, " must be auto, pinned or file, got '", s, "'");
+}
+
 int64_t parse_memory_size(const std::string& s, const char* what) {
   static const struct {
     const char* unit;

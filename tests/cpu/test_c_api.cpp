@@ -71,6 +71,28 @@ TEST(CApi, DeviceMemoryLimitOption) {
   h3rt_model_free(m);
 }
 
+TEST(CApi, WeightStreamSourceOption) {
+  h3rt_model_options o;
+  h3rt_model_options_init(&o);
+  EXPECT_EQ(o.weight_stream_source, nullptr);
+  h3rt_model* m = nullptr;
+  o.weight_stream_source = "disk";
+  EXPECT_EQ(h3rt_model_create(kWeights.c_str(), &o, &m), H3RT_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(h3rt_last_error())
+                .find("options.weight_stream_source must be auto, "
+                      "pinned or file, got 'disk'"),
+            std::string::npos)
+      << h3rt_last_error();
+  o.weight_stream_source = "file";  // without a limit nothing streams: said, not ignored
+  EXPECT_NE(h3rt_model_create(kWeights.c_str(), &o, &m), H3RT_OK);
+  EXPECT_NE(std::string(h3rt_last_error()).find("weight_stream_source file applies when"),
+            std::string::npos)
+      << h3rt_last_error();
+  o.weight_stream_source = "auto";
+  ASSERT_EQ(h3rt_model_create(kWeights.c_str(), &o, &m), H3RT_OK) << h3rt_last_error();
+  h3rt_model_free(m);
+}
+
 TEST(CApi, CheckFiniteOption) {
   h3rt_model_options o;
   h3rt_model_options_init(&o);
@@ -156,8 +178,8 @@ TEST(CApi, ForwardsGiveTheCppBits) {
             H3RT_ERROR_RUNTIME);
   EXPECT_NE(std::string(h3rt_last_error()).find("device cpu"), std::string::npos)
       << h3rt_last_error();
-  EXPECT_EQ(h3rt_forward_device(m, &cl, &ct, nullptr, r.audio_rows.data(), r.text.data(),
-                                vv.data(), av.data(), nullptr),
+  EXPECT_EQ(h3rt_forward_device(m, &cl, &ct, nullptr, r.audio_rows.data(), r.text.data(), vv.data(),
+                                av.data(), nullptr),
             H3RT_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(h3rt_last_error()).find("h3rt_forward_device"), std::string::npos);
   h3rt_model_free(m);

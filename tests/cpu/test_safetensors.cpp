@@ -7,6 +7,7 @@
 #include <string>
 
 #include "h3rt/safetensors.h"
+#include "io/mapped_files.h"
 #include "test_util.h"
 
 namespace h3rt {
@@ -70,6 +71,22 @@ TEST(Safetensors, ViewsOutliveTheFileObject) {
   Tensor t;
   { t = SafetensorsFile::open(path).get("x"); }
   EXPECT_EQ(t.to_f32(), (std::vector<float>{4.0f, 5.0f}));
+}
+
+// Views of an open file are mapped file memory (weight streaming keeps them as the file source
+// without a copy) for exactly the file's bytes and as long as a view holds the mapping.
+TEST(Safetensors, KnowsWhichMemoryIsAMappedFile) {
+  std::string path = temp_path("mapped.safetensors");
+  write_safetensors(path, {{"x", tensor_from_f32({4.0f, 5.0f, 6.0f}, {3})}});
+  Tensor t = SafetensorsFile::open(path).get("x");
+  const char* p = static_cast<const char*>(t.data());
+  EXPECT_TRUE(is_mapped_file_memory(p, t.nbytes()));
+  EXPECT_TRUE(is_mapped_file_memory(p + 4, 8));
+  EXPECT_FALSE(is_mapped_file_memory(p, 1 << 20)) << "past the end of the file";
+  const Tensor heap = t.contiguous_copy();
+  EXPECT_FALSE(is_mapped_file_memory(heap.data(), heap.nbytes()));
+  t = Tensor();  // the last view: the file is unmapped
+  EXPECT_FALSE(is_mapped_file_memory(p, 4));
 }
 
 TEST(Safetensors, RejectsEveryMalformedHeader) {

@@ -3,12 +3,15 @@
 // on the tiny and the release shapes.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <functional>
 #include <string>
 
 #include "h3rt/nvfp4.h"
 #include "h3rt/pipeline.h"
+#include "h3rt/safetensors.h"
 #include "model/weight_stream_plan.h"
+#include "model/weights.h"
 #include "test_util.h"
 
 namespace h3rt {
@@ -138,6 +141,51 @@ TEST(WeightStreamPlan, OverTheLimitStreamsTheBlocks) {
   in.limit = 0;
   in.streamed = true;
   EXPECT_TRUE(model::plan_weight_streaming(in).stream);
+}
+
+// The source (WeightStreamSource): automatic pins while every block's copy fits the available
+// memory less 10% of the total and 2 GiB; file pins only the slots' staging images.
+TEST(WeightStreamPlan, SourceChoiceAndTheFileSourcesPinnedBytes) {
+  using S = WeightStreamSource;
+  const int64_t G = int64_t(1) << 30;
+  const model::HostMemory host{40 * G, 64 * G};  // margin 6.4 + 2 GiB: room for 31.6 GiB
+  const int64_t room = 40 * G - 64 * G / 10 - 2 * G;
+  EXPECT_EQ(model::choose_stream_source(S::automatic, room, host), S::pinned);
+  EXPECT_EQ(model::choose_stream_source(S::automatic, room + 1, host), S::file);
+  EXPECT_EQ(model::choose_stream_source(S::pinned, 100 * G, host), S::pinned);  // as asked
+  EXPECT_EQ(model::choose_stream_source(S::file, 1, host), S::file);
+  EXPECT_EQ(model::choose_stream_source(S::automatic, 1, model::HostMemory{G, 64 * G}), S::file);
+
+  model::WeightStreamInput in = eight_blocks();
+  in.limit = 1499;
+  const model::WeightStreamPlan p = model::plan_weight_streaming(in);
+  EXPECT_EQ(model::with_source(p, S::pinned).host_bytes, 800);
+  const model::WeightStreamPlan f = model::with_source(p, S::file);
+  EXPECT_EQ(f.source, S::file);
+  EXPECT_EQ(f.host_bytes, 2 * 100);
+  EXPECT_EQ(f.h2d_bytes_per_step, 800);
+  EXPECT_EQ(f.device_bytes, p.device_bytes);
+  const WeightStreaming w = model::weight_streaming_of(f, in.limit);
+  EXPECT_EQ(w.source, "file");
+  EXPECT_EQ(to_json(w).at("source"), "file");
+  EXPECT_EQ(model::weight_streaming_of(model::plan_weight_streaming(eight_blocks()), 0).source, "");
+  EXPECT_NE(error_of([&] { model::with_source(p, S::automatic); }).find("choose"),
+            std::string::npos);
+}
+
+TEST(WeightStreamPlan, SourceWordsAndTheHostsMemory) {
+  for (WeightStreamSource s :
+       {WeightStreamSource::automatic, WeightStreamSource::pinned, WeightStreamSource::file})
+    EXPECT_EQ(parse_weight_stream_source(weight_stream_source_name(s)), s);
+  const std::string e =
+      error_of([] { parse_weight_stream_source("mmap", "--weight-stream-source"); });
+  EXPECT_NE(e.find("--weight-stream-source must be auto, pinned or file, got 'mmap'"),
+            std::string::npos)
+      << e;
+  const model::HostMemory h = model::host_memory();
+  EXPECT_GT(h.total, int64_t(1) << 28);
+  EXPECT_GT(h.available, 0);
+  EXPECT_LE(h.available, h.total);
 }
 
 TEST(WeightStreamPlan, TooSmallALimitNamesTheOptionAndTheBytes) {
@@ -338,6 +386,34 @@ TEST(WeightStreamPlan, InfoSaysWhetherTheWeightsWouldStream) {
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.output.find("--device-memory-limit must be a size"), std::string::npos)
       << bad.output;
+}
+
+// A twelve-block checkpoint that streams at 864x480 under the limit: info says which source
+// --weight-stream-source auto takes on this host and what the file source pins.
+TEST(WeightStreamPlan, InfoNamesTheSourceAutoTakesHere) {
+  H3Config c = H3Config::tiny();
+  c.layers = 12;
+  NamedTensors t;
+  for (const auto& spec : model::weight_specs(c))
+    t.emplace_back(spec.key, Tensor::zeros(spec.dtype, spec.shape));
+  test::TempDir dir("h3rt_info_stream");
+  const std::string path = dir.file("twelve.safetensors");
+  write_safetensors(path, t);
+  const model::BlockStorage st = model::uniform_storage(c, LinearStorage::bf16);
+  const LatentShape sh = latent_shape_for(864, 480, 124, {0, 0, 0, 0});
+  const SequenceLayout L = make_t2va_layout(100, sh.audio, sh.frames, sh.height, sh.width);
+  const int64_t slot = model::block_slot_layout(c, st).bytes;
+  const int64_t limit = model::model_weight_bytes(c, st) - 10 * slot +
+                        model::estimate_working_set_bytes(c, st, true, model::forward_shape(L));
+  const test::CliRun r =
+      test::run_cli("info " + path + " --device-memory-limit " + std::to_string(limit), false);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("the block weights stream"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--weight-stream-source auto takes pinned here"), std::string::npos)
+      << r.output;  // 12 x ~0.5 MB fits any host
+  char staging[64];
+  std::snprintf(staging, sizeof staging, "%.2f GB pinned for staging", 2 * slot / 1e9);
+  EXPECT_NE(r.output.find(staging), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../cpu/test_util.h"
 #include "cuda/arena.h"
 #include "cuda_test_util.h"
 #include "h3rt/formats.h"
@@ -74,15 +75,17 @@ void expect_same_bits(const FloatVec& got, const FloatVec& want, const std::stri
 // Steps with changing timesteps (table heights 2, 2, 1, 2) on a resident and a streamed copy of
 // the same model: the same velocities bit for bit (and the graph steps replayed).
 void expect_streamed_equals_resident(Gemm gemm, bool graphs, bool step_cache,
-                                     ops::AttentionKernel attention) {
+                                     ops::AttentionKernel attention,
+                                     WeightStreamSource source = WeightStreamSource::pinned) {
   H3RT_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   const H3Config c = five_blocks();
   model::DeviceModel resident = make_model(c, seed, gemm);
   model::DeviceModel streamed = make_model(c, seed, gemm);
-  model::stream_block_weights(streamed);
+  model::stream_block_weights(streamed, source);
   ASSERT_TRUE(streamed.streamed);
+  EXPECT_EQ(streamed.streamed->source, source);
   for (const auto& [name, t] : model::streamed_tensors(streamed.blocks[0]))
     EXPECT_EQ(t->device(), Device::cpu) << name;
   const SequenceLayout layout = make_t2va_layout(10, 9, 7, 8, 12);
@@ -113,6 +116,21 @@ void expect_streamed_equals_resident(Gemm gemm, bool graphs, bool step_cache,
     expect_same_bits(got.audio_velocity, want.audio_velocity, "audio at t " + std::to_string(t[0]));
   }
   EXPECT_EQ(graphed > 0, graphs);
+}
+
+// The file source with pageable host copies (a model made on the device has no file): the
+// gather into pinned staging on the copy stream, eagerly, from graphs and over step-cache ranges.
+TEST(WeightStreamFile, Bf16EagerStepCacheBitIdenticalToResident) {
+  expect_streamed_equals_resident(Gemm::bf16, false, true, ops::AttentionKernel::flash_bf16,
+                                  WeightStreamSource::file);
+}
+TEST(WeightStreamFile, Int8GraphsSageBitIdenticalToResident) {
+  expect_streamed_equals_resident(Gemm::int8, true, false, ops::AttentionKernel::sage_8bit,
+                                  WeightStreamSource::file);
+}
+TEST(WeightStreamFile, Nvfp4GraphsBitIdenticalToResident) {
+  expect_streamed_equals_resident(Gemm::nvfp4, true, true, ops::AttentionKernel::flash_bf16,
+                                  WeightStreamSource::file);
 }
 
 TEST(WeightStream, Bf16EagerBitIdenticalToResident) {
@@ -461,6 +479,96 @@ TEST(WeightStreamLoad, SyntheticLoraMergedBlockByBlockBitIdentical) {
   EXPECT_EQ(blockwise.report().layers, merged.report.layers);
   EXPECT_EQ(blockwise.report().layers, 12 * 5 + 4 + 2);  // every block, refiner, cond, final
   expect_same_forwards(whole, streamed, seed, true);
+}
+
+}  // namespace
+}  // namespace h3rt
+
+namespace h3rt {
+namespace {
+
+// ---- the file source: blocks read from the mapped checkpoint ------------------------------
+
+// The twelve-block model written as a checkpoint file (every key in its dtype).
+std::string write_checkpoint(const test::TempDir& dir, const H3Config& c, uint64_t seed) {
+  NamedTensors t;
+  for (auto& [key, v] : state_dict(c, seed)) t.emplace_back(key, v);
+  const std::string path = dir.file("twelve.safetensors");
+  write_safetensors(path, t);
+  return path;
+}
+
+// Each streamed tensor of every block is a view of the mapped file (the loaded host layer's
+// stored bytes, not a copy), for a model streamed at its upload and for one streamed after it.
+void expect_views_of(const model::DeviceModel& d, const H3Model& host) {
+  ASSERT_TRUE(d.streamed);
+  ASSERT_EQ(d.streamed->source, WeightStreamSource::file);
+  for (size_t i = 0; i < d.blocks.size(); ++i) {
+    const BlockWeights& b = host.weights.blocks[i];
+    const void* stored[] = {b.attn.qkv.data.data(), b.attn.out.data.data(), b.mlp.fc1.data.data(),
+                            b.mlp.fc2.data.data(), b.adaln.data.data()};
+    const std::vector<Tensor>& src = d.streamed->sources[i];
+    ASSERT_EQ(src.size(), 5u) << "block " << i;
+    for (size_t k = 0; k < 5; ++k) EXPECT_EQ(src[k].data(), stored[k]) << "block " << i << " " << k;
+  }
+}
+
+TEST(WeightStreamFile, CheckpointBlocksAreViewsOfTheMappedFile) {
+  H3RT_REQUIRE_GPU();
+  const H3Config c = twelve_blocks();
+  test::TempDir dir("h3rt_stream_file");
+  LoadOptions lo;
+  lo.dense_float_copies = false;
+  const H3Model host = load_model(write_checkpoint(dir, c, test::fresh_seed()), lo);
+  const model::SlotLayout slot =
+      model::block_slot_layout(c, model::uniform_storage(c, model::LinearStorage::bf16));
+  model::BlockImageWriter writer(slot, host.weights.blocks.size(), WeightStreamSource::file);
+  const model::DeviceModel at_load = model::upload_model(host, &writer);
+  expect_views_of(at_load, host);
+  model::DeviceModel later = model::upload_model(host, nullptr, true);
+  ASSERT_EQ(later.block_sources.size(), host.weights.blocks.size());
+  model::stream_block_weights(later, WeightStreamSource::file);
+  EXPECT_TRUE(later.block_sources.empty());
+  expect_views_of(later, host);
+}
+
+// The Denoiser from a checkpoint with the file source: streamed at load and streamed at the
+// first forward (a limit the model fits but this request does not), both bit-identical to the
+// resident Denoiser over three forwards (eager, capture, replay), pinning only two staging
+// images.
+TEST(WeightStreamFile, CheckpointDenoiserBitIdenticalToResident) {
+  H3RT_REQUIRE_GPU();
+  const H3Config c = twelve_blocks();
+  test::TempDir dir("h3rt_stream_file");
+  ModelSource src;
+  src.checkpoint = write_checkpoint(dir, c, test::fresh_seed());
+  DenoiserOptions o;
+  o.device = Device::cuda;
+  const auto resident = Denoiser::create(src, o);
+  const ConstantRequest req(c);
+  const ForwardInputs in = req.inputs();
+  const ForwardOutputs want = resident->forward(in);
+  const model::BlockStorage st = model::uniform_storage(c, model::LinearStorage::bf16);
+  const int64_t slot = model::block_slot_layout(c, st).bytes;
+  const int64_t w = model::model_weight_bytes(c, st);
+  const int64_t least = model::estimate_working_set_bytes(c, st, false, {});
+  o.weight_stream_source = WeightStreamSource::file;
+  for (const int64_t limit : {w + least - 1, w + least}) {
+    SCOPED_TRACE("limit " + std::to_string(limit));
+    o.device_memory_limit = limit;
+    const auto streamed = Denoiser::create(src, o);
+    EXPECT_EQ(streamed->weight_streaming().streamed_at_load, limit < w + least);
+    for (int rep = 0; rep < 3; ++rep) {
+      const ForwardOutputs got = streamed->forward(in);
+      expect_same_bits(got.video_velocity, want.video_velocity, "video " + std::to_string(rep));
+      expect_same_bits(got.audio_velocity, want.audio_velocity, "audio " + std::to_string(rep));
+    }
+    const WeightStreaming ws = streamed->weight_streaming();
+    EXPECT_TRUE(ws.streamed);
+    EXPECT_EQ(ws.source, "file");
+    EXPECT_EQ(ws.host_bytes, 2 * slot);
+    EXPECT_EQ(ws.h2d_bytes_per_step, c.layers * slot);
+  }
 }
 
 }  // namespace
