@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   h3rt::cli::add_bench_block_command(*bench);
   h3rt::cli::add_bench_step_command(*bench);
   h3rt::cli::add_bench_compare_command(*bench);
+  h3rt::cli::add_bench_load_command(*bench);
   h3rt::cli::add_bench_attention_command(*bench);
   h3rt::cli::add_quantize_nvfp4_command(app);
   h3rt::cli::add_quantize_checkpoint_command(app);

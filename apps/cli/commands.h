@@ -13,6 +13,7 @@ void add_compare_command(CLI::App& app);  // latent quality gate figures
 void add_bench_block_command(CLI::App& bench);
 void add_bench_step_command(CLI::App& bench);  // `bench step` and `bench sample`
 void add_bench_compare_command(CLI::App& bench);
+void add_bench_load_command(CLI::App& bench);  // host memory of a checkpoint's load
 void add_bench_attention_command(CLI::App& app);
 void add_quantize_nvfp4_command(CLI::App& app);
 void add_quantize_checkpoint_command(CLI::App& app);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <nlohmann/json.hpp>
 
 #include "golden_inputs.h"
 #include "h3rt/formats.h"
@@ -106,6 +107,37 @@ TEST(DenseCopies, LoraMergeKeepsNoCopyAndMergesTheSameValues) {
   const auto fresh_layers = linear_layers(const_cast<H3Weights&>(fresh.weights));
   for (const auto& [name, l] : linear_layers(lazy.weights))
     if (float_layer(*l)) EXPECT_EQ(dense_weight(*l), fresh_layers.at(name)->w) << name;
+}
+
+}  // namespace
+}  // namespace h3rt
+
+namespace h3rt {
+namespace {
+
+// `h3rt bench load`: the CUDA backend's load holds no f32 copies (the cpu one holds twice the
+// bf16 bytes of the float layers in f32), and every field is reported.
+TEST(DenseCopies, BenchLoadShowsTheHostMemoryEachBackendTakes) {
+  const std::string w = test::golden_dir() + "/weights.safetensors";
+  nlohmann::json r[2];
+  const char* backends[] = {"cpu", "cuda"};
+  for (int i = 0; i < 2; ++i) {
+    const test::CliRun run =
+        test::run_cli(std::string("bench load ") + w + " --backend " + backends[i], false);
+    ASSERT_EQ(run.status, 0) << run.output;
+    r[i] = nlohmann::json::parse(run.output.substr(run.output.find('{')));
+    EXPECT_EQ(r[i].at("backend"), backends[i]);
+    for (const char* k : {"load_s", "read_s", "peak_rss_bytes", "file_bytes"})
+      EXPECT_GT(r[i].at(k).get<double>(), 0.0) << k;
+  }
+  EXPECT_EQ(r[0].at("read_checksum"), r[1].at("read_checksum"));
+  const int64_t file = r[0].at("file_bytes");
+  EXPECT_GT(r[0].at("peak_heap_bytes").get<int64_t>(),
+            r[1].at("peak_heap_bytes").get<int64_t>() + file)
+      << r[0].dump() << r[1].dump();
+  const test::CliRun bad = test::run_cli("bench load " + w + " --backend gpu");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.output.find("--backend"), std::string::npos) << bad.output;
 }
 
 }  // namespace
