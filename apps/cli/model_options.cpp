@@ -1,6 +1,9 @@
 #include "cli/model_options.h"
 
 #include <cstdio>
+#include <optional>
+
+#include "cli/progress.h"
 
 namespace h3rt::cli {
 namespace {
@@ -165,7 +168,12 @@ std::unique_ptr<Denoiser> ModelOptions::create() const {
              "one)");
   H3RT_CHECK(gemm == "bf16" || device == "cuda", "--gemm ", gemm,
              " runs on the GPU only (--device cuda); the CPU reference runs bf16/fp32 weights");
-  const DenoiserOptions d = denoiser_options();
+  DenoiserOptions d = denoiser_options();
+  std::optional<Progress> progress;  // the blocks' upload: tens of seconds from a large file
+  d.load_progress = [&](int done, int total) {
+    if (!progress) progress.emplace("loading blocks", total, "block");
+    progress->update(done);
+  };
   std::unique_ptr<Denoiser> m = Denoiser::create(source_of(*this), d);
   for (const auto& w : m->lora_report().warnings) std::fprintf(stderr, "h3rt: %s\n", w.c_str());
   if (!loras.empty())

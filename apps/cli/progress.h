@@ -12,8 +12,9 @@ namespace h3rt::cli {
 
 class Progress {
  public:
-  Progress(std::string label, int total)
+  Progress(std::string label, int total, std::string unit = "step")
       : label_(std::move(label)),
+        unit_(std::move(unit)),
         total_(total),
         tty_(isatty(fileno(stderr))),
         start_(std::chrono::steady_clock::now()) {}
@@ -27,14 +28,15 @@ class Progress {
     int width = 24, filled = total_ > 0 ? width * done / total_ : width;
     std::string bar(filled, '#');
     bar.append(width - filled, '.');
-    std::fprintf(stderr, "%s%s [%s] %d/%d  %.2f s/step  ETA %.1f s%s", tty_ ? "\r" : "",
-                 label_.c_str(), bar.c_str(), done, total_, per, eta, tty_ ? "" : "\n");
+    std::fprintf(stderr, "%s%s [%s] %d/%d  %.2f s/%s  ETA %.1f s%s", tty_ ? "\r" : "",
+                 label_.c_str(), bar.c_str(), done, total_, per, unit_.c_str(), eta,
+                 tty_ ? "" : "\n");
     if (tty_ && done == total_) std::fputc('\n', stderr);
     std::fflush(stderr);
   }
 
  private:
-  std::string label_;
+  std::string label_, unit_;
   int total_;
   int first_ = -1;
   bool tty_;

@@ -75,6 +75,10 @@ struct DenoiserOptions {
   // whole on the device. Below what streaming needs, create() or forward() throws naming this
   // option and the bytes needed.
   int64_t device_memory_limit = 0;
+  // CUDA: called as the transformer blocks are placed (uploaded, or written to host memory
+  // when they stream): (0, n) first, then (i + 1, n) after block i. Reading a 20-66 GB file
+  // from disk takes tens of seconds; front ends show it.
+  std::function<void(int done, int total)> load_progress;
   // Where streamed blocks are read from (see WeightStreamSource); only with a limit.
   WeightStreamSource weight_stream_source = WeightStreamSource::automatic;
   // A preset on device cuda only (an error with a checkpoint or on the CPU): its block GEMMs.

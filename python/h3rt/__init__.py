@@ -41,7 +41,8 @@ def _lora_list(loras):
 
 def load(path_or_state_dict, device="cpu", precision=None, attention="bf16", cuda_graphs=True,
          fp8_activations="static", qkv_layout="auto", loras=(), lora_skip_unmatched=False,
-         check_finite="first", device_memory_limit=0, weight_stream_source="auto"):
+         check_finite="first", device_memory_limit=0, weight_stream_source="auto",
+         load_progress=None):
     """Loads an H3 checkpoint: a .safetensors path (memory-mapped) or a state dict of arrays under
     the original/ComfyUI key names, viewed (not copied) where the dtype is used as stored; the
     model keeps them alive, and they must not change while it runs. With device="cuda",
@@ -62,7 +63,9 @@ def load(path_or_state_dict, device="cpu", precision=None, attention="bf16", cud
     loads its blocks straight into host memory, never whole on the GPU. weight_stream_source:
     where they stream from, "pinned" (a page-locked copy of every block), "file" (read from the
     mapped checkpoint or your host tensors as needed, through two pinned staging buffers) or
-    "auto" (pinned when that fits the available host memory; as --weight-stream-source). A state dict
+    "auto" (pinned when that fits the available host memory; as --weight-stream-source).
+    load_progress(done, total) (device="cuda"): called as the transformer blocks are placed,
+    (0, n) first; Ctrl-C stops the load (KeyboardInterrupt). A state dict
     whose block weights are CUDA tensors is used in place and not streamed (that would free none
     of their memory): a limit that needs streaming raises; pass CPU tensors to stream them."""
     lora_list = _lora_list(loras)
@@ -70,13 +73,15 @@ def load(path_or_state_dict, device="cpu", precision=None, attention="bf16", cud
         model = _h3rt._load_path(os.fspath(path_or_state_dict), device, precision, attention,
                                  cuda_graphs, fp8_activations, qkv_layout, lora_list,
                                  lora_skip_unmatched, check_finite,
-                                 _size_word(device_memory_limit), weight_stream_source)
+                                 _size_word(device_memory_limit), weight_stream_source,
+                                 load_progress)
     elif isinstance(path_or_state_dict, Mapping):
         state = {k: _placed(k, v, device) for k, v in path_or_state_dict.items()}
         model = _h3rt._load_state_dict(state, device, precision, attention, cuda_graphs,
                                        fp8_activations, qkv_layout, lora_list,
                                        lora_skip_unmatched, check_finite,
-                                       _size_word(device_memory_limit), weight_stream_source)
+                                       _size_word(device_memory_limit), weight_stream_source,
+                                       load_progress)
     else:
         raise TypeError("path_or_state_dict: expected a path or a mapping of name -> array, got "
                         + type(path_or_state_dict).__name__)
@@ -112,16 +117,16 @@ def _placed(key, v, device):
 
 def preset(name="tiny", weights_seed=0, device="cpu", precision=None, attention="bf16",
            cuda_graphs=True, check_finite="first", gemm="bf16", int8_group=-1,
-           device_memory_limit=0, weight_stream_source="auto"):
+           device_memory_limit=0, weight_stream_source="auto", load_progress=None):
     """A built-in model with deterministic synthetic weights: "tiny" (the golden set's
     dimensions) or "h3" (the release's; GPU only in practice). gemm "fp8", "int8" or "nvfp4"
     (device="cuda" only) quantizes the block projections on the GPU as `h3rt sample --gemm`
     (int8_group: the int8 convrot group, 0 for none, -1 the preset's: 256 for h3, 64 tiny).
-    device_memory_limit, weight_stream_source: as load ("file" holds the synthetic blocks in
-    pageable host memory)."""
+    device_memory_limit, weight_stream_source, load_progress: as load ("file" holds the
+    synthetic blocks in pageable host memory)."""
     return _h3rt._load_preset(name, weights_seed, device, precision, attention, cuda_graphs,
                               check_finite, gemm, int(int8_group), _size_word(device_memory_limit),
-                              weight_stream_source)
+                              weight_stream_source, load_progress)
 
 
 def sample(model, width=0, height=0, frames=0, steps=8, seed=440420, text=None, progress=None,

@@ -115,12 +115,14 @@ def load(path_or_state_dict: Union[str, os.PathLike, Mapping[str, ArrayLike]],
          loras: Sequence[Union[str, os.PathLike, Tuple[Union[str, os.PathLike], float]]] = (),
          lora_skip_unmatched: bool = False, check_finite: str = "first",
          device_memory_limit: int | float | str = 0,
-         weight_stream_source: str = "auto") -> Model: ...
+         weight_stream_source: str = "auto",
+         load_progress: Optional[Callable[[int, int], None]] = None) -> Model: ...
 def preset(name: str = "tiny", weights_seed: int = 0, device: str = "cpu",
            precision: Optional[str] = None, attention: str = "bf16",
            cuda_graphs: bool = True, check_finite: str = "first", gemm: str = "bf16",
            int8_group: int = -1, device_memory_limit: int | float | str = 0,
-           weight_stream_source: str = "auto") -> Model: ...
+           weight_stream_source: str = "auto",
+           load_progress: Optional[Callable[[int, int], None]] = None) -> Model: ...
 def sample(model: Model, width: int = 0, height: int = 0, frames: int = 0, steps: int = 8,
            seed: int = 440420, text: Optional[ArrayLike] = None,
            progress: Optional[Callable[[int, int, float], Optional[bool]]] = None,

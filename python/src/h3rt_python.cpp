@@ -582,15 +582,27 @@ nb::dict sample(Model& m, int64_t width, int64_t height, int64_t frames, int ste
   return out;
 }
 
+// load_progress(done, total) as the blocks are placed (CUDA), under the GIL; Ctrl-C stops the
+// load (KeyboardInterrupt).
+void set_load_progress(DenoiserOptions& o, const nb::object& progress) {
+  if (progress.is_none()) return;
+  o.load_progress = [progress](int done, int total) {
+    nb::gil_scoped_acquire acquire;
+    if (PyErr_CheckSignals() != 0) throw nb::python_error();
+    progress(done, total);
+  };
+}
+
 Model* load_path(const std::string& path, const std::string& device,
                  std::optional<std::string> precision, const std::string& attention,
                  bool cuda_graphs, const std::string& fp8, const std::string& qkv,
                  const LoraList& loras, bool lora_skip_unmatched, const std::string& check_finite,
-                 const std::string& limit, const std::string& source) {
+                 const std::string& limit, const std::string& source, nb::object progress) {
   ModelSource s;
   s.checkpoint = path;
   s.qkv_layout = qkv_layout_of(qkv);
   auto o = options(device, precision, attention, cuda_graphs, fp8, check_finite, limit, source);
+  set_load_progress(o, progress);
   add_loras(o, loras, lora_skip_unmatched);
   nb::gil_scoped_release release;
   return new Model{Denoiser::create(s, o), {}, model_identity(s, o)};
@@ -599,7 +611,8 @@ Model* load_path(const std::string& path, const std::string& device,
 Model* load_preset(const std::string& name, uint64_t weights_seed, const std::string& device,
                    std::optional<std::string> precision, const std::string& attention,
                    bool cuda_graphs, const std::string& check_finite, const std::string& gemm,
-                   int int8_group, const std::string& limit, const std::string& source) {
+                   int int8_group, const std::string& limit, const std::string& source,
+                   nb::object progress) {
   ModelSource s;
   s.preset = name;
   s.weights_seed = weights_seed;
@@ -611,6 +624,7 @@ Model* load_preset(const std::string& name, uint64_t weights_seed, const std::st
     raise_value(e.what());
   }
   o.int8_group = int8_group;
+  set_load_progress(o, progress);
   nb::gil_scoped_release release;
   return new Model{Denoiser::create(s, o), {}, model_identity(s, o)};
 }
@@ -620,7 +634,7 @@ Model* load_state_dict(const nb::dict& state, const std::string& device,
                        bool cuda_graphs, const std::string& fp8, const std::string& qkv,
                        const LoraList& loras, bool lora_skip_unmatched,
                        const std::string& check_finite, const std::string& limit,
-                       const std::string& source) {
+                       const std::string& source, nb::object progress) {
   std::map<std::string, Tensor> tensors;
   std::vector<nb::object> keep;
   for (auto [k, v] : state) {
@@ -634,6 +648,7 @@ Model* load_state_dict(const nb::dict& state, const std::string& device,
   const QkvLayout layout = qkv == "auto" ? QkvLayout::fused_thirds : qkv_layout_of(qkv);
   auto o = options(device, precision, attention, cuda_graphs, fp8, check_finite, limit, source);
   add_loras(o, loras, lora_skip_unmatched);
+  set_load_progress(o, progress);
   std::unique_ptr<Denoiser> d;
   {
     nb::gil_scoped_release release;
@@ -709,15 +724,16 @@ NB_MODULE(_h3rt, m) {
   m.def("_load_path", &load_path, arg("path"), arg("device"), arg("precision").none(),
         arg("attention"), arg("cuda_graphs"), arg("fp8_activations"), arg("qkv_layout"),
         arg("loras"), arg("lora_skip_unmatched"), arg("check_finite"), arg("device_memory_limit"),
-        arg("weight_stream_source"), nb::rv_policy::take_ownership);
+        arg("weight_stream_source"), arg("load_progress").none(), nb::rv_policy::take_ownership);
   m.def("_load_preset", &load_preset, arg("name"), arg("weights_seed"), arg("device"),
         arg("precision").none(), arg("attention"), arg("cuda_graphs"), arg("check_finite"),
         arg("gemm"), arg("int8_group"), arg("device_memory_limit"), arg("weight_stream_source"),
-        nb::rv_policy::take_ownership);
+        arg("load_progress").none(), nb::rv_policy::take_ownership);
   m.def("_load_state_dict", &load_state_dict, arg("state_dict"), arg("device"),
         arg("precision").none(), arg("attention"), arg("cuda_graphs"), arg("fp8_activations"),
         arg("qkv_layout"), arg("loras"), arg("lora_skip_unmatched"), arg("check_finite"),
-        arg("device_memory_limit"), arg("weight_stream_source"), nb::rv_policy::take_ownership);
+        arg("device_memory_limit"), arg("weight_stream_source"), arg("load_progress").none(),
+        nb::rv_policy::take_ownership);
   m.def(
       "_sample",
       [](Model& model, int64_t width, int64_t height, int64_t frames, int steps, uint64_t seed,

@@ -325,7 +325,8 @@ std::vector<Tensor> sources_of(DeviceBlock& b, const std::map<const void*, Tenso
 
 }  // namespace
 
-DeviceModel upload_model(const H3Model& m, BlockImageWriter* stream, bool keep_block_sources) {
+DeviceModel upload_model(const H3Model& m, BlockImageWriter* stream, bool keep_block_sources,
+                         const BlockProgress& progress) {
   const H3Weights& w = m.weights;
   const H3Config& c = m.config;
   // The curve form's AdaLN layers compute in float32 (adaln_curve_linear_cuda).
@@ -346,6 +347,8 @@ DeviceModel upload_model(const H3Model& m, BlockImageWriter* stream, bool keep_b
   std::map<const void*, Tensor> kept;
   const Place place{stream != nullptr, &d.caller_block_bytes,
                     keep_block_sources && !stream ? &kept : nullptr};
+  const int64_t n = static_cast<int64_t>(w.blocks.size());
+  if (progress) progress(0, n);
   for (size_t i = 0; i < w.blocks.size(); ++i) {
     d.blocks.push_back(upload_block(w.blocks[i], place));
     d.blocks.back().adaln = upload_linear(w.blocks[i].adaln, adaln, place);
@@ -353,13 +356,17 @@ DeviceModel upload_model(const H3Model& m, BlockImageWriter* stream, bool keep_b
       d.block_sources.push_back(sources_of(d.blocks.back(), kept));
       kept.clear();
     }
-    if (!stream) continue;
+    if (!stream) {
+      if (progress) progress(static_cast<int64_t>(i) + 1, n);
+      continue;
+    }
     H3RT_CHECK(d.caller_block_bytes == 0, "device_memory_limit: block ", i, " (blocks.", i,
                ".*) holds weight matrices that are the caller's CUDA tensors, used in place; "
                "streaming them would copy them to host memory and free none of their device "
                "memory. Pass the state dict as CPU tensors (h3rt then streams them from pinned "
                "host memory), or raise the limit");
     stream->write(i, d.blocks.back());  // the block's host matrices are dropped here
+    if (progress) progress(static_cast<int64_t>(i) + 1, n);
   }
   if (stream) d.streamed = stream->finish();
   d.refiner_norm = upload_norm(w.refiner_norm);

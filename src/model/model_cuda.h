@@ -71,8 +71,10 @@ struct DeviceModel {
 // as they would be uploaded and written to its pinned image, never allocated on the device; the
 // model comes back streamed. Throws when a block's matrices are the caller's CUDA tensors.
 // keep_block_sources: fill DeviceModel::block_sources (for a later streaming from the file).
+// progress(done, total): (0, n) first, then after each transformer block.
+using BlockProgress = std::function<void(int64_t done, int64_t total)>;
 DeviceModel upload_model(const H3Model& model, BlockImageWriter* stream = nullptr,
-                         bool keep_block_sources = false);
+                         bool keep_block_sources = false, const BlockProgress& progress = {});
 
 // The same synthetic weights as make_synthetic_model (bit-identical values), generated directly
 // on the GPU, so the release-sized preset needs no host copy of its 33B parameters.

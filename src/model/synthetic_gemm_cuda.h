@@ -38,6 +38,7 @@ class BlockwiseLoraMergeCuda;  // model/lora_cuda.h
 DeviceModel make_synthetic_gemm_model(const H3Config& c, uint64_t seed, SyntheticGemm format,
                                       int int8_group, const SlotLayout* stream = nullptr,
                                       BlockwiseLoraMergeCuda* lora = nullptr,
-                                      WeightStreamSource source = WeightStreamSource::pinned);
+                                      WeightStreamSource source = WeightStreamSource::pinned,
+                                      const BlockProgress& progress = {});
 
 }  // namespace h3rt::model

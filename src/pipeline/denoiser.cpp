@@ -83,6 +83,14 @@ int64_t caller_block_bytes(const H3Model& m) {
   return n;
 }
 
+// DenoiserOptions::load_progress as the model code calls it.
+model::BlockProgress block_progress(const DenoiserOptions& o) {
+  if (!o.load_progress) return {};
+  return [f = o.load_progress](int64_t done, int64_t total) {
+    f(static_cast<int>(done), static_cast<int>(total));
+  };
+}
+
 // A host model (a checkpoint, a state dict) on the device; when the load plan streams, each
 // block's matrices go from the host to its pinned image (or stay where they are, for the file
 // source), never to the device. Under a limit without the pinned source, the resident blocks
@@ -97,8 +105,8 @@ model::DeviceModel upload_for(const H3Model& m, const DenoiserOptions& o,
     lp = load_plan(c, model::upload_storage(c, m.weights.blocks[0]), refiner, o);
   }
   if (!lp || !lp->stream)
-    return model::upload_model(m, nullptr,
-                               lp && o.weight_stream_source != WeightStreamSource::pinned);
+    return model::upload_model(
+        m, nullptr, lp && o.weight_stream_source != WeightStreamSource::pinned, block_progress(o));
   const int64_t caller = caller_block_bytes(m);
   H3RT_CHECK(caller == 0, "device_memory_limit ", o.device_memory_limit / 1e9, " GB: the model (",
              lp->weight_bytes / 1e9, " GB of weights) must stream its block weights, but ",
@@ -109,7 +117,7 @@ model::DeviceModel upload_for(const H3Model& m, const DenoiserOptions& o,
   const WeightStreamSource source = model::choose_stream_source(
       o.weight_stream_source, lp->plan.host_bytes, model::host_memory());
   model::BlockImageWriter images(lp->slot, m.weights.blocks.size(), source);
-  return model::upload_model(m, &images);
+  return model::upload_model(m, &images, false, block_progress(o));
 }
 
 class CudaDenoiser : public Denoiser {
@@ -338,7 +346,8 @@ std::unique_ptr<Denoiser> Denoiser::create(const ModelSource& s, const DenoiserO
         loras ? &*loras : nullptr,
         stream ? model::choose_stream_source(o.weight_stream_source, lp->plan.host_bytes,
                                              model::host_memory())
-               : WeightStreamSource::pinned);
+               : WeightStreamSource::pinned,
+        block_progress(o));
     const WeightStreaming load = load_report(m, lp, o, meter);
     LoraMergeReport lora = loras ? loras->report() : LoraMergeReport{};
     return std::make_unique<CudaDenoiser>(std::move(m), o, 0, std::move(lora), load);

@@ -571,5 +571,27 @@ TEST(WeightStreamFile, CheckpointDenoiserBitIdenticalToResident) {
   }
 }
 
+// DenoiserOptions::load_progress: (0, n), then once per block in order, resident and streamed
+// at load (the blocks written to host memory).
+TEST(WeightStreamLoad, LoadProgressCountsEveryBlock) {
+  H3RT_REQUIRE_GPU();
+  const H3Config c = twelve_blocks();
+  const auto weights = state_dict(c, test::fresh_seed());
+  const model::BlockStorage st = model::uniform_storage(c, model::LinearStorage::bf16);
+  for (const int64_t limit :
+       {int64_t(0), model::model_weight_bytes(c, st) +
+                        model::estimate_working_set_bytes(c, st, false, {}) - 1}) {
+    std::vector<std::pair<int, int>> calls;
+    DenoiserOptions o;
+    o.device = Device::cuda;
+    o.device_memory_limit = limit;
+    o.load_progress = [&](int done, int total) { calls.push_back({done, total}); };
+    const auto d = Denoiser::create(weights, o);
+    EXPECT_EQ(d->weight_streaming().streamed_at_load, limit > 0);
+    ASSERT_EQ(calls.size(), 13u) << "limit " << limit;
+    for (int i = 0; i <= 12; ++i) EXPECT_EQ(calls[i], std::make_pair(i, 12)) << i;
+  }
+}
+
 }  // namespace
 }  // namespace h3rt
