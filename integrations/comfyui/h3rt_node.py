@@ -397,6 +397,9 @@ class H3rtWrapper:
             if not path or not os.path.isfile(path):
                 raise Fallback(f"checkpoint_path '{path}' is not a file")
             log.warning("h3rt: loading %s: a second copy of the weights, beside ComfyUI's", path)
+            progress = load_progress_bar() if self.device == "cuda" else None
+            if progress is not None:  # reading a 20-66 GB file takes tens of seconds
+                opts["load_progress"] = progress
             return load(path, **opts)
         orig = executor.class_obj.state_dict()
         state = {k: _weight_for_h3rt(k, t, self.device) for k, t in orig.items()}
@@ -409,6 +412,22 @@ class H3rtWrapper:
         log.info("h3rt: engine built (%s, hidden %d, %d layers, %s)", model.device,
                  model.config["hidden"], model.config["layers"], model.precision)
         return model
+
+
+def load_progress_bar():
+    """h3rt.load's load_progress(done, total) drawn on ComfyUI's progress bar, or None outside
+    ComfyUI."""
+    try:
+        import comfy.utils
+    except ImportError:
+        return None
+    bar = []
+
+    def update(done, total):
+        if not bar:
+            bar.append(comfy.utils.ProgressBar(total))
+        bar[0].update_absolute(done, total)
+    return update
 
 
 def parse_loras(text):

@@ -524,6 +524,39 @@ def test_device_memory_limit_reaches_h3rt_load_and_keys_the_engine(tmp_path, cap
     assert any("applies to the cuda device" in r.getMessage() for r in caplog.records)
 
 
+def test_loading_from_the_file_path_draws_comfyuis_progress_bar(tmp_path, monkeypatch):
+    bars = []
+
+    class ProgressBar:  # comfy.utils.ProgressBar's two calls the node makes
+        def __init__(self, total):
+            self.total, self.values = total, []
+            bars.append(self)
+
+        def update_absolute(self, value, total=None):
+            self.values.append((value, total))
+
+    utils = types.ModuleType("comfy.utils")
+    utils.ProgressBar = ProgressBar
+    comfy = types.ModuleType("comfy")
+    comfy.utils = utils
+    monkeypatch.setitem(sys.modules, "comfy", comfy)
+    monkeypatch.setitem(sys.modules, "comfy.utils", utils)
+    ckpt = tmp_path / "h3.safetensors"
+    ckpt.write_bytes(b"")
+    loader = Loader(engine=CudaEngine())
+    _, out, _ = patched(loader, device="cuda", weights="from file path", checkpoint_path=str(ckpt))
+    x, ts, ctx = inputs()
+    sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+    progress = loader.calls[0][1]["load_progress"]
+    for done in range(4):  # as h3rt calls it: (0, n), then after each block
+        progress(done, 3)
+    assert len(bars) == 1 and bars[0].total == 3
+    assert bars[0].values == [(0, 3), (1, 3), (2, 3), (3, 3)]
+    _, out, _ = patched(loader, device="cpu", weights="from file path", checkpoint_path=str(ckpt))
+    sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+    assert "load_progress" not in loader.calls[1][1]  # the CPU backend uploads nothing
+
+
 def test_a_limit_h3rt_refuses_falls_back_with_its_message(caplog):
     err = RuntimeError("device_memory_limit 16 GB: the model's block weights are the caller's "
                        "CUDA tensors")
