@@ -18,12 +18,13 @@ import os
 import warnings
 from collections.abc import Mapping
 
-from ._h3rt import (Cancelled, Model, __version__, audio_sigma_from_video, sigma_grid,
-                    simple_sigmas, t2va_layout, timestep_plan)
+from ._h3rt import (Cancelled, Model, __version__, audio_sigma_from_video, latent_shape,
+                    sigma_grid, simple_sigmas, t2va_layout, timestep_plan)
 from . import _h3rt
 
 __all__ = ["Cancelled", "Model", "load", "preset", "sample", "t2va_layout", "timestep_plan",
-           "sigma_grid", "simple_sigmas", "audio_sigma_from_video", "__version__"]
+           "sigma_grid", "simple_sigmas", "audio_sigma_from_video", "latent_shape",
+           "__version__"]
 
 
 def _lora_list(loras):

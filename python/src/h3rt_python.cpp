@@ -781,5 +781,21 @@ NB_MODULE(_h3rt, m) {
         "The sampler's shifted sigma grid of `points` points, terminal 0 included.");
   m.def("audio_sigma_from_video", &h3rt::audio_sigma_from_video, arg("sigma"),
         arg("video_shift") = h3rt::kVideoShift, arg("audio_shift") = h3rt::kAudioShift);
+  m.def(
+      "latent_shape",
+      [](int64_t width, int64_t height, int64_t frames) {
+        h3rt::LatentShape l{};
+        try {
+          l = h3rt::latent_shape_for(width, height, frames, {0, 0, 0, 0});
+        } catch (const h3rt::Error& e) {
+          raise_value(e.what());
+        }
+        nb::dict d;
+        d["frames"] = l.frames, d["height"] = l.height, d["width"] = l.width, d["audio"] = l.audio;
+        return d;
+      },
+      arg("width"), arg("height"), arg("frames"),
+      "The latents of a width x height video of `frames` frames (its audio at frames / 24 s), "
+      "as `h3rt sample --width --height --frames` makes them.");
   m.attr("__version__") = H3RT_VERSION_STRING;
 }

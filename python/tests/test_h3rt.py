@@ -406,3 +406,14 @@ def test_sample_denoise_masks_keep_the_clean_latent_and_equal_cli(tmp_path):
     ref = read_safetensors(out)
     for key in ("video_latents", "audio_latents"):
         np.testing.assert_array_equal(got[key].view(np.uint32), ref[key].view(np.uint32))
+
+
+def test_latent_shape_is_the_clis():
+    # 864x480 and 1344x768 at 124 frames: 37 latent frames, 207 audio latents (bench defaults)
+    assert h3rt.latent_shape(864, 480, 124) == {"frames": 37, "height": 30, "width": 54,
+                                                "audio": 207}
+    assert h3rt.latent_shape(1344, 768, 124) == {"frames": 37, "height": 48, "width": 84,
+                                                 "audio": 207}
+    assert h3rt.latent_shape(192, 128, 1)["frames"] == 1
+    with pytest.raises(ValueError, match="123"):
+        h3rt.latent_shape(864, 480, 123)

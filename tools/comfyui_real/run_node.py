@@ -386,17 +386,16 @@ def _same(a, b):
 
 # ---- mode 2: one forward at a user shape, timed ----
 def latent_shape(width, height, frames):
-    """ComfyUI's H3 latent for a width x height x frames video: 16x spatial, latent frames
-    covering 1, 4, 4, 4, 4 pixel frames in turn, 40 audio latents per second at 24 fps."""
+    """ComfyUI's H3 latent for a width x height x frames video (h3rt.latent_shape: 16x spatial,
+    latent frames covering 1, 4, 4, 4, 4 pixel frames in turn, 40 audio latents per second)."""
     if width % 32 or height % 32:
         raise SystemExit("--size: width and height must be multiples of 32")
-    t = covered = 0
-    while covered < frames:
-        covered += (1, 4, 4, 4, 4)[t % 5]
-        t += 1
-    if covered != frames:
-        raise SystemExit(f"--frames {frames} is not a whole number of latent frames")
-    return t, height // 16, width // 16, math.ceil(frames / 24.0 * 40.0 - 1e-9)
+    import h3rt
+    try:
+        s = h3rt.latent_shape(width, height, frames)
+    except ValueError as e:
+        raise SystemExit(f"--size / --frames: {e}")
+    return s["frames"], s["height"], s["width"], s["audio"]
 
 
 def random_weights_(dm, seed):

@@ -34,23 +34,13 @@ import torch
 
 import h3rt
 
-PATTERN = (1, 4, 4, 4, 4)  # video frames per latent frame, in turn (h3rt latent_frames_for)
-
-
-def latent_frames(frames):
-    t = n = 0
-    while n < frames:
-        n += PATTERN[t % 5]
-        t += 1
-    if n != frames:
-        raise SystemExit(f"--frames {frames} is not a whole number of latent frames")
-    return t
-
-
 def inputs(model, a):
     c = model.config
-    T, H, W = latent_frames(a.frames), a.height // 16, a.width // 16
-    N = int(np.ceil(a.frames / 24.0 * 40.0 - 1e-9))
+    try:
+        s = h3rt.latent_shape(a.width, a.height, a.frames)
+    except ValueError as e:
+        raise SystemExit(f"--width / --height / --frames: {e}")
+    T, H, W, N = s["frames"], s["height"], s["width"], s["audio"]
     g = torch.Generator(device="cuda").manual_seed(0)
     video = torch.randn(1, c["in_channels"], T, H, W, device="cuda", generator=g)
     audio = torch.randn(1, c["audio_channels"], 2, N, device="cuda", generator=g)
