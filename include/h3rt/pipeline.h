@@ -46,7 +46,8 @@ enum class SyntheticGemm { bf16, fp8, int8, nvfp4 };
 //     memory-mapped checkpoint, or the caller's host tensors) into one of two pinned staging
 //     buffers, then copied; host memory holds no copy of the model (the file's pages are the
 //     kernel's page cache, dropped under pressure), so a step may wait on the disk; the file
-//     must not be written in place while the model runs (a rename over it is safe). Layers the
+//     must not be written in place while the model runs (a forward then refuses, naming it; a
+//     rename over it is safe). Layers the
 //     upload converts (e.g. fp8 without an input scale, run as bf16) are held as host copies.
 //   automatic: pinned when every block's pinned copy fits the host's available memory with a
 //     margin (MemAvailable, less 10% of the total and 2 GB), else file.

@@ -9,8 +9,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "io/atomic_file.h"
@@ -24,27 +22,12 @@ using json = nlohmann::json;
 // The header may not exceed 100 MB (the format's own limit), so a corrupted length fails fast.
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 
-// The live mappings, for is_mapped_file_memory (weight streaming's file source). Never
-// destroyed: mappings held by static objects are unmapped during exit, in any order.
-struct MappedFiles {
-  std::mutex mutex;
-  std::map<uintptr_t, size_t> ranges;  // begin -> bytes
-};
-MappedFiles& mapped_files() {
-  static MappedFiles* m = new MappedFiles;
-  return *m;
-}
-
 struct Mapping {
   void* addr = nullptr;
   size_t size = 0;
   ~Mapping() {
     if (!addr || !size) return;
-    {
-      MappedFiles& f = mapped_files();
-      std::lock_guard<std::mutex> lock(f.mutex);
-      f.ranges.erase(reinterpret_cast<uintptr_t>(addr));
-    }
+    unregister_mapping(addr);  // closes the file
     munmap(addr, size);
   }
 };
@@ -66,9 +49,8 @@ std::shared_ptr<Mapping> map_file(const std::string& path) {
       ::close(fd);
       H3RT_FAIL(path, ": cannot map file: ", std::strerror(errno));
     }
-    MappedFiles& f = mapped_files();
-    std::lock_guard<std::mutex> lock(f.mutex);
-    f.ranges[reinterpret_cast<uintptr_t>(m->addr)] = m->size;
+    register_mapping(m->addr, m->size, fd, path);  // keeps fd open while mapped
+    return m;
   }
   ::close(fd);
   return m;
@@ -133,16 +115,6 @@ void check_ranges(const std::string& path, std::vector<SafetensorsEntry> sorted,
 }
 
 }  // namespace
-
-bool is_mapped_file_memory(const void* p, int64_t bytes) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  MappedFiles& f = mapped_files();
-  std::lock_guard<std::mutex> lock(f.mutex);
-  auto it = f.ranges.upper_bound(a);
-  if (it == f.ranges.begin()) return false;
-  --it;
-  return bytes >= 0 && a - it->first + static_cast<uint64_t>(bytes) <= it->second;
-}
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   auto m = map_file(path);

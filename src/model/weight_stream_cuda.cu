@@ -10,6 +10,7 @@
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
 #include "h3rt/memory.h"
+#include "io/mapped_files.h"
 #include "model/weight_stream_cuda.h"
 
 namespace h3rt::model {
@@ -228,7 +229,23 @@ void BlockImageWriter::write(size_t i, DeviceBlock& b, const std::vector<Tensor>
 std::shared_ptr<const StreamedBlocks> BlockImageWriter::finish() {
   for (size_t i = 0; i < written_.size(); ++i)
     H3RT_CHECK(written_[i], "BlockImageWriter: block ", i, " was never written");
+  for (const auto& block : st_->sources)
+    for (const Tensor& t : block)
+      if (const void* f = mapping_of(t.data()))
+        if (std::find(st_->files.begin(), st_->files.end(), f) == st_->files.end())
+          st_->files.push_back(f);
   return st_;
+}
+
+void check_stream_sources(const DeviceModel& m) {
+  if (!m.streamed) return;
+  for (const void* f : m.streamed->files) {
+    const std::string change = mapped_file_change(f);
+    H3RT_CHECK(change.empty(),
+               "weight streaming from the file (weight_stream_source file): ", change,
+               ". The blocks are read from it at every step, so it must stay as it was; load "
+               "the model again (a new file put in place by a rename is safe)");
+  }
 }
 
 void stream_block_weights(DeviceModel& m, WeightStreamSource source) {

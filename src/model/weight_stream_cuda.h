@@ -45,7 +45,13 @@ struct StreamedBlocks {
   WeightStreamSource source = WeightStreamSource::pinned;
   std::vector<std::shared_ptr<void>> images;  // pinned: per block, layout.bytes of pinned memory
   std::vector<std::vector<Tensor>> sources;   // file: per block, host tensors in slot order
+  std::vector<const void*> files;  // file: one address in each mapped file the sources view
 };
+
+// Throws naming the checkpoint when a file the model's streamed blocks are read from (source
+// file) was written or truncated on disk since it was loaded: the next step would read other
+// bytes, or fault on pages past the new end. A no-op for pinned or resident blocks.
+void check_stream_sources(const DeviceModel& m);
 
 // The streamed tensors of a block, in slot order (block_slot_layout's names).
 std::vector<std::pair<std::string, Tensor*>> streamed_tensors(DeviceBlock& b);

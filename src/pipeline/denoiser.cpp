@@ -141,6 +141,7 @@ class CudaDenoiser : public Denoiser {
       plan_streaming(in.layout);
       session_ = std::make_unique<model::ForwardSessionCuda>(model_, in.layout, options_);
     }
+    model::check_stream_sources(model_);  // a file it streams from changed: said, not read
     return run_checked(in, [&](bool check) {
       session_->set_check_finite(check);
       return session_->forward(in);

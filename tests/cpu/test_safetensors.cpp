@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -85,8 +86,37 @@ TEST(Safetensors, KnowsWhichMemoryIsAMappedFile) {
   EXPECT_FALSE(is_mapped_file_memory(p, 1 << 20)) << "past the end of the file";
   const Tensor heap = t.contiguous_copy();
   EXPECT_FALSE(is_mapped_file_memory(heap.data(), heap.nbytes()));
+  EXPECT_EQ(mapping_of(p + 4), mapping_of(p));
+  EXPECT_EQ(mapping_of(heap.data()), nullptr);
   t = Tensor();  // the last view: the file is unmapped
   EXPECT_FALSE(is_mapped_file_memory(p, 4));
+}
+
+// A mapped file written in place or truncated is seen (what streaming from it checks before a
+// step); a new file renamed over it is not a change: the mapping keeps the old one.
+TEST(Safetensors, MappedFileChangesOnDiskAreSeen) {
+  namespace fs = std::filesystem;
+  const std::string path = temp_path("changing.safetensors");
+  const auto write = [](const std::string& f) {
+    write_safetensors(f, {{"x", tensor_from_f32(std::vector<float>(1024, 1.0f), {1024})}});
+  };
+  write(path);
+  Tensor t = SafetensorsFile::open(path).get("x");
+  EXPECT_EQ(mapped_file_change(t.data()), "");
+  EXPECT_EQ(mapped_file_change(&path), "") << "not mapped memory";
+  write(path + ".new");
+  fs::rename(path + ".new", path);
+  EXPECT_EQ(mapped_file_change(t.data()), "") << "replaced by a rename";
+  t = SafetensorsFile::open(path).get("x");
+  fs::last_write_time(path, fs::last_write_time(path) + std::chrono::seconds(2));
+  std::string change = mapped_file_change(t.data());
+  EXPECT_NE(change.find(path), std::string::npos) << change;
+  EXPECT_NE(change.find("written on disk"), std::string::npos) << change;
+  t = SafetensorsFile::open(path).get("x");
+  fs::resize_file(path, 100);
+  change = mapped_file_change(t.data());
+  EXPECT_NE(change.find("changed size on disk since it was loaded ("), std::string::npos) << change;
+  EXPECT_NE(change.find(" -> 100 bytes)"), std::string::npos) << change;
 }
 
 TEST(Safetensors, RejectsEveryMalformedHeader) {

@@ -8,7 +8,9 @@
 // block weights are refused for streaming.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <random>
 #include <string>
@@ -568,6 +570,21 @@ TEST(WeightStreamFile, CheckpointDenoiserBitIdenticalToResident) {
     EXPECT_EQ(ws.source, "file");
     EXPECT_EQ(ws.host_bytes, 2 * slot);
     EXPECT_EQ(ws.h2d_bytes_per_step, c.layers * slot);
+  }
+  // The file written on disk after the load: the next forward refuses, naming it.
+  o.device_memory_limit = w + least - 1;
+  const auto streamed = Denoiser::create(src, o);
+  streamed->forward(in);
+  namespace fs = std::filesystem;
+  fs::last_write_time(src.checkpoint,
+                      fs::last_write_time(src.checkpoint) + std::chrono::seconds(2));
+  try {
+    streamed->forward(in);
+    ADD_FAILURE() << "a forward read blocks from a file written since the load";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(src.checkpoint), std::string::npos) << m;
+    EXPECT_NE(m.find("weight_stream_source file"), std::string::npos) << m;
   }
 }
 
