@@ -47,8 +47,8 @@ enum class SyntheticGemm { bf16, fp8, int8, nvfp4 };
 //     buffers, then copied; host memory holds no copy of the model (the file's pages are the
 //     kernel's page cache, dropped under pressure), so a step may wait on the disk; the file
 //     must not be written in place while the model runs (a forward then refuses, naming it; a
-//     rename over it is safe). Layers the
-//     upload converts (e.g. fp8 without an input scale, run as bf16) are held as host copies.
+//     rename over it is safe). Layers the upload converts (e.g. fp8 without an input scale,
+//     run as bf16) or that LoRAs were merged into are held as host copies.
 //   automatic: pinned when every block's pinned copy fits the host's available memory with a
 //     margin (MemAvailable, less 10% of the total and 2 GB), else file.
 enum class WeightStreamSource { automatic, pinned, file };
@@ -71,9 +71,9 @@ struct DenoiserOptions {
   CheckFinite check_finite = CheckFinite::first_step;
   // CUDA: the device bytes (weights + a forward's activations) to stay within; 0 = no limit.
   // Where the resident model and a request's activations exceed it, the transformer blocks'
-  // weight matrices stream from pinned host memory into two device slots, each block's copy
-  // overlapped with the previous block's compute (same bits as resident). When the resident
-  // model cannot fit the limit at all, the blocks go to pinned host memory as they load, never
+  // weight matrices stream from host memory (weight_stream_source) into two device slots, each
+  // block's copy overlapped with the previous block's compute (same bits as resident). When the
+  // resident model cannot fit the limit at all, the blocks go to host memory as they load, never
   // whole on the device. Below what streaming needs, create() or forward() throws naming this
   // option and the bytes needed.
   int64_t device_memory_limit = 0;
@@ -100,7 +100,7 @@ struct WeightStreaming {
   int64_t h2d_bytes_per_step = 0;      // copied host -> device per forward
   int64_t resident_weight_bytes = 0;   // weights kept on the device
   int64_t planned_device_bytes = 0;    // the plan's estimate: weights + slots + activations
-  bool streamed_at_load = false;       // the blocks went to pinned memory as they loaded
+  bool streamed_at_load = false;       // the blocks went to host memory as they loaded
   int64_t load_peak_device_bytes = 0;  // the load's peak device bytes (the arena's, reserved)
   int64_t caller_device_bytes = 0;     // block weights used in place from the caller's GPU
 };

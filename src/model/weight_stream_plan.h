@@ -3,7 +3,8 @@
 //
 // Streamed: the weight matrices of each transformer block's five linears (qkv, out, fc1, fc2 and
 // the AdaLN projection): bf16/f32 `w`, fp8 `w8`, int8 `wi8`, nvfp4 `w4` and its block scales.
-// They live in pinned host memory, one image per block laid out exactly as a device slot; the
+// They live in host memory (pinned, one image per block laid out exactly as a device slot; or,
+// source file, where the load found them, gathered into a pinned staging image per slot); the
 // forward holds `slots` device slots of one image and copies block i+1 into a free slot on a copy
 // stream while block i computes (model/weight_stream_cuda.h). Resident: everything else (biases,
 // per-row and scalar scales, norms, the token refiner, patch projections, heads).
@@ -128,7 +129,7 @@ WeightStreamPlan with_source(WeightStreamPlan p, WeightStreamSource s);
 
 // The decision at load time, before any weight reaches the device: plan_weight_streaming for
 // the smallest request (the working set of no rows: tables, cuBLAS workspace and the margin).
-// `stream`: even that exceeds the limit, so the blocks go to pinned host memory as they load
+// `stream`: even that exceeds the limit, so the blocks go to host memory as they load
 // (model/weight_stream_cuda.h, BlockImageWriter) and the device holds only the resident part;
 // else the model loads resident, within the limit, and a request's plan may still move its
 // blocks out at its first forward (apply_weight_streaming). Throws as plan_weight_streaming

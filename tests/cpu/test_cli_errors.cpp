@@ -66,6 +66,7 @@ std::vector<std::pair<std::string, std::string>> verbs() {
           {"bench step", ""},
           {"bench sample", ""},
           {"bench compare", kWeights + " " + kWeights},
+          {"bench load", kWeights},
           {"bench attention", ""},
           {"bench quantize-nvfp4", ""},
           {"bench kernels", ""},
@@ -187,8 +188,13 @@ TEST(CliErrors, BadOptionValues) {
   expect_error("bench block --gemm int3", "--gemm");
   expect_error("bench step --preset huge", "--preset");
   expect_error("bench sample --cuda-graph maybe", "--cuda-graph");
+  expect_error("bench load " + kWeights + " --backend gpu", "--backend");
+  expect_error("sample --weight-stream-source disk", "--weight-stream-source");
+  expect_error("sample --weight-stream-source file",
+               "weight_stream_source file applies when the block weights stream, under a "
+               "device_memory_limit");
   for (const std::string& v : {"forward", "quantize-nvfp4", "quantize-checkpoint", "int8-convrot",
-                               "prune-adaln", "info", "bench compare", "compare"})
+                               "prune-adaln", "info", "bench compare", "compare", "bench load"})
     expect_error(v, "required");
 }
 
@@ -203,7 +209,8 @@ TEST(CliErrors, MissingFiles) {
         "quantize-checkpoint --in " + missing + " --out " + tmp("q.st") + " --format fp8",
         "int8-convrot --in " + missing + " --out " + tmp("i.st"),
         "prune-adaln --in " + missing + " --out " + tmp("p.st"),
-        "bench compare " + missing + " " + missing, "compare " + missing + " " + kWeights})
+        "bench compare " + missing + " " + missing, "compare " + missing + " " + kWeights,
+        "bench load " + missing})
     expect_error(args, missing);
 }
 
@@ -219,7 +226,7 @@ TEST(CliErrors, FilesThatAreNotSafetensors) {
         "quantize-checkpoint --in " + bad + " --out " + tmp("q.st") + " --format nvfp4",
         "int8-convrot --in " + bad + " --out " + tmp("i.st"),
         "prune-adaln --in " + bad + " --out " + tmp("p.st"), "bench compare " + bad + " " + bad,
-        "compare " + bad + " " + bad}) {
+        "compare " + bad + " " + bad, "bench load " + bad}) {
     SCOPED_TRACE(args);
     expect_error(args, bad);
     EXPECT_FALSE(std::ifstream(tmp("s.st")).good()) << "an output was written";
@@ -237,6 +244,7 @@ TEST(CliErrors, WrongKindOfFile) {
   expect_error("quantize-nvfp4 --in " + kWeights + " --out " + tmp("n.st"), kWeights);
   expect_error("int8-convrot --in " + kGolden + " --out " + tmp("i.st"), kGolden);
   expect_error("prune-adaln --in " + kGolden + " --out " + tmp("p.st"), kGolden);
+  expect_error("bench load " + kGolden, kGolden);
   expect_error("compare " + kWeights + " " + kGolden, "holds video_latents or audio_latents");
 }
 
