@@ -10,6 +10,7 @@ namespace h3rt::cli {
 void add_bench_load_command(CLI::App& bench) {
   auto path = std::make_shared<std::string>();
   auto backend = std::make_shared<std::string>("cuda");
+  auto gather = std::make_shared<bool>(false);
   auto* cmd = bench.add_subcommand(
       "load",
       "Load a checkpoint's weights into host memory as a backend does and print JSON: the load "
@@ -24,8 +25,13 @@ void add_bench_load_command(CLI::App& bench) {
                   "reference computes from")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
-  cmd->callback([path, backend] {
-    std::printf("%s\n", bench::run_load_bench(*path, *backend).dump(2).c_str());
+  cmd->add_flag("--gather", *gather,
+                "Also time what --weight-stream-source file does per block: every layer's "
+                "stored bytes copied into a staging buffer by 8 threads, first from disk (the "
+                "file's cached pages dropped first; --backend cuda only) then from the page "
+                "cache: gather_cold_gbps, gather_warm_gbps");
+  cmd->callback([path, backend, gather] {
+    std::printf("%s\n", bench::run_load_bench(*path, *backend, *gather).dump(2).c_str());
   });
 }
 

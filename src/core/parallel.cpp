@@ -1,6 +1,7 @@
 #include "core/parallel.h"
 
 #include <algorithm>
+#include <cstring>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -25,6 +26,34 @@ void parallel_ranges(int64_t n, int64_t threads, const std::function<void(int64_
   }
   fn(0, n / threads);
   for (std::thread& t : pool) t.join();
+}
+
+void parallel_copy(const std::vector<CopyPiece>& pieces, int64_t threads) noexcept {
+  constexpr int64_t kChunk = int64_t(16) << 20;
+  struct Chunk {
+    char* dst;
+    const char* src;
+    size_t bytes;
+  };
+  std::vector<Chunk> chunks;
+  try {
+    for (const CopyPiece& p : pieces)
+      for (int64_t o = 0; o < p.bytes; o += kChunk)
+        chunks.push_back({static_cast<char*>(p.dst) + o, static_cast<const char*>(p.src) + o,
+                          static_cast<size_t>(std::min(kChunk, p.bytes - o))});
+  } catch (...) {  // no memory for the list: one thread, piece by piece
+    for (const CopyPiece& p : pieces) std::memcpy(p.dst, p.src, static_cast<size_t>(p.bytes));
+    return;
+  }
+  const auto run = [&](int64_t b, int64_t e) {
+    for (int64_t j = b; j < e; ++j) std::memcpy(chunks[j].dst, chunks[j].src, chunks[j].bytes);
+  };
+  const int64_t n = static_cast<int64_t>(chunks.size());
+  try {
+    parallel_ranges(n, std::min(n, threads), run);
+  } catch (...) {  // the pool's own allocation failed before any copy ran
+    run(0, n);
+  }
 }
 
 }  // namespace h3rt

@@ -16,4 +16,15 @@ int64_t threads_for_work(double work);
 // started. Returns when all are done.
 void parallel_ranges(int64_t n, int64_t threads, const std::function<void(int64_t, int64_t)>& fn);
 
+struct CopyPiece {
+  void* dst;
+  const void* src;
+  int64_t bytes;
+};
+// Copies every piece, in 16 MB chunks over up to `threads` threads: one thread's memcpy reads
+// the page cache, or faults a mapped file in, well below PCIe speed (weight streaming's file
+// source; `h3rt bench load --gather` measures it). Never throws (it runs on CUDA's callback
+// thread): chunks whose thread cannot start are copied by the caller.
+void parallel_copy(const std::vector<CopyPiece>& pieces, int64_t threads = 8) noexcept;
+
 }  // namespace h3rt

@@ -309,8 +309,14 @@ BlockWeightStream::BlockWeightStream(const DeviceModel& m, int slots) : m_(m) {
   if (m.streamed->source == WeightStreamSource::file) {
     for (int k = 0; k < slots; ++k)
       staging_.push_back(pinned(static_cast<size_t>(layout_.bytes), k, slots, true));
-    for (size_t i = 0; i < m.blocks.size(); ++i)
-      gathers_.push_back({this, static_cast<int64_t>(i)});
+    for (size_t i = 0; i < m.blocks.size(); ++i) {  // block i: its sources -> staging i % slots
+      Gather g{this, static_cast<int64_t>(i), {}};
+      char* dst = static_cast<char*>(staging_[i % staging_.size()].get());
+      const std::vector<Tensor>& src = m.streamed->sources[i];
+      for (size_t k = 0; k < src.size(); ++k)
+        g.pieces.push_back({dst + layout_.entries[k].offset, src[k].data(), src[k].nbytes()});
+      gathers_.push_back(std::move(g));
+    }
   }
   H3RT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
   H3RT_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
@@ -370,32 +376,10 @@ void read_ahead(const Tensor& t) {
 
 // Runs on the CUDA driver's callback thread: no CUDA calls, no exceptions out.
 void BlockWeightStream::gather(int64_t block) noexcept {
-  const std::vector<Tensor>& src = m_.streamed->sources[static_cast<size_t>(block)];
-  char* dst = static_cast<char*>(staging_[static_cast<size_t>(block) % staging_.size()].get());
   const std::vector<Tensor>& next =
       m_.streamed->sources[static_cast<size_t>(block + 1) % m_.streamed->sources.size()];
   for (const Tensor& t : next) read_ahead(t);
-  // 16 MB pieces over up to 8 threads: one thread's memcpy reads the page cache at a fraction
-  // of PCIe speed.
-  constexpr int64_t kPiece = int64_t(16) << 20;
-  std::vector<std::pair<int64_t, int64_t>> pieces;  // (entry, offset within it)
-  for (size_t k = 0; k < src.size(); ++k)
-    for (int64_t o = 0; o < src[k].nbytes(); o += kPiece) pieces.push_back({int64_t(k), o});
-  const int64_t n = static_cast<int64_t>(pieces.size());
-  auto run = [&](int64_t b, int64_t e) {
-    for (int64_t j = b; j < e; ++j) {
-      const auto [k, o] = pieces[static_cast<size_t>(j)];
-      const Tensor& t = src[static_cast<size_t>(k)];
-      std::memcpy(dst + layout_.entries[static_cast<size_t>(k)].offset + o,
-                  static_cast<const char*>(t.data()) + o,
-                  static_cast<size_t>(std::min(kPiece, t.nbytes() - o)));
-    }
-  };
-  try {
-    parallel_ranges(n, std::min<int64_t>(n, 8), run);
-  } catch (...) {  // parallel_ranges runs a range itself when a thread cannot start
-    run(0, n);
-  }
+  parallel_copy(gathers_[static_cast<size_t>(block)].pieces);
 }
 
 void BlockWeightStream::copy(int64_t block, cudaEvent_t after) {

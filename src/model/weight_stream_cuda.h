@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/parallel.h"
 #include "model/model_cuda.h"
 #include "model/weight_stream_plan.h"
 
@@ -137,6 +138,7 @@ class BlockWeightStream {
   struct Gather {  // a host function's argument: stable for the graphs that capture it
     BlockWeightStream* stream;
     int64_t block;
+    std::vector<CopyPiece> pieces;  // the block's sources into its slot's staging image
   };
   static void CUDART_CB gather_host(void* gather);
   void gather(int64_t block) noexcept;  // file: block's tensors -> its slot's staging image

@@ -135,6 +135,17 @@ TEST(DenseCopies, BenchLoadShowsTheHostMemoryEachBackendTakes) {
   EXPECT_GT(r[0].at("peak_heap_bytes").get<int64_t>(),
             r[1].at("peak_heap_bytes").get<int64_t>() + file)
       << r[0].dump() << r[1].dump();
+  // --gather: the file source's copy over every stored byte, from disk (cuda) and warm.
+  for (const char* backend : backends) {
+    const test::CliRun run =
+        test::run_cli(std::string("bench load --gather ") + w + " --backend " + backend, false);
+    ASSERT_EQ(run.status, 0) << run.output;
+    const nlohmann::json g = nlohmann::json::parse(run.output.substr(run.output.find('{')));
+    EXPECT_GT(g.at("gather_bytes").get<int64_t>(), file / 2) << g.dump();
+    EXPECT_LE(g.at("gather_bytes").get<int64_t>(), file) << g.dump();
+    EXPECT_GT(g.at("gather_warm_gbps").get<double>(), 0.0);
+    EXPECT_EQ(g.at("gather_cold_gbps").is_null(), std::string(backend) == "cpu") << g.dump();
+  }
   const test::CliRun bad = test::run_cli("bench load " + w + " --backend gpu");
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.output.find("--backend"), std::string::npos) << bad.output;

@@ -1,8 +1,9 @@
 // libFuzzer target: the checkpoint loader on a file image: config inference from shapes and key
 // counts, the per-layer variant detection (comfy_quant markers, __metadata__
 // _quantization_metadata, qkv_layout, fp8/nvfp4/int8 layouts, curve-form AdaLN, PDD banks, VSA
-// keys) and the validating assembly with dequantization.
+// keys) and the validating assembly with dequantization, with f32 copies at load or on demand.
 #include "fuzz_util.h"
+#include "h3rt/lora.h"
 #include "h3rt/model.h"
 #include "model/weights.h"
 
@@ -21,7 +22,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (e.name.size() > w.size() && e.name.compare(e.name.size() - w.size(), w.size(), w) == 0)
         model::linear_format_label(src, e.name.substr(0, e.name.size() - w.size()));
     }
-    model::assemble_weights(c, src);
+    // Both load forms: f32 copies at load (the CPU backend) or on demand (CUDA), then the
+    // finite scan and the dense values of every layer as the on-demand form computes them.
+    const bool dense = (size & 1) == 0;
+    H3Model m{c, model::assemble_weights(c, src, dense)};
+    if (!dense) {
+      check_weights_finite(m);
+      for (auto& [name, l] : linear_layers(m.weights)) dense_weight(*l);
+    }
   } catch (const Error&) {
   }
   return 0;
