@@ -105,7 +105,8 @@ bench::StepBenchOptions to_bench(const Opts& o) {
   b.seed = o.seed;
   b.weights_seed = o.weights_seed;
   b.device_memory_limit = parse_memory_size(o.device_memory_limit, "--device-memory-limit");
-  b.weight_stream_source = o.weight_stream_source;
+  b.weight_stream_source =
+      parse_weight_stream_source(o.weight_stream_source, "--weight-stream-source");
   b.compare_resident = o.compare_resident;
   b.device_io = o.device_io;
   return b;

@@ -171,16 +171,17 @@ void print_device_plan(const H3Config& c, const model::TensorSource& src, int64_
   if (limit == 0) return;
   try {
     const model::WeightStreamPlan p = model::plan_weight_streaming(in);
-    if (p.stream)
+    if (p.stream) {
       std::printf(
           "--device-memory-limit %.2f GB: the block weights stream (%.2f GB pinned host "
           "memory, %d slots of %.3f GB, %.2f GB H2D per step, %.2f GB on the device)\n",
           limit / 1e9, p.host_bytes / 1e9, p.slots, p.slot_bytes / 1e9, p.h2d_bytes_per_step / 1e9,
           p.device_bytes / 1e9);
-    if (p.stream) print_stream_source(p);
-    if (!p.stream)
+      print_stream_source(p);
+    } else {
       std::printf("--device-memory-limit %.2f GB: the weights stay resident (%.2f GB)\n",
                   limit / 1e9, p.device_bytes / 1e9);
+    }
   } catch (const Error& e) {
     std::printf("--device-memory-limit %.2f GB: too small: %s\n", limit / 1e9, e.what());
   }

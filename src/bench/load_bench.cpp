@@ -52,8 +52,8 @@ void drop_cached_pages(const std::string& path) {
   ::close(fd);
 }
 
-nlohmann::json gather_report(H3Model& m, const std::string& path, bool cold) {
-  const std::vector<const Tensor*> tensors = stored_tensors(m);
+nlohmann::json gather_report(const std::vector<const Tensor*>& tensors, const std::string& path,
+                             bool cold) {
   int64_t bytes = 0, largest = 0;
   for (const Tensor* t : tensors) {
     bytes += t->nbytes();
@@ -74,15 +74,13 @@ nlohmann::json gather_report(H3Model& m, const std::string& path, bool cold) {
   return j;
 }
 
-// Reads one byte per page of every weight (and block scale) as an upload's copy would.
-uint64_t read_weights(H3Model& m) {
+// Reads one byte per page of every stored tensor as an upload's copy would.
+uint64_t read_weights(const std::vector<const Tensor*>& tensors) {
   uint64_t sum = 0;
-  for (const auto& [name, l] : linear_layers(m.weights))
-    for (const Tensor* t : {&l->data, &l->scale}) {
-      if (!t->data() || t->device() != Device::cpu) continue;
-      const auto* p = static_cast<const unsigned char*>(t->data());
-      for (int64_t i = 0; i < t->nbytes(); i += 4096) sum += p[i];
-    }
+  for (const Tensor* t : tensors) {
+    const auto* p = static_cast<const unsigned char*>(t->data());
+    for (int64_t i = 0; i < t->nbytes(); i += 4096) sum += p[i];
+  }
   return sum;
 }
 
@@ -99,10 +97,11 @@ nlohmann::json run_load_bench(const std::string& checkpoint, const std::string& 
   const auto t0 = std::chrono::steady_clock::now();
   H3Model m = load_model(checkpoint, o);
   const double load_s = seconds_since(t0);
+  const std::vector<const Tensor*> tensors = stored_tensors(m);
   nlohmann::json g;
-  if (gather) g = gather_report(m, checkpoint, backend == "cuda");
+  if (gather) g = gather_report(tensors, checkpoint, backend == "cuda");
   const auto t1 = std::chrono::steady_clock::now();
-  const uint64_t sum = read_weights(m);
+  const uint64_t sum = read_weights(tensors);
   const double read_s = seconds_since(t1);
   nlohmann::json r = {{"checkpoint", checkpoint},
                       {"file_bytes", static_cast<int64_t>(std::filesystem::file_size(checkpoint))},

@@ -79,11 +79,7 @@ Setup setup(const StepBenchOptions& o, const char* verb, bool resident = false) 
   const bool stream = lp && lp->stream;
   const model::LoadMeter meter;
   const auto t0 = Clock::now();
-  const WeightStreamSource source =
-      stream ? model::choose_stream_source(
-                   parse_weight_stream_source(o.weight_stream_source, "--weight-stream-source"),
-                   lp->plan.host_bytes, model::host_memory())
-             : WeightStreamSource::pinned;
+  const WeightStreamSource source = model::load_stream_source(lp, o.weight_stream_source);
   st.dev = model::make_synthetic_gemm_model(st.c, o.weights_seed, gemm, o.int8_group,
                                             stream ? &lp->slot : nullptr, nullptr, source);
   H3RT_CUDA_CHECK(cudaDeviceSynchronize());
@@ -127,8 +123,7 @@ StepRepetition repetition(const model::ForwardStepTimes& t, const ForwardOutputs
 model::WeightStreamPlan apply_limit(const StepBenchOptions& o, Setup& st, const char* verb) {
   if (o.device_memory_limit == 0) return {};
   const model::WeightStreamPlan p = model::apply_weight_streaming(
-      st.dev, st.layout, o.device_memory_limit, o.sage_attention,
-      parse_weight_stream_source(o.weight_stream_source, "--weight-stream-source"));
+      st.dev, st.layout, o.device_memory_limit, o.sage_attention, o.weight_stream_source);
   std::fprintf(
       stderr, "bench %s: --device-memory-limit %.2f GB: %s (planned %.2f GB on the device%s)\n",
       verb, o.device_memory_limit / 1e9,

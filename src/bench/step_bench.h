@@ -26,6 +26,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "h3rt/pipeline.h"
+
 namespace h3rt::bench {
 
 struct StepBenchOptions {
@@ -44,7 +46,7 @@ struct StepBenchOptions {
   // same steps run first on a model loaded whole (resident), freed before the model under the
   // limit loads, in one run (the ratio, both loads' peaks).
   int64_t device_memory_limit = 0;
-  std::string weight_stream_source = "auto";  // auto | pinned | file (WeightStreamSource)
+  WeightStreamSource weight_stream_source = WeightStreamSource::automatic;
   bool compare_resident = false;
   bool device_io = false;  // step: also time the device-io forward (above)
 };

@@ -356,16 +356,14 @@ DeviceModel upload_model(const H3Model& m, BlockImageWriter* stream, bool keep_b
       d.block_sources.push_back(sources_of(d.blocks.back(), kept));
       kept.clear();
     }
-    if (!stream) {
-      if (progress) progress(static_cast<int64_t>(i) + 1, n);
-      continue;
+    if (stream) {
+      H3RT_CHECK(d.caller_block_bytes == 0, "device_memory_limit: block ", i, " (blocks.", i,
+                 ".*) holds weight matrices that are the caller's CUDA tensors, used in place; "
+                 "streaming them would copy them to host memory and free none of their device "
+                 "memory. Pass the state dict as CPU tensors (h3rt then streams them from pinned "
+                 "host memory), or raise the limit");
+      stream->write(i, d.blocks.back());  // the block's host matrices are dropped here
     }
-    H3RT_CHECK(d.caller_block_bytes == 0, "device_memory_limit: block ", i, " (blocks.", i,
-               ".*) holds weight matrices that are the caller's CUDA tensors, used in place; "
-               "streaming them would copy them to host memory and free none of their device "
-               "memory. Pass the state dict as CPU tensors (h3rt then streams them from pinned "
-               "host memory), or raise the limit");
-    stream->write(i, d.blocks.back());  // the block's host matrices are dropped here
     if (progress) progress(static_cast<int64_t>(i) + 1, n);
   }
   if (stream) d.streamed = stream->finish();

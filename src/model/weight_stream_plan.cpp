@@ -236,6 +236,12 @@ WeightStreamSource choose_stream_source(WeightStreamSource requested, int64_t pi
                                                  : WeightStreamSource::file;
 }
 
+WeightStreamSource load_stream_source(const std::optional<LoadPlan>& lp,
+                                      WeightStreamSource requested) {
+  if (!lp || !lp->stream) return WeightStreamSource::pinned;
+  return choose_stream_source(requested, lp->plan.host_bytes, host_memory());
+}
+
 WeightStreamPlan with_source(WeightStreamPlan p, WeightStreamSource s) {
   H3RT_CHECK(s != WeightStreamSource::automatic, "with_source: choose the source first");
   p.source = s;

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -143,6 +144,11 @@ struct LoadPlan {
 };
 LoadPlan plan_load(const H3Config& c, const BlockStorage& blocks, const BlockStorage& refiner,
                    int64_t limit, bool sage_attention);
+
+// The source of a load planned as `lp` (none: no limit): choose_stream_source with this host's
+// memory now when it streams; pinned (no host side is written) otherwise.
+WeightStreamSource load_stream_source(const std::optional<LoadPlan>& lp,
+                                      WeightStreamSource requested);
 
 // The plan as the Denoiser and the reports give it (h3rt/pipeline.h).
 WeightStreaming weight_streaming_of(const WeightStreamPlan& p, int64_t limit);

@@ -114,9 +114,8 @@ model::DeviceModel upload_for(const H3Model& m, const DenoiserOptions& o,
              " GB of them are the caller's CUDA tensors, used in place: streaming would copy them "
              "to host memory and free none of their device memory. Pass the state dict as CPU "
              "tensors (h3rt then streams them from pinned host memory), or raise the limit");
-  const WeightStreamSource source = model::choose_stream_source(
-      o.weight_stream_source, lp->plan.host_bytes, model::host_memory());
-  model::BlockImageWriter images(lp->slot, m.weights.blocks.size(), source);
+  model::BlockImageWriter images(lp->slot, m.weights.blocks.size(),
+                                 model::load_stream_source(lp, o.weight_stream_source));
   return model::upload_model(m, &images, false, block_progress(o));
 }
 
@@ -344,10 +343,7 @@ std::unique_ptr<Denoiser> Denoiser::create(const ModelSource& s, const DenoiserO
     const bool stream = lp && lp->stream;
     model::DeviceModel m = model::make_synthetic_gemm_model(
         *config, s.weights_seed, o.synthetic_gemm, group, stream ? &lp->slot : nullptr,
-        loras ? &*loras : nullptr,
-        stream ? model::choose_stream_source(o.weight_stream_source, lp->plan.host_bytes,
-                                             model::host_memory())
-               : WeightStreamSource::pinned,
+        loras ? &*loras : nullptr, model::load_stream_source(lp, o.weight_stream_source),
         block_progress(o));
     const WeightStreaming load = load_report(m, lp, o, meter);
     LoraMergeReport lora = loras ? loras->report() : LoraMergeReport{};
