@@ -63,17 +63,18 @@ std::string layer_group(const std::string& layer) {
   if (has(".attn.") || has(".mlp."))
     return refiner ? "refiner projections" : "block projections (qkv, out, fc1, fc2)";
   if (has("adaln_proj")) return layer.rfind("blocks.", 0) == 0 ? "block AdaLN" : "final AdaLN";
-  return "input, time and output layers";
+  if (layer.rfind("time_embedder.", 0) == 0) return "time embedder";
+  return "input and output layers (patch projections, condition_proj, heads)";
 }
 
 // How a layer of `label`'s format runs, on the CUDA backend and on the CPU reference
-// (`w8a8`: a layer whose int8 weight the CUDA upload keeps: a block projection or a full-form
-// AdaLN layer).
+// (`w8a8`: an int8 layer both backends run as W8A8: every one but the time embedder's, which
+// computes on the host from dense values in both).
 std::string runs_with(const std::string& label, bool projection, bool w8a8, bool input_scale) {
   if (label.rfind("int8", 0) == 0)
     return w8a8 ? "CUDA: int8 W8A8 GEMM (activation rotated and quantized per call); CPU: "
                   "exact W8A8 reference"
-                : "CUDA: dequantized to bf16; CPU: exact W8A8 reference";
+                : "CUDA and CPU: dequantized to float32 (the time embedder runs on the host)";
   if (label == "nvfp4")
     return projection ? "CUDA: NVFP4 W4A4 (Hopper: exact dequantize + cuBLASLt bf16; Blackwell: "
                         "block-scaled cuBLASLt, never run here); CPU: W4A4 reference"
@@ -94,9 +95,9 @@ void print_layer_groups(const H3Config& c, const model::TensorSource& src) {
     ++groups[group][label];
     const bool projection =
         spec.key.find(".attn.") != std::string::npos || spec.key.find(".mlp.") != std::string::npos;
-    const bool adaln = !c.adaln_curve() && layer.find("adaln_proj") != std::string::npos;
+    const bool host = layer.rfind("time_embedder.", 0) == 0;
     how[group + "|" + label] =
-        runs_with(label, projection, projection || adaln, src.count(layer + ".input_scale") > 0);
+        runs_with(label, projection, !host, src.count(layer + ".input_scale") > 0);
   }
   std::printf("layer groups:\n");
   for (const auto& [group, labels] : groups)

@@ -15,7 +15,7 @@ namespace h3rt::cli {
 void add_quantize_checkpoint_command(CLI::App& app) {
   struct Opts {
     std::string in, out, format;
-    int64_t group = 256, adaln_group = -1;
+    int64_t group = 256, adaln_group = -1, io_group = -1;
     std::vector<std::string> layers = {"qkv", "out", "fc1", "fc2"}, keep;
   };
   auto o = std::make_shared<Opts>();
@@ -39,11 +39,16 @@ void add_quantize_checkpoint_command(CLI::App& app) {
   cmd->add_option("--adaln-group-size", o->adaln_group,
                   "int8_convrot: the AdaLN layers' group size when --layers has adaln (default: "
                   "--group-size; 0: plain int8 AdaLN)");
+  cmd->add_option("--io-group-size", o->io_group,
+                  "int8_convrot: the group size of the io layers when --layers has io (default: "
+                  "--group-size; H3's video_patch_proj reads 96 features: 16 divides them all; "
+                  "0: plain int8)");
   cmd->add_option("--layers", o->layers,
                   "which linears of each block (comma separated); adaln: every block's and the "
-                  "final layer's adaln_proj.linear (full AdaLN form)")
+                  "final layer's adaln_proj.linear (full AdaLN form); io (int8 only): "
+                  "video/audio_patch_proj, condition_proj and the output heads")
       ->delimiter(',')
-      ->check(CLI::IsMember({"qkv", "out", "fc1", "fc2", "adaln"}))
+      ->check(CLI::IsMember({"qkv", "out", "fc1", "fc2", "adaln", "io"}))
       ->capture_default_str();
   cmd->add_option("--keep-bf16", o->keep,
                   "layers left as stored: a layer (blocks.0.mlp.fc2) or a block prefix "
@@ -57,6 +62,7 @@ void add_quantize_checkpoint_command(CLI::App& app) {
                                     : WeightFormat::int8;
     q.int8_group = o->format == "int8" ? 0 : o->group;
     q.adaln_int8_group = o->format == "int8" ? 0 : o->adaln_group;
+    q.io_int8_group = o->format == "int8" ? 0 : o->io_group;
     q.layers = o->layers;
     q.keep = o->keep;
     q.progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };

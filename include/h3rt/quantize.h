@@ -45,10 +45,16 @@ struct QuantizeCheckpointOptions {
   // int8: the AdaLN layers' group size (their input is the time embedding's width, e.g. 2688,
   // which 256 does not divide); -1: int8_group.
   int64_t adaln_int8_group = -1;
+  // int8: the group size of the "io" layers (their inputs are 96, audio_channels, text_dim and
+  // hidden wide: 16 divides all of H3's); -1: int8_group.
+  int64_t io_int8_group = -1;
   // Which linears of every block and refiner block: "qkv" (attn.qkv_proj), "out"
   // (attn.out_proj), "fc1" (mlp.fc1), "fc2" (mlp.fc2); "adaln": every transformer block's
   // adaln_proj.linear and final_layer.adaln_proj.linear (the layers an unpruned int8 release
-  // file also stores int8; full AdaLN form only).
+  // file also stores int8; full AdaLN form only); "io" (int8 only): the layers around the
+  // blocks, video_patch_proj, audio_patch_proj, condition_proj and, without a PDD bank,
+  // final_layer.video_out / audio_out (no published file quantizes them; both backends run
+  // such layers as W8A8).
   std::vector<std::string> layers = {"qkv", "out", "fc1", "fc2"};
   // Left as stored: a layer ("blocks.0.mlp.fc2") or every chosen layer under a prefix
   // ("blocks.0", "token_refiner.blocks.0"). An entry that matches no chosen layer is an error.

@@ -34,7 +34,8 @@ void adaln_int8_linear(const DeviceLinear& l, const __nv_bfloat16* x, __nv_bfloa
   if (rows == 0) return;
   int8_project_cuda(
       l, x, y, rows,
-      {s.q.ptr<int8_t>(), s.scale.ptr<float>(), s.workspace.data(), s.workspace.nbytes()}, stream);
+      {s.q.ptr<int8_t>(), s.scale.ptr<float>(), s.workspace.data(),
+       static_cast<size_t>(s.workspace.nbytes())}, stream);
 }
 
 }  // namespace h3rt::model

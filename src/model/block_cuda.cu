@@ -8,6 +8,7 @@
 #include "formats/nvfp4_quantize.h"
 #include "h3rt/formats.h"
 #include "model/block_cuda.h"
+#include "model/weight_stream_plan.h"
 #include "ops/attention/attention.h"
 #include "ops/fp8_quantize/fp8_quantize.h"
 #include "ops/gated_residual/gated_residual.h"
@@ -124,7 +125,7 @@ namespace {
 Int8Activation int8_activation(BlockCudaBuffers& b) {
   H3RT_CHECK(b.xi8.data() != nullptr, "int8 layer without int8 activation buffers");
   return {b.xi8.ptr<int8_t>(), b.xi8_scale.ptr<float>(), b.int8_workspace.data(),
-          b.int8_workspace.nbytes()};
+          static_cast<size_t>(b.int8_workspace.nbytes())};
 }
 
 // int8 W8A8 GEMM of the activation already rotated and quantized in b.xi8 / b.xi8_scale.
@@ -291,11 +292,12 @@ BlockCudaBuffers make_block_buffers(const H3Config& c, int64_t rows, int64_t tab
   }
   if (int8) {
     // The scratch depends on the output width through its row chunking: the most any of the
-    // four projections needs.
+    // four projections needs (the int8 layers around the blocks, io_int8_cuda.h, output H or
+    // less and read at most max(text_dim, H, 96, audio_channels) features).
     size_t scratch = 1;
     for (int64_t out : {3 * I, c.hidden, 2 * c.ffn})
       scratch = std::max(scratch, ops::int8_linear_workspace_bytes(rows, out));
-    b.xi8 = cuda::device_empty(DType::i8, {rows, widest});
+    b.xi8 = cuda::device_empty(DType::i8, {rows, int8_activation_width(c)});
     b.xi8_scale = cuda::device_empty(DType::f32, {rows});
     b.int8_workspace = cuda::device_empty(DType::u8, {int64_t(scratch)});
   }

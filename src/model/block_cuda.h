@@ -109,8 +109,9 @@ struct BlockCudaBuffers {
   // NVFP4 layers (empty without them): the packed activation, its block scales and global
   // scale, the quantizer's workspace (zeroed once) and the GEMM's scratch.
   Tensor x4, x4_scales, x4_global, x4_workspace, gemm_workspace;
-  // int8 layers (empty without them): the rotated, quantized activation, its per-row scales and
-  // the int8 GEMM's scratch.
+  // int8 layers (empty without them): the rotated, quantized activation [S, widest int8 input:
+  // int8_activation_width], its per-row scales and the int8 GEMM's scratch; the int8 layers
+  // around the blocks use them too (io_int8_cuda.h).
   Tensor xi8, xi8_scale, int8_workspace;
   // The attention kernel and its workspace (zeroed once; Sage only).
   ops::AttentionKernel attention = ops::AttentionKernel::flash_bf16;

@@ -18,6 +18,7 @@
 #include "model/adaln_int8_cuda.h"
 #include "model/block_cuda.h"
 #include "model/forward_session_cuda.h"
+#include "model/io_int8_cuda.h"
 #include "model/pdd_head.h"
 #include "model/step_cache_cuda.h"
 #include "model/weight_stream_cuda.h"
@@ -41,24 +42,6 @@ double ms_since(Clock::time_point t) {
 }
 
 // ---- small conversions between the float32 islands and the bf16 stream -------------------
-
-__global__ void f32_to_bf16_rows(const float* src, int64_t src_stride, bf16* dst,
-                                 int64_t dst_stride, int64_t rows, int64_t cols) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * cols;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / cols, c = i % cols;
-    dst[r * dst_stride + c] = __float2bfloat16_rn(src[r * src_stride + c]);
-  }
-}
-
-__global__ void bf16_to_f32_rows(const bf16* src, int64_t src_stride, float* dst, int64_t rows,
-                                 int64_t cols) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * cols;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / cols, c = i % cols;
-    dst[i] = __bfloat162float(src[r * src_stride + c]);
-  }
-}
 
 __global__ void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * cols;
@@ -347,7 +330,8 @@ struct ForwardSessionCuda::Impl {
     cond_audio_runs = row_runs(layout.cond_audio_indices);
     cond_video_emb = cuda::device_empty(DType::bf16, {Ncv, H});
     cond_audio_emb = cuda::device_empty(DType::bf16, {Nca, H});
-    b = make_block_buffers(c, S, 3 * 2, m.has_fp8(), m.has_nvfp4(), opt.attention, m.has_int8());
+    b = make_block_buffers(c, S, 3 * 2, m.has_fp8(), m.has_nvfp4(), opt.attention,
+                           m.has_int8() || m.has_int8_io());
     if (m.streamed) weights = std::make_unique<BlockWeightStream>(m);
     grow_tables(2);
     tidx = cuda::device_empty(DType::i64, {S});
@@ -479,7 +463,8 @@ struct ForwardSessionCuda::Impl {
     if (!rb) {
       const MemoryScope scope("the token refiner's activations");
       rb = std::make_unique<BlockCudaBuffers>(make_block_buffers(
-          c, L, 3, m.has_fp8(), m.has_nvfp4(), ops::AttentionKernel::flash_bf16, m.has_int8()));
+          c, L, 3, m.has_fp8(), m.has_nvfp4(), ops::AttentionKernel::flash_bf16,
+          m.has_int8() || m.text_in.int8()));
       text_dev = cuda::device_empty(DType::bf16, {L, c.text_dim});
     }
     std::vector<uint16_t> bits(n);
@@ -488,7 +473,11 @@ struct ForwardSessionCuda::Impl {
     H3RT_CUDA_CHECK(cudaMemcpyAsync(text_dev.data(), bits.data(), text_dev.nbytes(),
                                     cudaMemcpyHostToDevice, s));
     // Text: condition_proj, the refiner blocks over the L text rows, and the final norm.
-    linear_bf16(m.text_in, text_dev.ptr<bf16>(), rb->x.ptr<bf16>(), L, s);
+    if (m.text_in.int8())
+      int8_project_cuda(m.text_in, text_dev.ptr<bf16>(), rb->x.ptr<bf16>(), L,
+                        int8_io_activation(*rb, L, m.text_in.in, "condition_proj"), s);
+    else
+      linear_bf16(m.text_in, text_dev.ptr<bf16>(), rb->x.ptr<bf16>(), L, s);
     for (const DeviceBlock& blk : m.refiner) block_forward_cuda(c, blk, *rb, s, nullptr, true);
     ops::RmsNormModulateCudaParams n1;
     n1.x = rb->x.ptr<bf16>();
@@ -530,8 +519,8 @@ struct ForwardSessionCuda::Impl {
     }
   }
 
-  // The bf16 embeddings of n condition rows (patch projection in float32, then bf16, as the
-  // target rows), recomputed only when the rows change.
+  // The bf16 embeddings of n condition rows (the patch projection as the target rows take it:
+  // embed), recomputed only when the rows change.
   void prepare_cond(const float* rows, int64_t n, const DeviceLinear& proj, Tensor& emb,
                     std::vector<float>& cache, const char* what) {
     if (n == 0) return;
@@ -544,11 +533,7 @@ struct ForwardSessionCuda::Impl {
     Tensor dev = cuda::device_empty(DType::f32, {n, proj.in});
     H3RT_CUDA_CHECK(
         cudaMemcpyAsync(dev.data(), cache.data(), dev.nbytes(), cudaMemcpyHostToDevice, s));
-    float* out = scratch();
-    linear_f32(proj, dev.ptr<float>(), out, n, cublas_ws.data(), s);
-    f32_to_bf16_rows<<<grid_for(n * proj.out), 256, 0, s>>>(out, proj.out, emb.ptr<bf16>(), H, n,
-                                                            proj.out);
-    H3RT_CUDA_CHECK(cudaGetLastError());
+    embed(proj, dev.ptr<float>(), n, emb.ptr<bf16>());
     s.synchronize();  // `dev` dies here (only when the rows changed)
   }
 
@@ -560,16 +545,24 @@ struct ForwardSessionCuda::Impl {
 
   // ---- the step's device work (captured into a graph when enabled) ------------------------
 
-  void project(const DeviceLinear& l, const float* in, int64_t rows, bf16* x) {
+  // A patch projection of float32 rows into bf16 rows x [rows, H] (contiguous: l.out = H): the
+  // float32 GEMM and one rounding, or an int8 layer's W8A8 (io_int8_cuda.h; b.y stages the bf16
+  // input, free before the blocks).
+  void embed(const DeviceLinear& l, const float* in, int64_t rows, bf16* x) {
     if (rows == 0) return;
+    if (l.int8()) {
+      int8_project_f32_in_cuda(l, in, b.y.ptr<bf16>(), x, rows,
+                               int8_io_activation(b, rows, l.in, "(patch projection)"), s);
+      return;
+    }
     float* out = scratch();
     linear_f32(l, in, out, rows, cublas_ws.data(), s);
-    f32_to_bf16_rows<<<grid_for(rows * l.out), 256, 0, s>>>(out, l.out, x, H, rows, l.out);
-    H3RT_CUDA_CHECK(cudaGetLastError());
+    f32_to_bf16_rows_cuda(out, l.out, x, H, rows, l.out, s);
   }
 
   // Output head on the normed rows [row0, row0 + rows) of b.n: float32 rows (the bf16 values;
-  // the curve form modulates them here in float32), the f32 GEMM, then the copy out.
+  // the curve form modulates them here in float32), the f32 GEMM (an int8 head: W8A8 of those
+  // rows as bf16), then the copy out.
   void head(const DeviceLinear& l, int64_t row0, int64_t rows, const Tensor& v) {
     if (rows == 0) return;
     float* yf = scratch();
@@ -585,10 +578,18 @@ struct ForwardSessionCuda::Impl {
       p.dim = H;
       p.table_row_stride = 2 * H;
       H3RT_CUDA_CHECK(ops::curve_modulate_cuda(p, s));
-    } else {
-      bf16_to_f32_rows<<<grid_for(rows * H), 256, 0, s>>>(y, H, yf, rows, H);
-      H3RT_CUDA_CHECK(cudaGetLastError());
     }
+    if (l.int8()) {  // W8A8 of the bf16 rows (io_int8_cuda.h); b.y and b.attn are free here
+      const bf16* x = y;
+      if (curve()) {
+        f32_to_bf16_rows_cuda(yf, H, b.y.ptr<bf16>(), H, rows, H, s);
+        x = b.y.ptr<bf16>();
+      }
+      int8_project_f32_out_cuda(l, x, b.attn.ptr<bf16>(), v.ptr<float>(), rows,
+                                int8_io_activation(b, rows, H, "(output head)"), s);
+      return;
+    }
+    if (!curve()) bf16_to_f32_rows_cuda(y, H, yf, rows, H, s);
     linear_f32(l, yf, v.ptr<float>(), rows, cublas_ws.data(), s);
   }
 
@@ -642,8 +643,8 @@ struct ForwardSessionCuda::Impl {
           cudaMemcpyAsync(x, text_rows.data(), text_rows.nbytes(), cudaMemcpyDeviceToDevice, s));
     copy_runs(cond_video_runs, cond_video_emb, x);
     copy_runs(cond_audio_runs, cond_audio_emb, x);
-    project(m.audio_in, audio_in.ptr<float>(), Na, x + audio0 * H);
-    project(m.video_in, video_in.ptr<float>(), Nv, x + video0 * H);
+    embed(m.audio_in, audio_in.ptr<float>(), Na, x + audio0 * H);
+    embed(m.video_in, video_in.ptr<float>(), Nv, x + video0 * H);
     flag_non_finite(x, S * H, kInputTag);
     if (sparse)  // the step's sparse counters start at zero (read back after the final layer)
       H3RT_CUDA_CHECK(cudaMemsetAsync(b.sparse_stats.data(), 0, b.sparse_stats.nbytes(), s));

@@ -85,8 +85,9 @@ void upload_nvfp4(const LinearWeight& l, DeviceLinear& d, const Place& place) {
   if (l.input_scale.data()) d.x4_global = device_scalar(l.input_scale, l.name + ".input_scale");
 }
 
-// int8 block projections and full-form AdaLN layers keep their stored int8 weight (rotated when
-// convrot) and per-row scales: no bf16 copy.
+// int8 layers (block projections, full-form AdaLN layers, patch projections, condition_proj,
+// output heads) keep their stored int8 weight (rotated when convrot) and per-row scales: no
+// bf16 or f32 copy.
 void upload_int8(const LinearWeight& l, DeviceLinear& d, const Place& place) {
   H3RT_CHECK(l.data.dtype() == DType::i8 && l.data.is_contiguous(), "layer '", l.name,
              "': int8 weight is not a contiguous i8 tensor");
@@ -103,7 +104,9 @@ DeviceLinear upload_linear(const LinearWeight& l, LinearPath path, const Place& 
   H3RT_CHECK(l.format != WeightFormat::nvfp4 || path == LinearPath::projection, "layer '", l.name,
              "' is nvfp4; the CUDA backend runs nvfp4 in the block projections (qkv, out, fc1, "
              "fc2) only");
-  const DType t = path == LinearPath::f32_island ? DType::f32 : DType::bf16;
+  // int8 layers run as W8A8 on every path (bf16 bias: the epilogue's, h3rt::int8_linear's).
+  const bool int8 = l.format == WeightFormat::int8;
+  const DType t = path == LinearPath::f32_island && !int8 ? DType::f32 : DType::bf16;
   DeviceLinear d;
   d.out = l.out;
   d.in = l.in;
@@ -112,8 +115,7 @@ DeviceLinear upload_linear(const LinearWeight& l, LinearPath path, const Place& 
     upload_nvfp4(l, d, place);
     return d;
   }
-  if (l.format == WeightFormat::int8 &&
-      (path == LinearPath::projection || path == LinearPath::adaln)) {
+  if (int8) {
     upload_int8(l, d, place);
     return d;
   }
@@ -275,6 +277,12 @@ bool DeviceModel::has_int8_adaln() const {
   if (final_adaln.int8()) return true;
   for (const DeviceBlock& b : blocks)
     if (b.adaln.int8()) return true;
+  return false;
+}
+
+bool DeviceModel::has_int8_io() const {
+  for (const DeviceLinear* l : {&video_in, &audio_in, &text_in, &video_out, &audio_out})
+    if (l->int8()) return true;
   return false;
 }
 

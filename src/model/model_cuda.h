@@ -6,7 +6,7 @@
 // the host in float32 (a few rows); AdaLN tables, condition_proj, the token refiner, the blocks
 // and the final norm run in bf16 on the GPU through src/ops launchers (int8 AdaLN layers as W8A8
 // GEMMs, adaln_int8_cuda.h); the patch projections and output heads are float32 GEMMs (cuBLAS,
-// TF32 off).
+// TF32 off), or W8A8 where the file stores them int8 (io_int8_cuda.h, as condition_proj).
 //
 // Curve-form AdaLN (config.adaln_curve()): the table row is interpolated on the host (float32,
 // adaln_curve_embed_cpu) and the [M, k] x [k, 18H] projections run in float32 on the device
@@ -58,15 +58,20 @@ struct DeviceModel {
   bool has_nvfp4() const;       // any block projection on the NVFP4 GEMM path
   bool has_int8() const;        // any block projection on the int8 W8A8 path
   bool has_int8_adaln() const;  // any AdaLN layer (a block's or the final one's) stored int8
+  // Any patch projection, condition_proj or output head stored int8 (W8A8 through the block
+  // buffers' int8 activation: io_int8_cuda.h).
+  bool has_int8_io() const;
 };
 
 // Uploads a loaded (or synthetic) model: bf16/f32 layers as stored; fp8_scaled block projections
 // with an input_scale, or marked by set_fp8_activations(dynamic), as e4m3 (fp8 GEMMs; the latter
 // with per-call activation scales), other fp8_scaled layers dequantized to bf16; NVFP4 block
 // projections packed (W4A4 GEMMs); NVFP4 elsewhere is refused by name; int8 block projections
-// and full-form AdaLN layers (an unpruned int8 file's adaln_proj.linear) as stored (W8A8 GEMMs,
-// bit-exact with the CPU reference; no bf16 copy), int8 elsewhere (e.g. condition_proj, or the
-// curve form's float32 AdaLN) dequantized.
+// and every other int8 layer (an unpruned int8 file's adaln_proj.linear; patch projections,
+// condition_proj and heads a file stores int8) as stored (W8A8 GEMMs, bit-exact with the CPU
+// reference's layer; no bf16 copy). The time embedder's two layers run on the host in float32
+// from their dense values in both backends; a PDD bank's heads are combined in float32 from
+// their dense values (the curve form's AdaLN is never int8).
 // With `stream` (the streamed load): each block's streamed matrices are made on the host exactly
 // as they would be uploaded and written to its pinned image, never allocated on the device; the
 // model comes back streamed. Throws when a block's matrices are the caller's CUDA tensors.

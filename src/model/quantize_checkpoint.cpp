@@ -45,12 +45,29 @@ bool is_adaln(const std::string& layer) {
   return layer.ends_with(kAdalnSuffix);
 }
 
+// The layers around the blocks ("io"): the patch projections and condition_proj, then the heads
+// (a PDD bank's heads are combined in float32 each step, so a bank is not quantized).
+std::vector<std::string> io_layers(const H3Config& c) {
+  std::vector<std::string> v = {"video_patch_proj", "audio_patch_proj", "condition_proj"};
+  if (c.pdd_heads == 1) v.insert(v.end(), {"final_layer.video_out", "final_layer.audio_out"});
+  return v;
+}
+
+bool is_io(const H3Config& c, const std::string& layer) {
+  const std::vector<std::string> v = io_layers(c);
+  return std::find(v.begin(), v.end(), layer) != v.end();
+}
+
 // The chosen layers of every refiner block and block, in file order of blocks (the final
 // AdaLN last).
 std::vector<std::string> chosen_layers(const H3Config& c, const std::vector<std::string>& kinds) {
   std::vector<std::string> suffixes;
-  bool adaln = false;
+  bool adaln = false, io = false;
   for (const auto& k : kinds) {
+    if (k == "io") {
+      io = true;
+      continue;
+    }
     if (k == "adaln") {
       H3RT_CHECK(!c.adaln_curve(),
                  "quantize-checkpoint: layer kind 'adaln' needs the full AdaLN (this "
@@ -60,10 +77,11 @@ std::vector<std::string> chosen_layers(const H3Config& c, const std::vector<std:
     }
     auto it = layer_kinds().find(k);
     H3RT_CHECK(it != layer_kinds().end(), "quantize-checkpoint: unknown layer kind '", k,
-               "' (expected qkv, out, fc1, fc2 or adaln)");
+               "' (expected qkv, out, fc1, fc2, adaln or io)");
     suffixes.push_back(it->second);
   }
   std::vector<std::string> layers;
+  if (io) layers = io_layers(c);
   auto add_block = [&](const std::string& prefix, bool with_adaln) {
     for (const auto& s : suffixes) layers.push_back(prefix + s);
     if (with_adaln) layers.push_back(prefix + kAdalnSuffix);
@@ -145,11 +163,13 @@ QuantizeCheckpointReport quantize_checkpoint(const std::string& in_path,
                  o.format == WeightFormat::int8,
              "quantize-checkpoint: the target format must be nvfp4, fp8_scaled or int8, got ",
              weight_format_name(o.format));
-  H3RT_CHECK(o.format == WeightFormat::int8 ||
-                 std::find(o.layers.begin(), o.layers.end(), "adaln") == o.layers.end(),
-             "quantize-checkpoint: layer kind 'adaln' is quantized to int8 only (the CUDA "
-             "backend runs int8 AdaLN layers as W8A8 GEMMs), not ",
-             weight_format_name(o.format));
+  for (const char* kind : {"adaln", "io"})
+    H3RT_CHECK(o.format == WeightFormat::int8 ||
+                   std::find(o.layers.begin(), o.layers.end(), kind) == o.layers.end(),
+               "quantize-checkpoint: layer kind '", kind,
+               "' is quantized to int8 only (the CUDA backend runs those int8 layers as W8A8 "
+               "GEMMs), not ",
+               weight_format_name(o.format));
   const SafetensorsFile f = SafetensorsFile::open(in_path);
   const H3Config c = infer_config(f);
   model::TensorSource src;  // with _quantization_metadata turned into markers
@@ -164,7 +184,9 @@ QuantizeCheckpointReport quantize_checkpoint(const std::string& in_path,
   }
 
   const auto group_of = [&](const std::string& layer) {
-    return is_adaln(layer) && o.adaln_int8_group >= 0 ? o.adaln_int8_group : o.int8_group;
+    if (is_adaln(layer) && o.adaln_int8_group >= 0) return o.adaln_int8_group;
+    if (is_io(c, layer) && o.io_int8_group >= 0) return o.io_int8_group;
+    return o.int8_group;
   };
   QuantizeCheckpointReport report;
   std::map<std::string, NamedTensors> replaced;  // "<layer>.weight" -> the quantized tensors

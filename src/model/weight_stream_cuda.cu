@@ -273,8 +273,9 @@ WeightStreamPlan apply_weight_streaming(DeviceModel& m, const SequenceLayout& la
   w.weight_bytes = model_weight_bytes(m);
   w.slot_bytes = m.streamed ? m.streamed->layout.bytes : block_slot_layout(m.blocks[0]).bytes;
   w.blocks = static_cast<int64_t>(m.blocks.size());
-  w.working_set_bytes =
-      estimate_working_set_bytes(m.config, block_storage(m.blocks[0]), sage, forward_shape(layout));
+  BlockStorage storage = block_storage(m.blocks[0]);
+  storage.int8_io = m.has_int8_io();
+  w.working_set_bytes = estimate_working_set_bytes(m.config, storage, sage, forward_shape(layout));
   w.streamed = m.streamed != nullptr;
   const WeightStreamPlan p = plan_weight_streaming(w);
   H3RT_CHECK(!p.stream || m.streamed || m.caller_block_bytes == 0, "device_memory_limit ",

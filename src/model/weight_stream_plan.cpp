@@ -76,9 +76,10 @@ int64_t block_buffer_bytes(const H3Config& c, const BlockStorage& s, bool sage, 
   b += 65536 * 2 + 6 * 6 * H * 2;                          // silu table, a 2-timestep table
   b += rows * 8 + 2 * rows * c.rope_dim() * 4;             // row index, cos, sin
   if (s.any(LinearStorage::fp8)) b += rows * widest;
-  if (s.any(LinearStorage::int8)) {  // quantized rows, their scales, int32 accumulator chunks
+  if (s.int8_activations()) {  // quantized rows, their scales, int32 accumulator chunks
     const int64_t out = std::max({3 * I, 2 * F, H});
-    b += rows * widest + rows * 4 + std::min(rows * out * 4, (int64_t(256) << 20) + 128 * out * 4);
+    b += rows * int8_activation_width(c) + rows * 4 +
+         std::min(rows * out * 4, (int64_t(256) << 20) + 128 * out * 4);
   }
   if (s.any(LinearStorage::nvfp4))  // packed rows and scales; dequantized operands (bf16)
     b += rows * widest / 2 + nvfp4_scales_bytes(rows, widest) + rows * widest * 2 + 2 * F * H * 2;
@@ -87,6 +88,10 @@ int64_t block_buffer_bytes(const H3Config& c, const BlockStorage& s, bool sage, 
 }
 
 }  // namespace
+
+int64_t int8_activation_width(const H3Config& c) {
+  return std::max({c.hidden, c.inner(), c.ffn, c.text_dim, c.video_features(), c.audio_channels});
+}
 
 BlockStorage uniform_storage(const H3Config& c, LinearStorage projections) {
   BlockStorage s;
@@ -154,6 +159,12 @@ BlockStorage upload_storage(const H3Config& c, const BlockWeights& b) {
   BlockStorage s = upload_storage(c, static_cast<const RefinerBlockWeights&>(b));
   if (!c.adaln_curve() && b.adaln.format == WeightFormat::int8) s.adaln = LinearStorage::int8;
   return s;
+}
+
+bool int8_io_layers(const H3Weights& w) {
+  for (const LinearWeight* l : {&w.video_in, &w.audio_in, &w.text_in, &w.video_out, &w.audio_out})
+    if (l->format == WeightFormat::int8) return true;
+  return false;
 }
 
 ForwardShape forward_shape(const SequenceLayout& l) {

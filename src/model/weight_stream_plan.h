@@ -39,10 +39,18 @@ enum class LinearStorage { bf16, f32, fp8, int8, nvfp4 };
 struct BlockStorage {
   LinearStorage qkv = LinearStorage::bf16, out = LinearStorage::bf16, fc1 = LinearStorage::bf16,
                 fc2 = LinearStorage::bf16, adaln = LinearStorage::bf16;
+  // A patch projection, condition_proj or output head runs int8: the forward then holds the
+  // int8 activation buffers even where no projection is int8.
+  bool int8_io = false;
   bool any(LinearStorage s) const { return qkv == s || out == s || fc1 == s || fc2 == s; }
+  bool int8_activations() const { return any(LinearStorage::int8) || int8_io; }
 };
 // All four projections stored as `projections`; the AdaLN as the config's form computes it.
 BlockStorage uniform_storage(const H3Config& c, LinearStorage projections);
+
+// The row width of the int8 activation buffer (make_block_buffers): the widest input of an int8
+// layer, a block projection's or one around the blocks (condition_proj's text_dim, a head's H).
+int64_t int8_activation_width(const H3Config& c);
 
 // One streamed tensor's place in a block's image (= its device slot).
 struct SlotEntry {
@@ -72,6 +80,8 @@ int64_t model_weight_bytes(const H3Config& c, const BlockStorage& blocks,
 LinearStorage upload_storage(const LinearWeight& projection);
 BlockStorage upload_storage(const H3Config& c, const RefinerBlockWeights& b);
 BlockStorage upload_storage(const H3Config& c, const BlockWeights& b);
+// Whether any layer around the blocks (patch projections, condition_proj, heads) is int8.
+bool int8_io_layers(const H3Weights& w);
 
 // The rows a forward session holds activations for.
 struct ForwardShape {

@@ -102,7 +102,9 @@ model::DeviceModel upload_for(const H3Model& m, const DenoiserOptions& o,
     const model::BlockStorage refiner = m.weights.refiner.empty()
                                             ? model::uniform_storage(c, model::LinearStorage::bf16)
                                             : model::upload_storage(c, m.weights.refiner[0]);
-    lp = load_plan(c, model::upload_storage(c, m.weights.blocks[0]), refiner, o);
+    model::BlockStorage blocks = model::upload_storage(c, m.weights.blocks[0]);
+    blocks.int8_io = model::int8_io_layers(m.weights);
+    lp = load_plan(c, blocks, refiner, o);
   }
   if (!lp || !lp->stream)
     return model::upload_model(

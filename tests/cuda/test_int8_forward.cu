@@ -5,7 +5,8 @@
 // With int8 AdaLN layers too (an unpruned int8 release file's adaln_proj.linear, convrot or
 // plain): the weights stay int8 on the device, every AdaLN table is bit-identical with the CPU
 // reference's (at the golden M and at every smaller M, 1 included), and the forward (eager,
-// graph-replayed, streamed) tracks the CPU as above.
+// graph-replayed, streamed) tracks the CPU as above. The layers around the blocks likewise
+// (IoLayersBitExactWithCpu).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -23,6 +24,7 @@
 #include "model/adaln_int8_cuda.h"
 #include "model/forward_internal.h"
 #include "model/forward_session_cuda.h"
+#include "model/io_int8_cuda.h"
 #include "model/model_cuda.h"
 #include "model/weight_stream_cuda.h"
 #include "ops/swiglu/swiglu.h"
@@ -169,6 +171,113 @@ void int8_adaln_tracks_cpu(int64_t group, int64_t adaln_group) {
   model::ForwardSessionCuda s(streamed, in.layout, eager_opt);
   const ForwardOutputs gs = s.forward(in);
   EXPECT_TRUE(s.last_times().weights_streamed);
+  test::expect_same_bits(gs.video_velocity, gpu.video_velocity, "streamed vs resident video");
+  test::expect_same_bits(gs.audio_velocity, gpu.audio_velocity, "streamed vs resident audio");
+}
+
+// The layers around the blocks stored int8 (quantize-checkpoint --layers io, G = 16; the blocks
+// stay bf16, so the int8 activation buffers exist for these layers alone): kept int8 on the
+// device, each layer bit-identical with the CPU reference's on the CPU forward's own rows (the
+// float32 latents, the bf16 text, the final norm's rows: the heads' result IS the CPU velocity),
+// and the forward (eager, graph-replayed, streamed) tracks the CPU as the others do.
+TEST(Int8Forward, IoLayersBitExactWithCpu) {
+  H3RT_REQUIRE_GPU();
+  const std::string file = ::testing::TempDir() + "/h3rt_int8_io.safetensors";
+  QuantizeCheckpointOptions opt;
+  opt.format = WeightFormat::int8;
+  opt.int8_group = 16;
+  opt.layers = {"io"};
+  quantize_checkpoint(test::golden_dir() + "/weights.safetensors", file, opt);
+  const H3Model host = load_model(file);
+  const H3Config& c = host.config;
+  model::DeviceModel dev = model::upload_model(host);
+  EXPECT_FALSE(dev.has_int8());
+  ASSERT_TRUE(dev.has_int8_io());
+  const std::pair<const model::DeviceLinear*, const char*> io[] = {
+      {&dev.video_in, "video_patch_proj"},
+      {&dev.audio_in, "audio_patch_proj"},
+      {&dev.text_in, "condition_proj"},
+      {&dev.video_out, "final_layer.video_out"},
+      {&dev.audio_out, "final_layer.audio_out"}};
+  for (const auto& [l, name] : io) expect_int8_on_device(*l, 16, name);
+
+  const ForwardInputs in = test::golden_inputs().inputs();
+  std::map<std::string, std::vector<float>> probed;
+  const Probe probe = [&](const std::string& name, const float* d, const Shape& s) {
+    probed[name].assign(d, d + shape_numel(s));
+  };
+  const ForwardOutputs cpu = forward_cpu(host, in, Precision::bf16, &probe);
+  const int64_t S = static_cast<int64_t>(in.layout.token_tags.size()), H = c.hidden;
+  const int64_t Nv = in.layout.video_rows(), Na = in.layout.audio_rows(), L = in.layout.text_len;
+  model::BlockCudaBuffers b = model::make_block_buffers(
+      c, S, 6, false, false, ops::AttentionKernel::flash_bf16, /*int8=*/true);
+  cuda::Stream stream;
+  using bf16 = __nv_bfloat16;
+  auto same = [&](const Tensor& got, const std::vector<float>& want, const std::string& what) {
+    H3RT_CUDA_CHECK(cudaStreamSynchronize(stream));
+    test::expect_same_bits(cuda::to_host(got).to_f32(), want, what);
+  };
+  // Patch projections of the float32 latents (CPU: video_embeds / audio_embeds, bf16-valued).
+  for (int k = 0; k < 2; ++k) {
+    const model::DeviceLinear& l = k ? dev.audio_in : dev.video_in;
+    const int64_t n = k ? Na : Nv;
+    const float* rows = k ? in.audio_rows : in.video_rows;
+    const Tensor x = cuda::to_device(tensor_from_f32(std::vector<float>(rows, rows + n * l.in),
+                                                     {n, l.in}));
+    Tensor y = cuda::device_empty(DType::bf16, {n, H});
+    model::int8_project_f32_in_cuda(l, x.ptr<float>(), b.y.ptr<bf16>(), y.ptr<bf16>(), n,
+                                    model::int8_io_activation(b, n, l.in, "test"), stream);
+    same(y, probed.at(k ? "audio_embeds" : "video_embeds"), k ? "audio_in" : "video_in");
+  }
+  // condition_proj of the bf16 text rows (CPU: text_proj).
+  std::vector<float> text(in.text, in.text + L * c.text_dim);
+  for (float& v : text) v = round_bf16(v);
+  const Tensor t = cuda::to_device(tensor_from_f32(text, {L, c.text_dim}, DType::bf16));
+  Tensor ty = cuda::device_empty(DType::bf16, {L, H});
+  model::int8_project_cuda(dev.text_in, t.ptr<bf16>(), ty.ptr<bf16>(), L,
+                           model::int8_io_activation(b, L, c.text_dim, "test"), stream);
+  same(ty, probed.at("text_proj"), "condition_proj");
+  // The heads of the CPU's final-norm rows: the CPU velocities, bit for bit.
+  const std::vector<float>& fn = probed.at("final_norm_out");
+  for (int k = 0; k < 2; ++k) {
+    const model::DeviceLinear& l = k ? dev.audio_out : dev.video_out;
+    const int64_t n = k ? Na : Nv, row0 = k ? in.layout.audio_indices[0] : in.layout.video_indices[0];
+    const Tensor x = cuda::to_device(tensor_from_f32(
+        std::vector<float>(fn.begin() + row0 * H, fn.begin() + (row0 + n) * H), {n, H},
+        DType::bf16));
+    Tensor y = cuda::device_empty(DType::f32, {n, l.out});
+    model::int8_project_f32_out_cuda(l, x.ptr<bf16>(), b.attn.ptr<bf16>(), y.ptr<float>(), n,
+                                     model::int8_io_activation(b, n, H, "test"), stream);
+    const FloatVec& v = k ? cpu.audio_velocity : cpu.video_velocity;
+    same(y, std::vector<float>(v.begin(), v.end()), k ? "audio head" : "video head");
+  }
+
+  // The whole forward.
+  model::ForwardSessionOptions eager_opt;
+  eager_opt.cuda_graph = false;
+  model::ForwardSessionCuda eager(dev, in.layout, eager_opt), graph(dev, in.layout);
+  const ForwardOutputs gpu = eager.forward(in);
+  for (int rep = 0; rep < 2; ++rep) {
+    const ForwardOutputs gg = graph.forward(in);
+    test::expect_same_bits(gg.video_velocity, gpu.video_velocity, "graph vs eager video");
+    test::expect_same_bits(gg.audio_velocity, gpu.audio_velocity, "graph vs eager audio");
+  }
+  const ForwardOutputs ref = forward_cpu(host, in, Precision::fp32);
+  for (int k = 0; k < 2; ++k) {
+    const FloatVec& r = k ? ref.audio_velocity : ref.video_velocity;
+    const Err e = error(k ? cpu.audio_velocity : cpu.video_velocity, r);
+    const Err g = error(k ? gpu.audio_velocity : gpu.video_velocity, r);
+    std::printf("int8 io layers %s: gpu max/mean %.4g/%.4g, cpu bf16 %.4g/%.4g\n",
+                k ? "audio" : "video", g.max_abs, g.mean_abs, e.max_abs, e.mean_abs);
+    EXPECT_GT(e.mean_abs, 0.0);
+    EXPECT_LE(g.mean_abs, 2.0 * e.mean_abs);
+    EXPECT_LE(g.max_abs, 3.0 * e.max_abs);
+  }
+  model::DeviceModel streamed = model::upload_model(host);
+  model::stream_block_weights(streamed);
+  ASSERT_TRUE(streamed.streamed);
+  model::ForwardSessionCuda st(streamed, in.layout, eager_opt);
+  const ForwardOutputs gs = st.forward(in);
   test::expect_same_bits(gs.video_velocity, gpu.video_velocity, "streamed vs resident video");
   test::expect_same_bits(gs.audio_velocity, gpu.audio_velocity, "streamed vs resident audio");
 }
