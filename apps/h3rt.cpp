@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   h3rt::cli::add_bench_nvfp4_gemm_command(*bench);
   h3rt::cli::add_bench_nvfp4_fusion_command(*bench);
   h3rt::cli::add_bench_int8_gemm_command(*bench);
+  h3rt::cli::add_bench_gemm_algos_command(*bench);
   h3rt::cli::add_bench_lora_merge_command(*bench);
   try {
     app.parse(argc, argv);

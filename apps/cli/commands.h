@@ -25,6 +25,7 @@ void add_bench_kernels_command(CLI::App& app);
 void add_bench_nvfp4_gemm_command(CLI::App& bench);
 void add_bench_nvfp4_fusion_command(CLI::App& app);
 void add_bench_int8_gemm_command(CLI::App& bench);
+void add_bench_gemm_algos_command(CLI::App& bench);
 void add_bench_lora_merge_command(CLI::App& bench);
 
 }  // namespace h3rt::cli

@@ -112,7 +112,7 @@ nlohmann::json run_int8_gemm_bench(const Int8GemmBenchOptions& o) {
       "without prefix are CUTLASS configs, H3RT_INT8_GEMM=cutlass_<name>)\n",
       prop.name, o.group, o.iters, o.warmup);
   std::string head;
-  char hb[64];
+  char hb[256];
   std::printf(
       "  rotation forms (team kernel; fused = rmsnorm_modulate with int8 output, qkv/fc1 only): "
       "dbl = double, int = integer; kAuto takes %s here. The integer form is the default on "
@@ -281,7 +281,7 @@ nlohmann::json run_int8_gemm_bench(const Int8GemmBenchOptions& o) {
 
       const double ratio = int8_best > 0.0 ? int8_best / t_fp8 : 0.0;
       std::string line;
-      char lb[64];
+      char lb[256];
       std::snprintf(lb, sizeof lb,
                     "  %-5lld %4s %6lld %6lld | %8.3f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f |",
                     (long long)m, sh.name, (long long)n, (long long)k, tq.first, t_team, t_block,

@@ -73,6 +73,7 @@ std::vector<std::pair<std::string, std::string>> verbs() {
           {"bench nvfp4-gemm", ""},
           {"bench nvfp4-fusion", ""},
           {"bench int8-gemm", ""},
+          {"bench gemm-algos", ""},
           {"bench lora-merge", ""}};
 }
 
@@ -190,6 +191,11 @@ TEST(CliErrors, BadOptionValues) {
   expect_error("bench step --preset huge", "--preset");
   expect_error("bench sample --cuda-graph maybe", "--cuda-graph");
   expect_error("bench load " + kWeights + " --backend gpu", "--backend");
+  expect_error("bench gemm-algos --max-algos 0", "--max-algos");
+  expect_error("bench gemm-algos --kinds int4", "--kinds");
+  expect_error("quantize-checkpoint --in " + kWeights + " --out " + tmp("q.st") +
+                   " --format int8_convrot --layers io,qkv",
+               "video_patch_proj");
   expect_error("sample --weight-stream-source disk", "--weight-stream-source");
   expect_error("sample --weight-stream-source file",
                "weight_stream_source file applies when the block weights stream, under a "

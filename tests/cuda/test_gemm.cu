@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "ops/linear/cublaslt_gemm.h"
 #include "ops/linear/linear.h"
 
 namespace h3rt {
@@ -159,6 +160,59 @@ TEST(CudaGemm, Fp8ScaledQuantizerBitExactAndGemmMatchesFp64) {
     ASSERT_EQ(ops::linear_fp8_cuda(p, nullptr), cudaSuccess);
     check(test::download<uint16_t>(dy), out, r, rows, in, out);
   }
+}
+
+}  // namespace
+}  // namespace h3rt
+
+namespace h3rt {
+namespace {
+
+// Every algorithm of cuBLASLt's heuristic list (Gemm::algo, what bench gemm-algos times) computes
+// the same product within the fp64 bound: an index past the list is refused, index 0 is the
+// default path's plan (bit-identical output).
+TEST(CudaGemm, EveryHeuristicAlgorithmMatchesFp64) {
+  H3RT_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 g(seed);
+  const int64_t rows = 300, in = 1024, out = 512;
+  auto x = test::random_bf16(rows * in, g, 0.0f, 1.0f);
+  auto w = test::random_bf16(out * in, g, 0.0f, 1.0f / 32);
+  auto b = test::random_bf16(out, g, 0.0f, 0.5f);
+  const Ref r = reference(x.f, in, w.f, &b.f, 1.0, rows, in, out);
+  Tensor dx = test::upload(x.bits, DType::bf16, {rows, in});
+  Tensor dw = test::upload(w.bits, DType::bf16, {out, in});
+  Tensor db = test::upload(b.bits, DType::bf16, {out});
+  Tensor dy = test::device_buffer(DType::bf16, {rows, out});
+  ops::lt::Gemm gm;
+  gm.w = dptr<__nv_bfloat16>(dw);
+  gm.x = dptr<__nv_bfloat16>(dx);
+  gm.x_ld = in;
+  gm.bias = dptr<__nv_bfloat16>(db);
+  gm.y = dptr<__nv_bfloat16>(dy);
+  gm.y_ld = out;
+  gm.rows = rows;
+  gm.in = in;
+  gm.out = out;
+  const std::vector<ops::lt::AlgoInfo> list = ops::lt::algos(gm, 8);
+  ASSERT_FALSE(list.empty());
+  std::vector<uint16_t> first;
+  for (size_t i = 0; i < list.size(); ++i) {
+    SCOPED_TRACE("algo " + std::to_string(i) + " (id " + std::to_string(list[i].id) + ")");
+    gm.algo = static_cast<int>(i);
+    ASSERT_EQ(ops::lt::gemm(gm, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto y = test::download<uint16_t>(dy);
+    check(y, out, r, rows, in, out);
+    if (i == 0) first = y;
+  }
+  ops::LinearCudaParams p{dptr<__nv_bfloat16>(dx), dptr<__nv_bfloat16>(dw),
+                          dptr<__nv_bfloat16>(db), dptr<__nv_bfloat16>(dy), rows, in, out};
+  ASSERT_EQ(ops::linear_bf16_cuda(p, nullptr), cudaSuccess);
+  EXPECT_EQ(test::download<uint16_t>(dy), first) << "index 0 is the default path";
+  gm.algo = static_cast<int>(list.size());
+  if (list.size() < 8) EXPECT_EQ(ops::lt::gemm(gm, nullptr), cudaErrorNotSupported);
 }
 
 }  // namespace

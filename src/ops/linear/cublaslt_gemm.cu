@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
 #include "cuda/runtime.h"
 #include "ops/linear/cublaslt_gemm.h"
@@ -26,8 +27,10 @@ struct Key {
   int64_t rows, in, out, x_ld, y_ld;
   int align;
   bool bias, device_alpha, fast_accum;
+  int algo;
   auto tie() const {
-    return std::tie(device, kind, rows, in, out, x_ld, y_ld, align, bias, device_alpha, fast_accum);
+    return std::tie(device, kind, rows, in, out, x_ld, y_ld, align, bias, device_alpha, fast_accum,
+                    algo);
   }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
@@ -104,11 +107,13 @@ bool operand_type(Operands kind, cudaDataType_t* t) {
   return false;
 }
 
-// Descriptors for `k` in the given pointer mode; true when the heuristic returns an algorithm.
-bool build(Plan& p, const Key& k, cublasLtHandle_t h, int32_t pointer_mode) {
+// Descriptors for `k` in the given pointer mode and up to `count` of the heuristic's algorithms,
+// best first (none: the problem has no algorithm in this mode).
+std::vector<cublasLtMatmulHeuristicResult_t> describe(Plan& p, const Key& k, cublasLtHandle_t h,
+                                                      int32_t pointer_mode, int count) {
   p.reset();
   cudaDataType_t ab;
-  if (!operand_type(k.kind, &ab)) return false;
+  if (!operand_type(k.kind, &ab)) return {};
   const bool i8 = k.kind == Operands::kInt8;
   H3RT_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&p.op, i8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F,
                                                i8 ? CUDA_R_32I : CUDA_R_32F));
@@ -142,15 +147,29 @@ bool build(Plan& p, const Key& k, cublasLtHandle_t h, int32_t pointer_mode) {
        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
     cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof(al));
-  cublasLtMatmulHeuristicResult_t res{};
+  std::vector<cublasLtMatmulHeuristicResult_t> res(static_cast<size_t>(count));
   int found = 0;
   const cublasStatus_t hs =
-      cublasLtMatmulAlgoGetHeuristic(h, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &found);
+      cublasLtMatmulAlgoGetHeuristic(h, p.op, p.a, p.b, p.c, p.c, pref, count, res.data(), &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (hs != CUBLAS_STATUS_SUCCESS || found == 0) return false;
-  p.algo = res.algo;
+  res.resize(hs == CUBLAS_STATUS_SUCCESS ? static_cast<size_t>(found) : 0);
+  return res;
+}
+
+// The plan for `k` in the given pointer mode: the heuristic's algorithm number k.algo.
+bool build(Plan& p, const Key& k, cublasLtHandle_t h, int32_t pointer_mode) {
+  const std::vector<cublasLtMatmulHeuristicResult_t> res =
+      describe(p, k, h, pointer_mode, k.algo + 1);
+  if (static_cast<int>(res.size()) <= k.algo) return false;
+  p.algo = res[static_cast<size_t>(k.algo)].algo;
   p.found = true;
   return true;
+}
+
+// The pointer modes a plan tries, in order (device alpha: DEVICE, then the vector mode).
+std::vector<int32_t> pointer_modes(const Key& k) {
+  if (!k.device_alpha) return {CUBLASLT_POINTER_MODE_HOST};
+  return {CUBLASLT_POINTER_MODE_DEVICE, CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO};
 }
 
 PerDevice& device_state(State& st, int device) {
@@ -176,39 +195,90 @@ Plan& get_plan(const Key& k, cudaStream_t stream, PerDevice* dev, void** ws) {
   auto it = st.plans.find(k);
   if (it != st.plans.end()) return *it->second;
   auto plan = std::make_unique<Plan>();
-  if (!k.device_alpha)
-    build(*plan, k, dev->handle, CUBLASLT_POINTER_MODE_HOST);
-  else if (!build(*plan, k, dev->handle, CUBLASLT_POINTER_MODE_DEVICE))
-    build(*plan, k, dev->handle, CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO);
+  for (int32_t mode : pointer_modes(k))
+    if (build(*plan, k, dev->handle, mode)) break;
   Plan& ref = *plan;
   st.plans.emplace(k, std::move(plan));
   return ref;
 }
 
+void* output_of(const Gemm& g) {
+  return g.kind == Operands::kInt8 ? static_cast<void*>(g.y_i32) : static_cast<void*>(g.y);
+}
+
+Key key_of(const Gemm& g) {
+  int device = 0;
+  H3RT_CUDA_CHECK(cudaGetDevice(&device));
+  H3RT_CHECK(g.algo >= 0 && g.algo < kMaxAlgos, "cuBLASLt GEMM: algo ", g.algo,
+             " out of range [0, ", kMaxAlgos, ")");
+  return {device,
+          g.kind,
+          g.rows,
+          g.in,
+          g.out,
+          g.x_ld,
+          g.y_ld,
+          alignment_of({g.w, g.x, output_of(g), g.bias}),
+          g.bias != nullptr,
+          g.alpha != nullptr,
+          g.kind == Operands::kFp8 && g.fast_accum,
+          g.algo};
+}
+
+// The value of one attribute of an algorithm's configuration (0 where it has none).
+uint64_t config_value(const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoConfigAttributes_t attr) {
+  size_t size = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&a, attr, nullptr, 0, &size) != CUBLAS_STATUS_SUCCESS ||
+      size == 0 || size > sizeof(uint64_t))
+    return 0;
+  uint64_t v = 0;  // little endian: the attribute's bytes are its low bytes
+  if (cublasLtMatmulAlgoConfigGetAttribute(&a, attr, &v, size, &size) != CUBLAS_STATUS_SUCCESS)
+    return 0;
+  return v;
+}
+
 }  // namespace
+
+std::vector<AlgoInfo> algos(const Gemm& g, int max) {
+  H3RT_CHECK(max >= 1 && max <= kMaxAlgos, "cuBLASLt algos: max ", max, " out of [1, ", kMaxAlgos,
+             "]");
+  Gemm one = g;
+  one.algo = 0;
+  const Key k = key_of(one);
+  State& st = state();
+  std::lock_guard<std::mutex> lock(st.mu);
+  PerDevice& dev = device_state(st, k.device);
+  Plan p;
+  std::vector<cublasLtMatmulHeuristicResult_t> res;
+  for (int32_t mode : pointer_modes(k))
+    if (!(res = describe(p, k, dev.handle, mode, max)).empty()) break;
+  std::vector<AlgoInfo> out;
+  for (const auto& r : res) {
+    AlgoInfo a;
+    a.id = static_cast<int>(config_value(r.algo, CUBLASLT_ALGO_CONFIG_ID));
+    a.tile = static_cast<int>(config_value(r.algo, CUBLASLT_ALGO_CONFIG_TILE_ID));
+    a.stages = static_cast<int>(config_value(r.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID));
+    a.split_k = static_cast<int>(config_value(r.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM));
+    a.swizzle = static_cast<int>(config_value(r.algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING));
+    a.cluster = static_cast<int>(config_value(r.algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID));
+    a.custom = static_cast<int>(config_value(r.algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION));
+    a.workspace_bytes = r.workspaceSize;
+    a.waves = r.wavesCount;
+    out.push_back(a);
+  }
+  return out;
+}
 
 cudaError_t gemm(const Gemm& g, cudaStream_t stream) {
   const bool i8 = g.kind == Operands::kInt8;
-  void* const out = i8 ? static_cast<void*>(g.y_i32) : static_cast<void*>(g.y);
+  void* const out = output_of(g);
   H3RT_CHECK(g.w && g.x && out && g.rows >= 0 && g.in > 0 && g.out > 0,
              "cuBLASLt GEMM: bad params");
   H3RT_CHECK(g.kind == Operands::kBf16 || i8 || (g.w_scale && g.x_scale),
              "cuBLASLt GEMM: scaled operands need both scales");
   H3RT_CHECK(!i8 || (!g.bias && !g.alpha), "cuBLASLt GEMM: int8 takes no bias or alpha");
   if (g.rows == 0) return cudaSuccess;
-  int device = 0;
-  H3RT_CUDA_CHECK(cudaGetDevice(&device));
-  const Key k{device,
-              g.kind,
-              g.rows,
-              g.in,
-              g.out,
-              g.x_ld,
-              g.y_ld,
-              alignment_of({g.w, g.x, out, g.bias}),
-              g.bias != nullptr,
-              g.alpha != nullptr,
-              g.kind == Operands::kFp8 && g.fast_accum};
+  const Key k = key_of(g);
   PerDevice dev;
   void* ws = g.workspace;
   Plan& plan = get_plan(k, stream, &dev, &ws);

@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace h3rt::ops::lt {
 
@@ -50,7 +51,23 @@ struct Gemm {
   int64_t rows = 0, in = 0, out = 0;
   bool fast_accum = false;    // kFp8: Hopper fast accumulation (less exact)
   void* workspace = nullptr;  // kWorkspaceBytes of device memory, or null (internal)
+  // Which of cuBLASLt's heuristic algorithms runs: 0, its first, is what every h3rt path runs;
+  // others (up to kMaxAlgos - 1) are for benchmarks (bench gemm-algos). Each has its own plan.
+  int algo = 0;
 };
+
+inline constexpr int kMaxAlgos = 32;
+
+// One of the heuristic's algorithms for a problem, as cuBLASLt describes its configuration.
+struct AlgoInfo {
+  int id = 0, tile = 0, stages = 0, split_k = 0, swizzle = 0, cluster = 0, custom = 0;
+  size_t workspace_bytes = 0;
+  float waves = 0;  // the heuristic's wave count
+};
+// The heuristic's algorithms for g (its shape, kind, alignment and epilogue; g.algo ignored),
+// best first, at most `max` (1..kMaxAlgos): Gemm::algo = i runs the i-th. Empty when there is
+// none.
+std::vector<AlgoInfo> algos(const Gemm& g, int max);
 
 // A Gemm holding the output, bias and shape of `p`, a linear op's parameter struct (fields bias,
 // y, y_row_stride, rows, in, out); the caller sets the operands and the rest.

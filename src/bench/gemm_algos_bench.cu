@@ -1,0 +1,194 @@
+// cuBLASLt algorithm sweep at the H3 projections (see gemm_algos_bench.h).
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "bench/bench_data.h"
+#include "bench/gemm_algos_bench.h"
+#include "bench/gemm_bench_util.h"
+#include "cuda/runtime.h"
+#include "h3rt/check.h"
+#include "h3rt/report.h"
+#include "ops/linear/cublaslt_gemm.h"
+#include "ops/linear/linear.h"
+
+namespace h3rt::bench {
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t n, k;
+};
+
+// x [rows, cols] bf16 -> e4m3 with scale 1 (the hashed values lie well inside e4m3's range).
+void to_e4m3(const DevBuf& x, int64_t rows, int64_t cols, const DevBuf& q, const float* one,
+             cudaStream_t st) {
+  ops::QuantizeE4m3CudaParams p;
+  p.x = x.as<__nv_bfloat16>();
+  p.q = q.as<__nv_fp8_e4m3>();
+  p.scale = one;
+  p.rows = rows;
+  p.cols = cols;
+  H3RT_CUDA_CHECK(ops::quantize_e4m3_cuda(p, st));
+}
+
+nlohmann::json algo_json(const ops::lt::AlgoInfo& a) {
+  return {{"id", a.id},           {"tile", a.tile},       {"stages", a.stages},
+          {"split_k", a.split_k}, {"swizzle", a.swizzle}, {"cluster", a.cluster},
+          {"custom", a.custom},   {"waves", a.waves},     {"workspace_bytes", a.workspace_bytes}};
+}
+
+// The operands of one shape, filled once for every kind and algorithm.
+struct Operands {
+  DevBuf x16, w16, bias, y, x8, w8;
+  Operands(int64_t m, int64_t n, int64_t k)
+      : x16(size_t(m) * k * 2),
+        w16(size_t(n) * k * 2),
+        bias(size_t(n) * 2),
+        y(size_t(m) * n * 2),
+        x8(size_t(m) * k),
+        w8(size_t(n) * k) {}
+};
+
+ops::lt::Gemm gemm_for(const std::string& kind, const Operands& op, const float* one, int64_t m,
+                       const Shape& sh) {
+  ops::lt::Gemm g;
+  const bool fp8 = kind == "fp8";
+  g.kind = fp8 ? ops::lt::Operands::kFp8 : ops::lt::Operands::kBf16;
+  g.w = fp8 ? op.w8.p : op.w16.p;
+  g.x = fp8 ? op.x8.p : op.x16.p;
+  g.x_ld = sh.k;
+  if (fp8) g.w_scale = g.x_scale = one;
+  g.bias = op.bias.as<__nv_bfloat16>();
+  g.y = op.y.as<__nv_bfloat16>();
+  g.y_ld = sh.n;
+  g.rows = m;
+  g.in = sh.k;
+  g.out = sh.n;
+  return g;
+}
+
+// Every candidate of one (S, kind, shape): its times, and the shape's summary line.
+nlohmann::json sweep_shape(const ops::lt::Gemm& base, Timer& tm, const GemmAlgosBenchOptions& o,
+                           const char* name, double flops, double* t_default, double* t_best) {
+  const std::vector<ops::lt::AlgoInfo> algos = ops::lt::algos(base, o.max_algos);
+  nlohmann::json list = nlohmann::json::array();
+  int best = -1;
+  double best_ms = 0, first_ms = 0;
+  for (size_t i = 0; i < algos.size(); ++i) {
+    ops::lt::Gemm g = base;
+    g.algo = static_cast<int>(i);
+    nlohmann::json a = algo_json(algos[i]);
+    a["index"] = i;
+    cudaError_t e = cudaSuccess;
+    try {
+      e = ops::lt::gemm(g, tm.s);
+    } catch (const Error& err) {
+      a["error"] = err.what();
+      e = cudaErrorUnknown;
+    }
+    if (e != cudaSuccess) {
+      a["runs"] = false;
+      cudaGetLastError();
+      list.push_back(a);
+      continue;
+    }
+    const auto t = tm.time([&] { H3RT_CUDA_CHECK(ops::lt::gemm(g, tm.s)); });
+    a["runs"] = true;
+    a["median_ms"] = t.first;
+    a["tflops"] = flops / t.first * 1e-9;
+    if (i == 0) first_ms = t.first;
+    if (best < 0 || t.first < best_ms) {
+      best = static_cast<int>(i);
+      best_ms = t.first;
+    }
+    list.push_back(a);
+  }
+  H3RT_CHECK(!algos.empty() && first_ms > 0, "gemm-algos: cuBLASLt runs no algorithm for ", name,
+             " at ", base.rows, " rows");
+  *t_default += first_ms;
+  *t_best += best_ms;
+  std::printf("  %-4s %6lld %6lld | %3zu algos | default %8.3f ms %7.1f TF/s | best #%-2d %8.3f "
+              "ms %7.1f TF/s (id %d tile %d stages %d splitk %d swizzle %d cluster %d) %.3fx\n",
+              name, (long long)base.out, (long long)base.in, algos.size(), first_ms,
+              flops / first_ms * 1e-9, best, best_ms, flops / best_ms * 1e-9, algos[best].id,
+              algos[best].tile, algos[best].stages, algos[best].split_k, algos[best].swizzle,
+              algos[best].cluster, first_ms / best_ms);
+  return {{"shape", name},           {"n", base.out},     {"k", base.in},
+          {"default_ms", first_ms},  {"best_index", best}, {"best_ms", best_ms},
+          {"speedup", first_ms / best_ms}, {"algos", list}};
+}
+
+}  // namespace
+
+nlohmann::json run_gemm_algos_bench(const GemmAlgosBenchOptions& o) {
+  H3RT_CHECK(!o.rows.empty() && o.iters >= 1 && o.warmup >= 0 && o.max_algos >= 1 &&
+                 o.max_algos <= ops::lt::kMaxAlgos,
+             "gemm-algos bench: bad options (--max-algos 1..", ops::lt::kMaxAlgos, ")");
+  for (int64_t r : o.rows) H3RT_CHECK(r > 0, "gemm-algos bench: rows must be positive");
+  for (const std::string& k : o.kinds)
+    H3RT_CHECK(k == "fp8" || k == "bf16", "gemm-algos bench: unknown kind '", k,
+               "' (fp8 or bf16)");
+  int dev = 0;
+  cudaDeviceProp prop{};
+  H3RT_CUDA_CHECK(cudaGetDevice(&dev));
+  H3RT_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  cudaStream_t st;
+  H3RT_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  Timer tm{st, nullptr, nullptr, o.warmup, o.iters};
+  H3RT_CUDA_CHECK(cudaEventCreate(&tm.e0));
+  H3RT_CUDA_CHECK(cudaEventCreate(&tm.e1));
+  DevBuf one(4);
+  const float f1 = 1.0f;
+  H3RT_CUDA_CHECK(cudaMemcpy(one.p, &f1, 4, cudaMemcpyHostToDevice));
+  const Shape shapes[] = {{"qkv", 3 * o.inner, o.hidden},
+                          {"out", o.hidden, o.inner},
+                          {"fc1", 2 * o.ffn, o.hidden},
+                          {"fc2", o.hidden, o.ffn}};
+  std::printf("cuBLASLt algorithm sweep on %s: up to %d heuristic algorithms per GEMM, median of "
+              "%d after %d warm-up; #0 is what h3rt runs\n",
+              prop.name, o.max_algos, o.iters, o.warmup);
+  nlohmann::json runs = nlohmann::json::array();
+  for (int64_t m : o.rows)
+    for (const std::string& kind : o.kinds) {
+      std::printf(" S = %lld, %s (N x K):\n", (long long)m, kind.c_str());
+      nlohmann::json shapes_json = nlohmann::json::array();
+      double t_default = 0, t_best = 0;
+      for (const Shape& sh : shapes) {
+        Operands op(m, sh.n, sh.k);
+        fill_hashed_bf16(op.x16.p, m * sh.k, sh.k, 4.0f, true, 11 + sh.k, st);
+        fill_hashed_bf16(op.w16.p, sh.n * sh.k, sh.k, 1.0f / 64, true, 23 + sh.n, st);
+        fill_hashed_bf16(op.bias.p, sh.n, sh.n, 0.5f, false, 37, st);
+        if (kind == "fp8") {
+          to_e4m3(op.x16, m, sh.k, op.x8, one.as<float>(), st);
+          to_e4m3(op.w16, sh.n, sh.k, op.w8, one.as<float>(), st);
+        }
+        const double flops = 2.0 * double(m) * double(sh.n) * double(sh.k);
+        shapes_json.push_back(sweep_shape(gemm_for(kind, op, one.as<float>(), m, sh), tm, o,
+                                          sh.name, flops, &t_default, &t_best));
+      }
+      std::printf("  total: default %.3f ms, per-shape best %.3f ms (%.3fx)\n", t_default, t_best,
+                  t_default / t_best);
+      runs.push_back({{"rows", m},
+                      {"kind", kind},
+                      {"shapes", shapes_json},
+                      {"total_default_ms", t_default},
+                      {"total_best_ms", t_best}});
+    }
+  const std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  nlohmann::json report = {{"bench", "gemm_algos"}, {"date", date},       {"device", prop.name},
+                           {"max_algos", o.max_algos}, {"warmup", o.warmup}, {"iters", o.iters},
+                           {"runs", runs}};
+  if (!o.json_path.empty()) write_json(o.json_path, report);
+  cudaEventDestroy(tm.e0);
+  cudaEventDestroy(tm.e1);
+  cudaStreamDestroy(st);
+  return report;
+}
+
+}  // namespace h3rt::bench
