@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bench/block_kernels_bench.h"
+#include "bench/gemm_bench_util.h"
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
 #include "ops/attention/attention.h"
@@ -382,9 +383,7 @@ nlohmann::json run_block_kernels_bench(const BlockKernelsBenchOptions& o) {
   H3RT_CUDA_CHECK(cudaGetDevice(&dev));
   cudaDeviceProp prop{};
   H3RT_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-  const std::time_t now = std::time(nullptr);
-  char date[32];
-  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  const std::string date = utc_date();
   std::printf("bench-kernels on %s (sm_%d%d), S=%lld H=%lld heads=%lld F=%lld, median of %d\n",
               prop.name, prop.major, prop.minor, static_cast<long long>(o.rows),
               static_cast<long long>(o.hidden), static_cast<long long>(o.heads),

@@ -23,18 +23,6 @@ struct Shape {
   int64_t n, k;
 };
 
-// x [rows, cols] bf16 -> e4m3 with scale 1 (the hashed values lie well inside e4m3's range).
-void to_e4m3(const DevBuf& x, int64_t rows, int64_t cols, const DevBuf& q, const float* one,
-             cudaStream_t st) {
-  ops::QuantizeE4m3CudaParams p;
-  p.x = x.as<__nv_bfloat16>();
-  p.q = q.as<__nv_fp8_e4m3>();
-  p.scale = one;
-  p.rows = rows;
-  p.cols = cols;
-  H3RT_CUDA_CHECK(ops::quantize_e4m3_cuda(p, st));
-}
-
 nlohmann::json algo_json(const ops::lt::AlgoInfo& a) {
   return {{"id", a.id},           {"tile", a.tile},       {"stages", a.stages},
           {"split_k", a.split_k}, {"swizzle", a.swizzle}, {"cluster", a.cluster},
@@ -111,15 +99,21 @@ nlohmann::json sweep_shape(const ops::lt::Gemm& base, Timer& tm, const GemmAlgos
              " at ", base.rows, " rows");
   *t_default += first_ms;
   *t_best += best_ms;
-  std::printf("  %-4s %6lld %6lld | %3zu algos | default %8.3f ms %7.1f TF/s | best #%-2d %8.3f "
-              "ms %7.1f TF/s (id %d tile %d stages %d splitk %d swizzle %d cluster %d) %.3fx\n",
-              name, (long long)base.out, (long long)base.in, algos.size(), first_ms,
-              flops / first_ms * 1e-9, best, best_ms, flops / best_ms * 1e-9, algos[best].id,
-              algos[best].tile, algos[best].stages, algos[best].split_k, algos[best].swizzle,
-              algos[best].cluster, first_ms / best_ms);
-  return {{"shape", name},           {"n", base.out},     {"k", base.in},
-          {"default_ms", first_ms},  {"best_index", best}, {"best_ms", best_ms},
-          {"speedup", first_ms / best_ms}, {"algos", list}};
+  std::printf(
+      "  %-4s %6lld %6lld | %3zu algos | default %8.3f ms %7.1f TF/s | best #%-2d %8.3f "
+      "ms %7.1f TF/s (id %d tile %d stages %d splitk %d swizzle %d cluster %d) %.3fx\n",
+      name, (long long)base.out, (long long)base.in, algos.size(), first_ms,
+      flops / first_ms * 1e-9, best, best_ms, flops / best_ms * 1e-9, algos[best].id,
+      algos[best].tile, algos[best].stages, algos[best].split_k, algos[best].swizzle,
+      algos[best].cluster, first_ms / best_ms);
+  return {{"shape", name},
+          {"n", base.out},
+          {"k", base.in},
+          {"default_ms", first_ms},
+          {"best_index", best},
+          {"best_ms", best_ms},
+          {"speedup", first_ms / best_ms},
+          {"algos", list}};
 }
 
 }  // namespace
@@ -130,17 +124,11 @@ nlohmann::json run_gemm_algos_bench(const GemmAlgosBenchOptions& o) {
              "gemm-algos bench: bad options (--max-algos 1..", ops::lt::kMaxAlgos, ")");
   for (int64_t r : o.rows) H3RT_CHECK(r > 0, "gemm-algos bench: rows must be positive");
   for (const std::string& k : o.kinds)
-    H3RT_CHECK(k == "fp8" || k == "bf16", "gemm-algos bench: unknown kind '", k,
-               "' (fp8 or bf16)");
-  int dev = 0;
-  cudaDeviceProp prop{};
-  H3RT_CUDA_CHECK(cudaGetDevice(&dev));
-  H3RT_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-  cudaStream_t st;
-  H3RT_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  Timer tm{st, nullptr, nullptr, o.warmup, o.iters};
-  H3RT_CUDA_CHECK(cudaEventCreate(&tm.e0));
-  H3RT_CUDA_CHECK(cudaEventCreate(&tm.e1));
+    H3RT_CHECK(k == "fp8" || k == "bf16", "gemm-algos bench: unknown kind '", k, "' (fp8 or bf16)");
+  BenchContext ctx(o.warmup, o.iters);
+  const cudaDeviceProp& prop = ctx.prop;
+  cudaStream_t st = ctx.st;
+  Timer& tm = ctx.tm;
   DevBuf one(4);
   const float f1 = 1.0f;
   H3RT_CUDA_CHECK(cudaMemcpy(one.p, &f1, 4, cudaMemcpyHostToDevice));
@@ -148,9 +136,10 @@ nlohmann::json run_gemm_algos_bench(const GemmAlgosBenchOptions& o) {
                           {"out", o.hidden, o.inner},
                           {"fc1", 2 * o.ffn, o.hidden},
                           {"fc2", o.hidden, o.ffn}};
-  std::printf("cuBLASLt algorithm sweep on %s: up to %d heuristic algorithms per GEMM, median of "
-              "%d after %d warm-up; #0 is what h3rt runs\n",
-              prop.name, o.max_algos, o.iters, o.warmup);
+  std::printf(
+      "cuBLASLt algorithm sweep on %s: up to %d heuristic algorithms per GEMM, median of "
+      "%d after %d warm-up; #0 is what h3rt runs\n",
+      prop.name, o.max_algos, o.iters, o.warmup);
   nlohmann::json runs = nlohmann::json::array();
   for (int64_t m : o.rows)
     for (const std::string& kind : o.kinds) {
@@ -163,8 +152,8 @@ nlohmann::json run_gemm_algos_bench(const GemmAlgosBenchOptions& o) {
         fill_hashed_bf16(op.w16.p, sh.n * sh.k, sh.k, 1.0f / 64, true, 23 + sh.n, st);
         fill_hashed_bf16(op.bias.p, sh.n, sh.n, 0.5f, false, 37, st);
         if (kind == "fp8") {
-          to_e4m3(op.x16, m, sh.k, op.x8, one.as<float>(), st);
-          to_e4m3(op.w16, sh.n, sh.k, op.w8, one.as<float>(), st);
+          quantize_e4m3(op.x16, m, sh.k, op.x8, one.as<float>(), st);
+          quantize_e4m3(op.w16, sh.n, sh.k, op.w8, one.as<float>(), st);
         }
         const double flops = 2.0 * double(m) * double(sh.n) * double(sh.k);
         shapes_json.push_back(sweep_shape(gemm_for(kind, op, one.as<float>(), m, sh), tm, o,
@@ -178,16 +167,12 @@ nlohmann::json run_gemm_algos_bench(const GemmAlgosBenchOptions& o) {
                       {"total_default_ms", t_default},
                       {"total_best_ms", t_best}});
     }
-  const std::time_t now = std::time(nullptr);
-  char date[32];
-  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  nlohmann::json report = {{"bench", "gemm_algos"}, {"date", date},       {"device", prop.name},
-                           {"max_algos", o.max_algos}, {"warmup", o.warmup}, {"iters", o.iters},
+  const std::string date = utc_date();
+  nlohmann::json report = {{"bench", "gemm_algos"}, {"date", date},
+                           {"device", prop.name},   {"max_algos", o.max_algos},
+                           {"warmup", o.warmup},    {"iters", o.iters},
                            {"runs", runs}};
   if (!o.json_path.empty()) write_json(o.json_path, report);
-  cudaEventDestroy(tm.e0);
-  cudaEventDestroy(tm.e1);
-  cudaStreamDestroy(st);
   return report;
 }
 

@@ -61,17 +61,6 @@ void quantize_int8(const DevBuf& x, int64_t rows, int64_t k, int group, const De
   H3RT_CUDA_CHECK(quantize_int8_path(x, rows, k, group, q, s, ops::Int8QuantizePath::kAuto, st));
 }
 
-void quantize_fp8(const DevBuf& x, int64_t rows, int64_t k, const DevBuf& q, const float* scale,
-                  cudaStream_t st) {
-  ops::QuantizeE4m3CudaParams p;
-  p.x = x.as<__nv_bfloat16>();
-  p.q = q.as<__nv_fp8_e4m3>();
-  p.scale = scale;
-  p.rows = rows;
-  p.cols = k;
-  H3RT_CUDA_CHECK(ops::quantize_e4m3_cuda(p, st));
-}
-
 }  // namespace
 
 nlohmann::json run_int8_gemm_bench(const Int8GemmBenchOptions& o) {
@@ -79,15 +68,10 @@ nlohmann::json run_int8_gemm_bench(const Int8GemmBenchOptions& o) {
                  o.inner % 256 == 0 && o.ffn % 256 == 0,
              "int8-gemm bench: bad options (widths must be multiples of 256)");
   for (int64_t r : o.rows) H3RT_CHECK(r > 0, "int8-gemm bench: rows must be positive");
-  int dev = 0;
-  cudaDeviceProp prop{};
-  H3RT_CUDA_CHECK(cudaGetDevice(&dev));
-  H3RT_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-  cudaStream_t st;
-  H3RT_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  Timer tm{st, nullptr, nullptr, o.warmup, o.iters};
-  H3RT_CUDA_CHECK(cudaEventCreate(&tm.e0));
-  H3RT_CUDA_CHECK(cudaEventCreate(&tm.e1));
+  BenchContext ctx(o.warmup, o.iters);
+  const cudaDeviceProp& prop = ctx.prop;
+  cudaStream_t st = ctx.st;
+  Timer& tm = ctx.tm;
 
   const Shape shapes[] = {{"qkv", o.qkv_out, o.hidden},
                           {"out", o.hidden, o.inner},
@@ -148,8 +132,8 @@ nlohmann::json run_int8_gemm_bench(const Int8GemmBenchOptions& o) {
       fill_hashed_bf16(w16.p, n * k, k, 1.0f / std::sqrt(float(k)), true, 23 + n, st);
       fill_hashed_bf16(bias.p, n, n, 0.5f, true, 37, st);
       quantize_int8(w16, n, k, o.group, wq, ws, st);
-      quantize_fp8(x16, m, k, x8, one.as<float>(), st);
-      quantize_fp8(w16, n, k, w8, one.as<float>(), st);
+      quantize_e4m3(x16, m, k, x8, one.as<float>(), st);
+      quantize_e4m3(w16, n, k, w8, one.as<float>(), st);
 
       const double ops_count = 2.0 * double(m) * double(n) * double(k);
       nlohmann::json algos = nlohmann::json::object();
@@ -316,16 +300,11 @@ nlohmann::json run_int8_gemm_bench(const Int8GemmBenchOptions& o) {
     std::printf("\n");
     runs.push_back({{"rows", m}, {"shapes", shapes_json}, {"totals_ms", totals}});
   }
-  const std::time_t now = std::time(nullptr);
-  char date[32];
-  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  const std::string date = utc_date();
   nlohmann::json report = {{"bench", "int8_gemm"}, {"date", date},       {"device", prop.name},
                            {"group", o.group},     {"warmup", o.warmup}, {"iters", o.iters},
                            {"runs", runs}};
   if (!o.json_path.empty()) write_json(o.json_path, report);
-  cudaEventDestroy(tm.e0);
-  cudaEventDestroy(tm.e1);
-  cudaStreamDestroy(st);
   return report;
 }
 

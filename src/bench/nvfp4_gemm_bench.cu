@@ -56,15 +56,10 @@ nlohmann::json run_nvfp4_gemm_bench(const Nvfp4GemmBenchOptions& o) {
   H3RT_CHECK(o.rows > 0 && o.hidden % 64 == 0 && o.inner % 64 == 0 && o.ffn % 64 == 0 &&
                  o.iters >= 1 && o.warmup >= 0,
              "nvfp4-gemm bench: bad options (hidden, inner and ffn must be multiples of 64)");
-  int dev = 0;
-  cudaDeviceProp prop{};
-  H3RT_CUDA_CHECK(cudaGetDevice(&dev));
-  H3RT_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-  cudaStream_t st;
-  H3RT_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  Timer tm{st, nullptr, nullptr, o.warmup, o.iters};
-  H3RT_CUDA_CHECK(cudaEventCreate(&tm.e0));
-  H3RT_CUDA_CHECK(cudaEventCreate(&tm.e1));
+  BenchContext ctx(o.warmup, o.iters);
+  const cudaDeviceProp& prop = ctx.prop;
+  cudaStream_t st = ctx.st;
+  Timer& tm = ctx.tm;
 
   const Shape shapes[] = {{"qkv", 3 * o.inner, o.hidden},
                           {"out", o.hidden, o.inner},
@@ -192,16 +187,11 @@ nlohmann::json run_nvfp4_gemm_bench(const Nvfp4GemmBenchOptions& o) {
     totals[v.name] = {{"total_ms", total[v.name]}, {"ratio_vs_bf16", total[v.name] / ref}};
     std::printf("  %-24s %8.3f ms  x%.3f of bf16\n", v.name, total[v.name], total[v.name] / ref);
   }
-  const std::time_t now = std::time(nullptr);
-  char date[32];
-  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  const std::string date = utc_date();
   nlohmann::json report = {
       {"bench", "nvfp4_gemm"}, {"date", date},     {"device", prop.name},   {"rows", m},
       {"warmup", o.warmup},    {"iters", o.iters}, {"shapes", shapes_json}, {"totals", totals}};
   if (!o.json_path.empty()) write_json(o.json_path, report);
-  cudaEventDestroy(tm.e0);
-  cudaEventDestroy(tm.e1);
-  cudaStreamDestroy(st);
   return report;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bench/bench_data.h"
+#include "bench/gemm_bench_util.h"
 #include "bench/nvfp4_quantize_bench.h"
 #include "cuda/runtime.h"
 #include "formats/nvfp4_quantize.h"
@@ -151,9 +152,7 @@ int run_nvfp4_quantize_bench(const Nvfp4BenchOptions& o) {
   std::printf("  %-22s median %.4f ms  best %.4f ms  %7.1f GB/s (read+write)\n", "d2d_copy", cmed,
               cbest, 2.0 * in_bytes / (cmed * 1e-3) / 1e9);
   if (!o.json_path.empty()) {
-    const std::time_t now = std::time(nullptr);
-    char date[32];
-    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    const std::string date = utc_date();
     write_json(
         o.json_path,
         {{"bench", "nvfp4_quantize"},

@@ -32,10 +32,10 @@ void adaln_int8_linear(const DeviceLinear& l, const __nv_bfloat16* x, __nv_bfloa
              l.out, ", ", l.in, "] at ", rows, " rows does not fit its scratch (", s.rows,
              " rows of ", s.in, " -> ", s.out, ")");
   if (rows == 0) return;
-  int8_project_cuda(
-      l, x, y, rows,
-      {s.q.ptr<int8_t>(), s.scale.ptr<float>(), s.workspace.data(),
-       static_cast<size_t>(s.workspace.nbytes())}, stream);
+  int8_project_cuda(l, x, y, rows,
+                    {s.q.ptr<int8_t>(), s.scale.ptr<float>(), s.workspace.data(),
+                     static_cast<size_t>(s.workspace.nbytes())},
+                    stream);
 }
 
 }  // namespace h3rt::model

@@ -462,9 +462,9 @@ struct ForwardSessionCuda::Impl {
     text_valid = false;
     if (!rb) {
       const MemoryScope scope("the token refiner's activations");
-      rb = std::make_unique<BlockCudaBuffers>(make_block_buffers(
-          c, L, 3, m.has_fp8(), m.has_nvfp4(), ops::AttentionKernel::flash_bf16,
-          m.has_int8() || m.text_in.int8()));
+      rb = std::make_unique<BlockCudaBuffers>(
+          make_block_buffers(c, L, 3, m.has_fp8(), m.has_nvfp4(), ops::AttentionKernel::flash_bf16,
+                             m.has_int8() || m.text_in.int8()));
       text_dev = cuda::device_empty(DType::bf16, {L, c.text_dim});
     }
     std::vector<uint16_t> bits(n);

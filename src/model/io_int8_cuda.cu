@@ -63,8 +63,7 @@ void int8_project_f32_out_cuda(const DeviceLinear& l, const bf16* x, bf16* stage
   bf16_to_f32_rows_cuda(stage, l.out, y, rows, l.out, s);
 }
 
-Int8Activation int8_io_activation(BlockCudaBuffers& b, int64_t rows, int64_t in,
-                                  const char* what) {
+Int8Activation int8_io_activation(BlockCudaBuffers& b, int64_t rows, int64_t in, const char* what) {
   H3RT_CHECK(b.xi8.data() != nullptr && rows * in <= b.xi8.numel() && rows <= b.xi8_scale.numel(),
              "int8 layer ", what, ": the int8 activation buffers (", b.xi8.numel(),
              " values) do not hold ", rows, " x ", in);

@@ -37,14 +37,12 @@ void int8_project_f32_in_cuda(const DeviceLinear& l, const float* x, __nv_bfloat
                               cudaStream_t s);
 // y [rows, l.out] float32 = the int8 layer l of bf16 rows x [rows, l.in], through `stage`
 // (rows x l.out bf16).
-void int8_project_f32_out_cuda(const DeviceLinear& l, const __nv_bfloat16* x,
-                               __nv_bfloat16* stage, float* y, int64_t rows,
-                               const Int8Activation& a, cudaStream_t s);
+void int8_project_f32_out_cuda(const DeviceLinear& l, const __nv_bfloat16* x, __nv_bfloat16* stage,
+                               float* y, int64_t rows, const Int8Activation& a, cudaStream_t s);
 
 // The block buffers' int8 activation for rows x in (throws naming `what` when it is absent or
 // too small).
-Int8Activation int8_io_activation(BlockCudaBuffers& b, int64_t rows, int64_t in,
-                                  const char* what);
+Int8Activation int8_io_activation(BlockCudaBuffers& b, int64_t rows, int64_t in, const char* what);
 
 }  // namespace h3rt::model
 #endif  // H3RT_HAVE_CUDA

@@ -207,8 +207,13 @@ TEST(CudaGemm, EveryHeuristicAlgorithmMatchesFp64) {
     check(y, out, r, rows, in, out);
     if (i == 0) first = y;
   }
-  ops::LinearCudaParams p{dptr<__nv_bfloat16>(dx), dptr<__nv_bfloat16>(dw),
-                          dptr<__nv_bfloat16>(db), dptr<__nv_bfloat16>(dy), rows, in, out};
+  ops::LinearCudaParams p{dptr<__nv_bfloat16>(dx),
+                          dptr<__nv_bfloat16>(dw),
+                          dptr<__nv_bfloat16>(db),
+                          dptr<__nv_bfloat16>(dy),
+                          rows,
+                          in,
+                          out};
   ASSERT_EQ(ops::linear_bf16_cuda(p, nullptr), cudaSuccess);
   EXPECT_EQ(test::download<uint16_t>(dy), first) << "index 0 is the default path";
   gm.algo = static_cast<int>(list.size());

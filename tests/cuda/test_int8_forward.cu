@@ -92,6 +92,45 @@ void expect_table(const model::DeviceLinear& l, const Tensor& x, int64_t rows,
   EXPECT_EQ(differ, 0u) << what << ": " << differ << " of " << got.size() << " values differ";
 }
 
+// The whole forward of `dev`: eager, graph-replayed (twice) and streamed sessions agree bit for
+// bit, and the GPU tracks the CPU fp32 forward of `host` as the CPU bf16 one (`cpu`) does (mean
+// error within 2x, max within 3x). Returns the streamed copy for further checks.
+model::DeviceModel forward_tracks_cpu(const H3Model& host, const model::DeviceModel& dev,
+                                      const ForwardInputs& in, const ForwardOutputs& cpu,
+                                      const char* what) {
+  model::ForwardSessionOptions eager_opt;
+  eager_opt.cuda_graph = false;
+  model::ForwardSessionCuda eager(dev, in.layout, eager_opt), graph(dev, in.layout);
+  const ForwardOutputs gpu = eager.forward(in);
+  for (int rep = 0; rep < 2; ++rep) {
+    const ForwardOutputs gg = graph.forward(in);
+    test::expect_same_bits(gg.video_velocity, gpu.video_velocity, "graph vs eager video");
+    test::expect_same_bits(gg.audio_velocity, gpu.audio_velocity, "graph vs eager audio");
+  }
+  const ForwardOutputs ref = forward_cpu(host, in, Precision::fp32);
+  for (int k = 0; k < 2; ++k) {
+    const FloatVec& r = k ? ref.audio_velocity : ref.video_velocity;
+    const Err e = error(k ? cpu.audio_velocity : cpu.video_velocity, r);
+    const Err g = error(k ? gpu.audio_velocity : gpu.video_velocity, r);
+    std::printf("%s %s: gpu max/mean %.4g/%.4g, cpu bf16 %.4g/%.4g\n", what, k ? "audio" : "video",
+                g.max_abs, g.mean_abs, e.max_abs, e.mean_abs);
+    EXPECT_GT(e.mean_abs, 0.0);
+    EXPECT_LE(g.mean_abs, 2.0 * e.mean_abs);
+    EXPECT_LE(g.max_abs, 3.0 * e.max_abs);
+  }
+  model::DeviceModel streamed = model::upload_model(host);
+  model::stream_block_weights(streamed);
+  EXPECT_TRUE(streamed.streamed);
+  {  // the session (which refers to `streamed`) ends before the model is returned
+    model::ForwardSessionCuda s(streamed, in.layout, eager_opt);
+    const ForwardOutputs gs = s.forward(in);
+    EXPECT_TRUE(s.last_times().weights_streamed);
+    test::expect_same_bits(gs.video_velocity, gpu.video_velocity, "streamed vs resident video");
+    test::expect_same_bits(gs.audio_velocity, gpu.audio_velocity, "streamed vs resident audio");
+  }
+  return streamed;
+}
+
 void int8_adaln_tracks_cpu(int64_t group, int64_t adaln_group) {
   const std::string file =
       ::testing::TempDir() + "/h3rt_int8_adaln_" + std::to_string(adaln_group) + ".safetensors";
@@ -140,39 +179,12 @@ void int8_adaln_tracks_cpu(int64_t group, int64_t adaln_group) {
                  "block 1 at M = " + std::to_string(rows));
   }
 
-  // The whole forward: eager, graph-replayed and streamed sessions agree bit for bit and track
-  // the CPU fp32 forward as the CPU bf16 one does.
-  model::ForwardSessionOptions eager_opt;
-  eager_opt.cuda_graph = false;
-  model::ForwardSessionCuda eager(dev, in.layout, eager_opt), graph(dev, in.layout);
-  const ForwardOutputs gpu = eager.forward(in);
-  for (int rep = 0; rep < 2; ++rep) {
-    const ForwardOutputs gg = graph.forward(in);
-    test::expect_same_bits(gg.video_velocity, gpu.video_velocity, "graph vs eager video");
-    test::expect_same_bits(gg.audio_velocity, gpu.audio_velocity, "graph vs eager audio");
-  }
-  const ForwardOutputs ref = forward_cpu(host, in, Precision::fp32);
-  for (int k = 0; k < 2; ++k) {
-    const FloatVec& r = k ? ref.audio_velocity : ref.video_velocity;
-    const Err e = error(k ? cpu.audio_velocity : cpu.video_velocity, r);
-    const Err g = error(k ? gpu.audio_velocity : gpu.video_velocity, r);
-    std::printf("int8 AdaLN G=%lld %s: gpu max/mean %.4g/%.4g, cpu bf16 %.4g/%.4g\n",
-                (long long)adaln_group, k ? "audio" : "video", g.max_abs, g.mean_abs, e.max_abs,
-                e.mean_abs);
-    EXPECT_GT(e.mean_abs, 0.0);
-    EXPECT_LE(g.mean_abs, 2.0 * e.mean_abs);
-    EXPECT_LE(g.max_abs, 3.0 * e.max_abs);
-  }
-  model::DeviceModel streamed = model::upload_model(host);
-  model::stream_block_weights(streamed);
+  // The whole forward (eager, graph-replayed, streamed) against the CPU.
+  const std::string what = "int8 AdaLN G=" + std::to_string(adaln_group);
+  const model::DeviceModel streamed = forward_tracks_cpu(host, dev, in, cpu, what.c_str());
   ASSERT_TRUE(streamed.streamed);
   EXPECT_EQ(streamed.blocks[0].adaln.wi8.device(), Device::cpu) << "the int8 AdaLN streams";
   EXPECT_EQ(streamed.blocks[0].adaln.wi8_scale.device(), Device::cuda) << "its scales stay";
-  model::ForwardSessionCuda s(streamed, in.layout, eager_opt);
-  const ForwardOutputs gs = s.forward(in);
-  EXPECT_TRUE(s.last_times().weights_streamed);
-  test::expect_same_bits(gs.video_velocity, gpu.video_velocity, "streamed vs resident video");
-  test::expect_same_bits(gs.audio_velocity, gpu.audio_velocity, "streamed vs resident audio");
 }
 
 // The layers around the blocks stored int8 (quantize-checkpoint --layers io, G = 16; the blocks
@@ -222,8 +234,8 @@ TEST(Int8Forward, IoLayersBitExactWithCpu) {
     const model::DeviceLinear& l = k ? dev.audio_in : dev.video_in;
     const int64_t n = k ? Na : Nv;
     const float* rows = k ? in.audio_rows : in.video_rows;
-    const Tensor x = cuda::to_device(tensor_from_f32(std::vector<float>(rows, rows + n * l.in),
-                                                     {n, l.in}));
+    const Tensor x =
+        cuda::to_device(tensor_from_f32(std::vector<float>(rows, rows + n * l.in), {n, l.in}));
     Tensor y = cuda::device_empty(DType::bf16, {n, H});
     model::int8_project_f32_in_cuda(l, x.ptr<float>(), b.y.ptr<bf16>(), y.ptr<bf16>(), n,
                                     model::int8_io_activation(b, n, l.in, "test"), stream);
@@ -241,10 +253,11 @@ TEST(Int8Forward, IoLayersBitExactWithCpu) {
   const std::vector<float>& fn = probed.at("final_norm_out");
   for (int k = 0; k < 2; ++k) {
     const model::DeviceLinear& l = k ? dev.audio_out : dev.video_out;
-    const int64_t n = k ? Na : Nv, row0 = k ? in.layout.audio_indices[0] : in.layout.video_indices[0];
-    const Tensor x = cuda::to_device(tensor_from_f32(
-        std::vector<float>(fn.begin() + row0 * H, fn.begin() + (row0 + n) * H), {n, H},
-        DType::bf16));
+    const int64_t n = k ? Na : Nv,
+                  row0 = k ? in.layout.audio_indices[0] : in.layout.video_indices[0];
+    const Tensor x = cuda::to_device(
+        tensor_from_f32(std::vector<float>(fn.begin() + row0 * H, fn.begin() + (row0 + n) * H),
+                        {n, H}, DType::bf16));
     Tensor y = cuda::device_empty(DType::f32, {n, l.out});
     model::int8_project_f32_out_cuda(l, x.ptr<bf16>(), b.attn.ptr<bf16>(), y.ptr<float>(), n,
                                      model::int8_io_activation(b, n, H, "test"), stream);
@@ -252,34 +265,7 @@ TEST(Int8Forward, IoLayersBitExactWithCpu) {
     same(y, std::vector<float>(v.begin(), v.end()), k ? "audio head" : "video head");
   }
 
-  // The whole forward.
-  model::ForwardSessionOptions eager_opt;
-  eager_opt.cuda_graph = false;
-  model::ForwardSessionCuda eager(dev, in.layout, eager_opt), graph(dev, in.layout);
-  const ForwardOutputs gpu = eager.forward(in);
-  for (int rep = 0; rep < 2; ++rep) {
-    const ForwardOutputs gg = graph.forward(in);
-    test::expect_same_bits(gg.video_velocity, gpu.video_velocity, "graph vs eager video");
-    test::expect_same_bits(gg.audio_velocity, gpu.audio_velocity, "graph vs eager audio");
-  }
-  const ForwardOutputs ref = forward_cpu(host, in, Precision::fp32);
-  for (int k = 0; k < 2; ++k) {
-    const FloatVec& r = k ? ref.audio_velocity : ref.video_velocity;
-    const Err e = error(k ? cpu.audio_velocity : cpu.video_velocity, r);
-    const Err g = error(k ? gpu.audio_velocity : gpu.video_velocity, r);
-    std::printf("int8 io layers %s: gpu max/mean %.4g/%.4g, cpu bf16 %.4g/%.4g\n",
-                k ? "audio" : "video", g.max_abs, g.mean_abs, e.max_abs, e.mean_abs);
-    EXPECT_GT(e.mean_abs, 0.0);
-    EXPECT_LE(g.mean_abs, 2.0 * e.mean_abs);
-    EXPECT_LE(g.max_abs, 3.0 * e.max_abs);
-  }
-  model::DeviceModel streamed = model::upload_model(host);
-  model::stream_block_weights(streamed);
-  ASSERT_TRUE(streamed.streamed);
-  model::ForwardSessionCuda st(streamed, in.layout, eager_opt);
-  const ForwardOutputs gs = st.forward(in);
-  test::expect_same_bits(gs.video_velocity, gpu.video_velocity, "streamed vs resident video");
-  test::expect_same_bits(gs.audio_velocity, gpu.audio_velocity, "streamed vs resident audio");
+  forward_tracks_cpu(host, dev, in, cpu, "int8 io layers");
 }
 
 TEST(Int8Forward, ConvrotAdalnTablesBitExactWithCpu) {

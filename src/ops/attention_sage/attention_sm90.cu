@@ -14,6 +14,12 @@
 // XOR swizzle of 16-byte chunks so ldmatrix is conflict free.
 // Output bf16 [S][out_row_stride] and/or NVFP4 (SageAttentionParams::nvfp4); padded keys (>= S)
 // are masked, padded rows not written.
+// What bounds it on a GB10 (sm_121; an expectation from public specifications, never measured:
+// bench/RESULTS.md, session 16): one exp2 per 512 MMA operations at head dim 128; GB10's 48 SMs
+// deliver ~2048 int8/fp8 MMA operations per clock each (~250 TOPS dense) against 16 MUFU exp2,
+// so at the MMA peak the MUFU is ~25% busy (on Hopper's wgmma, 8192 per clock, it is 100%). The
+// kernel is tensor-bound there: moving exp2 to the FMA pipe cannot help; feeding mma.sync
+// (ldmatrix, cp.async depth, register tiles) is what counts.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
