@@ -6,8 +6,9 @@
 // (the release's turbo LoRA shape: 50 x 5 + 2 x 4 + 1 = 259 pairs). Per repetition: merge
 // (host-to-device copies of the LoRA matrices included) and unmerge, wall seconds after a
 // device synchronize; then a check that every layer holds its original tensors again (the
-// unmerge moves them back; a layer whose buffers differ is compared byte for byte). JSON: preset, pairs, layers, rank, group, merge_s / unmerge_s per
-// repetition, peak device bytes, restored (bool).
+// unmerge moves them back; a layer whose buffers differ is compared byte for byte). JSON: preset,
+// pairs, layers, rank, group, merge_s / unmerge_s per repetition, peak device bytes, restored
+// (bool).
 #pragma once
 
 #include <cstdint>
