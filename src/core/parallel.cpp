@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -16,11 +17,17 @@ int64_t threads_for_work(double work) {
 void parallel_ranges(int64_t n, int64_t threads, const std::function<void(int64_t, int64_t)>& fn) {
   threads = std::clamp<int64_t>(threads, 1, std::max<int64_t>(n, 1));
   std::vector<std::thread> pool;
+  try {
+    pool.reserve(static_cast<size_t>(threads - 1));
+  } catch (const std::bad_alloc&) {  // no room for the pool: this thread does it all
+    fn(0, n);
+    return;
+  }
   for (int64_t t = 1; t < threads; ++t) {
     const int64_t b = n * t / threads, e = n * (t + 1) / threads;
-    try {
+    try {  // reserved: no reallocation; a thread that cannot start (or its state) throws here
       pool.emplace_back(fn, b, e);
-    } catch (const std::system_error&) {  // no thread to be had: this one does the share
+    } catch (const std::exception&) {  // no thread to be had: this one does the share
       fn(b, e);
     }
   }
@@ -49,11 +56,9 @@ void parallel_copy(const std::vector<CopyPiece>& pieces, int64_t threads) noexce
     for (int64_t j = b; j < e; ++j) std::memcpy(chunks[j].dst, chunks[j].src, chunks[j].bytes);
   };
   const int64_t n = static_cast<int64_t>(chunks.size());
-  try {
-    parallel_ranges(n, std::min(n, threads), run);
-  } catch (...) {  // the pool's own allocation failed before any copy ran
-    run(0, n);
-  }
+  // parallel_ranges copes with threads or memory it cannot get (the caller copies that share);
+  // run itself cannot throw.
+  parallel_ranges(n, std::min(n, threads), run);
 }
 
 }  // namespace h3rt

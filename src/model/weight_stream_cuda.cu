@@ -175,14 +175,14 @@ void BlockImageWriter::keep(size_t i, std::vector<std::pair<std::string, Tensor*
   std::vector<Tensor>& out = st_->sources[i];
   for (size_t k = 0; k < tensors.size(); ++k) {
     Tensor& t = *tensors[k].second;
+    H3RT_CHECK(t.is_contiguous(), "weight streaming: ", tensors[k].first, " of block ", i,
+               " is not contiguous");
     if (t.device() == Device::cuda) {
       const Tensor* s = kept && k < kept->size() ? &(*kept)[k] : nullptr;
       const bool same = s && s->data() && s->device() == Device::cpu && s->dtype() == t.dtype() &&
-                        s->shape() == t.shape();
+                        s->shape() == t.shape() && s->is_contiguous();
       t = same ? *s : host_copy_of(t);
     }
-    H3RT_CHECK(t.is_contiguous(), "weight streaming: ", tensors[k].first, " of block ", i,
-               " is not contiguous");
     out.push_back(t);
   }
 }
@@ -292,11 +292,12 @@ WeightStreamPlan apply_weight_streaming(DeviceModel& m, const SequenceLayout& la
   return with_source(p, m.streamed->source);
 }
 
-BlockWeightStream::BlockWeightStream(const DeviceModel& m, int slots) : m_(m) {
-  H3RT_CHECK(m.streamed, "BlockWeightStream: the model's blocks do not stream");
+BlockWeightStream::BlockWeightStream(const DeviceModel& m, int slots)
+    : streamed_(m.streamed) {
+  H3RT_CHECK(streamed_, "BlockWeightStream: the model's blocks do not stream");
   H3RT_CHECK(slots >= 2, "BlockWeightStream: needs >= 2 slots, got ", slots);
   const MemoryScope scope("the device slots of the streamed block weights");
-  layout_ = m.streamed->layout;
+  layout_ = streamed_->layout;
   for (int k = 0; k < slots; ++k) slots_.push_back(cuda::device_empty(DType::u8, {layout_.bytes}));
   for (size_t i = 0; i < m.blocks.size(); ++i) {
     views_.push_back(m.blocks[i]);
@@ -307,13 +308,13 @@ BlockWeightStream::BlockWeightStream(const DeviceModel& m, int slots) : m_(m) {
       t = Tensor(base + layout_.entries[k].offset, t.dtype(), t.shape(), nullptr, Device::cuda);
     }
   }
-  if (m.streamed->source == WeightStreamSource::file) {
+  if (streamed_->source == WeightStreamSource::file) {
     for (int k = 0; k < slots; ++k)
       staging_.push_back(pinned(static_cast<size_t>(layout_.bytes), k, slots, true));
     for (size_t i = 0; i < m.blocks.size(); ++i) {  // block i: its sources -> staging i % slots
       Gather g{this, static_cast<int64_t>(i), {}};
       char* dst = static_cast<char*>(staging_[i % staging_.size()].get());
-      const std::vector<Tensor>& src = m.streamed->sources[i];
+      const std::vector<Tensor>& src = streamed_->sources[i];
       for (size_t k = 0; k < src.size(); ++k)
         g.pieces.push_back({dst + layout_.entries[k].offset, src[k].data(), src[k].nbytes()});
       gathers_.push_back(std::move(g));
@@ -375,19 +376,21 @@ void read_ahead(const Tensor& t) {
 
 }  // namespace
 
-// Runs on the CUDA driver's callback thread: no CUDA calls, no exceptions out.
+// Runs on the CUDA driver's callback thread: no CUDA calls, no exceptions out (parallel_copy
+// starts and joins its threads here). The next block's read-ahead is asked for after this
+// block's copy, so that on a cold file its I/O does not compete with the pages the GPU waits for.
 void BlockWeightStream::gather(int64_t block) noexcept {
-  const std::vector<Tensor>& next =
-      m_.streamed->sources[static_cast<size_t>(block + 1) % m_.streamed->sources.size()];
-  for (const Tensor& t : next) read_ahead(t);
   parallel_copy(gathers_[static_cast<size_t>(block)].pieces);
+  const std::vector<Tensor>& next =
+      streamed_->sources[static_cast<size_t>(block + 1) % streamed_->sources.size()];
+  for (const Tensor& t : next) read_ahead(t);
 }
 
 void BlockWeightStream::copy(int64_t block, cudaEvent_t after) {
   const size_t k = static_cast<size_t>(block) % slots_.size();
   const void* from = nullptr;
   if (staging_.empty()) {
-    from = m_.streamed->images[static_cast<size_t>(block)].get();
+    from = streamed_->images[static_cast<size_t>(block)].get();
   } else {  // gathered while the slot's previous block may still compute
     const int t = timer_begin();
     H3RT_CUDA_CHECK(cudaLaunchHostFunc(copy_, &gather_host, &gathers_[static_cast<size_t>(block)]));

@@ -146,7 +146,9 @@ class BlockWeightStream {
   void copy(int64_t block, cudaEvent_t after);
   int timer_begin();  // an index into timing_ when timed_, else -1
   void timer_end(int t);
-  const DeviceModel& m_;
+  // The model's streamed blocks (images or file sources), owned here too: the graphs' host and
+  // copy nodes read them for as long as this stream lives, whatever becomes of the model's.
+  std::shared_ptr<const StreamedBlocks> streamed_;
   SlotLayout layout_;
   std::vector<Tensor> slots_;
   std::vector<std::shared_ptr<void>> staging_;  // file: a pinned image per slot
