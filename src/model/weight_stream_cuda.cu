@@ -292,8 +292,7 @@ WeightStreamPlan apply_weight_streaming(DeviceModel& m, const SequenceLayout& la
   return with_source(p, m.streamed->source);
 }
 
-BlockWeightStream::BlockWeightStream(const DeviceModel& m, int slots)
-    : streamed_(m.streamed) {
+BlockWeightStream::BlockWeightStream(const DeviceModel& m, int slots) : streamed_(m.streamed) {
   H3RT_CHECK(streamed_, "BlockWeightStream: the model's blocks do not stream");
   H3RT_CHECK(slots >= 2, "BlockWeightStream: needs >= 2 slots, got ", slots);
   const MemoryScope scope("the device slots of the streamed block weights");
