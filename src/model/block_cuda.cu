@@ -164,6 +164,38 @@ ops::Int8Out int8_input(const DeviceLinear& l, BlockCudaBuffers& b) {
   return o;
 }
 
+// Whether the producer of fp8 layer l's input writes it in e4m3 itself (a static input scale):
+// yes unless H3RT_FP8_FUSE=0 (the unfused path, kept for the side-by-side benchmark and the test
+// that both give the same bits).
+bool e4m3_fused_input(const DeviceLinear& l) {
+  const char* e = std::getenv("H3RT_FP8_FUSE");
+  return l.fp8() && !l.fp8_dynamic() && !(e && !std::strcmp(e, "0"));
+}
+
+// The e4m3 output block a producer fills for layer `l` (e4m3_fused_input(l) must hold).
+ops::E4m3Out e4m3_input(const DeviceLinear& l, BlockCudaBuffers& b) {
+  H3RT_CHECK(b.x8.data() != nullptr, "fp8 layer without fp8 activation buffers");
+  ops::E4m3Out o;
+  o.q = b.x8.ptr<__nv_fp8_e4m3>();
+  o.scale = l.x_scale.ptr<float>();
+  return o;
+}
+
+// The fp8 GEMM of the e4m3 activation already in b.x8, with activation scale x_scale.
+void gemm_fp8(const DeviceLinear& l, const float* x_scale, bf16* y, int64_t rows,
+              BlockCudaBuffers& b, cudaStream_t s) {
+  ops::LinearFp8CudaParams g;
+  g.x = b.x8.ptr<__nv_fp8_e4m3>();
+  g.w = l.w8.ptr<__nv_fp8_e4m3>();
+  g.x_scale = x_scale;
+  g.w_scale = l.w_scale.ptr<float>();
+  g.y = y;
+  g.rows = rows;
+  g.in = l.in;
+  g.out = l.out;
+  H3RT_CUDA_CHECK(ops::linear_fp8_cuda(g, s));
+}
+
 // y = x W^T through the layer's path: bf16 GEMM, e4m3 quantize + fp8 GEMM, int8, or NVFP4.
 void project(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows, BlockCudaBuffers& b,
              cudaStream_t s) {
@@ -192,34 +224,31 @@ void project(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows, BlockC
     ops::QuantizeE4m3CudaParams q{x, x8, x_scale, rows, l.in};
     H3RT_CUDA_CHECK(ops::quantize_e4m3_cuda(q, s));
   }
-  ops::LinearFp8CudaParams g;
-  g.x = x8;
-  g.w = l.w8.ptr<__nv_fp8_e4m3>();
-  g.x_scale = x_scale;
-  g.w_scale = l.w_scale.ptr<float>();
-  g.y = y;
-  g.rows = rows;
-  g.in = l.in;
-  g.out = l.out;
-  H3RT_CUDA_CHECK(ops::linear_fp8_cuda(g, s));
+  gemm_fp8(l, x_scale, y, rows, b, s);
 }
 
-// The projection of an input its producer either encoded itself (`encoded`: NVFP4 in b.x4 or
-// int8 in b.xi8, by the layer's format) or wrote in bf16 to x.
+// The projection of an input its producer either encoded itself (`encoded`: NVFP4 in b.x4,
+// int8 in b.xi8 or e4m3 in b.x8, by the layer's format) or wrote in bf16 to x.
 void project_input(const DeviceLinear& l, bool encoded, const bf16* x, bf16* y, int64_t rows,
                    BlockCudaBuffers& b, cudaStream_t s) {
   if (encoded && l.int8()) return gemm_int8(l, y, rows, b, s);
+  if (encoded && l.fp8()) return gemm_fp8(l, l.x_scale.ptr<float>(), y, rows, b, s);
   if (encoded) return gemm_nvfp4(l, l.x4_global.ptr<float>(), y, rows, b, s);
   project(l, x, y, rows, b, s);
 }
 
-// Sets a producer's fused output for layer l (NVFP4 with a static scale, or int8 convrot where
-// `fusable` holds and fusion is on); returns whether the producer encodes l's input itself.
+// Sets a producer's fused output for layer l (NVFP4 or e4m3 with a static scale, or int8
+// convrot where `fusable` holds and fusion is on); returns whether the producer encodes l's input
+// itself.
 template <class P>
 bool fuse_input(const DeviceLinear& l, BlockCudaBuffers& b, P& params,
                 bool (*fusable)(int64_t, int)) {
   if (fused_input(l)) {
     params.nvfp4 = nvfp4_input(l, b);
+    return true;
+  }
+  if (e4m3_fused_input(l)) {
+    params.e4m3 = e4m3_input(l, b);
     return true;
   }
   if (int8_fused_input(l, fusable)) {
@@ -254,12 +283,14 @@ void stage(const StageHook* hook, const char* name) {
 std::vector<std::string> fused_projection_inputs(const DeviceBlock& w) {
   std::vector<std::string> names;
   const auto int8_fused = int8_fused_input;
-  if (fused_input(w.qkv) || int8_fused(w.qkv, ops::rmsnorm_modulate_int8_fusable))
-    names.push_back("qkv");
+  const auto by_norm = [&](const DeviceLinear& l) {
+    return fused_input(l) || e4m3_fused_input(l) ||
+           int8_fused(l, ops::rmsnorm_modulate_int8_fusable);
+  };
+  if (by_norm(w.qkv)) names.push_back("qkv");
   if (fused_input(w.out)) names.push_back("out");
-  if (fused_input(w.fc1) || int8_fused(w.fc1, ops::rmsnorm_modulate_int8_fusable))
-    names.push_back("fc1");
-  if (fused_input(w.fc2)) names.push_back("fc2");
+  if (by_norm(w.fc1)) names.push_back("fc1");
+  if (fused_input(w.fc2) || e4m3_fused_input(w.fc2)) names.push_back("fc2");
   return names;
 }
 
@@ -427,11 +458,15 @@ void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffer
   sw.rows = S;
   sw.ffn = F;
   sw.silu_table = bp(b.silu_table);
-  // fc2: NVFP4 only; int8 stays unfused (a fused swiglu measured slower, swiglu.h).
-  const bool fused_fc2 = fused_input(w.fc2);
+  // fc2: NVFP4 or e4m3 (static scales); int8 stays unfused (a fused swiglu measured slower,
+  // swiglu.h).
+  const bool fused_fc2 = fused_input(w.fc2) || e4m3_fused_input(w.fc2);
   if (fused_fc2) {
     sw.out = nullptr;
-    sw.nvfp4 = nvfp4_input(w.fc2, b);
+    if (w.fc2.fp8())
+      sw.e4m3 = e4m3_input(w.fc2, b);
+    else
+      sw.nvfp4 = nvfp4_input(w.fc2, b);
   }
   H3RT_CUDA_CHECK(ops::swiglu_cuda(sw, s));
   stage(hook, "swiglu");

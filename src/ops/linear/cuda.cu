@@ -8,6 +8,7 @@
 #include "cuda/device_math.cuh"
 #include "cuda/runtime.h"
 #include "ops/linear/cublaslt_gemm.h"
+#include "ops/linear/e4m3_out.cuh"
 #include "ops/linear/fp8_cutlass.h"
 #include "ops/linear/linear.h"
 
@@ -107,21 +108,11 @@ __global__ void quantize_e4m3_kernel(QuantizeE4m3CudaParams p) {
   const int nvec = static_cast<int>(p.cols / 8);
   const float s = *p.scale;
   const __nv_bfloat16* xr = p.x + row * p.x_row_stride;
-  __nv_fp8_e4m3* qr = p.q + row * p.q_row_stride;
-  for (int c = threadIdx.x; c < nvec; c += blockDim.x) {
-    float f[8];
-    cuda::unpack8(cuda::load8(xr + c * 8), f);
-    uint16_t pairs[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      pairs[i] =
-          __nv_cvt_float2_to_fp8x2(make_float2(__fdiv_rn(f[2 * i], s), __fdiv_rn(f[2 * i + 1], s)),
-                                   __NV_SATFINITE, __NV_E4M3);
-    uint2 out;
-    out.x = pairs[0] | (uint32_t(pairs[1]) << 16);
-    out.y = pairs[2] | (uint32_t(pairs[3]) << 16);
-    *reinterpret_cast<uint2*>(qr + c * 8) = out;
-  }
+  E4m3Out o;
+  o.q = p.q;
+  o.q_row_stride = p.q_row_stride;
+  for (int c = threadIdx.x; c < nvec; c += blockDim.x)
+    e4m3_detail::store8(o, row, p.cols, c, cuda::load_u4(xr + c * 8, true), s);
 }
 
 }  // namespace

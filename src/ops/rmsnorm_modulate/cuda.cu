@@ -13,6 +13,7 @@
 #include "cuda/runtime.h"
 #include "formats/nvfp4_quantize_fused.cuh"
 #include "ops/int8_linear/rotate_quantize.cuh"
+#include "ops/linear/e4m3_out.cuh"
 #include "ops/rmsnorm_modulate/ring_kernel.cuh"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
 
@@ -26,6 +27,7 @@ using namespace nvfp4_detail;  // FusedMode, encode_pair_chunk, finish_amax_pass
 constexpr int kMaxVec = 4;    // vectors per thread: up to 1024 * 4 * 8 = 32768 channels
 constexpr int kVariants = 4;  // RmsNormModulateCudaParams::variant 1..4: ring_kernel.cuh
 constexpr int kFuseInt8 = 3;  // FusedMode beyond NVFP4's: stage y, rotate + quantize (int8_fused.h)
+using e4m3_detail::kFuseE4m3;             // y as e4m3 with the static scale (e4m3_out.h)
 constexpr int kInt8MaxDim = 256 * 3 * 8;  // the kVec 3 kernel: one row per CTA of <= 256 threads
 
 // kVec 3 (at most 256 threads, dims up to 6144, the release width) fetches the weight/shift/scale
@@ -43,7 +45,7 @@ constexpr int kMinBlocks = kResidual || kFuse != kFuseNone ? 0 : (kVec == 3 ? 4 
 // *p.nvfp4.global_scale (and writes y too if p.y is set); kFuseAmax only reduces amax|y| into
 // the workspace (the residual, if fused, is still added and x written back); kFuseInt8 stages y
 // in dynamic shared memory (writing y too if set), then rotates and quantizes the row with group
-// kGroup into p.int8.
+// kGroup into p.int8; kFuseE4m3 writes y's e4m3 encoding to p.e4m3 (and y too if set).
 template <int kVec, bool kModulate, bool kResidual, int kFuse, int kGroup = 0>
 __global__ void __launch_bounds__(kMaxThreads<kVec>, kMinBlocks<kVec, kResidual, kFuse>)
     rmsnorm_modulate_kernel(RmsNormModulateCudaParams p) {
@@ -52,6 +54,7 @@ __global__ void __launch_bounds__(kMaxThreads<kVec>, kMinBlocks<kVec, kResidual,
   const int64_t row = blockIdx.x;
   const int nvec = static_cast<int>(p.dim / 8);
   const float g = kFuse == kFuseEncode ? *p.nvfp4.global_scale : 0.0f;
+  const float e4m3_scale = kFuse == kFuseE4m3 ? *p.e4m3.scale : 1.0f;
   uint32_t amax16 = 0;  // kFuseAmax: this thread's max |y| (bf16 bits)
   // Output vector c: 8 values of y, rounded to bf16 exactly as the plain kernel stores them.
   auto emit = [&](int c, const uint4& y) {
@@ -64,6 +67,9 @@ __global__ void __launch_bounds__(kMaxThreads<kVec>, kMinBlocks<kVec, kResidual,
     } else if constexpr (kFuse == kFuseInt8) {
       if (p.y && active) cuda::store_u4(p.y + row * p.y_row_stride + c * 8, y);
       if (active) *reinterpret_cast<uint4*>(int8_stage + int8_detail::staged_offset(c * 8)) = y;
+    } else if constexpr (kFuse == kFuseE4m3) {
+      if (p.y && active) cuda::store_u4(p.y + row * p.y_row_stride + c * 8, y);
+      if (active) e4m3_detail::store8(p.e4m3, row, p.dim, c, y, e4m3_scale);
     } else {
       if (active) amax16 = max(amax16, absmax_bits16(y));
     }
@@ -196,6 +202,7 @@ void launch_int8(const RmsNormModulateCudaParams& p, int threads, cudaStream_t s
 
 template <int kVec>
 void launch_all(const RmsNormModulateCudaParams& p, int threads, cudaStream_t stream) {
+  if (p.e4m3.enabled()) return launch<kVec, kFuseE4m3>(p, threads, stream);
   if (!p.nvfp4.enabled()) return launch<kVec, kFuseNone>(p, threads, stream);
   if (!p.nvfp4.computed()) return launch<kVec, kFuseEncode>(p, threads, stream);
   launch<kVec, kFuseAmax>(p, threads, stream);  // adds the residual to x, stores g
@@ -238,7 +245,7 @@ bool launch_ring(const RmsNormModulateCudaParams& p, int threads, cudaStream_t s
 
 // The ring variants cover the bf16-output path without the fused residual, at most 256 threads.
 bool try_ring(const RmsNormModulateCudaParams& p, int vec, int threads, cudaStream_t stream) {
-  if (p.variant == 0 || p.residual || p.nvfp4.enabled() || p.int8.enabled() ||
+  if (p.variant == 0 || p.residual || p.nvfp4.enabled() || p.int8.enabled() || p.e4m3.enabled() ||
       threads > rmsnorm_ring::kMaxThreads)
     return false;
   const bool modulate = p.scale != nullptr;
@@ -268,15 +275,21 @@ cudaError_t rmsnorm_modulate_cuda(const RmsNormModulateCudaParams& in, cudaStrea
   if (!p.x_row_stride) p.x_row_stride = p.dim;
   if (!p.y_row_stride) p.y_row_stride = p.dim;
   if (!p.residual_row_stride) p.residual_row_stride = p.dim;
-  const bool nvfp4 = p.nvfp4.enabled(), int8 = p.int8.enabled();
-  H3RT_CHECK(p.x && (p.y || nvfp4 || int8) && p.rows >= 0 && p.dim > 0,
+  const bool nvfp4 = p.nvfp4.enabled(), int8 = p.int8.enabled(), e4m3 = p.e4m3.enabled();
+  H3RT_CHECK(p.x && (p.y || nvfp4 || int8 || e4m3) && p.rows >= 0 && p.dim > 0,
              "rmsnorm_modulate_cuda: bad params");
-  H3RT_CHECK(!(nvfp4 && int8), "rmsnorm_modulate_cuda: nvfp4 and int8 outputs are exclusive");
+  H3RT_CHECK(int(nvfp4) + int(int8) + int(e4m3) <= 1,
+             "rmsnorm_modulate_cuda: the nvfp4, int8 and e4m3 outputs are exclusive");
+  if (e4m3)
+    H3RT_CHECK(p.e4m3.scale && reinterpret_cast<uintptr_t>(p.e4m3.q) % 8 == 0 &&
+                   p.e4m3.q_row_stride % 8 == 0,
+               "rmsnorm_modulate_cuda: the e4m3 output needs a scale, an 8-byte aligned q and a "
+               "row stride that is a multiple of 8");
   if (nvfp4) check_nvfp4_out(p.nvfp4, "rmsnorm_modulate_cuda", p.dim, 4);
   if (int8) {
     check_int8_out(p.int8, "rmsnorm_modulate_cuda", p.dim);
-    H3RT_CHECK(p.dim <= kInt8MaxDim, "rmsnorm_modulate_cuda: int8 output needs dim <= ",
-               kInt8MaxDim, ", got ", p.dim);
+    H3RT_CHECK(p.dim <= kInt8MaxDim,
+               "rmsnorm_modulate_cuda: int8 output needs dim <= ", kInt8MaxDim, ", got ", p.dim);
   }
   H3RT_CHECK(p.dim % 8 == 0 && p.dim <= 1024 * kMaxVec * 8, "rmsnorm_modulate_cuda: dim ", p.dim,
              " must be a multiple of 8 and at most ", 1024 * kMaxVec * 8);

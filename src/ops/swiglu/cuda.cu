@@ -19,6 +19,7 @@
 #include "cuda/device_math.cuh"
 #include "cuda/runtime.h"
 #include "formats/nvfp4_quantize_fused.cuh"
+#include "ops/linear/e4m3_out.cuh"
 #include "ops/swiglu/swiglu.h"
 
 namespace h3rt::ops {
@@ -27,6 +28,12 @@ namespace {
 
 using cuda::rbf;
 using namespace nvfp4_detail;  // FusedMode, encode_pair_chunk, finish_amax_pass
+using e4m3_detail::kFuseE4m3;  // out as e4m3 with the static scale (e4m3_out.h)
+
+// Modes whose threads need no whole-warp trip count (no pair shuffle of the NVFP4 encoder).
+constexpr bool per_thread(int fuse) {
+  return fuse == kFuseNone || fuse == kFuseE4m3;
+}
 
 constexpr uint32_t kGuard = 64;
 
@@ -49,8 +56,9 @@ __device__ __forceinline__ float silu_bf16_fast(float g) {
 }
 
 // kFuse (FusedMode): kFuseNone writes out; kFuseEncode encodes it to p.nvfp4 with g =
-// *p.nvfp4.global_scale (writing out too if set); kFuseAmax reduces amax|out| only. The fused
-// variants run the same trip count in every thread (the pair shuffle needs the whole warp).
+// *p.nvfp4.global_scale (writing out too if set); kFuseAmax reduces amax|out| only; kFuseE4m3
+// writes out's e4m3 encoding to p.e4m3 (and out too if set). The NVFP4 variants run the same
+// trip count in every thread (the pair shuffle needs the whole warp).
 template <bool kExactExp, int kFuse>
 __global__ void swiglu_kernel(SwigluCudaParams p) {
   const int64_t row = blockIdx.x;
@@ -59,10 +67,11 @@ __global__ void swiglu_kernel(SwigluCudaParams p) {
   const __nv_bfloat16* vr = gr + p.ffn;
   __nv_bfloat16* orow = p.out + row * p.out_row_stride;
   const float gscale = kFuse == kFuseEncode ? *p.nvfp4.global_scale : 0.0f;
+  const float e4m3_scale = kFuse == kFuseE4m3 ? *p.e4m3.scale : 1.0f;
   uint32_t amax16 = 0;
-  const int end = kFuse == kFuseNone ? nvec : (nvec + blockDim.x - 1) / blockDim.x * blockDim.x;
+  const int end = per_thread(kFuse) ? nvec : (nvec + blockDim.x - 1) / blockDim.x * blockDim.x;
   for (int c = threadIdx.x; c < end; c += blockDim.x) {
-    const bool active = kFuse == kFuseNone || c < nvec;
+    const bool active = per_thread(kFuse) || c < nvec;
     const uint4 gv = cuda::load_u4_stream(gr + c * 8, active);
     const uint4 vv = cuda::load_u4_stream(vr + c * 8, active);
     float o[8];
@@ -78,6 +87,9 @@ __global__ void swiglu_kernel(SwigluCudaParams p) {
     } else if constexpr (kFuse == kFuseEncode) {
       if (p.out && active) cuda::store_u4(orow + c * 8, y);
       encode_pair_chunk(y, active, gscale, p.nvfp4, row, c, p.ffn);
+    } else if constexpr (kFuse == kFuseE4m3) {
+      if (p.out) cuda::store_u4(orow + c * 8, y);
+      e4m3_detail::store8(p.e4m3, row, p.ffn, c, y, e4m3_scale);
     } else {
       if (active) amax16 = max(amax16, absmax_bits16(y));
     }
@@ -109,22 +121,24 @@ __device__ __forceinline__ float silu_hi(const uint16_t* t, uint32_t w) {
 // Persistent: the table is copied to shared memory once per CTA, then the CTAs walk the 16-byte
 // vectors of all rows (vector v = row * nvec + c) with a grid stride, kUnroll at a time.
 // kFuse: kFuseNone writes out; kFuseEncode (given g) encodes it to p.nvfp4 (and writes out if
-// set). Lanes 2i and 2i+1 then hold chunks 2m and 2m+1 of one row, the lane-pair layout of
-// encode_pair_chunk: the CTA's first vector and the stride are even, and so is nvec (ffn % 16 ==
-// 0). The encoder shuffles across the warp, so the loop runs while any lane of the warp has work.
+// set); kFuseE4m3 writes its e4m3 encoding to p.e4m3 (and out if set). Lanes 2i and 2i+1 then hold
+// chunks 2m and 2m+1 of one row, the lane-pair layout of encode_pair_chunk: the CTA's first vector
+// and the stride are even, and so is nvec (ffn % 16 == 0). The encoder shuffles across the warp, so
+// the loop runs while any lane of the warp has work.
 template <int kFuse>
 __global__ void __launch_bounds__(kTableThreads, 1)
     swiglu_table_kernel(SwigluCudaParams p, uint32_t nvec, uint32_t total) {
-  constexpr int kUnroll = kFuse == kFuseNone ? kTableUnroll : 2;  // 4 spills with the encoder
+  constexpr int kUnroll = per_thread(kFuse) ? kTableUnroll : 2;  // 4 spills with the encoder
   extern __shared__ uint4 table4[];
   const uint4* src = reinterpret_cast<const uint4*>(p.silu_table);
   for (int i = threadIdx.x; i < kTableBytes / 16; i += blockDim.x) table4[i] = __ldg(src + i);
   __syncthreads();
   const uint16_t* table = reinterpret_cast<const uint16_t*>(table4);
   const float gscale = kFuse == kFuseEncode ? *p.nvfp4.global_scale : 0.0f;
+  const float e4m3_scale = kFuse == kFuseE4m3 ? *p.e4m3.scale : 1.0f;
   const uint32_t stride = gridDim.x * blockDim.x, step_r = stride / nvec, step_c = stride % nvec;
   uint32_t v = blockIdx.x * blockDim.x + threadIdx.x, row = v / nvec, c = v % nvec;
-  const auto more = [&] { return kFuse == kFuseNone ? v < total : __any_sync(~0u, v < total); };
+  const auto more = [&] { return per_thread(kFuse) ? v < total : __any_sync(~0u, v < total); };
   while (more()) {
     uint4 gv[kUnroll], vv[kUnroll];
     uint32_t at_row[kUnroll], at_c[kUnroll];
@@ -156,6 +170,8 @@ __global__ void __launch_bounds__(kTableThreads, 1)
         cuda::store_u4(p.out + int64_t(at_row[k]) * p.out_row_stride + at_c[k] * 8, y);
       if constexpr (kFuse == kFuseEncode)
         encode_pair_chunk(y, ok[k], gscale, p.nvfp4, at_row[k], at_c[k], p.ffn);
+      if constexpr (kFuse == kFuseE4m3)
+        if (ok[k]) e4m3_detail::store8(p.e4m3, at_row[k], p.ffn, at_c[k], y, e4m3_scale);
     };
     const auto finish_all = [&]<int... K>(std::integer_sequence<int, K...>) {
       (finish(std::integral_constant<int, K>{}), ...);
@@ -193,9 +209,16 @@ cudaError_t swiglu_cuda(const SwigluCudaParams& in, cudaStream_t stream) {
   SwigluCudaParams p = in;
   if (!p.in_row_stride) p.in_row_stride = 2 * p.ffn;
   if (!p.out_row_stride) p.out_row_stride = p.ffn;
-  const bool nvfp4 = p.nvfp4.enabled();
-  H3RT_CHECK(p.in && (p.out || nvfp4) && p.rows >= 0 && p.ffn > 0, "swiglu_cuda: bad params");
+  const bool nvfp4 = p.nvfp4.enabled(), e4m3 = p.e4m3.enabled();
+  H3RT_CHECK(p.in && (p.out || nvfp4 || e4m3) && p.rows >= 0 && p.ffn > 0,
+             "swiglu_cuda: bad params");
+  H3RT_CHECK(!(nvfp4 && e4m3), "swiglu_cuda: the nvfp4 and e4m3 outputs are exclusive");
   if (nvfp4) check_nvfp4_out(p.nvfp4, "swiglu_cuda", p.ffn, 4);
+  if (e4m3)
+    H3RT_CHECK(p.e4m3.scale && reinterpret_cast<uintptr_t>(p.e4m3.q) % 8 == 0 &&
+                   p.e4m3.q_row_stride % 8 == 0,
+               "swiglu_cuda: the e4m3 output needs a scale, an 8-byte aligned q and a row stride "
+               "that is a multiple of 8");
   H3RT_CHECK(p.ffn % 8 == 0 && p.in_row_stride % 8 == 0 && p.out_row_stride % 8 == 0,
              "swiglu_cuda: ffn ", p.ffn, " and row strides must be multiples of 8");
   H3RT_CHECK(p.in_row_stride >= 2 * p.ffn, "swiglu_cuda: input row stride < 2*ffn");
@@ -208,15 +231,20 @@ cudaError_t swiglu_cuda(const SwigluCudaParams& in, cudaStream_t stream) {
   const int nvec = static_cast<int>(p.ffn / 8);
   const int threads = std::min(256, (nvec + 31) / 32 * 32);
   // The table path takes a given NVFP4 scale; a computed one needs the row kernel's amax pass.
-  const void* tk = nvfp4 ? reinterpret_cast<const void*>(swiglu_table_kernel<kFuseEncode>)
-                         : reinterpret_cast<const void*>(swiglu_table_kernel<kFuseNone>);
+  const void* tk = nvfp4  ? reinterpret_cast<const void*>(swiglu_table_kernel<kFuseEncode>)
+                   : e4m3 ? reinterpret_cast<const void*>(swiglu_table_kernel<kFuseE4m3>)
+                          : reinterpret_cast<const void*>(swiglu_table_kernel<kFuseNone>);
   const int tgrid = p.silu_table && !(nvfp4 && p.nvfp4.computed()) ? table_grid(p, tk) : 0;
   if (tgrid > 0) {
     const uint32_t n = static_cast<uint32_t>(nvec), total = static_cast<uint32_t>(p.rows * nvec);
     if (nvfp4)
       swiglu_table_kernel<kFuseEncode><<<tgrid, kTableThreads, kTableBytes, stream>>>(p, n, total);
+    else if (e4m3)
+      swiglu_table_kernel<kFuseE4m3><<<tgrid, kTableThreads, kTableBytes, stream>>>(p, n, total);
     else
       swiglu_table_kernel<kFuseNone><<<tgrid, kTableThreads, kTableBytes, stream>>>(p, n, total);
+  } else if (e4m3) {
+    launch<kFuseE4m3>(p, threads, stream);
   } else if (!nvfp4) {
     launch<kFuseNone>(p, threads, stream);
   } else if (!p.nvfp4.computed()) {

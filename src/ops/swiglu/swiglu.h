@@ -27,6 +27,7 @@ float silu(float x);
 #include <cuda_runtime_api.h>
 
 #include "formats/nvfp4_quantize_fused.h"
+#include "ops/linear/e4m3_out.h"
 
 namespace h3rt::ops {
 
@@ -50,6 +51,10 @@ namespace h3rt::ops {
 // swiglu_silu_table_cuda, which evaluates every entry by the exact path, so the table path is
 // bit-exact with swiglu_cpu as exact_exp is (tested exhaustively), whatever exact_exp says.
 //
+// e4m3 output (`e4m3`, ops/linear/e4m3_out.h): the fc2 input of an fp8 layer with a static input
+// scale, bit-identical to writing out in bf16 and running quantize_e4m3_cuda on it, in the row and
+// the table kernels alike; out may then be null or set.
+//
 // No int8 convrot output: a fused one (the row staged in shared memory, rotated and quantized
 // there, the exact silu instead of the table) measured 5% slower on the fc2 boundary than this
 // kernel's table path followed by the standalone quantizer (bench/RESULTS.md, session 10).
@@ -59,6 +64,7 @@ struct SwigluCudaParams {
   int64_t rows = 0, ffn = 0, in_row_stride = 0, out_row_stride = 0;
   bool exact_exp = true;
   Nvfp4Out nvfp4;  // optional NVFP4 output of out ([rows, ffn]); disabled by default
+  E4m3Out e4m3;    // optional e4m3 output of out (static scale; ops/linear/e4m3_out.h); off
   const __nv_bfloat16* silu_table = nullptr;  // optional [kSiluTableEntries], see above
 };
 
