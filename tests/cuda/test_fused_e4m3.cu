@@ -4,7 +4,8 @@
 // alongside, and the residual stream) must be bit-identical to the unfused pipeline "producer
 // writes bf16, then quantize_e4m3_cuda" on fresh random data, with a scale small enough that
 // the tails saturate; one case also checks q against the host's f32_to_e4m3_satfinite. Then a
-// whole fp8 forward: fused (the default) and unfused (H3RT_FP8_FUSE=0) give the same bits.
+// whole fp8 forward: fused (H3RT_FP8_FUSE=1, opt-in until these tests have run on a GPU) and
+// unfused give the same bits.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -190,18 +191,19 @@ TEST(FusedE4m3, RefusesWhatItCannotTake) {
 }
 
 // A whole fp8 forward (the tiny preset, static input scales on every block projection): the
-// fused producers (default) and the unfused path give bit-identical velocities.
+// fused producers (H3RT_FP8_FUSE=1) and the unfused path give bit-identical velocities.
 TEST(FusedE4m3, Fp8ForwardBitIdenticalToUnfused) {
   H3RT_REQUIRE_GPU();
   const H3Config c = H3Config::tiny();
   const model::DeviceModel m = model::make_synthetic_gemm_model(c, 7, SyntheticGemm::fp8, 64);
   ASSERT_TRUE(m.has_fp8());
-  const std::vector<std::string> fused = model::fused_projection_inputs(m.blocks[0]);
-  EXPECT_EQ(fused, (std::vector<std::string>{"qkv", "fc1", "fc2"}));
   const ForwardInputs in = test::golden_inputs().inputs();
   model::ForwardSessionOptions o;
   o.cuda_graph = false;
   ForwardOutputs a, b;
+  setenv("H3RT_FP8_FUSE", "1", 1);
+  EXPECT_EQ(model::fused_projection_inputs(m.blocks[0]),
+            (std::vector<std::string>{"qkv", "fc1", "fc2"}));
   {
     model::ForwardSessionCuda s(m, in.layout, o);
     a = s.forward(in);
