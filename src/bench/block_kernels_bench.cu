@@ -162,28 +162,21 @@ nlohmann::json bench_memory_bound(const BlockKernelsBenchOptions& o, cudaStream_
   rp.rows = S;
   rp.dim = H;
   rp.table_row_stride = 6 * H;
-  // Variant 0 is the default kernel; 1..4 the ring variants (rmsnorm_modulate.h), same bytes.
-  // Rows take their table row from a 9-way interleave (a new table row almost every row), then,
-  // for the default variant, from the seed's segments as in the model (runs of one table row).
+  // Rows take their table row from a 9-way interleave (a new table row almost every row), then
+  // from the seed's segments as in the model (runs of one table row).
   Tensor seg_idx = cuda::device_empty(DType::i64, {S});
   segment_index_kernel<<<256, 256, 0, s>>>(static_cast<int64_t*>(seg_idx.data()), S);
   H3RT_CUDA_CHECK(cudaGetLastError());
-  const int default_variant = ops::RmsNormModulateCudaParams{}.variant;
-  for (int run = 0; run <= 5; ++run) {
-    const bool segments = run == 5;
-    const int variant = segments ? default_variant : run;
+  for (const bool segments : {false, true}) {
     H3RT_NVTX_RANGE("bench.rmsnorm_modulate");
     Timing t = time_it(o, s, [&](int i) {
       auto p = rp;
       p.x = B(x[i % kSets]);
       p.y = B(n[i % kSets]);
-      p.variant = variant;
       if (segments) p.row_table_index = static_cast<int64_t*>(seg_idx.data());
       check(ops::rmsnorm_modulate_cuda(p, s), "rmsnorm_modulate");
     });
-    const std::string name = "rmsnorm_modulate (variant " + std::to_string(variant) +
-                             (variant == default_variant ? ", default" : "") +
-                             (segments ? ", seed segments)" : ")");
+    const std::string name = std::string("rmsnorm_modulate") + (segments ? " (seed segments)" : "");
     out.push_back(mem_entry(name, 2 * bf * S * H, t, copy_gbps));
   }
   {
@@ -227,10 +220,10 @@ nlohmann::json bench_memory_bound(const BlockKernelsBenchOptions& o, cudaStream_
     fill_f32_kernel<<<256, 256, 0, s>>>(static_cast<float*>(sn.data()), sn.numel(), 2);
     H3RT_CUDA_CHECK(cudaGetLastError());
     Tensor qw = dev_bf16({128}, 9, 1.0f), kw = dev_bf16({128}, 10, 1.0f);
-    // {slots, variant}: the default, the other slot counts, then the ring variants
-    // (qk_norm_rope.h), same bytes.
-    const std::pair<int, int> configs[] = {{0, 0}, {7, 0}, {2, 0}, {0, 1}, {0, 2}, {0, 3}, {0, 4}};
-    for (const auto& [slots, variant] : configs) {
+    // {slots, ring}: the per-(row, head group) kernel at each slot count, then the ring kernel
+    // (the default; qk_norm_rope.h), same bytes.
+    const std::pair<int, bool> configs[] = {{0, false}, {7, false}, {2, false}, {0, true}};
+    for (const auto& [slots, ring] : configs) {
       Timing t = time_it(o, s, [&](int i) {
         ops::QkNormRopeCudaParams p;
         p.qkv = B(qkv[i % kSets]);
@@ -244,14 +237,13 @@ nlohmann::json bench_memory_bound(const BlockKernelsBenchOptions& o, cudaStream_
         p.cos = static_cast<float*>(cs.data());
         p.sin = static_cast<float*>(sn.data());
         p.slots = slots;
-        p.variant = variant;
+        p.ring = ring;
         check(ops::qk_norm_rope_cuda(p, s), "qk_norm_rope");
       });
-      const bool dflt = variant == ops::QkNormRopeCudaParams{}.variant;
-      const std::string name =
-          variant ? "qk_norm_rope (variant " + std::to_string(variant) + (dflt ? ", default)" : ")")
-          : slots ? "qk_norm_rope (variant 0, " + std::to_string(slots) + " slots)"
-                  : std::string("qk_norm_rope (variant 0)");
+      const std::string name = ring ? std::string("qk_norm_rope (ring, default)")
+                               : slots
+                                   ? "qk_norm_rope (per row, " + std::to_string(slots) + " slots)"
+                                   : std::string("qk_norm_rope (per row)");
       out.push_back(mem_entry(name, 4 * bf * S * I + 2.0 * S * 96 * 4, t, copy_gbps));
     }
   }

@@ -12,8 +12,8 @@
 // swiglu reads 2F and writes F bf16 per row = 6*S*F; quantize_e4m3 reads 2 and writes 1 byte
 // per element. The device-to-device copy of 1 GiB (2 bytes moved per byte copied) is measured as
 // the practical bandwidth ceiling; memory-bound entries also report their share of it. Kernel
-// variants (rmsnorm_modulate variant 1..4, qk_norm_rope slot counts and variant 1..4) are timed
-// side by side with the default under the same byte model.
+// variants (qk_norm_rope's per-row kernel at each slot count beside its default ring kernel) are
+// timed side by side under the same byte model.
 #pragma once
 
 #include <cstdint>

@@ -140,15 +140,14 @@ struct NormCase {
   int64_t rows;
   bool residual;
   Src src;
-  int variant = 3;  // RmsNormModulateCudaParams::variant (the default 3, or 0)
   int64_t dim = kHidden;
 };
 
 void run_norm_case(const NormCase& c) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed << " rows " << c.rows << " residual "
-                                  << c.residual << " src " << static_cast<int>(c.src) << " variant "
-                                  << c.variant << " dim " << c.dim);
+                                  << c.residual << " src " << static_cast<int>(c.src) << " dim "
+                                  << c.dim);
   H3RT_REQUIRE_GPU();
   const int64_t rows = c.rows, dim = c.dim, tables = 3;
   const auto xh = random_bf16(rows, dim, seed, 4.0f);
@@ -168,7 +167,6 @@ void run_norm_case(const NormCase& c) {
 
   ops::RmsNormModulateCudaParams p =
       test::modulated_norm_params(w, tab, di, c.residual ? &res : nullptr, rows, dim, tables);
-  p.variant = c.variant;
   ops::RmsNormModulateCudaParams pr = p;  // unfused: bf16 y, then quantize
   pr.x = dptr<__nv_bfloat16>(x_ref);
   pr.y = dptr<__nv_bfloat16>(y_ref);
@@ -192,12 +190,9 @@ void run_norm_case(const NormCase& c) {
 TEST(FusedNvfp4, RmsNormModulateGivenScale) {
   run_norm_case({1000, false, Src::kGiven});
 }
-// Variant 0 asked for explicitly, and 8192 channels (4 vectors a thread). (The NVFP4 output runs
-// the one-CTA-a-row kernel whatever the variant: an encoding ring kernel was bit-exact but slower,
-// bench/RESULTS.md, session 8.)
-TEST(FusedNvfp4, RmsNormModulateGivenScaleVariantZeroAndWide) {
-  run_norm_case({1000, false, Src::kGiven, 0});
-  run_norm_case({333, false, Src::kGiven, 3, 8192});
+// 8192 channels (4 vectors a thread).
+TEST(FusedNvfp4, RmsNormModulateGivenScaleWide) {
+  run_norm_case({333, false, Src::kGiven, 8192});
 }
 TEST(FusedNvfp4, RmsNormModulateComputedScale) {
   run_norm_case({1000, false, Src::kTwoPass});

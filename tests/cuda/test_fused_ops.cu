@@ -244,15 +244,15 @@ TEST(CudaFusedOps, FusedResidualNormMatchesUnfusedAndCpu) {
 struct QkvCase {
   bool norm, rope;
   int slots = 0;
-  int variant = 0;
+  bool ring = false;  // the per-(row, head group) kernel unless asked
   int64_t rows = 1999, heads = kHeads;
   bool swap_qk = false;  // k before q in the row
 };
 
 void run_qk_norm_rope(const QkvCase& qc) {
   const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed) + ", variant " + std::to_string(qc.variant) +
-               ", rows " + std::to_string(qc.rows) + ", heads " + std::to_string(qc.heads));
+  SCOPED_TRACE("seed " + std::to_string(seed) + (qc.ring ? ", ring" : ", per row") + ", rows " +
+               std::to_string(qc.rows) + ", heads " + std::to_string(qc.heads));
   std::mt19937_64 g(seed);
   const int64_t rows = qc.rows, heads = qc.heads, span = heads * kHd, stride = 3 * span;
   const int64_t q_off = qc.swap_qk ? span : 0, k_off = qc.swap_qk ? 0 : span;
@@ -313,7 +313,7 @@ void run_qk_norm_rope(const QkvCase& qc) {
   p.norm = qc.norm;
   p.rope = qc.rope;
   p.slots = qc.slots;
-  p.variant = qc.variant;
+  p.ring = qc.ring;
   ASSERT_EQ(ops::qk_norm_rope_cuda(p, nullptr), cudaSuccess);
   const auto got = test::download<uint16_t>(dq);
   auto cmp = test::compare_bf16(got, want.data(), want.size());  // q, k, and v untouched
@@ -339,19 +339,17 @@ TEST(CudaFusedOps, QkNormOnlyAndRopeOnlyBitExact) {
   run_qk_norm_rope({false, true});
 }
 
-// The ring variants (qk_norm_rope.h, variant 1..4) against the CPU reference: every stage
-// selection, ragged row counts (fewer rows than resident CTAs, rows not a multiple of the grid),
-// head counts that leave slots empty, and k before q in the row.
-TEST(CudaFusedOps, QkNormRopeRingVariantsBitExact) {
+// The ring kernel (qk_norm_rope.h) against the CPU reference: both stage selections, ragged
+// row counts (fewer rows than resident CTAs, rows not a multiple of the grid), head counts that
+// leave slots empty, and k before q in the row.
+TEST(CudaFusedOps, QkNormRopeRingBitExact) {
   H3RT_REQUIRE_GPU();
-  for (int variant = 1; variant <= 4; ++variant) {
-    run_qk_norm_rope({true, true, 0, variant});
-    run_qk_norm_rope({true, false, 0, variant, 397});
-    run_qk_norm_rope({false, true, 0, variant, 397});
-    run_qk_norm_rope({true, true, 0, variant, 1});
-    run_qk_norm_rope({true, true, 0, variant, 5, 20});
-    run_qk_norm_rope({true, true, 0, variant, 263, 3, true});
-  }
+  run_qk_norm_rope({true, true, 0, true});
+  run_qk_norm_rope({true, false, 0, true, 397});
+  run_qk_norm_rope({false, true, 0, true, 397});
+  run_qk_norm_rope({true, true, 0, true, 1});
+  run_qk_norm_rope({true, true, 0, true, 5, 20});
+  run_qk_norm_rope({true, true, 0, true, 263, 3, true});
 }
 
 struct RmsCase {
@@ -361,9 +359,8 @@ struct RmsCase {
   bool segments = false;  // table rows in long runs (as text/audio/video) instead of per row
 };
 
-// rmsnorm_modulate: every variant (0 = default, 1..4 ring) bit-exact with the CPU reference
-// and hence with each other, on fresh data; outputs poisoned before every run.
-void run_rms_variants(const RmsCase& rc) {
+// rmsnorm_modulate bit-exact with the CPU reference on fresh data (output poisoned first).
+void run_rms(const RmsCase& rc) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + ", rows " + std::to_string(rc.rows) + ", dim " +
                std::to_string(rc.dim));
@@ -402,47 +399,38 @@ void run_rms_variants(const RmsCase& rc) {
   Tensor dw = test::upload(w.bits, DType::bf16, {dim});
   Tensor dt = test::upload(table.bits, DType::bf16, {9, 2 * dim});
   Tensor di = test::upload(idx, DType::i64, {rows});
-  std::vector<uint16_t> first;
-  for (int variant = 0; variant <= 4; ++variant) {
-    SCOPED_TRACE("variant " + std::to_string(variant));
-    Tensor dy = test::device_buffer(DType::bf16, {rows, dim});
-    ops::RmsNormModulateCudaParams p;
-    p.x = dptr<__nv_bfloat16>(dx);
-    p.y = dptr<__nv_bfloat16>(dy);
-    p.weight = rc.weight ? bf(dw) : nullptr;
-    p.shift = rc.modulate ? bf(dt) : nullptr;
-    p.scale = rc.modulate ? bf(dt, dim) : nullptr;
-    p.row_table_index = dptr<int64_t>(di);
-    p.rows = rows;
-    p.dim = dim;
-    p.x_row_stride = xs;
-    p.table_row_stride = 2 * dim;
-    p.variant = variant;
-    ASSERT_EQ(ops::rmsnorm_modulate_cuda(p, nullptr), cudaSuccess);
-    const auto got = test::download<uint16_t>(dy);
-    auto cmp = test::compare_bf16(got, want.data(), want.size());
-    EXPECT_EQ(cmp.mismatches, 0) << "max " << cmp.max_ulp << " ulp, first at " << cmp.first_bad;
-    if (variant == 0)
-      first = got;
-    else
-      EXPECT_EQ(got, first) << "differs from the default kernel";
-  }
+  Tensor dy = test::device_buffer(DType::bf16, {rows, dim});
+  ops::RmsNormModulateCudaParams p;
+  p.x = dptr<__nv_bfloat16>(dx);
+  p.y = dptr<__nv_bfloat16>(dy);
+  p.weight = rc.weight ? bf(dw) : nullptr;
+  p.shift = rc.modulate ? bf(dt) : nullptr;
+  p.scale = rc.modulate ? bf(dt, dim) : nullptr;
+  p.row_table_index = dptr<int64_t>(di);
+  p.rows = rows;
+  p.dim = dim;
+  p.x_row_stride = xs;
+  p.table_row_stride = 2 * dim;
+  ASSERT_EQ(ops::rmsnorm_modulate_cuda(p, nullptr), cudaSuccess);
+  const auto got = test::download<uint16_t>(dy);
+  auto cmp = test::compare_bf16(got, want.data(), want.size());
+  EXPECT_EQ(cmp.mismatches, 0) << "max " << cmp.max_ulp << " ulp, first at " << cmp.first_bad;
   EXPECT_EQ(test::download<uint16_t>(dx), x.bits) << "x must only be read";
 }
 
-TEST(CudaFusedOps, RmsNormModulateRingVariantsBitExact) {
+TEST(CudaFusedOps, RmsNormModulateShapesBitExact) {
   H3RT_REQUIRE_GPU();
-  run_rms_variants({3001, kH});                   // release width, 3 vectors per thread
-  run_rms_variants({1, kH});                      // fewer rows than resident CTAs
-  run_rms_variants({517, kH, false, false});      // plain RMSNorm without weight
-  run_rms_variants({263, kH, true, true, 24});    // strided x rows
-  run_rms_variants({77, 192});                    // one warp, partly idle lanes
-  run_rms_variants({129, 8192});                  // 4 vectors per thread, 256 threads
-  run_rms_variants({64, 4096 + 8, true, false});  // ragged width, no weight
-  for (int k = 0; k < 3; ++k) {  // table rows in segments: ring CTAs keep them across rows
+  run_rms({3001, kH});                   // release width, 3 vectors per thread
+  run_rms({1, kH});                      // fewer rows than resident CTAs
+  run_rms({517, kH, false, false});      // plain RMSNorm without weight
+  run_rms({263, kH, true, true, 24});    // strided x rows
+  run_rms({77, 192});                    // one warp, partly idle lanes
+  run_rms({129, 8192});                  // 4 vectors per thread, 256 threads
+  run_rms({64, 4096 + 8, true, false});  // ragged width, no weight
+  for (int k = 0; k < 3; ++k) {          // table rows in segments (as text/audio/video rows)
     RmsCase rc{5000, kH};
     rc.segments = true;
-    run_rms_variants(rc);
+    run_rms(rc);
   }
 }
 

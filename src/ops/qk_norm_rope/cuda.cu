@@ -191,7 +191,7 @@ __global__ void __launch_bounds__(kThreads, kSlots > 4   ? 3
   }
 }
 
-// Persistent "ring" variant (QkNormRopeCudaParams::variant 1..4, heads <= 56, sm_90+). Each CTA
+// Persistent "ring" kernel (QkNormRopeCudaParams::ring, heads <= 56, sm_90+). Each CTA
 // walks the rows blockIdx.x, +gridDim.x, ...; thread 0 streams a row's q span, k span and
 // cos/sin rows (contiguous in global memory: one bulk copy each, 29.4 KB at the seed shape)
 // into a ring of kStages shared-memory slots with cp.async.bulk, completing on one mbarrier per
@@ -348,17 +348,8 @@ bool launch_ring_stages(const QkNormRopeCudaParams& p, cudaStream_t stream) {
 }
 
 bool try_ring(const QkNormRopeCudaParams& p, cudaStream_t stream) {
-  if (p.variant == 0 || p.heads > kRingHeads) return false;
-  switch (p.variant) {
-    case 1:  // 2 slots (58.9 KB at the seed shape: 3 CTAs per SM), heads in passes of 2
-      return launch_ring_stages<2, 3, 2>(p, stream);
-    case 2:  // 2 slots, passes of 4 heads (fewer shuffles, a few spilled registers)
-      return launch_ring_stages<2, 3, 4>(p, stream);
-    case 3:  // 3 slots (88.3 KB: 2 CTAs per SM), passes of 4
-      return launch_ring_stages<3, 2, 4>(p, stream);
-    default:  // 4: 4 slots (117.8 KB: 1 CTA per SM), passes of 4
-      return launch_ring_stages<4, 1, 4>(p, stream);
-  }
+  if (!p.ring || p.heads > kRingHeads) return false;
+  return launch_ring_stages<4, 1, 4>(p, stream);  // 4 slots (117.8 KB: 1 CTA per SM), passes of 4
 }
 
 }  // namespace
@@ -384,7 +375,6 @@ cudaError_t qk_norm_rope_cuda(const QkNormRopeCudaParams& in, cudaStream_t strea
              "qk_norm_rope_cuda: pointers must be 16-byte aligned");
   H3RT_CHECK(p.row_stride < (int64_t(1) << 31), "qk_norm_rope_cuda: row stride ", p.row_stride,
              " must fit in 31 bits");
-  H3RT_CHECK(p.variant >= 0 && p.variant <= 4, "qk_norm_rope_cuda: variant ", p.variant, " (0..4)");
   if (p.rows == 0 || (!p.norm && !p.rope)) return cudaSuccess;
   if (try_ring(p, stream)) return H3RT_LAUNCH_CHECK("qk_norm_rope");
   switch (p.slots) {

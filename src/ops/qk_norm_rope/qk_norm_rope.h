@@ -61,12 +61,13 @@ struct QkNormRopeCudaParams {
   bool norm = true;
   bool rope = true;
   int slots = 0;  // tuning: heads per half-warp in flight, 2, 4 or 7 (0: the default, 4)
-  // Kernel choice, bit-identical outputs. 0: one CTA per (row, head group), `slots` as above.
-  // 1..4: persistent CTAs streaming whole rows (q, k, cos, sin) through a ring of shared-memory
-  // slots with bulk copies (sm_90+, heads <= 56; elsewhere variant 0 runs):
-  // 1: 2 slots, heads in passes of 2; 2: 2 slots, passes of 4; 3: 3 slots; 4: 4 slots.
-  // Default 4: the fastest on the H200 at the seed shape (bench/RESULTS.md).
-  int variant = 4;
+  // Kernel choice, bit-identical outputs. ring (the default): persistent CTAs streaming whole
+  // rows (q, k, cos, sin) through a ring of 4 shared-memory slots with bulk copies, heads in
+  // passes of 4 (sm_90+, heads <= 56; elsewhere the other kernel runs); false: one CTA per (row,
+  // head group), `slots` as above. The ring measured fastest on the H200 at the seed shape;
+  // three other ring configurations (2 slots in passes of 2 or 4, 3 slots) measured slower and
+  // were retired (bench/RESULTS.md).
+  bool ring = true;
 };
 
 cudaError_t qk_norm_rope_cuda(const QkNormRopeCudaParams& p, cudaStream_t stream);

@@ -14,8 +14,8 @@
 #include "formats/nvfp4_quantize_fused.cuh"
 #include "ops/int8_linear/rotate_quantize.cuh"
 #include "ops/linear/e4m3_out.cuh"
-#include "ops/rmsnorm_modulate/ring_kernel.cuh"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
+#include "ops/rmsnorm_modulate/row_math.cuh"
 
 namespace h3rt::ops {
 
@@ -25,7 +25,6 @@ using cuda::rbf;
 using namespace nvfp4_detail;  // FusedMode, encode_pair_chunk, finish_amax_pass
 
 constexpr int kMaxVec = 4;    // vectors per thread: up to 1024 * 4 * 8 = 32768 channels
-constexpr int kVariants = 4;  // RmsNormModulateCudaParams::variant 1..4: ring_kernel.cuh
 constexpr int kFuseInt8 = 3;  // FusedMode beyond NVFP4's: stage y, rotate + quantize (int8_fused.h)
 using e4m3_detail::kFuseE4m3;             // y as e4m3 with the static scale (e4m3_out.h)
 constexpr int kInt8MaxDim = 256 * 3 * 8;  // the kVec 3 kernel: one row per CTA of <= 256 threads
@@ -135,13 +134,13 @@ __global__ void __launch_bounds__(kMaxThreads<kVec>, kMinBlocks<kVec, kResidual,
     for (int i = 0; i < kVec; ++i) fetch_tables(i);
   }
   const float inv =
-      rmsnorm_ring::inv_rms(cuda::block_sum(rmsnorm_ring::sum_squares(xv)), p.dim, p.eps);
+      rmsnorm_math::inv_rms(cuda::block_sum(rmsnorm_math::sum_squares(xv)), p.dim, p.eps);
 #pragma unroll
   for (int i = 0; i < kVec; ++i) {
     const int c = threadIdx.x + i * blockDim.x;
     if constexpr (!kEarlyTables) fetch_tables(i);  // one vector at a time (register budget)
     if constexpr (!kResidual) {
-      const uint4 y = rmsnorm_ring::modulate8<kModulate>(xv[i], inv, wv[i], p.weight != nullptr,
+      const uint4 y = rmsnorm_math::modulate8<kModulate>(xv[i], inv, wv[i], p.weight != nullptr,
                                                          shv[i], scv[i]);
       emit(c, y);
     } else {
@@ -212,50 +211,6 @@ void launch_all(const RmsNormModulateCudaParams& p, int threads, cudaStream_t st
   launch<kVec, kFuseEncode>(p2, threads, stream);
 }
 
-// The ring variants (ring_kernel.cuh): {slots, shift/scale through the ring, min CTAs per SM}.
-// Launches one CTA per resident slot of the GPU (occupancy query with the ring's shared memory);
-// false when the device or the shape cannot run it (the caller then uses the default kernel).
-template <int kVec, bool kModulate, int kStages, bool kSmemTables, int kMinBlocks>
-bool launch_ring_as(const RmsNormModulateCudaParams& p, int threads, cudaStream_t stream) {
-  auto* fn = rmsnorm_ring::ring_kernel<kVec, kModulate, kStages, kSmemTables, kMinBlocks>;
-  const size_t smem = kStages * (rmsnorm_ring::kBarBytes +
-                                 rmsnorm_ring::slot_bytes(p.dim, kModulate && kSmemTables));
-  const int resident = cuda::resident_grid(reinterpret_cast<const void*>(fn), threads, smem, 9);
-  if (resident < 1) return false;
-  const int64_t grid = std::min<int64_t>(p.rows, resident);
-  fn<<<static_cast<unsigned>(grid), threads, smem, stream>>>(p);
-  return true;
-}
-
-template <int kVec, bool kModulate>
-bool launch_ring(const RmsNormModulateCudaParams& p, int threads, cudaStream_t stream) {
-  switch (p.variant) {
-    case 1:  // 2 slots of x+shift+scale (64.5 KB at 5376 channels: 3 CTAs per SM)
-      return launch_ring_as<kVec, kModulate, 2, true, 2>(p, threads, stream);
-    case 2:  // 3 slots of x+shift+scale (96.8 KB: 2 CTAs per SM)
-      return launch_ring_as<kVec, kModulate, 3, true, 2>(p, threads, stream);
-    case 3:  // 4 slots of x, tables from L2 (43 KB: 4 CTAs per SM, 64 registers)
-      return launch_ring_as<kVec, kModulate, 4, false, 4>(p, threads, stream);
-    case 4:  // 6 slots of x, tables from L2 (64.5 KB: 3 CTAs per SM)
-      return launch_ring_as<kVec, kModulate, 6, false, 3>(p, threads, stream);
-    default:
-      return false;
-  }
-}
-
-// The ring variants cover the bf16-output path without the fused residual, at most 256 threads.
-bool try_ring(const RmsNormModulateCudaParams& p, int vec, int threads, cudaStream_t stream) {
-  if (p.variant == 0 || p.residual || p.nvfp4.enabled() || p.int8.enabled() || p.e4m3.enabled() ||
-      threads > rmsnorm_ring::kMaxThreads)
-    return false;
-  const bool modulate = p.scale != nullptr;
-  if (vec == 3)
-    return modulate ? launch_ring<3, true>(p, threads, stream)
-                    : launch_ring<3, false>(p, threads, stream);
-  return modulate ? launch_ring<4, true>(p, threads, stream)
-                  : launch_ring<4, false>(p, threads, stream);
-}
-
 int threads_for(int nvec, int vec) {
   return (((nvec + vec - 1) / vec) + 31) / 32 * 32;
 }
@@ -311,17 +266,13 @@ cudaError_t rmsnorm_modulate_cuda(const RmsNormModulateCudaParams& in, cudaStrea
   // 3 or 4 vectors per thread, whichever leaves fewer idle slots (5376 channels: 224 x 3).
   const int nvec = static_cast<int>(p.dim / 8);
   const int t3 = threads_for(nvec, 3), t4 = threads_for(nvec, 4);
-  H3RT_CHECK(p.variant >= 0 && p.variant <= kVariants, "rmsnorm_modulate_cuda: variant ", p.variant,
-             " (0..", kVariants, ")");
   const bool vec3 = t3 <= kMaxThreads<3> && t3 * 3 - nvec <= t4 * 4 - nvec;
-  if (int8) {
+  if (int8)
     launch_int8(p, t3, stream);
-  } else if (!try_ring(p, vec3 ? 3 : 4, vec3 ? t3 : t4, stream)) {
-    if (vec3)
-      launch_all<3>(p, t3, stream);
-    else
-      launch_all<4>(p, t4, stream);
-  }
+  else if (vec3)
+    launch_all<3>(p, t3, stream);
+  else
+    launch_all<4>(p, t4, stream);
   return H3RT_LAUNCH_CHECK("rmsnorm_modulate");
 }
 

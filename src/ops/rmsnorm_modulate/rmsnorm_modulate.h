@@ -63,7 +63,7 @@ namespace h3rt::ops {
 // int8_fusable(dim, group) and dim <= 6144 (one row per CTA of at most 256 threads).
 // e4m3 output (`e4m3`, ops/linear/e4m3_out.h): the qkv / fc1 input of an fp8 layer with a static
 // input scale, bit-identical to writing y in bf16 and running quantize_e4m3_cuda on it; y may be
-// null or set. The one-CTA-per-row kernel runs (not the ring variants).
+// null or set.
 struct RmsNormModulateCudaParams {
   __nv_bfloat16* x = nullptr;  // [rows, dim], row stride x_row_stride; written only with residual
   __nv_bfloat16* y = nullptr;  // [rows, dim], row stride y_row_stride; may be null with nvfp4
@@ -80,12 +80,6 @@ struct RmsNormModulateCudaParams {
   Nvfp4Out nvfp4;  // optional NVFP4 output of y ([rows, dim]); disabled by default
   Int8Out int8;    // optional int8 convrot output of y; disabled by default (not with nvfp4)
   E4m3Out e4m3;  // optional e4m3 output of y (static scale; ops/linear/e4m3_out.h); off by default
-  // Kernel choice, bit-identical outputs. 0: one CTA per row. 1..4: persistent CTAs streaming
-  // rows through a shared-memory ring with bulk copies (ring_kernel.cuh), on sm_90+, for the
-  // bf16-output path without residual and dim <= 8192; elsewhere variant 0 runs.
-  //   1: 2 slots of x+shift+scale, 2: 3 such slots, 3: 4 slots of x, 4: 6 slots of x.
-  // Default 3: the fastest on the H200 at the seed shape (bench/RESULTS.md).
-  int variant = 3;
 };
 
 cudaError_t rmsnorm_modulate_cuda(const RmsNormModulateCudaParams& p, cudaStream_t stream);
