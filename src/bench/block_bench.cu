@@ -240,8 +240,11 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
   // otherwise.
   // int8: one per projection whose producer does not quantize the input.
   m.fused_inputs = model::fused_projection_inputs(w);
+  // fp8: one per projection whose producer does not write its e4m3 input (static scales with
+  // H3RT_FP8_FUSE=1 fuse qkv, fc1 and fc2).
   m.launcher_calls = model::kBlockLaunches +
-                     (o.fp8 || (o.nvfp4 && !o.nvfp4_static_input_scale) ? 4 : 0) +
+                     (o.fp8 ? 4 - static_cast<int>(m.fused_inputs.size()) : 0) +
+                     (o.nvfp4 && !o.nvfp4_static_input_scale ? 4 : 0) +
                      (o.int8_group >= 0 ? 4 - static_cast<int>(m.fused_inputs.size()) : 0) +
                      (o.sage_attention ? 1 : 0);  // Sage: pre-pass and kernel
   m.graph_nodes = static_cast<int64_t>(graph_nodes);
@@ -252,6 +255,7 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
   m.device = device;
   m.telemetry = std::move(tm);
   m.fp8 = o.fp8;
+  if (o.fp8) m.fp8_gemm = ops::fp8_gemm_path_name(ops::linear_fp8_resolve_path({}));
   m.nvfp4 = o.nvfp4;
   m.int8_group = o.int8_group;
   m.sage_attention = o.sage_attention;
