@@ -24,9 +24,16 @@ struct Shape {
 };
 
 nlohmann::json algo_json(const ops::lt::AlgoInfo& a) {
-  return {{"id", a.id},           {"tile", a.tile},       {"stages", a.stages},
-          {"split_k", a.split_k}, {"swizzle", a.swizzle}, {"cluster", a.cluster},
-          {"custom", a.custom},   {"waves", a.waves},     {"workspace_bytes", a.workspace_bytes}};
+  return {{"id", a.id},
+          {"tile", a.tile},
+          {"stages", a.stages},
+          {"split_k", a.split_k},
+          {"reduction", a.reduction},
+          {"swizzle", a.swizzle},
+          {"cluster", a.cluster},
+          {"custom", a.custom},
+          {"waves", a.waves},
+          {"workspace_bytes", a.workspace_bytes}};
 }
 
 // The operands of one shape, filled once for every kind and algorithm.
@@ -101,11 +108,12 @@ nlohmann::json sweep_shape(const ops::lt::Gemm& base, Timer& tm, const GemmAlgos
   *t_best += best_ms;
   std::printf(
       "  %-4s %6lld %6lld | %3zu algos | default %8.3f ms %7.1f TF/s | best #%-2d %8.3f "
-      "ms %7.1f TF/s (id %d tile %d stages %d splitk %d swizzle %d cluster %d) %.3fx\n",
+      "ms %7.1f TF/s (id %d tile %d stages %d splitk %d reduction %d swizzle %d cluster %d) "
+      "%.3fx\n",
       name, (long long)base.out, (long long)base.in, algos.size(), first_ms,
       flops / first_ms * 1e-9, best, best_ms, flops / best_ms * 1e-9, algos[best].id,
-      algos[best].tile, algos[best].stages, algos[best].split_k, algos[best].swizzle,
-      algos[best].cluster, first_ms / best_ms);
+      algos[best].tile, algos[best].stages, algos[best].split_k, algos[best].reduction,
+      algos[best].swizzle, algos[best].cluster, first_ms / best_ms);
   return {{"shape", name},
           {"n", base.out},
           {"k", base.in},
@@ -181,7 +189,7 @@ nlohmann::json run_gemm_algos_bench(const GemmAlgosBenchOptions& o) {
         if (tc > 0) {
           shape["cutlass_sm90_ms"] = tc;
           shape["cutlass_sm90_vs_default"] = shape["default_ms"].get<double>() / tc;
-          std::printf("       CUTLASS sm90 128x256 fp8: %8.3f ms %7.1f TF/s (%.3fx of #0)\n", tc,
+          std::printf("       CUTLASS sm90 128x128 fp8: %8.3f ms %7.1f TF/s (%.3fx of #0)\n", tc,
                       flops / tc * 1e-9, shape["default_ms"].get<double>() / tc);
         }
         t_cutlass = tc > 0 && t_cutlass >= 0 ? t_cutlass + tc : -1.0;

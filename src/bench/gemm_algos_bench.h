@@ -5,7 +5,8 @@
 // fast accumulation), every algorithm cuBLASLt's heuristic offers (up to `max_algos`, best
 // first) is run and timed: CUDA events around each call after a warm-up, the median of `iters`.
 // Index 0 is what h3rt runs today; the report gives, per shape, its time, the fastest index,
-// that algorithm's configuration (cuBLASLt's algo id, tile, stages, split-K, swizzle, cluster)
+// that algorithm's configuration (cuBLASLt's algo id, tile, stages, split-K and its reduction
+// scheme: 1 and 4 reduce in bf16, less exact than one float32 accumulation, swizzle, cluster)
 // and the ratio, and per (S, kind) the totals of the four shapes. Operands are synthetic hashed
 // values (fp8: quantized from them with scale 1). Algorithms that refuse to run are listed as
 // such. For fp8, where this build and device run it, the CUTLASS sm_90a kernel

@@ -551,6 +551,8 @@ struct ForwardSessionCuda::Impl {
   void embed(const DeviceLinear& l, const float* in, int64_t rows, bf16* x) {
     if (rows == 0) return;
     if (l.int8()) {
+      H3RT_CHECK(l.in <= H, "int8 patch projection with ", l.in, " inputs: staged in ", H,
+                 "-wide rows");
       int8_project_f32_in_cuda(l, in, b.y.ptr<bf16>(), x, rows,
                                int8_io_activation(b, rows, l.in, "(patch projection)"), s);
       return;
@@ -565,7 +567,7 @@ struct ForwardSessionCuda::Impl {
   // rows as bf16), then the copy out.
   void head(const DeviceLinear& l, int64_t row0, int64_t rows, const Tensor& v) {
     if (rows == 0) return;
-    float* yf = scratch();
+    float* yf = scratch();  // float32 rows (curve form: the modulated ones)
     const bf16* y = b.n.ptr<bf16>() + row0 * H;
     if (curve()) {
       ops::CurveModulateCudaParams p;
@@ -580,6 +582,8 @@ struct ForwardSessionCuda::Impl {
       H3RT_CUDA_CHECK(ops::curve_modulate_cuda(p, s));
     }
     if (l.int8()) {  // W8A8 of the bf16 rows (io_int8_cuda.h); b.y and b.attn are free here
+      H3RT_CHECK(l.out <= m.config.inner(), "int8 output head with ", l.out, " outputs: staged in ",
+                 m.config.inner(), "-wide rows");
       const bf16* x = y;
       if (curve()) {
         f32_to_bf16_rows_cuda(yf, H, b.y.ptr<bf16>(), H, rows, H, s);

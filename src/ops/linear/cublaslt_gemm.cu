@@ -156,10 +156,13 @@ std::vector<cublasLtMatmulHeuristicResult_t> describe(Plan& p, const Key& k, cub
   return res;
 }
 
-// The plan for `k` in the given pointer mode: the heuristic's algorithm number k.algo.
+// The plan for `k` in the given pointer mode: the heuristic's algorithm number k.algo. The
+// default (0) asks for one algorithm, as h3rt always has; the others ask for kMaxAlgos, as
+// algos() does, so that index i names the same algorithm in both (whatever the heuristic does
+// with shorter requests).
 bool build(Plan& p, const Key& k, cublasLtHandle_t h, int32_t pointer_mode) {
   const std::vector<cublasLtMatmulHeuristicResult_t> res =
-      describe(p, k, h, pointer_mode, k.algo + 1);
+      describe(p, k, h, pointer_mode, k.algo == 0 ? 1 : kMaxAlgos);
   if (static_cast<int>(res.size()) <= k.algo) return false;
   p.algo = res[static_cast<size_t>(k.algo)].algo;
   p.found = true;
@@ -237,6 +240,19 @@ uint64_t config_value(const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoConfigAtt
   return v;
 }
 
+AlgoInfo info_of(const cublasLtMatmulAlgo_t& algo) {
+  AlgoInfo a;
+  a.id = static_cast<int>(config_value(algo, CUBLASLT_ALGO_CONFIG_ID));
+  a.tile = static_cast<int>(config_value(algo, CUBLASLT_ALGO_CONFIG_TILE_ID));
+  a.stages = static_cast<int>(config_value(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID));
+  a.split_k = static_cast<int>(config_value(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM));
+  a.reduction = static_cast<int>(config_value(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME));
+  a.swizzle = static_cast<int>(config_value(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING));
+  a.cluster = static_cast<int>(config_value(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID));
+  a.custom = static_cast<int>(config_value(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION));
+  return a;
+}
+
 }  // namespace
 
 std::vector<AlgoInfo> algos(const Gemm& g, int max) {
@@ -251,22 +267,26 @@ std::vector<AlgoInfo> algos(const Gemm& g, int max) {
   Plan p;
   std::vector<cublasLtMatmulHeuristicResult_t> res;
   for (int32_t mode : pointer_modes(k))
-    if (!(res = describe(p, k, dev.handle, mode, max)).empty()) break;
+    if (!(res = describe(p, k, dev.handle, mode, kMaxAlgos)).empty()) break;
+  if (static_cast<int>(res.size()) > max) res.resize(static_cast<size_t>(max));
   std::vector<AlgoInfo> out;
   for (const auto& r : res) {
-    AlgoInfo a;
-    a.id = static_cast<int>(config_value(r.algo, CUBLASLT_ALGO_CONFIG_ID));
-    a.tile = static_cast<int>(config_value(r.algo, CUBLASLT_ALGO_CONFIG_TILE_ID));
-    a.stages = static_cast<int>(config_value(r.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID));
-    a.split_k = static_cast<int>(config_value(r.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM));
-    a.swizzle = static_cast<int>(config_value(r.algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING));
-    a.cluster = static_cast<int>(config_value(r.algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID));
-    a.custom = static_cast<int>(config_value(r.algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION));
+    AlgoInfo a = info_of(r.algo);
     a.workspace_bytes = r.workspaceSize;
     a.waves = r.wavesCount;
     out.push_back(a);
   }
   return out;
+}
+
+AlgoInfo algo_of(const Gemm& g) {
+  const Key k = key_of(g);
+  PerDevice dev;
+  void* ws = g.workspace;
+  Plan& plan = get_plan(k, nullptr, &dev, &ws);
+  H3RT_CHECK(plan.found, "cuBLASLt: no algorithm ", g.algo, " for rows ", g.rows, ", in ", g.in,
+             ", out ", g.out);
+  return info_of(plan.algo);
 }
 
 cudaError_t gemm(const Gemm& g, cudaStream_t stream) {

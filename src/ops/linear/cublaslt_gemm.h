@@ -59,15 +59,27 @@ struct Gemm {
 inline constexpr int kMaxAlgos = 32;
 
 // One of the heuristic's algorithms for a problem, as cuBLASLt describes its configuration.
+// reduction: cuBLASLt's split-K reduction scheme (0 none, 1 in place in the output, 2 in the
+// compute type, 4 in the output type): schemes 1 and 4 add split_k bf16 roundings of partial
+// sums, a less exact product than one float32 accumulation.
 struct AlgoInfo {
-  int id = 0, tile = 0, stages = 0, split_k = 0, swizzle = 0, cluster = 0, custom = 0;
+  int id = 0, tile = 0, stages = 0, split_k = 0, reduction = 0, swizzle = 0, cluster = 0,
+      custom = 0;
   size_t workspace_bytes = 0;
   float waves = 0;  // the heuristic's wave count
+  bool same_config(const AlgoInfo& o) const {
+    return id == o.id && tile == o.tile && stages == o.stages && split_k == o.split_k &&
+           reduction == o.reduction && swizzle == o.swizzle && cluster == o.cluster &&
+           custom == o.custom;
+  }
 };
 // The heuristic's algorithms for g (its shape, kind, alignment and epilogue; g.algo ignored),
 // best first, at most `max` (1..kMaxAlgos): Gemm::algo = i runs the i-th. Empty when there is
 // none.
 std::vector<AlgoInfo> algos(const Gemm& g, int max);
+// The configuration gemm(g) runs (its plan, built if needed; g.algo honoured); throws when g
+// has no algorithm.
+AlgoInfo algo_of(const Gemm& g);
 
 // A Gemm holding the output, bias and shape of `p`, a linear op's parameter struct (fields bias,
 // y, y_row_stride, rows, in, out); the caller sets the operands and the rest.

@@ -1,7 +1,9 @@
 // The CUTLASS 4.2 sm_90a path of linear_fp8_cuda (linear.h): a warp-specialized persistent
-// TMA/wgmma e4m3 x e4m3 GEMM, cooperative 128x256x128 tiles, cluster 2x1 (the tile cuBLASLt's
-// and DeepGEMM's fp8 kernels use for large M and N), without fast accumulation (CUTLASS's fp8
-// mainloop promotes the wgmma accumulators into float32 every 4 k-blocks), with the block's
+// TMA/wgmma e4m3 x e4m3 GEMM, cooperative 128x128x128 tiles, cluster 2x1, without fast
+// accumulation (CUTLASS's fp8 mainloop promotes the wgmma accumulators into float32 after every
+// 4 wgmma k-steps, i.e. once per 128-wide k-block; its second set of accumulators is why the
+// 128x256 tile, which the int8 kernel uses, spills here: 816 bytes of spill stores at 168
+// registers, against none for 128x128, ptxas -v for sm_90a), with the block's
 // epilogue in an EVT: y = bf16(f32(acc) * (x_scale * w_scale) + bias), the two device scalars
 // multiplied once, the bias a bf16 per-column broadcast (null: -0.0, which leaves every value
 // unchanged). Not bit-identical with cuBLASLt (accumulation order): both are checked against

@@ -16,13 +16,12 @@
 
 namespace h3rt::ops::fp8_detail::fp8_cutlass_sm90 {
 
-using namespace cute;
 namespace fusion = cutlass::epilogue::fusion;
 using namespace cute;
 using Bf16 = cutlass::bfloat16_t;
 using E4m3 = cutlass::float_e4m3_t;
 constexpr auto kRn = cutlass::FloatRoundStyle::round_to_nearest;
-using TileShape = Shape<_128, _256, _128>;
+using TileShape = Shape<_128, _128, _128>;
 using ClusterShape = Shape<_2, _1, _1>;
 
 // x_scale * w_scale (two device scalars, multiplied by the broadcast), times the accumulator,
