@@ -30,11 +30,6 @@ namespace {
 using test::dptr;
 using bf16 = __nv_bfloat16;
 
-Tensor random_device(int64_t rows, int64_t cols, std::mt19937_64& g, float sd) {
-  return test::upload(test::random_bf16(size_t(rows * cols), g, 0.0f, sd).bits, DType::bf16,
-                      {rows, cols});
-}
-
 void expect_same_bytes(const Tensor& a, const Tensor& b, const std::string& what) {
   const auto va = test::download<uint8_t>(a), vb = test::download<uint8_t>(b);
   ASSERT_EQ(va.size(), vb.size()) << what;
@@ -84,38 +79,30 @@ void run_norm(const NormCase& c) {
                                   << " residual " << c.residual << " y " << c.with_y);
   H3RT_REQUIRE_GPU();
   std::mt19937_64 g(seed);
-  const int64_t rows = c.rows, dim = c.dim, tables = 3;
+  const int64_t rows = c.rows, dim = c.dim;
   const std::vector<uint16_t> xh = test::random_rows_bf16(rows, dim, g).bits;
-  Tensor x_ref = test::upload(xh, DType::bf16, {rows, dim});
-  Tensor x_fused = test::upload(xh, DType::bf16, {rows, dim});
-  Tensor res = random_device(rows, dim, g, 2.0f);
-  Tensor tab = random_device(3 * tables, dim, g, 0.5f);  // shift, scale, gate rows
-  Tensor w = random_device(1, dim, g, 1.5f);
-  std::vector<int64_t> idx(rows);
-  for (int64_t r = 0; r < rows; ++r) idx[r] = (r * 7 + int64_t(seed % 5)) % tables;
-  Tensor di = test::upload(idx, DType::i64, {rows});
+  const test::NormInputs in(xh, rows, dim, g, seed);
   const float scale = 0.004f;  // |y| beyond 448 * 0.004 = 1.8 saturates
   Tensor s = test::upload(std::vector<float>{scale}, DType::f32, {1});
   Tensor y_ref = test::device_buffer(DType::bf16, {rows, dim});
   Tensor y_fused = test::device_buffer(DType::bf16, {rows, dim});
 
-  ops::RmsNormModulateCudaParams p =
-      test::modulated_norm_params(w, tab, di, c.residual ? &res : nullptr, rows, dim, tables);
+  ops::RmsNormModulateCudaParams p = in.params(c.residual);
   ops::RmsNormModulateCudaParams pr = p;
-  pr.x = dptr<bf16>(x_ref);
+  pr.x = dptr<bf16>(in.x_ref);
   pr.y = dptr<bf16>(y_ref);
   H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(pr, nullptr));
   const Tensor q_ref = quantize_after(y_ref, rows, dim, s);
 
   Tensor q = test::device_buffer(DType::e4m3, {rows, dim});
   ops::RmsNormModulateCudaParams pf = p;
-  pf.x = dptr<bf16>(x_fused);
+  pf.x = dptr<bf16>(in.x_fused);
   pf.y = c.with_y ? dptr<bf16>(y_fused) : nullptr;
   pf.e4m3 = out_of(q, s);
   H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(pf, nullptr));
   H3RT_CUDA_CHECK(cudaDeviceSynchronize());
   expect_same_bytes(q, q_ref, "q");
-  if (c.residual) expect_same_bytes(x_fused, x_ref, "residual stream x");
+  if (c.residual) expect_same_bytes(in.x_fused, in.x_ref, "residual stream x");
   if (c.with_y) expect_same_bytes(y_fused, y_ref, "bf16 y written alongside");
   if (c.host_check) expect_host_rule(q, y_ref, scale);
 }
@@ -139,7 +126,7 @@ void run_swiglu(int64_t rows, int64_t ffn, bool table, bool with_out) {
                                   << " table " << table << " out " << with_out);
   H3RT_REQUIRE_GPU();
   std::mt19937_64 g(seed);
-  Tensor in = random_device(rows, 2 * ffn, g, 2.0f);
+  Tensor in = test::random_device_bf16(rows, 2 * ffn, g, 2.0f);
   Tensor silu_table = test::device_buffer(DType::bf16, {ops::kSiluTableEntries});
   H3RT_CUDA_CHECK(ops::swiglu_silu_table_cuda(dptr<bf16>(silu_table), nullptr));
   const float scale = 0.002f;

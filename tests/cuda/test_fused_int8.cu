@@ -28,11 +28,6 @@ namespace {
 
 using test::dptr;
 
-Tensor random_device(int64_t rows, int64_t cols, std::mt19937_64& g, float sd) {
-  return test::upload(test::random_bf16(size_t(rows * cols), g, 0.0f, sd).bits, DType::bf16,
-                      {rows, cols});
-}
-
 // q and scale of an int8 output on the device.
 struct Q8 {
   Tensor q, scale;
@@ -139,32 +134,24 @@ void run_norm(const NormCase& c) {
   H3RT_REQUIRE_GPU();
   ASSERT_TRUE(ops::rmsnorm_modulate_int8_fusable(c.dim, c.group));
   std::mt19937_64 g(seed);
-  const int64_t rows = c.rows, dim = c.dim, tables = 3;
+  const int64_t rows = c.rows, dim = c.dim;
   const std::vector<uint16_t> xh =
       c.crafted ? crafted_rows(rows, dim, g) : test::random_rows_bf16(rows, dim, g).bits;
-  Tensor x_ref = test::upload(xh, DType::bf16, {rows, dim});
-  Tensor x_fused = test::upload(xh, DType::bf16, {rows, dim});
-  Tensor res = random_device(rows, dim, g, 2.0f);
-  Tensor tab = random_device(3 * tables, dim, g, 0.5f);  // shift, scale, gate rows
-  Tensor w = random_device(1, dim, g, 1.5f);
-  std::vector<int64_t> idx(rows);
-  for (int64_t r = 0; r < rows; ++r) idx[r] = (r * 7 + int64_t(seed % 5)) % tables;
-  Tensor di = test::upload(idx, DType::i64, {rows});
+  const test::NormInputs in(xh, rows, dim, g, seed);
   Tensor y_ref = test::device_buffer(DType::bf16, {rows, dim});
   Tensor y_fused = test::device_buffer(DType::bf16, {rows, dim});
 
-  ops::RmsNormModulateCudaParams p =
-      test::modulated_norm_params(w, tab, di, c.residual ? &res : nullptr, rows, dim, tables);
+  ops::RmsNormModulateCudaParams p = in.params(c.residual);
   if (c.crafted) p.shift = p.scale = nullptr;  // the modulation's shift would hide the spans
   ops::RmsNormModulateCudaParams pr = p;
-  pr.x = dptr<__nv_bfloat16>(x_ref);
+  pr.x = dptr<__nv_bfloat16>(in.x_ref);
   pr.y = dptr<__nv_bfloat16>(y_ref);
   H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(pr, nullptr));
   const Q8 ref = quantize_unfused(y_ref, rows, dim, c.group);
 
   Q8 fused(rows, dim);
   ops::RmsNormModulateCudaParams pf = p;
-  pf.x = dptr<__nv_bfloat16>(x_fused);
+  pf.x = dptr<__nv_bfloat16>(in.x_fused);
   pf.y = c.with_y ? dptr<__nv_bfloat16>(y_fused) : nullptr;
   Tensor fallbacks = test::upload(std::vector<int32_t>{0}, DType::i32, {1});
   pf.int8 = fused.out(c.group, c.rotate, dptr<uint32_t>(fallbacks));
@@ -183,7 +170,7 @@ void run_norm(const NormCase& c) {
   }
   expect_same_bytes(fused.q, ref.q, "q");
   expect_same_bytes(fused.scale, ref.scale, "scale");
-  if (c.residual) expect_same_bytes(x_fused, x_ref, "residual stream x");
+  if (c.residual) expect_same_bytes(in.x_fused, in.x_ref, "residual stream x");
   if (c.with_y) expect_same_bytes(y_fused, y_ref, "bf16 y written alongside");
   if (c.host_check) expect_host_rule(fused, y_ref, rows, dim, c.group);
 }
