@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cuda/arena.h"
@@ -136,6 +137,16 @@ Err error(const Got& got, const Ref& ref) {
     e.mean_abs += d / ref.size();
   }
   return e;
+}
+
+// Two device tensors hold the same bytes (the fused producers' tests: q, scales, bf16 outputs).
+inline void expect_same_bytes(const Tensor& a, const Tensor& b, const std::string& what) {
+  const auto va = download<uint8_t>(a), vb = download<uint8_t>(b);
+  ASSERT_EQ(va.size(), vb.size()) << what;
+  int64_t bad = 0, first = -1;
+  for (size_t i = 0; i < va.size(); ++i)
+    if (va[i] != vb[i] && bad++ == 0) first = int64_t(i);
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " bytes differ, first at byte " << first;
 }
 
 }  // namespace h3rt::test

@@ -30,15 +30,6 @@ namespace {
 using test::dptr;
 using bf16 = __nv_bfloat16;
 
-void expect_same_bytes(const Tensor& a, const Tensor& b, const std::string& what) {
-  const auto va = test::download<uint8_t>(a), vb = test::download<uint8_t>(b);
-  ASSERT_EQ(va.size(), vb.size()) << what;
-  int64_t bad = 0, first = -1;
-  for (size_t i = 0; i < va.size(); ++i)
-    if (va[i] != vb[i] && bad++ == 0) first = int64_t(i);
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " bytes differ, first at byte " << first;
-}
-
 // quantize_e4m3_cuda of y [rows, cols] with scale s (device scalar).
 Tensor quantize_after(const Tensor& y, int64_t rows, int64_t cols, const Tensor& s) {
   Tensor q = test::device_buffer(DType::e4m3, {rows, cols});
@@ -101,9 +92,9 @@ void run_norm(const NormCase& c) {
   pf.e4m3 = out_of(q, s);
   H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(pf, nullptr));
   H3RT_CUDA_CHECK(cudaDeviceSynchronize());
-  expect_same_bytes(q, q_ref, "q");
-  if (c.residual) expect_same_bytes(in.x_fused, in.x_ref, "residual stream x");
-  if (c.with_y) expect_same_bytes(y_fused, y_ref, "bf16 y written alongside");
+  test::expect_same_bytes(q, q_ref, "q");
+  if (c.residual) test::expect_same_bytes(in.x_fused, in.x_ref, "residual stream x");
+  if (c.with_y) test::expect_same_bytes(y_fused, y_ref, "bf16 y written alongside");
   if (c.host_check) expect_host_rule(q, y_ref, scale);
 }
 
@@ -149,8 +140,8 @@ void run_swiglu(int64_t rows, int64_t ffn, bool table, bool with_out) {
   pf.e4m3 = out_of(q, s);
   H3RT_CUDA_CHECK(ops::swiglu_cuda(pf, nullptr));
   H3RT_CUDA_CHECK(cudaDeviceSynchronize());
-  expect_same_bytes(q, q_ref, "q");
-  if (with_out) expect_same_bytes(out, out_ref, "bf16 out written alongside");
+  test::expect_same_bytes(q, q_ref, "q");
+  if (with_out) test::expect_same_bytes(out, out_ref, "bf16 out written alongside");
   if (table && !with_out) expect_host_rule(q, out_ref, scale);
 }
 

@@ -46,15 +46,6 @@ struct Q8 {
   }
 };
 
-void expect_same_bytes(const Tensor& a, const Tensor& b, const std::string& what) {
-  const auto va = test::download<uint8_t>(a), vb = test::download<uint8_t>(b);
-  ASSERT_EQ(va.size(), vb.size()) << what;
-  int64_t bad = 0, first = -1;
-  for (size_t i = 0; i < va.size(); ++i)
-    if (va[i] != vb[i] && bad++ == 0) first = int64_t(i);
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " bytes differ, first at byte " << first;
-}
-
 // The unfused pipeline's second half: the standalone quantizer on the bf16 output (the double
 // rotation form).
 Q8 quantize_unfused(const Tensor& y, int64_t rows, int64_t cols, int group) {
@@ -168,10 +159,10 @@ void run_norm(const NormCase& c) {
   if (c.crafted && math == ops::Int8RotateMath::kInteger && rows >= 5) {
     EXPECT_GT(want_fallbacks, 0) << "the crafted wide rows must reach the fallback";
   }
-  expect_same_bytes(fused.q, ref.q, "q");
-  expect_same_bytes(fused.scale, ref.scale, "scale");
-  if (c.residual) expect_same_bytes(in.x_fused, in.x_ref, "residual stream x");
-  if (c.with_y) expect_same_bytes(y_fused, y_ref, "bf16 y written alongside");
+  test::expect_same_bytes(fused.q, ref.q, "q");
+  test::expect_same_bytes(fused.scale, ref.scale, "scale");
+  if (c.residual) test::expect_same_bytes(in.x_fused, in.x_ref, "residual stream x");
+  if (c.with_y) test::expect_same_bytes(y_fused, y_ref, "bf16 y written alongside");
   if (c.host_check) expect_host_rule(fused, y_ref, rows, dim, c.group);
 }
 
