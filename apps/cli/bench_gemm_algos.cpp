@@ -28,9 +28,7 @@ void add_bench_gemm_algos_command(CLI::App& app) {
   cmd->add_option("--max-algos", opt->max_algos, "heuristic algorithms tried per GEMM (1..32)")
       ->check(CLI::Range(1, 32))
       ->capture_default_str();
-  cmd->add_option("--warmup", opt->warmup, "untimed calls first")->capture_default_str();
-  cmd->add_option("--iters", opt->iters, "timed calls (median reported)")->capture_default_str();
-  cmd->add_option("--out", opt->json_path, "write the report as JSON to this file");
+  add_gemm_timing_options(*cmd, opt->warmup, opt->iters, opt->json_path);
   cmd->callback([opt, rows] {
     if (!opt->json_path.empty()) check_output_path(opt->json_path, "--out");
     if (*rows > 0) opt->rows = {*rows};

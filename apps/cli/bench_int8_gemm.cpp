@@ -27,9 +27,7 @@ void add_bench_int8_gemm_command(CLI::App& app) {
   cmd->add_option("--rows", *rows, "packed rows S (default: 37810 and 15399)");
   cmd->add_option("--group", opt->group, "rotation group (0: plain per-row int8)")
       ->capture_default_str();
-  cmd->add_option("--warmup", opt->warmup, "untimed calls first")->capture_default_str();
-  cmd->add_option("--iters", opt->iters, "timed calls (median reported)")->capture_default_str();
-  cmd->add_option("--out", opt->json_path, "write the report as JSON to this file");
+  add_gemm_timing_options(*cmd, opt->warmup, opt->iters, opt->json_path);
   cmd->callback([opt, rows] {
     if (!opt->json_path.empty()) check_output_path(opt->json_path, "--out");
     if (*rows > 0) opt->rows = {*rows};

@@ -22,9 +22,7 @@ void add_bench_nvfp4_gemm_command(CLI::App& app) {
   cmd->add_option("--inner", opt->inner, "attention width, heads x 128 (multiple of 64)")
       ->capture_default_str();
   cmd->add_option("--ffn", opt->ffn, "SwiGLU width (multiple of 64)")->capture_default_str();
-  cmd->add_option("--warmup", opt->warmup, "untimed calls first")->capture_default_str();
-  cmd->add_option("--iters", opt->iters, "timed calls (median reported)")->capture_default_str();
-  cmd->add_option("--out", opt->json_path, "write the report as JSON to this file");
+  add_gemm_timing_options(*cmd, opt->warmup, opt->iters, opt->json_path);
   cmd->callback([opt] {
     if (!opt->json_path.empty()) check_output_path(opt->json_path, "--out");
     bench::run_nvfp4_gemm_bench(*opt);

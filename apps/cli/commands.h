@@ -25,6 +25,9 @@ void add_bench_kernels_command(CLI::App& app);
 void add_bench_nvfp4_gemm_command(CLI::App& bench);
 void add_bench_nvfp4_fusion_command(CLI::App& app);
 void add_bench_int8_gemm_command(CLI::App& bench);
+// The timing options of the GEMM benches (nvfp4-gemm, int8-gemm, gemm-algos): --warmup, --iters
+// (the median is reported) and --out (the JSON report).
+void add_gemm_timing_options(CLI::App& cmd, int& warmup, int& iters, std::string& json_path);
 void add_bench_gemm_algos_command(CLI::App& bench);
 void add_bench_lora_merge_command(CLI::App& bench);
 

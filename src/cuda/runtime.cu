@@ -93,6 +93,15 @@ int resident_grid(const void* kernel, int threads, size_t smem, int min_major) {
   return per_sm * sms;
 }
 
+int sm_count(int device) {
+  static int counts[64] = {};  // benign race: every writer stores the same value
+  int n = device >= 0 && device < 64 ? counts[device] : 0;
+  if (n) return n;
+  H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+  if (device >= 0 && device < 64) counts[device] = n;
+  return n;
+}
+
 bool compiled_arch_listed(const std::string& arch) {
 #ifdef H3RT_CUDA_ARCH_LIST
   const std::string list = std::string(",") + H3RT_CUDA_ARCH_LIST + ",";

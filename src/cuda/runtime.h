@@ -38,6 +38,8 @@ bool compiled_arch_listed(const std::string& arch);
 // kernel's dynamic shared-memory limit) x SMs. 0 when the device's compute capability major is
 // below `min_major`, the shared memory exceeds the opt-in limit, or no CTA fits.
 int resident_grid(const void* kernel, int threads, size_t smem, int min_major);
+// The SM count of `device`, queried once per device (launch arguments of persistent kernels).
+int sm_count(int device);
 
 // An owned stream (non-blocking w.r.t. the legacy default stream). Launchers take the raw handle.
 class Stream {

@@ -120,13 +120,13 @@ void int8_project_cuda(const DeviceLinear& l, const bf16* x, bf16* y, int64_t ro
   int8_gemm_cuda(l, a, y, rows, s);
 }
 
-namespace {
-
 Int8Activation int8_activation(BlockCudaBuffers& b) {
   H3RT_CHECK(b.xi8.data() != nullptr, "int8 layer without int8 activation buffers");
   return {b.xi8.ptr<int8_t>(), b.xi8_scale.ptr<float>(), b.int8_workspace.data(),
           static_cast<size_t>(b.int8_workspace.nbytes())};
 }
+
+namespace {
 
 // int8 W8A8 GEMM of the activation already rotated and quantized in b.xi8 / b.xi8_scale.
 void gemm_int8(const DeviceLinear& l, bf16* y, int64_t rows, BlockCudaBuffers& b, cudaStream_t s) {

@@ -120,6 +120,9 @@ struct BlockCudaBuffers {
   // device counters [2] (u64: computed, total key-block pairs) the sparse blocks add to.
   Tensor sparse_workspace, sparse_stats;
 };
+// The int8 activation of b (its xi8, xi8_scale and int8_workspace; throws when b has none).
+Int8Activation int8_activation(BlockCudaBuffers& b);
+
 BlockCudaBuffers make_block_buffers(
     const H3Config& c, int64_t rows, int64_t table_rows, bool fp8 = false, bool nvfp4 = false,
     ops::AttentionKernel attention = ops::AttentionKernel::flash_bf16, bool int8 = false);

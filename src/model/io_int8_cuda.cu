@@ -67,8 +67,7 @@ Int8Activation int8_io_activation(BlockCudaBuffers& b, int64_t rows, int64_t in,
   H3RT_CHECK(b.xi8.data() != nullptr && rows * in <= b.xi8.numel() && rows <= b.xi8_scale.numel(),
              "int8 layer ", what, ": the int8 activation buffers (", b.xi8.numel(),
              " values) do not hold ", rows, " x ", in);
-  return {b.xi8.ptr<int8_t>(), b.xi8_scale.ptr<float>(), b.int8_workspace.data(),
-          static_cast<size_t>(b.int8_workspace.nbytes())};
+  return int8_activation(b);
 }
 
 }  // namespace h3rt::model

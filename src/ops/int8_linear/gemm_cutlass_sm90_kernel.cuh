@@ -77,15 +77,6 @@ struct Int8Gemm {
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
-inline int cached_sm_count(int dev) {
-  static int counts[64] = {};  // benign race: every writer stores the same value
-  if (dev < 0 || dev >= 64)
-    return cutlass::KernelHardwareInfo::query_device_multiprocessor_count(dev);
-  if (!counts[dev])
-    counts[dev] = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(dev);
-  return counts[dev];
-}
-
 template <class G>
 typename G::Gemm::Arguments arguments(const Int8LinearCudaParams& p, CutlassSchedule s) {
   using Kernel = typename G::Kernel;
@@ -112,7 +103,7 @@ typename G::Gemm::Arguments arguments(const Int8LinearCudaParams& p, CutlassSche
   int dev = 0;
   H3RT_CUDA_CHECK(cudaGetDevice(&dev));
   args.hw_info.device_id = dev;
-  args.hw_info.sm_count = cached_sm_count(dev);
+  args.hw_info.sm_count = cuda::sm_count(dev);
   using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
   args.scheduler.raster_order = s.raster == CutlassRaster::kAlongN   ? Raster::AlongN
                                 : s.raster == CutlassRaster::kAlongM ? Raster::AlongM

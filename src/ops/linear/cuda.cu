@@ -90,8 +90,8 @@ cudaError_t linear_fp8_cuda(const LinearFp8CudaParams& p, cudaStream_t stream) {
              " and the x row stride must be multiples of 16 (fp8 GEMM constraint)");
   if (linear_fp8_resolve_path(p) == Fp8GemmPath::kCutlassSm90) {
     H3RT_CHECK(!p.fast_accum, "linear_fp8_cuda: the CUTLASS path has no fast accumulation");
-    if (!linear_fp8_path_available(Fp8GemmPath::kCutlassSm90) || p.rows == 0)
-      return p.rows == 0 ? cudaSuccess : cudaErrorNotSupported;
+    if (p.rows == 0) return cudaSuccess;
+    if (!linear_fp8_path_available(Fp8GemmPath::kCutlassSm90)) return cudaErrorNotSupported;
     return fp8_detail::linear_fp8_cutlass_sm90(p, stream);
   }
   lt::Gemm g = gemm_of(p, lt::Operands::kFp8);

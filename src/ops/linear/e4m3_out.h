@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "h3rt/check.h"
+
 namespace h3rt::ops {
 
 struct E4m3Out {
@@ -19,6 +21,13 @@ struct E4m3Out {
   const float* scale = nullptr;  // device scalar s
   bool enabled() const { return q != nullptr; }
 };
+
+// Validates an enabled E4m3Out (throws naming `op`).
+inline void check_e4m3_out(const E4m3Out& o, const char* op) {
+  H3RT_CHECK(o.scale && reinterpret_cast<uintptr_t>(o.q) % 8 == 0 && o.q_row_stride % 8 == 0, op,
+             ": the e4m3 output needs a scale, an 8-byte aligned q and a row stride that is a "
+             "multiple of 8");
+}
 
 }  // namespace h3rt::ops
 #endif  // H3RT_HAVE_CUDA

@@ -36,7 +36,7 @@ Gemm::Arguments arguments(const LinearFp8CudaParams& p) {
   int dev = 0;
   H3RT_CUDA_CHECK(cudaGetDevice(&dev));
   args.hw_info.device_id = dev;
-  args.hw_info.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(dev);
+  args.hw_info.sm_count = cuda::sm_count(dev);
   return args;
 }
 

@@ -235,11 +235,7 @@ cudaError_t rmsnorm_modulate_cuda(const RmsNormModulateCudaParams& in, cudaStrea
              "rmsnorm_modulate_cuda: bad params");
   H3RT_CHECK(int(nvfp4) + int(int8) + int(e4m3) <= 1,
              "rmsnorm_modulate_cuda: the nvfp4, int8 and e4m3 outputs are exclusive");
-  if (e4m3)
-    H3RT_CHECK(p.e4m3.scale && reinterpret_cast<uintptr_t>(p.e4m3.q) % 8 == 0 &&
-                   p.e4m3.q_row_stride % 8 == 0,
-               "rmsnorm_modulate_cuda: the e4m3 output needs a scale, an 8-byte aligned q and a "
-               "row stride that is a multiple of 8");
+  if (e4m3) check_e4m3_out(p.e4m3, "rmsnorm_modulate_cuda");
   if (nvfp4) check_nvfp4_out(p.nvfp4, "rmsnorm_modulate_cuda", p.dim, 4);
   if (int8) {
     check_int8_out(p.int8, "rmsnorm_modulate_cuda", p.dim);

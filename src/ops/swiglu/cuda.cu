@@ -214,11 +214,7 @@ cudaError_t swiglu_cuda(const SwigluCudaParams& in, cudaStream_t stream) {
              "swiglu_cuda: bad params");
   H3RT_CHECK(!(nvfp4 && e4m3), "swiglu_cuda: the nvfp4 and e4m3 outputs are exclusive");
   if (nvfp4) check_nvfp4_out(p.nvfp4, "swiglu_cuda", p.ffn, 4);
-  if (e4m3)
-    H3RT_CHECK(p.e4m3.scale && reinterpret_cast<uintptr_t>(p.e4m3.q) % 8 == 0 &&
-                   p.e4m3.q_row_stride % 8 == 0,
-               "swiglu_cuda: the e4m3 output needs a scale, an 8-byte aligned q and a row stride "
-               "that is a multiple of 8");
+  if (e4m3) check_e4m3_out(p.e4m3, "swiglu_cuda");
   H3RT_CHECK(p.ffn % 8 == 0 && p.in_row_stride % 8 == 0 && p.out_row_stride % 8 == 0,
              "swiglu_cuda: ffn ", p.ffn, " and row strides must be multiples of 8");
   H3RT_CHECK(p.in_row_stride >= 2 * p.ffn, "swiglu_cuda: input row stride < 2*ffn");
