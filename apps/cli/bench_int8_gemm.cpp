@@ -17,7 +17,8 @@ void add_bench_int8_gemm_command(CLI::App& app) {
                                  "Time the int8 W8A8 activation quantizer (each kernel; the team "
                                  "kernel and the fused rmsnorm producer in both rotation forms, "
                                  "double and integer) and GEMMs (every CUTLASS sm90 config, "
-                                 "cuBLASLt + epilogue) against fp8 and bf16 cuBLASLt at the H3 "
+                                 "the CUTLASS mma.sync kernel of sm_120 / sm_121, cuBLASLt + "
+                                 "epilogue) against fp8 and bf16 cuBLASLt at the H3 "
                                  "projections (JSON report). The integer rotation is the default "
                                  "only on sm_120 / sm_121 (weak FP64); its speed there cannot be "
                                  "measured on another GPU");

@@ -89,6 +89,11 @@ nlohmann::json run_int8_gemm_bench(const Int8GemmBenchOptions& o) {
     for (ops::Int8CutlassConfig c : ops::kInt8CutlassConfigs)
       variants.push_back({std::string("int8_cutlass_") + ops::int8_cutlass_config_name(c),
                           ops::Int8GemmPath::kCutlassSm90, c});
+  // The mma.sync kernel (sm_120 / sm_121's default) runs here too: timed for the record, not as
+  // a GB10 figure.
+  if (ops::int8_linear_path_available(ops::Int8GemmPath::kCutlassSm80))
+    variants.push_back(
+        {"int8_cutlass_sm80", ops::Int8GemmPath::kCutlassSm80, ops::Int8CutlassConfig::kAuto});
   variants.push_back(
       {"int8_cublaslt", ops::Int8GemmPath::kCublasLt, ops::Int8CutlassConfig::kAuto});
   std::printf(

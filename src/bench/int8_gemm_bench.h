@@ -4,8 +4,9 @@
 //
 // Per S and shape: CUDA-event time of each call after a warm-up, median over `iters`, of the
 // activation rotate+quantize (group `group`), the int8 GEMM on each variant this device runs
-// (every CUTLASS sm90 config of ops::kInt8CutlassConfigs, JSON key int8_cutlass_<config>, and
-// int8_cublaslt: cuBLASLt + epilogue), and side by side the fp8 e4m3 cuBLASLt GEMM
+// (every CUTLASS sm90 config of ops::kInt8CutlassConfigs, JSON key int8_cutlass_<config>;
+// int8_cutlass_sm80, the mma.sync kernel that sm_120 / sm_121 run, where this device runs its
+// code (a figure for this GPU, not for a GB10); and int8_cublaslt: cuBLASLt + epilogue), and side by side the fp8 e4m3 cuBLASLt GEMM
 // (linear_fp8_cuda) and cuBLASLt bf16 on the same shape. Operands are synthetic hashed bf16,
 // quantized on the GPU. Prints a table (ms per variant, the fastest int8 variant and its ratio
 // to fp8) and returns the report (per shape also the config kAuto's table picks today).

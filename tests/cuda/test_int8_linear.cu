@@ -312,6 +312,11 @@ std::vector<GemmVariant> available_paths() {
       paths.push_back({Int8GemmPath::kCutlassSm90, c});
   else
     std::printf("int8 GEMM path cutlass_sm90 not available here: not tested\n");
+  // The mma.sync kernel is sm_120 / sm_121's default; its sm_90a code runs here.
+  if (ops::int8_linear_path_available(Int8GemmPath::kCutlassSm80))
+    paths.push_back({Int8GemmPath::kCutlassSm80});
+  else
+    std::printf("int8 GEMM path cutlass_sm80 not available here: not tested\n");
   return paths;
 }
 
@@ -486,6 +491,24 @@ TEST(Int8LinearCuda, CutlassConfigsRefuseMisalignedAndAutoFallsBack) {
     p.cutlass_config = Int8CutlassConfig::kAuto;
     EXPECT_EQ(ops::int8_linear_resolve_path(p), Int8GemmPath::kCublasLt);
   }
+  if (ops::int8_linear_path_available(Int8GemmPath::kCutlassSm80)) {
+    Tensor dy = test::device_buffer(DType::bf16, {m * n});
+    ops::Int8LinearCudaParams p;
+    p.x = test::dptr<int8_t>(o.dx);
+    p.x_row_stride = k + 8;  // cp.async wants 16-byte rows
+    p.x_scale = test::dptr<float>(o.dxs);
+    p.w = test::dptr<int8_t>(o.dw);
+    p.w_scale = test::dptr<float>(o.dws);
+    p.y = test::dptr<__nv_bfloat16>(dy);
+    p.rows = m;
+    p.in = k;
+    p.out = n;
+    p.path = Int8GemmPath::kCutlassSm80;
+    EXPECT_EQ(ops::int8_linear_cuda(p, nullptr), cudaErrorNotSupported);
+    p.x_row_stride = k;
+    p.bias = test::dptr<__nv_bfloat16>(o.dbias) + 1;  // 2-byte aligned bias
+    EXPECT_EQ(ops::int8_linear_cuda(p, nullptr), cudaErrorNotSupported);
+  }
   expect_gemm_matches(o, want, true, n, {Int8GemmPath::kAuto});
 }
 
@@ -505,6 +528,8 @@ TEST(Int8LinearCuda, EnvironmentSelectsEveryCutlassConfig) {
     EXPECT_EQ(ops::int8_linear_resolve_cutlass_config(p), Int8CutlassConfig::k256x128) << v;
     p.cutlass_config = Int8CutlassConfig::kAuto;
   }
+  ASSERT_EQ(setenv("H3RT_INT8_GEMM", "cutlass_sm80", 1), 0);
+  EXPECT_EQ(ops::int8_linear_resolve_path(p), Int8GemmPath::kCutlassSm80);
   ASSERT_EQ(setenv("H3RT_INT8_GEMM", "cutlass", 1), 0);
   EXPECT_EQ(ops::int8_linear_resolve_path(p), Int8GemmPath::kCutlassSm90);
   EXPECT_NE(ops::int8_linear_resolve_cutlass_config(p), Int8CutlassConfig::kAuto);

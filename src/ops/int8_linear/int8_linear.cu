@@ -239,13 +239,14 @@ EnvChoice env_choice() {
   if (!s || !*s) return {};
   if (!std::strcmp(s, "cutlass")) return {Int8GemmPath::kCutlassSm90, Int8CutlassConfig::kAuto};
   if (!std::strcmp(s, "cublaslt")) return {Int8GemmPath::kCublasLt, Int8CutlassConfig::kAuto};
+  if (!std::strcmp(s, "cutlass_sm80")) return {Int8GemmPath::kCutlassSm80, Int8CutlassConfig::kAuto};
   std::string names;
   for (const CutlassConfigInfo& i : kCutlassConfigInfo) {
     if (!std::strncmp(s, "cutlass_", 8) && !std::strcmp(s + 8, i.name))
       return {Int8GemmPath::kCutlassSm90, i.config};
     names += std::string(", cutlass_") + i.name;
   }
-  H3RT_FAIL("H3RT_INT8_GEMM=", s, ": expected cutlass, cublaslt", names);
+  H3RT_FAIL("H3RT_INT8_GEMM=", s, ": expected cutlass, cublaslt, cutlass_sm80", names);
 }
 
 Int8LinearCudaParams normalized(const Int8LinearCudaParams& in) {
@@ -270,6 +271,8 @@ const char* int8_gemm_path_name(Int8GemmPath path) {
       return "cutlass_sm90";
     case Int8GemmPath::kCublasLt:
       return "cublaslt";
+    case Int8GemmPath::kCutlassSm80:
+      return "cutlass_sm80";
   }
   return "?";
 }
@@ -287,6 +290,11 @@ bool int8_linear_path_available(Int8GemmPath path) {
       return true;
     case Int8GemmPath::kCutlassSm90:
       return int8_detail::cutlass_sm90_compiled() && cuda::current_device_cc() == 90;
+    case Int8GemmPath::kCutlassSm80: {
+      const int cc = cuda::current_device_cc();
+      return int8_detail::cutlass_sm80_compiled() && cc >= 80 &&
+             cuda::compiled_arch_supports(cc / 10, cc % 10) != 0;
+    }
   }
   return false;
 }
@@ -295,10 +303,14 @@ Int8GemmPath int8_linear_resolve_path(const Int8LinearCudaParams& in) {
   Int8GemmPath path = in.path == Int8GemmPath::kAuto ? env_choice().path : in.path;
   if (path != Int8GemmPath::kAuto) return path;
   const Int8LinearCudaParams p = normalized(in);
-  return int8_linear_path_available(Int8GemmPath::kCutlassSm90) &&
-                 int8_detail::cutlass_sm90_supports(p)
-             ? Int8GemmPath::kCutlassSm90
-             : Int8GemmPath::kCublasLt;
+  if (int8_linear_path_available(Int8GemmPath::kCutlassSm90) &&
+      int8_detail::cutlass_sm90_supports(p))
+    return Int8GemmPath::kCutlassSm90;
+  if (cuda::current_device_cc() / 10 == 12 &&
+      int8_linear_path_available(Int8GemmPath::kCutlassSm80) &&
+      int8_detail::cutlass_sm80_supports(p))
+    return Int8GemmPath::kCutlassSm80;
+  return Int8GemmPath::kCublasLt;
 }
 
 Int8CutlassConfig int8_linear_resolve_cutlass_config(const Int8LinearCudaParams& in) {
@@ -335,6 +347,13 @@ cudaError_t int8_linear_cuda(const Int8LinearCudaParams& in, cudaStream_t stream
         if (e == cudaErrorNotSupported) e = run_cublaslt(p, stream);
       }
       return e;
+    }
+    case Int8GemmPath::kCutlassSm80: {
+      if (!int8_linear_path_available(Int8GemmPath::kCutlassSm80) ||
+          !int8_detail::cutlass_sm80_supports(p))
+        return automatic ? run_cublaslt(p, stream) : cudaErrorNotSupported;
+      const cudaError_t e = int8_detail::int8_linear_cutlass_sm80(p, stream);
+      return e == cudaErrorNotSupported && automatic ? run_cublaslt(p, stream) : e;
     }
     default:
       return run_cublaslt(p, stream);

@@ -99,20 +99,27 @@
 //    along N with swizzle S (S clusters along M side by side: L2 reuse of x and w tiles).
 //    All need in % 16 == 0, x_row_stride % 16 == 0, y_row_stride % 8 == 0, 16-byte aligned x,
 //    w, y. No workspace.
+//  - kCutlassSm80 (built with H3RT_HAVE_CUTLASS; any sm_80+ device the binary has code for):
+//    CUTLASS 4.2's 2.x-API mma.sync int8 GEMM (cp.async multistage, 128x256x64 tiles) with the
+//    same rule in an Sm80 EVT epilogue (gemm_cutlass_sm80.cu): no int32 staging. It is kAuto's
+//    path on sm_120 / sm_121 (GB10: no wgmma, and at 273 GB/s the staging of the cuBLASLt path
+//    costs about +58% by the byte count). Needs in % 16, x_row_stride % 16, out % 8,
+//    y_row_stride % 8 and 16-byte aligned x, w, y, w_scale, bias; otherwise kAuto takes cuBLASLt.
+//    Tested bit-exact on the H200 (sm_90a code of the same source); never run on Blackwell.
 //  - kCublasLt (any GPU): cuBLASLt int8 IMMA, CUBLAS_COMPUTE_32I with int32 output (cuBLASLt's
 //    int8 -> int8/f32-scaled variants round differently from the two-scale rule, so they are not
 //    used) into the workspace, `rows` in chunks of at most kInt8ChunkBytes of int32, each chunk
 //    followed by an exact epilogue kernel (int32 -> bf16, scales, bias). Where cuBLASLt offers no
 //    algorithm (its IMMA kernels want 4-aligned dimensions and strides), a plain dp4a kernel
 //    computes the same int32 accumulators: integer sums are exact in any order.
-// H3RT_INT8_GEMM=cutlass (CUTLASS, config from the table) | cutlass_<config> (e.g.
-// cutlass_128x256_n4) | cublaslt; it applies only where params.path is kAuto.
-// kAuto: CUTLASS on compute capability 9.0 when compiled in and the shape qualifies (the
-// table's config; where CUTLASS refuses the arguments at run time, cuBLASLt), otherwise
-// cuBLASLt. An explicitly requested path or config that cannot run returns
-// cudaErrorNotSupported (never a different computation). Blackwell (sm_100a/120a/121a) takes
-// the cuBLASLt path; that is compiled in CI but has never run (no Blackwell GPU is available to
-// the project).
+// H3RT_INT8_GEMM=cutlass (CUTLASS sm90, config from the table) | cutlass_<config> (e.g.
+// cutlass_128x256_n4) | cutlass_sm80 | cublaslt; it applies only where params.path is kAuto.
+// kAuto: CUTLASS sm90 on compute capability 9.0 when compiled in and the shape qualifies (the
+// table's config; where CUTLASS refuses the arguments at run time, cuBLASLt); CUTLASS mma.sync
+// on compute capability 12.x likewise; otherwise cuBLASLt. An explicitly requested path or
+// config that cannot run returns cudaErrorNotSupported (never a different computation).
+// Blackwell code (sm_100a/120a/121a) is compiled in CI but has never run (no Blackwell GPU is
+// available to the project); sm_100 takes the cuBLASLt path.
 #pragma once
 
 #include <cstddef>
@@ -160,7 +167,7 @@ Int8QuantizePath int8_quantize_resolve_path(const Int8QuantizeCudaParams& p);
 Int8RotateMath int8_rotate_auto_math();
 const char* int8_quantize_path_name(Int8QuantizePath path);
 
-enum class Int8GemmPath : uint8_t { kAuto, kCutlassSm90, kCublasLt };
+enum class Int8GemmPath : uint8_t { kAuto, kCutlassSm90, kCublasLt, kCutlassSm80 };
 
 // The CUTLASS kernel and schedule of kCutlassSm90 (see the header comment); names as
 // int8_cutlass_config_name gives them (H3RT_INT8_GEMM=cutlass_<name>).
@@ -217,7 +224,8 @@ cudaError_t int8_linear_cuda(const Int8LinearCudaParams& p, cudaStream_t stream)
 // The path kAuto (with the environment) resolves to for `p` on the current device.
 Int8GemmPath int8_linear_resolve_path(const Int8LinearCudaParams& p);
 // Whether `path` can run on the current device in this build (kCutlassSm90: compiled with CUTLASS
-// for sm_90a and a compute capability 9.0 device).
+// for sm_90a and a compute capability 9.0 device; kCutlassSm80: compiled with CUTLASS and code
+// for the device's arch, compute capability >= 8.0).
 bool int8_linear_path_available(Int8GemmPath path);
 const char* int8_gemm_path_name(Int8GemmPath path);
 // The CUTLASS config `p` runs with when it resolves to kCutlassSm90: p.cutlass_config, else the
