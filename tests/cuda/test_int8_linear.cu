@@ -468,19 +468,19 @@ TEST(Int8LinearCuda, CutlassConfigsRefuseMisalignedAndAutoFallsBack) {
   const int64_t m = 37, n = 264, k = 5376;
   const GemmOperands o = gemm_operands(m, n, k, k + 8, g);  // x rows 8-byte aligned only
   const Tensor want = int8_linear(o.x, o.w, o.ws, &o.bias);
+  Tensor dy = test::device_buffer(DType::bf16, {m * n});
+  ops::Int8LinearCudaParams p;
+  p.x = test::dptr<int8_t>(o.dx);
+  p.x_row_stride = k + 8;
+  p.x_scale = test::dptr<float>(o.dxs);
+  p.w = test::dptr<int8_t>(o.dw);
+  p.w_scale = test::dptr<float>(o.dws);
+  p.bias = test::dptr<__nv_bfloat16>(o.dbias);
+  p.y = test::dptr<__nv_bfloat16>(dy);
+  p.rows = m;
+  p.in = k;
+  p.out = n;
   if (ops::int8_linear_path_available(Int8GemmPath::kCutlassSm90)) {
-    Tensor dy = test::device_buffer(DType::bf16, {m * n});
-    ops::Int8LinearCudaParams p;
-    p.x = test::dptr<int8_t>(o.dx);
-    p.x_row_stride = k + 8;
-    p.x_scale = test::dptr<float>(o.dxs);
-    p.w = test::dptr<int8_t>(o.dw);
-    p.w_scale = test::dptr<float>(o.dws);
-    p.bias = test::dptr<__nv_bfloat16>(o.dbias);
-    p.y = test::dptr<__nv_bfloat16>(dy);
-    p.rows = m;
-    p.in = k;
-    p.out = n;
     p.path = Int8GemmPath::kCutlassSm90;
     for (Int8CutlassConfig c : ops::kInt8CutlassConfigs) {
       p.cutlass_config = c;
@@ -492,21 +492,10 @@ TEST(Int8LinearCuda, CutlassConfigsRefuseMisalignedAndAutoFallsBack) {
     EXPECT_EQ(ops::int8_linear_resolve_path(p), Int8GemmPath::kCublasLt);
   }
   if (ops::int8_linear_path_available(Int8GemmPath::kCutlassSm80)) {
-    Tensor dy = test::device_buffer(DType::bf16, {m * n});
-    ops::Int8LinearCudaParams p;
-    p.x = test::dptr<int8_t>(o.dx);
-    p.x_row_stride = k + 8;  // cp.async wants 16-byte rows
-    p.x_scale = test::dptr<float>(o.dxs);
-    p.w = test::dptr<int8_t>(o.dw);
-    p.w_scale = test::dptr<float>(o.dws);
-    p.y = test::dptr<__nv_bfloat16>(dy);
-    p.rows = m;
-    p.in = k;
-    p.out = n;
-    p.path = Int8GemmPath::kCutlassSm80;
+    p.path = Int8GemmPath::kCutlassSm80;  // cp.async wants 16-byte x rows
     EXPECT_EQ(ops::int8_linear_cuda(p, nullptr), cudaErrorNotSupported);
     p.x_row_stride = k;
-    p.bias = test::dptr<__nv_bfloat16>(o.dbias) + 1;  // 2-byte aligned bias
+    p.bias += 1;  // the bias broadcast loads 16-byte vectors
     EXPECT_EQ(ops::int8_linear_cuda(p, nullptr), cudaErrorNotSupported);
   }
   expect_gemm_matches(o, want, true, n, {Int8GemmPath::kAuto});
