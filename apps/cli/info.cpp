@@ -14,6 +14,7 @@
 #include "model/weights.h"
 #ifdef H3RT_HAVE_CUDA
 #include "cuda/runtime.h"
+#include "ops/int8_linear/int8_linear.h"
 #endif
 
 namespace h3rt::cli {
@@ -225,10 +226,17 @@ void print_h3(const SafetensorsFile& f, int64_t limit) {
   std::printf("%.3fB parameters\n", b.params / 1e9);
   print_device_plan(c, src, limit);
 #ifdef H3RT_HAVE_CUDA
-  std::printf("this machine: %s\n", cuda::cuda_device_available()
-                                        ? "a CUDA device is present (--device cuda runs the CUDA "
-                                          "paths above; --device cpu the CPU reference)"
-                                        : "no CUDA device found: the CPU reference runs it");
+  const bool gpu = cuda::cuda_device_available();
+  std::printf("this machine: %s\n", gpu ? "a CUDA device is present (--device cuda runs the CUDA "
+                                           "paths above; --device cpu the CPU reference)"
+                                         : "no CUDA device found: the CPU reference runs it");
+  const bool int8 = formats.lower_bound("int8") != formats.end() &&
+                    formats.lower_bound("int8")->first.rfind("int8", 0) == 0;
+  if (gpu && int8) {
+    const int cc = cuda::current_device_cc();
+    std::printf("int8 GEMMs on this GPU (compute capability %d.%d): %s\n", cc / 10, cc % 10,
+                ops::int8_gemm_default_description().c_str());
+  }
 #else
   std::printf("this machine: h3rt built without CUDA: the CPU reference runs it\n");
 #endif

@@ -313,6 +313,27 @@ Int8GemmPath int8_linear_resolve_path(const Int8LinearCudaParams& in) {
   return Int8GemmPath::kCublasLt;
 }
 
+std::string int8_gemm_default_description() {
+  // An H3 qkv call on 16-byte aligned operands: the pointers are only inspected, never read.
+  alignas(16) static int8_t probe[16];
+  Int8LinearCudaParams p;
+  p.x = p.w = probe;
+  p.x_scale = p.w_scale = reinterpret_cast<const float*>(probe);
+  p.bias = reinterpret_cast<const __nv_bfloat16*>(probe);
+  p.y = reinterpret_cast<__nv_bfloat16*>(probe);
+  p.rows = 15499;
+  p.in = 5376;
+  p.out = 21504;
+  switch (int8_linear_resolve_path(p)) {
+    case Int8GemmPath::kCutlassSm90:
+      return "CUTLASS wgmma (sm_90a), scales and bias in the epilogue";
+    case Int8GemmPath::kCutlassSm80:
+      return "CUTLASS mma.sync, scales and bias in the epilogue";
+    default:
+      return "cuBLASLt int8 to int32 in row chunks, then the exact epilogue kernel";
+  }
+}
+
 Int8CutlassConfig int8_linear_resolve_cutlass_config(const Int8LinearCudaParams& in) {
   if (in.cutlass_config != Int8CutlassConfig::kAuto) return in.cutlass_config;
   if (in.path == Int8GemmPath::kAuto) {

@@ -124,6 +124,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #ifdef H3RT_HAVE_CUDA
 #include <cuda_bf16.h>
@@ -228,6 +229,10 @@ Int8GemmPath int8_linear_resolve_path(const Int8LinearCudaParams& p);
 // for the device's arch, compute capability >= 8.0).
 bool int8_linear_path_available(Int8GemmPath path);
 const char* int8_gemm_path_name(Int8GemmPath path);
+// What kAuto (with the environment) runs for H3's block projections on the current device
+// (aligned operands), in words for users: e.g. "CUTLASS wgmma, scales and bias in the
+// epilogue" (`h3rt info`).
+std::string int8_gemm_default_description();
 // The CUTLASS config `p` runs with when it resolves to kCutlassSm90: p.cutlass_config, else the
 // environment's (when p.path is kAuto), else the table's entry for (rows, out, in). Never kAuto.
 Int8CutlassConfig int8_linear_resolve_cutlass_config(const Int8LinearCudaParams& p);
