@@ -22,6 +22,14 @@ message(STATUS "h3rt: CUDA backend ${H3RT_HAVE_CUDA} (archs: ${H3RT_CUDA_ARCHS})
 
 # CUTLASS/CuTe headers: from H3RT_CUTLASS_DIR, or the nvidia-cutlass wheel unpacked in .deps.
 set(H3RT_CUTLASS_DIR "${H3RT_DEPS_DIR}/cutlass/include" CACHE PATH "CUTLASS include folder")
+if(H3RT_HAVE_CUDA)
+  if(EXISTS "${H3RT_CUTLASS_DIR}/cutlass/cutlass.h")
+    message(STATUS "h3rt: CUTLASS headers in ${H3RT_CUTLASS_DIR} (CUTLASS int8/fp8 GEMMs built)")
+  else()
+    message(STATUS "h3rt: no CUTLASS headers in ${H3RT_CUTLASS_DIR}: int8 GEMMs run cuBLASLt + "
+                   "an epilogue kernel (tools/install_cutlass.sh adds the faster CUTLASS paths)")
+  endif()
+endif()
 
 function(h3rt_configure_cuda_target target)
   set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "${H3RT_CUDA_ARCHS}"
