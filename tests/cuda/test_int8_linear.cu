@@ -501,6 +501,39 @@ TEST(Int8LinearCuda, CutlassConfigsRefuseMisalignedAndAutoFallsBack) {
   expect_gemm_matches(o, want, true, n, {Int8GemmPath::kAuto});
 }
 
+// A path the environment names that cannot take a call is an error naming the variable (an
+// explicit params.path gets cudaErrorNotSupported instead, as above).
+TEST(Int8LinearCuda, EnvironmentPathThatCannotRunIsNamed) {
+  H3RT_REQUIRE_GPU();
+  if (std::getenv("H3RT_INT8_GEMM")) GTEST_SKIP() << "H3RT_INT8_GEMM already set";
+  std::mt19937_64 g(test::fresh_seed());
+  const int64_t m = 5, n = 48, k = 256;
+  const GemmOperands o = gemm_operands(m, n, k, k + 8, g);  // x rows 8-byte aligned only
+  Tensor dy = test::device_buffer(DType::bf16, {m * n});
+  ops::Int8LinearCudaParams p;
+  p.x = test::dptr<int8_t>(o.dx);
+  p.x_row_stride = k + 8;
+  p.x_scale = test::dptr<float>(o.dxs);
+  p.w = test::dptr<int8_t>(o.dw);
+  p.w_scale = test::dptr<float>(o.dws);
+  p.y = test::dptr<__nv_bfloat16>(dy);
+  p.rows = m;
+  p.in = k;
+  p.out = n;
+  for (const char* v : {"cutlass", "cutlass_sm80"}) {
+    ASSERT_EQ(setenv("H3RT_INT8_GEMM", v, 1), 0);
+    try {
+      (void)ops::int8_linear_cuda(p, nullptr);
+      ADD_FAILURE() << v << ": no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("H3RT_INT8_GEMM=") + v + " ("),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  unsetenv("H3RT_INT8_GEMM");
+}
+
 // H3RT_INT8_GEMM=cutlass_<name> selects each config (where params.path is kAuto).
 TEST(Int8LinearCuda, EnvironmentSelectsEveryCutlassConfig) {
   if (std::getenv("H3RT_INT8_GEMM")) GTEST_SKIP() << "H3RT_INT8_GEMM already set";

@@ -352,12 +352,25 @@ cudaError_t int8_linear_cuda(const Int8LinearCudaParams& in, cudaStream_t stream
   H3RT_CHECK(p.x && p.x_scale && p.w && p.w_scale && p.y, "int8_linear_cuda: null pointer");
   if (p.rows == 0) return cudaSuccess;
   // Chosen by kAuto (neither the caller nor the environment named a path): may fall back.
-  const bool automatic = p.path == Int8GemmPath::kAuto && env_choice().path == Int8GemmPath::kAuto;
+  const bool from_env = p.path == Int8GemmPath::kAuto && env_choice().path != Int8GemmPath::kAuto;
+  const bool automatic = p.path == Int8GemmPath::kAuto && !from_env;
+  // A path the environment names that cannot run here: the user's setting, named.
+  auto refuse = [&](Int8GemmPath path) {
+    if (!from_env) return cudaErrorNotSupported;
+    const int cc = cuda::current_device_cc();
+    H3RT_FAIL("H3RT_INT8_GEMM=", std::getenv("H3RT_INT8_GEMM"), " (", int8_gemm_path_name(path),
+              ") cannot run the int8 GEMM ", p.rows, " x ", p.in, " -> ", p.out,
+              int8_linear_path_available(path)
+                  ? std::string(": its operands break the path's alignment rules")
+                  : " on this GPU (compute capability " + std::to_string(cc / 10) + "." +
+                        std::to_string(cc % 10) + ") with this build",
+              "; unset it to let h3rt choose, or set H3RT_INT8_GEMM=cublaslt");
+  };
   switch (int8_linear_resolve_path(p)) {
     case Int8GemmPath::kCutlassSm90: {
       if (!int8_linear_path_available(Int8GemmPath::kCutlassSm90) ||
           !int8_detail::cutlass_sm90_supports(p))
-        return automatic ? run_cublaslt(p, stream) : cudaErrorNotSupported;
+        return automatic ? run_cublaslt(p, stream) : refuse(Int8GemmPath::kCutlassSm90);
       const CutlassConfigInfo* info = cutlass_config_info(int8_linear_resolve_cutlass_config(p));
       H3RT_CHECK(info, "int8_linear_cuda: unknown CUTLASS config");
       cudaError_t e = info->run(p, info->schedule, stream);
@@ -372,7 +385,7 @@ cudaError_t int8_linear_cuda(const Int8LinearCudaParams& in, cudaStream_t stream
     case Int8GemmPath::kCutlassSm80: {
       if (!int8_linear_path_available(Int8GemmPath::kCutlassSm80) ||
           !int8_detail::cutlass_sm80_supports(p))
-        return automatic ? run_cublaslt(p, stream) : cudaErrorNotSupported;
+        return automatic ? run_cublaslt(p, stream) : refuse(Int8GemmPath::kCutlassSm80);
       const cudaError_t e = int8_detail::int8_linear_cutlass_sm80(p, stream);
       return e == cudaErrorNotSupported && automatic ? run_cublaslt(p, stream) : e;
     }
