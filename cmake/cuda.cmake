@@ -22,9 +22,14 @@ message(STATUS "h3rt: CUDA backend ${H3RT_HAVE_CUDA} (archs: ${H3RT_CUDA_ARCHS})
 
 # CUTLASS/CuTe headers: from H3RT_CUTLASS_DIR, or the nvidia-cutlass wheel unpacked in .deps.
 set(H3RT_CUTLASS_DIR "${H3RT_DEPS_DIR}/cutlass/include" CACHE PATH "CUTLASS include folder")
+# The sm_90a CUTLASS kernels (five TUs, about 8 minutes on 2 cores) can be left out where only
+# compilation is checked (CI, to keep its time); the mma.sync int8 GEMM of sm_120/121 is always
+# built when the headers are there.
+option(H3RT_CUTLASS_SM90 "With CUTLASS headers: build the sm_90a CUTLASS GEMMs" ON)
 if(H3RT_HAVE_CUDA)
   if(EXISTS "${H3RT_CUTLASS_DIR}/cutlass/cutlass.h")
-    message(STATUS "h3rt: CUTLASS headers in ${H3RT_CUTLASS_DIR} (CUTLASS int8/fp8 GEMMs built)")
+    message(STATUS "h3rt: CUTLASS headers in ${H3RT_CUTLASS_DIR} (CUTLASS GEMMs built; sm_90a "
+                   "ones: ${H3RT_CUTLASS_SM90})")
   else()
     message(STATUS "h3rt: no CUTLASS headers in ${H3RT_CUTLASS_DIR}: int8 GEMMs run cuBLASLt + "
                    "an epilogue kernel (tools/install_cutlass.sh adds the faster CUTLASS paths)")
@@ -46,6 +51,9 @@ function(h3rt_configure_cuda_target target)
   if(EXISTS "${H3RT_CUTLASS_DIR}/cutlass/cutlass.h")
     target_include_directories(${target} SYSTEM PRIVATE "${H3RT_CUTLASS_DIR}")
     target_compile_definitions(${target} PRIVATE H3RT_HAVE_CUTLASS=1)
+    if(NOT H3RT_CUTLASS_SM90)
+      target_compile_definitions(${target} PRIVATE H3RT_NO_CUTLASS_SM90=1)
+    endif()
   endif()
 endfunction()
 

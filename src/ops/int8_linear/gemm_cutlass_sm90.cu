@@ -4,21 +4,22 @@
 // multicast to both CTAs), with the exact two-scale EVT epilogue of gemm_cutlass_sm90_kernel.cuh.
 // The other tile configurations live in gemm_cutlass_sm90_<config>.cu (one TU each, so that they
 // compile in parallel). This TU also holds the shared availability and alignment checks.
-// Compiled only with H3RT_HAVE_CUTLASS; CUTLASS's sm90 kernels are empty stubs for other archs
+// Compiled only with the CUTLASS headers and the CMake option H3RT_CUTLASS_SM90 ON;
+// CUTLASS's sm90 kernels are empty stubs for other archs
 // (the dispatcher sends only compute capability 9.0 here).
 #include <cstdint>
 
 #include "cuda/runtime.h"
 #include "ops/int8_linear/int8_linear_paths.h"
 
-#ifdef H3RT_HAVE_CUTLASS
+#if defined(H3RT_HAVE_CUTLASS) && !defined(H3RT_NO_CUTLASS_SM90)
 #include "ops/int8_linear/gemm_cutlass_sm90_kernel.cuh"
 #endif
 
 namespace h3rt::ops::int8_detail {
 
 bool cutlass_sm90_compiled() {
-#ifdef H3RT_HAVE_CUTLASS
+#if defined(H3RT_HAVE_CUTLASS) && !defined(H3RT_NO_CUTLASS_SM90)
   return cuda::compiled_arch_listed("90a");
 #else
   return false;
@@ -34,7 +35,7 @@ bool cutlass_sm90_supports(const Int8LinearCudaParams& p) {
 
 cudaError_t int8_linear_cutlass_sm90(const Int8LinearCudaParams& p, CutlassSchedule s,
                                      cudaStream_t stream) {
-#ifdef H3RT_HAVE_CUTLASS
+#if defined(H3RT_HAVE_CUTLASS) && !defined(H3RT_NO_CUTLASS_SM90)
   using namespace cute;
   using G = cutlass_sm90::Int8Gemm<Shape<_256, _128, _128>, Shape<_2, _1, _1>,
                                    cutlass::gemm::KernelTmaWarpSpecializedCooperative,

@@ -12,7 +12,7 @@
 // (128) as the 256x128 kernel; the pipeline has the same 48 KB per stage.
 #include "ops/int8_linear/int8_linear_paths.h"
 
-#ifdef H3RT_HAVE_CUTLASS
+#if defined(H3RT_HAVE_CUTLASS) && !defined(H3RT_NO_CUTLASS_SM90)
 #include "ops/int8_linear/gemm_cutlass_sm90_kernel.cuh"
 #endif
 
@@ -20,7 +20,7 @@ namespace h3rt::ops::int8_detail {
 
 cudaError_t int8_linear_cutlass_sm90_128x256(const Int8LinearCudaParams& p, CutlassSchedule s,
                                              cudaStream_t stream) {
-#ifdef H3RT_HAVE_CUTLASS
+#if defined(H3RT_HAVE_CUTLASS) && !defined(H3RT_NO_CUTLASS_SM90)
   using namespace cute;
   using G = cutlass_sm90::Int8Gemm<Shape<_128, _256, _128>, Shape<_2, _1, _1>,
                                    cutlass::gemm::KernelTmaWarpSpecializedCooperative,

@@ -13,7 +13,7 @@
 // pipeline stage, so more stages fit.
 #include "ops/int8_linear/int8_linear_paths.h"
 
-#ifdef H3RT_HAVE_CUTLASS
+#if defined(H3RT_HAVE_CUTLASS) && !defined(H3RT_NO_CUTLASS_SM90)
 #include "ops/int8_linear/gemm_cutlass_sm90_kernel.cuh"
 #endif
 
@@ -21,7 +21,7 @@ namespace h3rt::ops::int8_detail {
 
 cudaError_t int8_linear_cutlass_sm90_pp128x128(const Int8LinearCudaParams& p, CutlassSchedule s,
                                                cudaStream_t stream) {
-#ifdef H3RT_HAVE_CUTLASS
+#if defined(H3RT_HAVE_CUTLASS) && !defined(H3RT_NO_CUTLASS_SM90)
   using namespace cute;
   using G = cutlass_sm90::Int8Gemm<Shape<_128, _128, _128>, Shape<_2, _1, _1>,
                                    cutlass::gemm::KernelTmaWarpSpecializedPingpong,

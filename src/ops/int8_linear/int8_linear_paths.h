@@ -14,9 +14,9 @@ struct CutlassSchedule {
   int swizzle = 1;
 };
 
-// gemm_cutlass_sm90.cu: whether the CUTLASS kernels are in this build (H3RT_HAVE_CUTLASS and
-// sm_90a in the arch list) and whether `p` meets their alignment rules (the same for every
-// kernel: TMA wants 16-byte aligned x, w and y rows).
+// gemm_cutlass_sm90.cu: whether the CUTLASS kernels are in this build (CUTLASS headers, CMake
+// option H3RT_CUTLASS_SM90 ON and sm_90a in the arch list) and whether `p` meets their alignment
+// rules (the same for every kernel: TMA wants 16-byte aligned x, w and y rows).
 bool cutlass_sm90_compiled();
 bool cutlass_sm90_supports(const Int8LinearCudaParams& p);
 // The kernels, one TU each (cudaErrorNotSupported when not compiled in or when CUTLASS's

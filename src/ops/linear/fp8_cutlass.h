@@ -9,7 +9,8 @@
 // unchanged). Not bit-identical with cuBLASLt (accumulation order): both are checked against
 // fp64 within the same bound. Which path runs: Fp8GemmPath (linear.h). Constraints: in, the x
 // row stride % 16 == 0, y row stride % 8 == 0, 16-byte aligned x, w, y; compute capability 9.0
-// and a build with CUTLASS (H3RT_HAVE_CUTLASS, sm_90a); otherwise cudaErrorNotSupported.
+// and a build with CUTLASS's sm90 kernels (CUTLASS headers, CMake option H3RT_CUTLASS_SM90 ON,
+// sm_90a); otherwise cudaErrorNotSupported.
 #pragma once
 
 #ifdef H3RT_HAVE_CUDA

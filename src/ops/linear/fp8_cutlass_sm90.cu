@@ -1,7 +1,7 @@
 // CUTLASS sm_90a fp8 GEMM of linear_fp8_cuda (see fp8_cutlass.h).
 #include "ops/linear/fp8_cutlass.h"
 
-#ifdef H3RT_HAVE_CUTLASS
+#if defined(H3RT_HAVE_CUTLASS) && !defined(H3RT_NO_CUTLASS_SM90)
 #include "ops/linear/fp8_cutlass_sm90_kernel.cuh"
 #endif
 
@@ -9,7 +9,7 @@
 
 namespace h3rt::ops::fp8_detail {
 
-#ifdef H3RT_HAVE_CUTLASS
+#if defined(H3RT_HAVE_CUTLASS) && !defined(H3RT_NO_CUTLASS_SM90)
 namespace {
 
 using namespace fp8_cutlass_sm90;
