@@ -228,8 +228,8 @@ void print_h3(const SafetensorsFile& f, int64_t limit) {
 #ifdef H3RT_HAVE_CUDA
   const bool gpu = cuda::cuda_device_available();
   std::printf("this machine: %s\n", gpu ? "a CUDA device is present (--device cuda runs the CUDA "
-                                           "paths above; --device cpu the CPU reference)"
-                                         : "no CUDA device found: the CPU reference runs it");
+                                          "paths above; --device cpu the CPU reference)"
+                                        : "no CUDA device found: the CPU reference runs it");
   const bool int8 = formats.lower_bound("int8") != formats.end() &&
                     formats.lower_bound("int8")->first.rfind("int8", 0) == 0;
   if (gpu && int8) {

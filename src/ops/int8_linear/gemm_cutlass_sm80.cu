@@ -1,11 +1,12 @@
 // The CUTLASS mma.sync path of int8_linear_cuda (int8_linear.h): CUTLASS 4.2's 2.x-API
 // tensor-op GEMM (Sm80 instructions: cp.async multistage mainloop, ldmatrix, mma.sync
 // m16n8k32 s8 x s8 -> s32) with the exact two-scale epilogue as an Sm80 EVT, so the int32
-// accumulators never reach memory. It is the int8 path of consumer Blackwell (sm_120 / sm_121,
-// GB10), which has no wgmma and for which CUTLASS 4.2's sm120 builders take only
+// accumulators never reach memory. It is meant as the int8 path of consumer Blackwell (sm_120 /
+// sm_121, GB10), which has no wgmma and for which CUTLASS 4.2's sm120 builders take only
 // fp8/fp6/fp4: there the cuBLASLt path would write and re-read int32 staging at 273 GB/s
 // (about +58% on a block's int8 GEMMs by the byte count, bench/RESULTS.md). The same code runs
-// on any sm_80+ GPU the binary has code for, which is how it is tested on the H200.
+// on any sm_80+ GPU the binary has code for, which is how it is tested on the H200. Opt-in
+// (H3RT_INT8_GEMM=cutlass_sm80) until those tests have run (int8_linear.cu, kSm80OnBlackwell).
 //
 // Tile: 128x256x64, eight 64x64 warps, 3 stages (72 KB of shared memory, within sm_120's
 // 99 KB): CUTLASS's default Sm80 int8 configuration. GemmIdentityThreadblockSwizzle<8> for L2
@@ -41,10 +42,9 @@ bool cutlass_sm80_compiled() {
 
 bool cutlass_sm80_supports(const Int8LinearCudaParams& p) {
   auto aligned16 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
-  return p.in % 16 == 0 && p.x_row_stride % 16 == 0 && p.out % 8 == 0 &&
-         p.y_row_stride % 8 == 0 && aligned16(p.x) && aligned16(p.w) && aligned16(p.y) &&
-         aligned16(p.w_scale) && aligned16(p.bias) && p.rows < (int64_t(1) << 31) &&
-         p.out < (int64_t(1) << 31);
+  return p.in % 16 == 0 && p.x_row_stride % 16 == 0 && p.out % 8 == 0 && p.y_row_stride % 8 == 0 &&
+         aligned16(p.x) && aligned16(p.w) && aligned16(p.y) && aligned16(p.w_scale) &&
+         aligned16(p.bias) && p.rows < (int64_t(1) << 31) && p.out < (int64_t(1) << 31);
 }
 
 cudaError_t int8_linear_cutlass_sm80(const Int8LinearCudaParams& p, cudaStream_t stream) {

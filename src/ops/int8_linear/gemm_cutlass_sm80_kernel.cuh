@@ -37,12 +37,11 @@ struct Sm80Int8Gemm {
   using Scaled = evt::Sm80EVT<evt::VisitorCompute<cutlass::multiplies, Bf16, float, kRn>,
                               evt::VisitorAccFetch, ScaleProduct>;
   using Output = evt::Sm80EVT<evt::VisitorCompute<cutlass::plus, Bf16, float, kRn>, Scaled, Bias>;
-  using Store =
-      evt::VisitorAuxStore<Map, Bf16, kRn, cute::Stride<int64_t, _1, int64_t>>;
+  using Store = evt::VisitorAuxStore<Map, Bf16, kRn, cute::Stride<int64_t, _1, int64_t>>;
   using Epilogue = evt::Sm80EVT<Store, Output>;
 
   using Kernel = typename cutlass::gemm::kernel::DefaultGemmWithVisitor<
-      int8_t, cutlass::layout::RowMajor, cutlass::ComplexTransform::kNone, kAlignAB,  // x
+      int8_t, cutlass::layout::RowMajor, cutlass::ComplexTransform::kNone, kAlignAB,     // x
       int8_t, cutlass::layout::ColumnMajor, cutlass::ComplexTransform::kNone, kAlignAB,  // w
       Bf16, cutlass::layout::RowMajor, kAlignD, int32_t, float, cutlass::arch::OpClassTensorOp,
       cutlass::arch::Sm80, Tile, Warp, Mma, Epilogue,
@@ -54,11 +53,11 @@ struct Sm80Int8Gemm {
 inline Sm80Int8Gemm::Gemm::Arguments arguments(const Int8LinearCudaParams& p) {
   const int m = static_cast<int>(p.rows), n = static_cast<int>(p.out);
   typename Sm80Int8Gemm::Epilogue::Arguments epilogue{
-      {                                                          // Output: Scaled + bias
-       {                                                         //   Scaled: acc * product
-        {},                                                      //     acc
-        {{p.x_scale, 0.0f, {_1{}, _0{}, m}},                     //     x_scale[m]
-         {p.w_scale, 0.0f, {_0{}, _1{}, n}},                     //   * w_scale[n]
+      {                                       // Output: Scaled + bias
+       {                                      //   Scaled: acc * product
+        {},                                   //     acc
+        {{p.x_scale, 0.0f, {_1{}, _0{}, m}},  //     x_scale[m]
+         {p.w_scale, 0.0f, {_0{}, _1{}, n}},  //   * w_scale[n]
          {}},
         {}},
        {reinterpret_cast<const Bf16*>(p.bias), Bf16(-0.0f), {_0{}, _1{}, n}},  // bias or -0.0

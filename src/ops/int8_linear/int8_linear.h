@@ -101,11 +101,12 @@
 //    w, y. No workspace.
 //  - kCutlassSm80 (built with H3RT_HAVE_CUTLASS; any sm_80+ device the binary has code for):
 //    CUTLASS 4.2's 2.x-API mma.sync int8 GEMM (cp.async multistage, 128x256x64 tiles) with the
-//    same rule in an Sm80 EVT epilogue (gemm_cutlass_sm80.cu): no int32 staging. It is kAuto's
-//    path on sm_120 / sm_121 (GB10: no wgmma, and at 273 GB/s the staging of the cuBLASLt path
-//    costs about +58% by the byte count). Needs in % 16, x_row_stride % 16, out % 8,
-//    y_row_stride % 8 and 16-byte aligned x, w, y, w_scale, bias; otherwise kAuto takes cuBLASLt.
-//    Tested bit-exact on the H200 (sm_90a code of the same source); never run on Blackwell.
+//    same rule in an Sm80 EVT epilogue (gemm_cutlass_sm80.cu): no int32 staging. Meant as
+//    kAuto's path on sm_120 / sm_121 (GB10: no wgmma, and at 273 GB/s the staging of the
+//    cuBLASLt path costs about +58% by the byte count); OPT-IN (H3RT_INT8_GEMM=cutlass_sm80)
+//    until its GPU tests (the sm_90a code of the same source, on the H200) have passed: it has
+//    not run yet. Needs in % 16, x_row_stride % 16, out % 8, y_row_stride % 8 and 16-byte
+//    aligned x, w, y, w_scale, bias.
 //  - kCublasLt (any GPU): cuBLASLt int8 IMMA, CUBLAS_COMPUTE_32I with int32 output (cuBLASLt's
 //    int8 -> int8/f32-scaled variants round differently from the two-scale rule, so they are not
 //    used) into the workspace, `rows` in chunks of at most kInt8ChunkBytes of int32, each chunk
@@ -115,11 +116,11 @@
 // H3RT_INT8_GEMM=cutlass (CUTLASS sm90, config from the table) | cutlass_<config> (e.g.
 // cutlass_128x256_n4) | cutlass_sm80 | cublaslt; it applies only where params.path is kAuto.
 // kAuto: CUTLASS sm90 on compute capability 9.0 when compiled in and the shape qualifies (the
-// table's config; where CUTLASS refuses the arguments at run time, cuBLASLt); CUTLASS mma.sync
-// on compute capability 12.x likewise; otherwise cuBLASLt. An explicitly requested path or
-// config that cannot run returns cudaErrorNotSupported (never a different computation).
-// Blackwell code (sm_100a/120a/121a) is compiled in CI but has never run (no Blackwell GPU is
-// available to the project); sm_100 takes the cuBLASLt path.
+// table's config; where CUTLASS refuses the arguments at run time, cuBLASLt); otherwise
+// cuBLASLt (CUTLASS mma.sync on compute capability 12.x once tested, see above). An explicitly
+// requested path or config that cannot run returns cudaErrorNotSupported (never a different
+// computation). Blackwell code (sm_100a/120a/121a) is compiled in CI but has never run (no
+// Blackwell GPU is available to the project); sm_100 takes the cuBLASLt path.
 #pragma once
 
 #include <cstddef>
