@@ -359,14 +359,9 @@ GemmOperands gemm_operands(int64_t m, int64_t n, int64_t k, int64_t x_ld, std::m
   return o;
 }
 
-// Runs `path` and compares y with the host's bytes `want` [m, n].
-void expect_gemm_matches(const GemmOperands& o, const Tensor& want, bool bias, int64_t y_ld,
-                         const GemmVariant& path) {
-  const int64_t m = want.size(0), n = want.size(1), k = o.w.size(1);
-  SCOPED_TRACE("path " + path.name());
-  Tensor dy = test::device_buffer(DType::bf16, {m * y_ld});
-  const size_t wsb = ops::int8_linear_workspace_bytes(m, n);
-  Tensor dws = test::device_buffer(DType::u8, {std::max<int64_t>(int64_t(wsb), 1)});
+// The call on o's device operands (bias or none) writing dy with row stride y_ld: path kAuto,
+// no workspace.
+ops::Int8LinearCudaParams gemm_params(const GemmOperands& o, Tensor& dy, int64_t y_ld, bool bias) {
   ops::Int8LinearCudaParams p;
   p.x = test::dptr<int8_t>(o.dx);
   p.x_row_stride = o.x_ld;
@@ -376,9 +371,21 @@ void expect_gemm_matches(const GemmOperands& o, const Tensor& want, bool bias, i
   p.bias = bias ? test::dptr<__nv_bfloat16>(o.dbias) : nullptr;
   p.y = test::dptr<__nv_bfloat16>(dy);
   p.y_row_stride = y_ld;
-  p.rows = m;
-  p.in = k;
-  p.out = n;
+  p.rows = o.x.q.size(0);
+  p.in = o.w.size(1);
+  p.out = o.w.size(0);
+  return p;
+}
+
+// Runs `path` and compares y with the host's bytes `want` [m, n].
+void expect_gemm_matches(const GemmOperands& o, const Tensor& want, bool bias, int64_t y_ld,
+                         const GemmVariant& path) {
+  const int64_t m = want.size(0), n = want.size(1);
+  SCOPED_TRACE("path " + path.name());
+  Tensor dy = test::device_buffer(DType::bf16, {m * y_ld});
+  const size_t wsb = ops::int8_linear_workspace_bytes(m, n);
+  Tensor dws = test::device_buffer(DType::u8, {std::max<int64_t>(int64_t(wsb), 1)});
+  ops::Int8LinearCudaParams p = gemm_params(o, dy, y_ld, bias);
   p.workspace = dws.data();
   p.workspace_bytes = wsb;
   p.path = path.path;
@@ -469,17 +476,7 @@ TEST(Int8LinearCuda, CutlassConfigsRefuseMisalignedAndAutoFallsBack) {
   const GemmOperands o = gemm_operands(m, n, k, k + 8, g);  // x rows 8-byte aligned only
   const Tensor want = int8_linear(o.x, o.w, o.ws, &o.bias);
   Tensor dy = test::device_buffer(DType::bf16, {m * n});
-  ops::Int8LinearCudaParams p;
-  p.x = test::dptr<int8_t>(o.dx);
-  p.x_row_stride = k + 8;
-  p.x_scale = test::dptr<float>(o.dxs);
-  p.w = test::dptr<int8_t>(o.dw);
-  p.w_scale = test::dptr<float>(o.dws);
-  p.bias = test::dptr<__nv_bfloat16>(o.dbias);
-  p.y = test::dptr<__nv_bfloat16>(dy);
-  p.rows = m;
-  p.in = k;
-  p.out = n;
+  ops::Int8LinearCudaParams p = gemm_params(o, dy, n, true);
   if (ops::int8_linear_path_available(Int8GemmPath::kCutlassSm90)) {
     p.path = Int8GemmPath::kCutlassSm90;
     for (Int8CutlassConfig c : ops::kInt8CutlassConfigs) {
@@ -510,16 +507,7 @@ TEST(Int8LinearCuda, EnvironmentPathThatCannotRunIsNamed) {
   const int64_t m = 5, n = 48, k = 256;
   const GemmOperands o = gemm_operands(m, n, k, k + 8, g);  // x rows 8-byte aligned only
   Tensor dy = test::device_buffer(DType::bf16, {m * n});
-  ops::Int8LinearCudaParams p;
-  p.x = test::dptr<int8_t>(o.dx);
-  p.x_row_stride = k + 8;
-  p.x_scale = test::dptr<float>(o.dxs);
-  p.w = test::dptr<int8_t>(o.dw);
-  p.w_scale = test::dptr<float>(o.dws);
-  p.y = test::dptr<__nv_bfloat16>(dy);
-  p.rows = m;
-  p.in = k;
-  p.out = n;
+  const ops::Int8LinearCudaParams p = gemm_params(o, dy, n, false);
   for (const char* v : {"cutlass", "cutlass_sm80"}) {
     ASSERT_EQ(setenv("H3RT_INT8_GEMM", v, 1), 0);
     try {
