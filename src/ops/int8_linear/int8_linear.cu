@@ -384,14 +384,15 @@ cudaError_t int8_linear_cuda(const Int8LinearCudaParams& in, cudaStream_t stream
         if (info != base) e = base->run(p, base->schedule, stream);
         if (e == cudaErrorNotSupported) e = run_cublaslt(p, stream);
       }
-      return e;
+      return e == cudaErrorNotSupported ? refuse(Int8GemmPath::kCutlassSm90) : e;
     }
     case Int8GemmPath::kCutlassSm80: {
       if (!int8_linear_path_available(Int8GemmPath::kCutlassSm80) ||
           !int8_detail::cutlass_sm80_supports(p))
         return automatic ? run_cublaslt(p, stream) : refuse(Int8GemmPath::kCutlassSm80);
       const cudaError_t e = int8_detail::int8_linear_cutlass_sm80(p, stream);
-      return e == cudaErrorNotSupported && automatic ? run_cublaslt(p, stream) : e;
+      if (e != cudaErrorNotSupported) return e;
+      return automatic ? run_cublaslt(p, stream) : refuse(Int8GemmPath::kCutlassSm80);
     }
     default:
       return run_cublaslt(p, stream);
