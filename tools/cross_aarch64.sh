@@ -4,7 +4,7 @@
 # (char signedness, FP contraction) on ARM. CUDA is left out (this toolkit targets x86-64).
 # Usage: tools/cross_aarch64.sh [BUILD_DIR] [GTEST_FILTER]   (default build-aarch64, all tests;
 # the whole suite takes tens of minutes under emulation). Installs g++-aarch64-linux-gnu and
-# qemu-user when missing (apt).
+# qemu-user when missing (with the build's other packages, tools/install_deps.sh).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-aarch64}
@@ -12,12 +12,7 @@ filter=${2:-*}
 need=()
 command -v aarch64-linux-gnu-g++ >/dev/null || need+=(g++-aarch64-linux-gnu)
 command -v qemu-aarch64 >/dev/null || need+=(qemu-user)
-if [ ${#need[@]} -gt 0 ]; then
-  sudo_cmd=()
-  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
-  "${sudo_cmd[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${need[@]}"
-fi
+"$root/tools/install_deps.sh" "${need[@]}"
 # nlohmann-json's CMake package is the host's; the cross build takes its headers as carried ones.
 deps=$build/deps
 mkdir -p "$deps/include"

@@ -1,5 +1,6 @@
 // `h3rt info F`: what a safetensors file holds: tensors, dtypes, metadata, and for H3
 // checkpoints the detected layout/format and inferred config.
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -230,8 +231,8 @@ void print_h3(const SafetensorsFile& f, int64_t limit) {
   std::printf("this machine: %s\n", gpu ? "a CUDA device is present (--device cuda runs the CUDA "
                                           "paths above; --device cpu the CPU reference)"
                                         : "no CUDA device found: the CPU reference runs it");
-  const bool int8 = formats.lower_bound("int8") != formats.end() &&
-                    formats.lower_bound("int8")->first.rfind("int8", 0) == 0;
+  const bool int8 = std::any_of(formats.begin(), formats.end(),
+                                [](const auto& f) { return f.first.rfind("int8", 0) == 0; });
   if (gpu && int8) {
     const int cc = cuda::current_device_cc();
     std::printf("int8 GEMMs on this GPU (compute capability %d.%d): %s\n", cc / 10, cc % 10,

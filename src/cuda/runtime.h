@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
 
 #include "h3rt/check.h"
@@ -16,6 +17,11 @@ namespace h3rt::cuda {
 // Debug builds (no NDEBUG) and builds defining H3RT_DEBUG_SYNC also synchronise the device, so a
 // faulting kernel is reported at its own launch site. Failures are logged and returned.
 cudaError_t check_launch(const char* what, const char* file, int line);
+
+// Whether `p` is 16-byte aligned (what vector loads, cp.async and TMA want).
+inline bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 // True when the CUDA runtime works and at least one device is present. Tests GTEST_SKIP on false.
 bool cuda_device_available();

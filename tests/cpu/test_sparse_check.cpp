@@ -289,7 +289,7 @@ std::string checks(const SampleResult& r) {
 
 TEST(SparseCheckSample, OffAndUnreachedBoundChangeNoBit) {
   auto d = Denoiser::create(ModelSource{});
-  const Request req = test::check_request(d->config());
+  const Request req = test::check_request(d->config(), 256);
   const SampleResult plain = sample(*d, req, test::check_options(0, 0.05));
   EXPECT_EQ(checks(plain), "dsss");
   for (int i = 1; i < 4; ++i) EXPECT_LT(plain.hybrid_steps[i].sparse_fraction, 1.0) << i;
@@ -315,7 +315,7 @@ TEST(SparseCheckSample, OffAndUnreachedBoundChangeNoBit) {
 
 TEST(SparseCheckSample, BoundZeroTurnsEveryHeadDenseThenTheForwardIsDense) {
   test::DenseTwin d;
-  const Request req = test::check_request(d.config());
+  const Request req = test::check_request(d.config(), 256);
   const SampleResult r = sample(d, req, test::check_options(10, 0.0));
   EXPECT_EQ(checks(r), "dCss");
   const SparseCheckRecord& k = r.hybrid_steps[1].check;
@@ -346,7 +346,7 @@ TEST(SparseCheckSample, BoundZeroTurnsEveryHeadDenseThenTheForwardIsDense) {
 // A bound between the measured errors: exactly the heads at or above it turn dense.
 TEST(SparseCheckSample, HeadsAboveTheBoundTurnDenseOthersStaySparse) {
   auto d = Denoiser::create(ModelSource{});
-  const Request req = test::check_request(d->config());
+  const Request req = test::check_request(d->config(), 256);
   const SampleResult probe = sample(*d, req, test::check_options(10, 100));
   std::vector<double> e = probe.hybrid_steps[1].check.rel_l1;
   std::sort(e.begin(), e.end());
@@ -367,7 +367,7 @@ TEST(SparseCheckSample, HeadsAboveTheBoundTurnDenseOthersStaySparse) {
 // files written before the check still match runs without it.
 TEST(SparseCheckSample, ResumeKeyNamesTheCheckOnlyWhenOn) {
   auto d = Denoiser::create(ModelSource{});
-  const Request req = test::check_request(d->config());
+  const Request req = test::check_request(d->config(), 256);
   const auto key = [&](const SampleOptions& o) {
     for (const auto& [k, v] : resume::run_keys(*d, req, o))
       if (k == "sparse_attention") return v;

@@ -219,10 +219,6 @@ void check_attention_nvfp4(const AttentionCudaParams& p, const char* op) {
              "with a computed one write bf16 and run nvfp4_quantize");
 }
 
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
-}
-
 AttentionCudaParams normalized(const AttentionCudaParams& in) {
   AttentionCudaParams p = in;
   const int64_t span = p.heads * p.head_dim;
@@ -351,7 +347,7 @@ cudaError_t attention_flash_bf16_cuda(const AttentionCudaParams& in, cudaStream_
                  p.k_head_stride % 8 == 0 && p.v_head_stride % 8 == 0 && p.out_head_stride % 2 == 0,
              "attention_flash_bf16_cuda: q/k/v strides must be multiples of 8 elements, out "
              "strides even");
-  H3RT_CHECK(aligned16(p.q) && aligned16(p.k) && aligned16(p.v) &&
+  H3RT_CHECK(cuda::aligned16(p.q) && cuda::aligned16(p.k) && cuda::aligned16(p.v) &&
                  (reinterpret_cast<uintptr_t>(p.out) & 3u) == 0,
              "attention_flash_bf16_cuda: q/k/v must be 16-byte aligned, out 4-byte aligned");
   H3RT_CHECK(p.heads <= 65535, "attention_flash_bf16_cuda: at most 65535 heads");

@@ -34,10 +34,6 @@ __global__ void gated_residual_kernel(GatedResidualCudaParams p) {
   }
 }
 
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
-}
-
 }  // namespace
 
 cudaError_t gated_residual_cuda(const GatedResidualCudaParams& in, cudaStream_t stream) {
@@ -50,7 +46,7 @@ cudaError_t gated_residual_cuda(const GatedResidualCudaParams& in, cudaStream_t 
              "gated_residual_cuda: dim and row strides must be multiples of 8 elements");
   H3RT_CHECK(!p.gate || p.table_row_stride >= p.dim, "gated_residual_cuda: table row stride ",
              p.table_row_stride, " < dim ", p.dim);
-  H3RT_CHECK(aligned16(p.x) && aligned16(p.y) && aligned16(p.gate),
+  H3RT_CHECK(cuda::aligned16(p.x) && cuda::aligned16(p.y) && cuda::aligned16(p.gate),
              "gated_residual_cuda: pointers must be 16-byte aligned");
   if (p.rows == 0) return cudaSuccess;
   const int nvec = static_cast<int>(p.dim / 8);

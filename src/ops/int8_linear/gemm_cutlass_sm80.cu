@@ -40,11 +40,10 @@ bool cutlass_sm80_compiled() {
 #endif
 }
 
+// Beyond the shared rules, the row broadcasts (w_scale, bias) load 16-byte vectors.
 bool cutlass_sm80_supports(const Int8LinearCudaParams& p) {
-  auto aligned16 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
-  return p.in % 16 == 0 && p.x_row_stride % 16 == 0 && p.out % 8 == 0 && p.y_row_stride % 8 == 0 &&
-         aligned16(p.x) && aligned16(p.w) && aligned16(p.y) && aligned16(p.w_scale) &&
-         aligned16(p.bias) && p.rows < (int64_t(1) << 31) && p.out < (int64_t(1) << 31);
+  return cutlass_operands_supported(p) && p.out % 8 == 0 && cuda::aligned16(p.w_scale) &&
+         cuda::aligned16(p.bias);
 }
 
 cudaError_t int8_linear_cutlass_sm80(const Int8LinearCudaParams& p, cudaStream_t stream) {

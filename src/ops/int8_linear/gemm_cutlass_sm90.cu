@@ -27,10 +27,7 @@ bool cutlass_sm90_compiled() {
 }
 
 bool cutlass_sm90_supports(const Int8LinearCudaParams& p) {
-  auto aligned16 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
-  return p.in % 16 == 0 && p.x_row_stride % 16 == 0 && p.y_row_stride % 8 == 0 && aligned16(p.x) &&
-         aligned16(p.w) && aligned16(p.y) && p.rows < (int64_t(1) << 31) &&
-         p.out < (int64_t(1) << 31);
+  return cutlass_operands_supported(p);
 }
 
 cudaError_t int8_linear_cutlass_sm90(const Int8LinearCudaParams& p, CutlassSchedule s,

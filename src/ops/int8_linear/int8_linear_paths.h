@@ -1,9 +1,20 @@
 // The GEMM paths behind int8_linear_cuda (int8_linear.h); the dispatcher is in int8_linear.cu.
 #pragma once
 
+#include <cstdint>
+
+#include "cuda/runtime.h"
 #include "ops/int8_linear/int8_linear.h"
 
 namespace h3rt::ops::int8_detail {
+
+// The operand rules every CUTLASS kernel here shares: 16-byte aligned x, w and y and their rows
+// (x in int8, y in bf16), and int32 problem extents.
+inline bool cutlass_operands_supported(const Int8LinearCudaParams& p) {
+  return p.in % 16 == 0 && p.x_row_stride % 16 == 0 && p.y_row_stride % 8 == 0 &&
+         cuda::aligned16(p.x) && cuda::aligned16(p.w) && cuda::aligned16(p.y) &&
+         p.rows < (int64_t(1) << 31) && p.out < (int64_t(1) << 31);
+}
 
 // The persistent tile scheduler's run-time arguments of the CUTLASS kernels: raster order
 // (CUTLASS's heuristic rasterizes along M when there are more N tiles than M tiles, else along

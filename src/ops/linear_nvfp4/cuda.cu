@@ -19,10 +19,6 @@
 namespace h3rt::ops {
 namespace {
 
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
 LinearNvfp4CudaParams normalised(const LinearNvfp4CudaParams& in) {
   LinearNvfp4CudaParams p = in;
   if (!p.a_row_stride) p.a_row_stride = p.in;
@@ -44,15 +40,16 @@ void check(const LinearNvfp4CudaParams& p) {
   if (p.a_q) {
     H3RT_CHECK(p.a_scales && p.a_global, f,
                "NVFP4 activations need a_scales (tiled) and a_global (device scalar)");
-    H3RT_CHECK(aligned16(p.a_q), f, "a_q must be 16-byte aligned");
+    H3RT_CHECK(cuda::aligned16(p.a_q), f, "a_q must be 16-byte aligned");
   } else {
     H3RT_CHECK(p.a_row_stride >= p.in && p.a_row_stride % 8 == 0, f, "a row stride (",
                p.a_row_stride, ") must be a multiple of 8 and >= in (", p.in, ")");
-    H3RT_CHECK(aligned16(p.a), f, "a must be 16-byte aligned");
+    H3RT_CHECK(cuda::aligned16(p.a), f, "a must be 16-byte aligned");
   }
   H3RT_CHECK(p.y_row_stride >= p.out && p.y_row_stride % 8 == 0, f, "y row stride (",
              p.y_row_stride, ") must be a multiple of 8 and >= out (", p.out, ")");
-  H3RT_CHECK(aligned16(p.w_q) && aligned16(p.y), f, "w_q and y must be 16-byte aligned");
+  H3RT_CHECK(cuda::aligned16(p.w_q) && cuda::aligned16(p.y), f,
+             "w_q and y must be 16-byte aligned");
   H3RT_CHECK(std::max(p.rows, p.out) * (p.in / 16) < (int64_t(1) << 31), f,
              "rows or out times in/16 must stay below 2^31");
 }

@@ -308,10 +308,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) qk_ring_kernel(QkNormRop
 #endif
 }
 
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
-}
-
 template <int kSlots>
 void launch(const QkNormRopeCudaParams& p, cudaStream_t stream) {
   const int64_t per_block = int64_t(kSideHalfWarps) * kSlots;
@@ -367,11 +363,11 @@ cudaError_t qk_norm_rope_cuda(const QkNormRopeCudaParams& in, cudaStream_t strea
   const int64_t span = p.heads * kHeadDim;
   H3RT_CHECK(p.q_offset + span <= p.row_stride && p.k_offset + span <= p.row_stride,
              "qk_norm_rope_cuda: q/k columns exceed the row stride ", p.row_stride);
-  H3RT_CHECK(!p.rope || (p.cos && p.sin && p.table_row_stride % 4 == 0 && aligned16(p.cos) &&
-                         aligned16(p.sin) && p.table_row_stride >= p.rope_dim),
+  H3RT_CHECK(!p.rope || (p.cos && p.sin && p.table_row_stride % 4 == 0 && cuda::aligned16(p.cos) &&
+                         cuda::aligned16(p.sin) && p.table_row_stride >= p.rope_dim),
              "qk_norm_rope_cuda: rope needs 16-byte aligned cos/sin tables with a row stride "
              ">= rope_dim and a multiple of 4");
-  H3RT_CHECK(aligned16(p.qkv) && aligned16(p.q_weight) && aligned16(p.k_weight),
+  H3RT_CHECK(cuda::aligned16(p.qkv) && cuda::aligned16(p.q_weight) && cuda::aligned16(p.k_weight),
              "qk_norm_rope_cuda: pointers must be 16-byte aligned");
   H3RT_CHECK(p.row_stride < (int64_t(1) << 31), "qk_norm_rope_cuda: row stride ", p.row_stride,
              " must fit in 31 bits");

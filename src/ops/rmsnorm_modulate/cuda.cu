@@ -215,10 +215,6 @@ int threads_for(int nvec, int vec) {
   return (((nvec + vec - 1) / vec) + 31) / 32 * 32;
 }
 
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
-}
-
 }  // namespace
 
 bool rmsnorm_modulate_int8_fusable(int64_t dim, int group) {
@@ -249,8 +245,9 @@ cudaError_t rmsnorm_modulate_cuda(const RmsNormModulateCudaParams& in, cudaStrea
   H3RT_CHECK(p.x_row_stride % 8 == 0 && p.y_row_stride % 8 == 0 && p.residual_row_stride % 8 == 0 &&
                  p.table_row_stride % 8 == 0,
              "rmsnorm_modulate_cuda: row strides must be multiples of 8 elements");
-  H3RT_CHECK(aligned16(p.x) && aligned16(p.y) && aligned16(p.weight) && aligned16(p.shift) &&
-                 aligned16(p.scale) && aligned16(p.residual) && aligned16(p.residual_gate),
+  H3RT_CHECK(cuda::aligned16(p.x) && cuda::aligned16(p.y) && cuda::aligned16(p.weight) &&
+                 cuda::aligned16(p.shift) && cuda::aligned16(p.scale) &&
+                 cuda::aligned16(p.residual) && cuda::aligned16(p.residual_gate),
              "rmsnorm_modulate_cuda: pointers must be 16-byte aligned");
   const bool modulate = p.scale != nullptr;
   H3RT_CHECK((!modulate && !p.residual_gate) || p.table_row_stride >= p.dim,

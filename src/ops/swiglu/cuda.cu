@@ -199,10 +199,6 @@ void launch(const SwigluCudaParams& p, int threads, cudaStream_t stream) {
     swiglu_kernel<false, kFuse><<<grid, threads, 0, stream>>>(p);
 }
 
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
-}
-
 }  // namespace
 
 cudaError_t swiglu_cuda(const SwigluCudaParams& in, cudaStream_t stream) {
@@ -218,7 +214,7 @@ cudaError_t swiglu_cuda(const SwigluCudaParams& in, cudaStream_t stream) {
   H3RT_CHECK(p.ffn % 8 == 0 && p.in_row_stride % 8 == 0 && p.out_row_stride % 8 == 0,
              "swiglu_cuda: ffn ", p.ffn, " and row strides must be multiples of 8");
   H3RT_CHECK(p.in_row_stride >= 2 * p.ffn, "swiglu_cuda: input row stride < 2*ffn");
-  H3RT_CHECK(aligned16(p.in) && aligned16(p.out) && aligned16(p.silu_table),
+  H3RT_CHECK(cuda::aligned16(p.in) && cuda::aligned16(p.out) && cuda::aligned16(p.silu_table),
              "swiglu_cuda: pointers must be 16-byte aligned");
   if (p.rows == 0)
     return nvfp4 && p.nvfp4.computed()
@@ -253,7 +249,8 @@ cudaError_t swiglu_cuda(const SwigluCudaParams& in, cudaStream_t stream) {
 }
 
 cudaError_t swiglu_silu_table_cuda(__nv_bfloat16* table, cudaStream_t stream) {
-  H3RT_CHECK(table && aligned16(table), "swiglu_silu_table_cuda: table must be 16-byte aligned");
+  H3RT_CHECK(table && cuda::aligned16(table),
+             "swiglu_silu_table_cuda: table must be 16-byte aligned");
   silu_table_kernel<<<kSiluTableEntries / 256, 256, 0, stream>>>(
       reinterpret_cast<uint16_t*>(table));
   return H3RT_LAUNCH_CHECK("swiglu silu table");
