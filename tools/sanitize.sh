@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CPU tests under AddressSanitizer + UndefinedBehaviorSanitizer (any report fails the test:
 # -fno-sanitize-recover, leaks included) and the CI-sized fuzz runs, in build-asan (clang,
-# -DH3RT_FUZZ=ON: the same instrumented library serves both). What CI runs after the main build.
+# -DH3RT_FUZZ=ON: the same sanitized library serves both). What CI runs after the main build.
 # Usage: tools/sanitize.sh [ctest -R regex]   (default: every CPU test and the fuzz runs)
 # H3RT_SANITIZE_BUILD names another build folder.
 set -euo pipefail
