@@ -8,8 +8,8 @@ nvcc keeps its device compilation and gets the cross compiler as host compiler (
 files (host-only .cu files included) are compiled by the cross compiler directly. Header-only
 dependencies installed for the host (GoogleTest, nlohmann-json, CLI11 in /usr/include) are
 searched after the cross compiler's own system headers. Objects go to OUT_DIR (one per unit);
-nothing links. Prints one line per failure with the compiler's first error lines; exits 1 if
-any unit failed.
+nothing links. Prints a line per unit, with the compiler's first lines where it failed or
+warned; exits 1 if any unit failed.
 """
 import concurrent.futures
 import json
@@ -72,15 +72,18 @@ def main():
     with open(commands, encoding="utf-8") as f:
         entries = [e for e in json.load(f) if wanted(e)]
     jobs = [(e, os.path.join(out_dir, f"{i:03d}.o"), cross) for i, e in enumerate(entries)]
-    failed = 0
+    failed = warned = 0
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         for n, (path, rc, err) in enumerate(pool.map(compile_one, jobs), 1):
-            status = "ok" if rc == 0 else "FAILED"
+            warnings = err.count("warning:")
+            status = "FAILED" if rc else f"ok, {warnings} warnings" if warnings else "ok"
             print(f"[{n}/{len(jobs)}] {status} {path}", flush=True)
-            if rc != 0:
-                failed += 1
+            failed += rc != 0
+            warned += rc == 0 and warnings > 0
+            if rc or warnings:
                 print("\n".join(err.splitlines()[:20]), flush=True)
-    print(f"{len(jobs) - failed} of {len(jobs)} units compiled for aarch64", flush=True)
+    print(f"{len(jobs) - failed} of {len(jobs)} units compiled for aarch64 ({warned} with warnings)",
+          flush=True)
     sys.exit(1 if failed else 0)
 
 
