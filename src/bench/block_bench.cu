@@ -240,8 +240,8 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
   // otherwise.
   // int8: one per projection whose producer does not quantize the input.
   m.fused_inputs = model::fused_projection_inputs(w);
-  // fp8: one per projection whose producer does not write its e4m3 input (static scales with
-  // H3RT_FP8_FUSE=1 fuse qkv, fc1 and fc2).
+  // fp8: one per projection whose producer does not write its e4m3 input (static scales fuse
+  // qkv, fc1 and fc2 unless H3RT_FP8_FUSE=0).
   m.launcher_calls = model::kBlockLaunches +
                      (o.fp8 ? 4 - static_cast<int>(m.fused_inputs.size()) : 0) +
                      (o.nvfp4 && !o.nvfp4_static_input_scale ? 4 : 0) +

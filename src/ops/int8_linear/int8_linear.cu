@@ -307,10 +307,9 @@ Int8GemmPath int8_linear_resolve_path(const Int8LinearCudaParams& in) {
   if (int8_linear_path_available(Int8GemmPath::kCutlassSm90) &&
       int8_detail::cutlass_sm90_supports(p))
     return Int8GemmPath::kCutlassSm90;
-  // The mma.sync kernel becomes kAuto's choice on compute capability 12.x once its GPU test has
-  // passed on the H200 (it has not run yet): until then it is opt-in (H3RT_INT8_GEMM).
-  constexpr bool kSm80OnBlackwell = false;
-  if (kSm80OnBlackwell && cuda::current_device_cc() / 10 == 12 &&
+  // The mma.sync kernel is kAuto's choice on compute capability 12.x (its sm_90a build passed
+  // every GEMM case bit-exactly on an H100, 2026-12-05; it has never run on a 12.x GPU).
+  if (cuda::current_device_cc() / 10 == 12 &&
       int8_linear_path_available(Int8GemmPath::kCutlassSm80) &&
       int8_detail::cutlass_sm80_supports(p))
     return Int8GemmPath::kCutlassSm80;
