@@ -168,7 +168,8 @@ TEST(FusedE4m3, RefusesWhatItCannotTake) {
 }
 
 // A whole fp8 forward (the tiny preset, static input scales on every block projection): the
-// fused producers (H3RT_FP8_FUSE=1) and the unfused path give bit-identical velocities.
+// fused producers (H3RT_FP8_FUSE=1, the default) and the unfused path (=0) give bit-identical
+// velocities.
 TEST(FusedE4m3, Fp8ForwardBitIdenticalToUnfused) {
   H3RT_REQUIRE_GPU();
   const H3Config c = H3Config::tiny();

@@ -5,8 +5,9 @@
 // sm_121, GB10), which has no wgmma and for which CUTLASS 4.2's sm120 builders take only
 // fp8/fp6/fp4: there the cuBLASLt path would write and re-read int32 staging at 273 GB/s
 // (about +58% on a block's int8 GEMMs by the byte count, bench/RESULTS.md). The same code runs
-// on any sm_80+ GPU the binary has code for, which is how it is tested on the H200. Opt-in
-// (H3RT_INT8_GEMM=cutlass_sm80) until those tests have run (int8_linear.cu, kSm80OnBlackwell).
+// on any sm_80+ GPU the binary has code for, which is how it is tested on Hopper (bit-exact on
+// every GEMM case, H100, 2026-12-05). kAuto's path on compute capability 12.x (int8_linear.cu);
+// H3RT_INT8_GEMM=cutlass_sm80 selects it elsewhere.
 //
 // Tile: 128x256x64, eight 64x64 warps, 3 stages (72 KB of shared memory, within sm_120's
 // 99 KB): CUTLASS's default Sm80 int8 configuration. GemmIdentityThreadblockSwizzle<8> for L2

@@ -43,7 +43,7 @@ cudaError_t int8_linear_cutlass_sm90_pp128x128(const Int8LinearCudaParams& p, Cu
                                                cudaStream_t stream);
 
 // gemm_cutlass_sm80.cu: the mma.sync kernel (CUTLASS 2.x API, Sm80 instructions, 128x256x64
-// tiles, EVT epilogue), meant as the default on sm_120 / sm_121 (opt-in until tested). Compiled
+// tiles, EVT epilogue), the default on sm_120 / sm_121 (tested through its sm_90a build). Compiled
 // with H3RT_HAVE_CUTLASS; runs on any sm_80+ device the binary has code for. cudaErrorNotSupported
 // as above.
 bool cutlass_sm80_compiled();
