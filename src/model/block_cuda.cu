@@ -139,14 +139,19 @@ void project_int8(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows, B
   int8_project_cuda(l, x, y, rows, int8_activation(b), s);
 }
 
+// A producer fusion switched by environment variable `var`: on unless it is set to "0".
+bool fusion_on(const char* var) {
+  const char* e = std::getenv(var);
+  return !(e && !std::strcmp(e, "0"));
+}
+
 // Whether the qkv / fc1 inputs of int8 layers are rotated and quantized by rmsnorm_modulate where
 // the shape allows: yes unless H3RT_INT8_FUSE=0 (the unfused path, kept for the side-by-side
 // benchmark; the bytes are the same either way). The out and fc2 inputs always take the
 // standalone quantizer (the attention epilogue would need a row's amax across CTAs; a fused
 // swiglu measured slower).
 bool int8_fusion_on() {
-  const char* e = std::getenv("H3RT_INT8_FUSE");
-  return !(e && !std::strcmp(e, "0"));
+  return fusion_on("H3RT_INT8_FUSE");
 }
 
 // Whether the producer of int8 layer l's input rotates and quantizes it (`fusable`: the
@@ -168,8 +173,7 @@ ops::Int8Out int8_input(const DeviceLinear& l, BlockCudaBuffers& b) {
 // the default since FusedE4m3.* passed (bit-identical; the fp8 block 1.2% faster on an H100,
 // RESULTS session 18); H3RT_FP8_FUSE=0 keeps the unfused path for side-by-side runs.
 bool e4m3_fused_input(const DeviceLinear& l) {
-  const char* e = std::getenv("H3RT_FP8_FUSE");
-  return l.fp8() && !l.fp8_dynamic() && !(e && !std::strcmp(e, "0"));
+  return l.fp8() && !l.fp8_dynamic() && fusion_on("H3RT_FP8_FUSE");
 }
 
 // The e4m3 output block a producer fills for layer `l` (e4m3_fused_input(l) must hold).
