@@ -201,17 +201,18 @@ const CutlassConfigInfo* cutlass_config_info(Int8CutlassConfig c) {
   return nullptr;
 }
 
-// ---- kAuto's CUTLASS config per shape ---------------------------------------------------------
-// Filled from `h3rt bench int8-gemm` on the H200 (2026-12-01, bench/RESULTS.md session 9 call 4):
-// the fastest config per shape at S = 37810 (rows >= 20000) and at S = 15399. The first entry
-// with this out (N) and in (K) and rows >= min_rows wins (larger min_rows first for one N x K);
-// shapes not listed take kCutlassAutoDefault. Large-N shapes want the 128x256 tile walking N in
-// groups of 4 (x stays in L2); the N = 5376 shapes the ping-pong kernel or the original tile.
+// ---- kAuto's CUTLASS config per shape, per GPU ------------------------------------------------
+// The first entry with this out (N) and in (K) and rows >= min_rows wins (larger min_rows first
+// for one N x K); shapes not listed take the table's default. Rows >= 20000: the seed shape
+// (37,810), below: 864x480 (15,499; the benchmark's 15,399).
 struct CutlassAutoEntry {
   int64_t out, in, min_rows;
   Int8CutlassConfig config;
 };
-constexpr CutlassAutoEntry kCutlassAutoTable[] = {
+// H200 (2026-12-01, bench/RESULTS.md session 9 call 4). Large-N shapes want the 128x256 tile
+// walking N in groups of 4 (x stays in L2); the N = 5376 shapes the ping-pong kernel or the
+// original tile.
+constexpr CutlassAutoEntry kH200Table[] = {
     {21504, 5376, 20000, Int8CutlassConfig::k128x256_n4},  // qkv: 6.354 ms (256x128: 8.050)
     {21504, 5376, 0, Int8CutlassConfig::kPp128x128},       // qkv at 15399 rows: 2.556
     {5376, 7168, 0, Int8CutlassConfig::kPp128x128},        // attention out: 2.032 / 0.810
@@ -220,12 +221,57 @@ constexpr CutlassAutoEntry kCutlassAutoTable[] = {
     {5376, 14336, 20000, Int8CutlassConfig::k256x128},     // fc2: 3.653
     {5376, 14336, 0, Int8CutlassConfig::kPp128x128},       // fc2 at 15399 rows: 1.621
 };
+// H100 80GB HBM3 (2026-12-05, session 18 call 1, median of 10): the ping-pong kernel loses at
+// every shape (15399 rows: qkv 3.242 ms, fc2 1.870 against the picks below).
+constexpr CutlassAutoEntry kH100Table[] = {
+    {21504, 5376, 20000, Int8CutlassConfig::k256x128_n2},  // qkv: 6.055 (128x256_n4: 6.246)
+    {21504, 5376, 0, Int8CutlassConfig::k128x256_n2},      // qkv at 15399 rows: 2.723
+    {5376, 7168, 0, Int8CutlassConfig::k256x128},          // attention out: 1.929 / 0.844
+    {28672, 5376, 20000, Int8CutlassConfig::k128x256_n4},  // fc1: 8.594
+    {28672, 5376, 0, Int8CutlassConfig::k128x256_n2},  // fc1 at 15399 rows: 3.622 (128x256: 4.030)
+    {5376, 14336, 0, Int8CutlassConfig::k256x128},     // fc2: 3.987 / 1.557
+};
 constexpr Int8CutlassConfig kCutlassAutoDefault = Int8CutlassConfig::k256x128;
 
-Int8CutlassConfig table_config(const Int8LinearCudaParams& p) {
-  for (const CutlassAutoEntry& e : kCutlassAutoTable)
-    if (e.out == p.out && e.in == p.in && p.rows >= e.min_rows) return e.config;
+template <size_t N>
+Int8CutlassConfig lookup(const CutlassAutoEntry (&table)[N], int64_t rows, int64_t in,
+                         int64_t out) {
+  for (const CutlassAutoEntry& e : table)
+    if (e.out == out && e.in == in && rows >= e.min_rows) return e.config;
   return kCutlassAutoDefault;
+}
+
+// The current device's name, or "" when there is none (the table then defaults; a launch would
+// fail on its own).
+std::string current_device_name() {
+  int dev = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return {};
+  }
+  return prop.name;
+}
+
+// The current device's table: H3RT_INT8_GEMM_TABLE's, else its name's, looked up once per device
+// ordinal (benign race: every writer stores the same value).
+Int8CutlassTable current_table() {
+  if (const char* e = std::getenv("H3RT_INT8_GEMM_TABLE"); e && *e)
+    return int8_cutlass_table_for(nullptr);
+  static int8_t cached[64] = {};  // 1 + the table; 0: not looked up yet
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+    (void)cudaGetLastError();
+    return int8_cutlass_table_for(nullptr);
+  }
+  if (!cached[dev])
+    cached[dev] = static_cast<int8_t>(
+        1 + static_cast<int>(int8_cutlass_table_for(current_device_name().c_str())));
+  return static_cast<Int8CutlassTable>(cached[dev] - 1);
+}
+
+Int8CutlassConfig table_config(const Int8LinearCudaParams& p) {
+  return int8_cutlass_table_config(current_table(), p.rows, p.in, p.out);
 }
 
 // H3RT_INT8_GEMM=cutlass|cutlass_<config>|cublaslt; path kAuto when unset.
@@ -329,7 +375,9 @@ std::string int8_gemm_default_description() {
   p.out = 21504;
   switch (int8_linear_resolve_path(p)) {
     case Int8GemmPath::kCutlassSm90:
-      return "CUTLASS wgmma (sm_90a), scales and bias in the epilogue";
+      return std::string("CUTLASS wgmma (sm_90a), configs per shape as measured on the ") +
+             (current_table() == Int8CutlassTable::kH100 ? "H100" : "H200") +
+             ", scales and bias in the epilogue";
     case Int8GemmPath::kCutlassSm80:
       return "CUTLASS mma.sync, scales and bias in the epilogue";
     default:
@@ -396,6 +444,27 @@ cudaError_t int8_linear_cuda(const Int8LinearCudaParams& in, cudaStream_t stream
     default:
       return run_cublaslt(p, stream);
   }
+}
+
+Int8CutlassTable int8_cutlass_table_for(const char* device_name) {
+  if (const char* e = std::getenv("H3RT_INT8_GEMM_TABLE"); e && *e) {
+    if (!std::strcmp(e, "h100")) return Int8CutlassTable::kH100;
+    if (!std::strcmp(e, "h200")) return Int8CutlassTable::kH200;
+    H3RT_FAIL("H3RT_INT8_GEMM_TABLE=", e,
+              " is not a CUTLASS table: expected h100 or h200 (unset: ", "the table of this GPU)");
+  }
+  const bool h100 = device_name && std::strstr(device_name, "H100");
+  return h100 ? Int8CutlassTable::kH100 : Int8CutlassTable::kH200;
+}
+
+Int8CutlassConfig int8_cutlass_table_config(Int8CutlassTable table, int64_t rows, int64_t in,
+                                            int64_t out) {
+  return table == Int8CutlassTable::kH100 ? lookup(kH100Table, rows, in, out)
+                                          : lookup(kH200Table, rows, in, out);
+}
+
+const char* int8_cutlass_table_name(Int8CutlassTable table) {
+  return table == Int8CutlassTable::kH100 ? "h100" : "h200";
 }
 
 }  // namespace h3rt::ops

@@ -240,5 +240,19 @@ Int8CutlassConfig int8_linear_resolve_cutlass_config(const Int8LinearCudaParams&
 // "256x128", "128x256_n4", "pp128x128_n2", ... ("auto" for kAuto).
 const char* int8_cutlass_config_name(Int8CutlassConfig config);
 
+// kAuto's per-shape CUTLASS tables, one per GPU they were measured on (`h3rt bench int8-gemm`):
+// the fastest config differs between the H100 and the H200 (the ping-pong kernel wins on the
+// H200 at 864x480 and loses on the H100 at every shape). kH200 also serves Hopper GPUs that were
+// never measured here.
+enum class Int8CutlassTable : uint8_t { kH200, kH100 };
+// The table for a GPU named `device_name` (cudaDeviceProp::name; null or empty: kH200), unless
+// H3RT_INT8_GEMM_TABLE=h100|h200 names one (side-by-side benchmarks; any other value throws).
+Int8CutlassTable int8_cutlass_table_for(const char* device_name);
+// The table's config for a (rows, in, out) GEMM: the entry for this N x K with the largest
+// min_rows <= rows, or the table's default. Never kAuto.
+Int8CutlassConfig int8_cutlass_table_config(Int8CutlassTable table, int64_t rows, int64_t in,
+                                            int64_t out);
+const char* int8_cutlass_table_name(Int8CutlassTable table);  // "h200", "h100"
+
 }  // namespace h3rt::ops
 #endif  // H3RT_HAVE_CUDA
