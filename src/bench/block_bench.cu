@@ -15,6 +15,7 @@
 #include "h3rt/model.h"
 #include "model/block_cuda.h"
 #include "model/model_cuda.h"
+#include "ops/int8_linear/int8_linear.h"
 #include "ops/linear/linear.h"
 #include "ops/linear_nvfp4/linear_nvfp4.h"
 #include "ops/rope_table/rope_table.h"
@@ -258,6 +259,12 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
   if (o.fp8) m.fp8_gemm = ops::fp8_gemm_path_name(ops::linear_fp8_resolve_path({}));
   m.nvfp4 = o.nvfp4;
   m.int8_group = o.int8_group;
+  if (o.int8_group >= 0)
+    for (const auto& [name, l] : {std::pair<const char*, const model::DeviceLinear*>{"qkv", &w.qkv},
+                                  {"out", &w.out},
+                                  {"fc1", &w.fc1},
+                                  {"fc2", &w.fc2}})
+      m.int8_gemm[name] = ops::int8_gemm_choice(S, l->in, l->out);
   m.sage_attention = o.sage_attention;
   m.nvfp4_static_input_scale = o.nvfp4_static_input_scale;
   if (o.nvfp4)

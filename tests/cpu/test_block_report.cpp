@@ -62,6 +62,17 @@ TEST(BlockReport, NamesTheGemmAndAttentionPaths) {
   EXPECT_NE(workload(m).at("gemm").get<std::string>().find("fused"), std::string::npos);
   m.sage_attention = true;
   EXPECT_EQ(workload(m).at("attention").get<std::string>().rfind("sage_8bit", 0), 0u);
+  // int8: each projection's format names the GEMM it ran, fused input or not.
+  m.nvfp4 = false;
+  m.int8_group = 256;
+  m.fused_inputs = {"qkv"};
+  m.int8_gemm = {{"qkv", "cutlass_sm90 128x256_n2 (h100 table)"}, {"out", "cublaslt"}};
+  const nlohmann::json f = workload(m).at("projection_formats");
+  EXPECT_EQ(f.at("qkv").get<std::string>(),
+            "int8_convrot G=256 (input from its producer, fused; GEMM cutlass_sm90 128x256_n2 "
+            "(h100 table))");
+  EXPECT_EQ(f.at("out").get<std::string>(), "int8_convrot G=256 (GEMM cublaslt)");
+  EXPECT_EQ(f.at("fc1").get<std::string>(), "int8_convrot G=256");
 }
 
 // NVFP4 runs report the DRAM bytes the fused producers save: all four boundaries with static

@@ -362,18 +362,24 @@ Int8GemmPath int8_linear_resolve_path(const Int8LinearCudaParams& in) {
   return Int8GemmPath::kCublasLt;
 }
 
-std::string int8_gemm_default_description() {
-  // An H3 qkv call on 16-byte aligned operands: the pointers are only inspected, never read.
+namespace {
+// A (rows, in, out) call on 16-byte aligned operands: the pointers are only inspected, never read.
+Int8LinearCudaParams aligned_probe(int64_t rows, int64_t in, int64_t out) {
   alignas(16) static int8_t probe[16];
   Int8LinearCudaParams p;
   p.x = p.w = probe;
   p.x_scale = p.w_scale = reinterpret_cast<const float*>(probe);
   p.bias = reinterpret_cast<const __nv_bfloat16*>(probe);
   p.y = reinterpret_cast<__nv_bfloat16*>(probe);
-  p.rows = 15499;
-  p.in = 5376;
-  p.out = 21504;
-  switch (int8_linear_resolve_path(p)) {
+  p.rows = rows;
+  p.in = in;
+  p.out = out;
+  return p;
+}
+}  // namespace
+
+std::string int8_gemm_default_description() {
+  switch (int8_linear_resolve_path(aligned_probe(15499, 5376, 21504))) {  // an H3 qkv call
     case Int8GemmPath::kCutlassSm90:
       return std::string("CUTLASS wgmma (sm_90a), configs per shape as measured on the ") +
              (current_table() == Int8CutlassTable::kH100 ? "H100" : "H200") +
@@ -383,6 +389,18 @@ std::string int8_gemm_default_description() {
     default:
       return "cuBLASLt int8 to int32 in row chunks, then the exact epilogue kernel";
   }
+}
+
+std::string int8_gemm_choice(int64_t rows, int64_t in, int64_t out) {
+  const Int8LinearCudaParams p = aligned_probe(rows, in, out);
+  const Int8GemmPath path = int8_linear_resolve_path(p);
+  std::string s = int8_gemm_path_name(path);
+  if (path == Int8GemmPath::kCutlassSm90) {
+    s += std::string(" ") + int8_cutlass_config_name(int8_linear_resolve_cutlass_config(p));
+    if (env_choice().config == Int8CutlassConfig::kAuto)
+      s += std::string(" (") + int8_cutlass_table_name(current_table()) + " table)";
+  }
+  return s;
 }
 
 Int8CutlassConfig int8_linear_resolve_cutlass_config(const Int8LinearCudaParams& in) {

@@ -234,6 +234,10 @@ const char* int8_gemm_path_name(Int8GemmPath path);
 // (aligned operands), in words for users: e.g. "CUTLASS wgmma, scales and bias in the
 // epilogue" (`h3rt info`).
 std::string int8_gemm_default_description();
+// The GEMM kAuto (with the environment) runs for an aligned (rows, in, out) call on the current
+// device, for reports: the path's name, and for kCutlassSm90 the config and the table it came
+// from, e.g. "cutlass_sm90 128x256_n2 (h100 table)".
+std::string int8_gemm_choice(int64_t rows, int64_t in, int64_t out);
 // The CUTLASS config `p` runs with when it resolves to kCutlassSm90: p.cutlass_config, else the
 // environment's (when p.path is kAuto), else the table's entry for (rows, out, in). Never kAuto.
 Int8CutlassConfig int8_linear_resolve_cutlass_config(const Int8LinearCudaParams& p);
