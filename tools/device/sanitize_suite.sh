@@ -38,7 +38,10 @@
 #   H3RT_INITCHECK_SKIP      ERE of tests whose initcheck is known not meaningful: their kernels
 #                            read cuBLASLt GEMM outputs, whose stores initcheck does not see (see
 #                            sanitize.sh and initcheck_probe.cu); reported SKIPPED with the reason
-#                            (default empty: initcheck runs everywhere and such tests read REPORTED)
+#                            (default empty: initcheck runs everywhere and such tests read REPORTED).
+#                            tools/device/initcheck_cublaslt_readers.ere holds the list used in
+#                            session 19 (whole forwards, blocks, GEMM tests, the cuBLASLt int8 path):
+#                            H3RT_INITCHECK_SKIP="$(cat tools/device/initcheck_cublaslt_readers.ere)"
 #   H3RT_SANITIZE_API_ERRORS ERE of tests that provoke CUDA API errors on purpose (default: the
 #                            out-of-memory test): run with --report-api-errors no (memory
 #                            accesses are still checked), noted in the TSV
