@@ -14,9 +14,11 @@ namespace h3rt::cli {
 void add_bench_gemm_algos_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "gemm-algos",
-      "Time every algorithm cuBLASLt's heuristic offers (up to --max-algos, best first; #0 is "
-      "what h3rt runs) for the bf16 and fp8 GEMMs of the H3 projections (qkv, out, fc1, fc2) "
-      "with the block's epilogue, and report the fastest per shape (JSON report)");
+      "Time every algorithm cuBLASLt's heuristic offers (up to --max-algos, best first) and "
+      "what h3rt runs (the first, unless a configuration measured faster is preferred for the "
+      "shape and GPU; H3RT_CUBLASLT_TABLE=0 turns that off) for the bf16 and fp8 GEMMs of the "
+      "H3 projections (qkv, out, fc1, fc2) with the block's epilogue, and report the fastest per "
+      "shape (JSON report)");
 #ifdef H3RT_HAVE_CUDA
   auto opt = std::make_shared<bench::GemmAlgosBenchOptions>();
   auto rows = std::make_shared<int64_t>(0);

@@ -4,7 +4,8 @@
 // operands with the block's epilogue (bf16 bias, bf16 output, per-tensor scales for fp8, no
 // fast accumulation), every algorithm cuBLASLt's heuristic offers (up to `max_algos`, best
 // first) is run and timed: CUDA events around each call after a warm-up, the median of `iters`.
-// Index 0 is what h3rt runs today; the report gives, per shape, its time, the fastest index,
+// "default" is what h3rt runs (Gemm::algo 0: index 0, or a configuration preferred for the shape
+// and GPU, timed separately); the report gives, per shape, its time, the fastest index,
 // that algorithm's configuration (cuBLASLt's algo id, tile, stages, split-K and its reduction
 // scheme: 1 and 4 reduce in bf16, less exact than one float32 accumulation, swizzle, cluster)
 // and the ratio, and per (S, kind) the totals of the four shapes. Operands are synthetic hashed

@@ -1,6 +1,8 @@
 #include <nvtx3/nvToolsExt.h>
 
 #include <cstdio>
+#include <map>
+#include <mutex>
 #include <sstream>
 
 #include "cuda/runtime.h"
@@ -100,6 +102,17 @@ int sm_count(int device) {
   H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
   if (device >= 0 && device < 64) counts[device] = n;
   return n;
+}
+
+const std::string& device_name(int device) {
+  static std::mutex mu;
+  static std::map<int, std::string> names;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = names.find(device);
+  if (it != names.end()) return it->second;
+  cudaDeviceProp prop{};
+  H3RT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return names.emplace(device, prop.name).first->second;
 }
 
 bool compiled_arch_listed(const std::string& arch) {

@@ -46,6 +46,9 @@ bool compiled_arch_listed(const std::string& arch);
 int resident_grid(const void* kernel, int threads, size_t smem, int min_major);
 // The SM count of `device`, queried once per device (launch arguments of persistent kernels).
 int sm_count(int device);
+// The name of `device` (cudaDeviceProp::name, e.g. "NVIDIA H100 80GB HBM3"), queried once per
+// device: the per-GPU tables of measured kernel choices key on it.
+const std::string& device_name(int device);
 
 // An owned stream (non-blocking w.r.t. the legacy default stream). Launchers take the raw handle.
 class Stream {

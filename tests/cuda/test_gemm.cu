@@ -4,8 +4,11 @@
 // element; the mean relative error must also stay at the bf16 rounding level.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -233,6 +236,51 @@ TEST(CudaGemm, EveryHeuristicAlgorithmMatchesFp64) {
   EXPECT_TRUE(ops::lt::algo_of(gm).same_config(list[0]));
   gm.algo = static_cast<int>(list.size());
   if (list.size() < 8) EXPECT_EQ(ops::lt::gemm(gm, nullptr), cudaErrorNotSupported);
+}
+
+// h3rt's pick (Gemm::algo 0) is the configuration preferred for a shape on the GPU it was
+// measured on (the H100: fc1 fp8 at the seed shape, tile 403 cluster 5) and the heuristic's first
+// with H3RT_CUBLASLT_TABLE=0 or on other GPUs; `listed` indexes the heuristic's list as algos()
+// gives it. Plans are only built (no GEMM runs): the pointers set the alignment.
+TEST(CudaGemm, PreferredConfigurationFollowsTheGpu) {
+  H3RT_REQUIRE_GPU();
+  if (std::getenv("H3RT_CUBLASLT_TABLE")) GTEST_SKIP() << "H3RT_CUBLASLT_TABLE already set";
+  Tensor buf = test::device_buffer(DType::f32, {64});
+  ops::lt::Gemm gm;
+  gm.kind = ops::lt::Operands::kFp8;
+  gm.w = gm.x = gm.w_scale = gm.x_scale = dptr<float>(buf);
+  gm.bias = gm.y = reinterpret_cast<__nv_bfloat16*>(dptr<float>(buf));
+  gm.in = gm.x_ld = 5376;
+  gm.out = gm.y_ld = 28672;
+  gm.rows = 37810;
+  const std::vector<ops::lt::AlgoInfo> list = ops::lt::algos(gm, ops::lt::kMaxAlgos);
+  ASSERT_FALSE(list.empty());
+  int dev = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, dev), cudaSuccess);
+  const bool offered = std::any_of(list.begin(), list.end(), [](const ops::lt::AlgoInfo& a) {
+    return a.tile == 403 && a.cluster == 5 && a.split_k <= 1 && a.reduction == 0;
+  });
+  const ops::lt::AlgoInfo pick = ops::lt::algo_of(gm);
+  if (std::string(prop.name).find("H100") != std::string::npos && offered) {
+    EXPECT_EQ(pick.tile, 403);
+    EXPECT_EQ(pick.cluster, 5);
+  }
+  for (size_t i = 0; i < list.size(); ++i) {
+    ops::lt::Gemm g = gm;
+    g.algo = static_cast<int>(i);
+    g.listed = true;
+    EXPECT_TRUE(ops::lt::algo_of(g).same_config(list[i])) << "listed index " << i;
+  }
+  gm.rows = 37811;  // a fresh plan, built with the list turned off
+  ASSERT_EQ(setenv("H3RT_CUBLASLT_TABLE", "0", 1), 0);
+  const ops::lt::AlgoInfo first = ops::lt::algo_of(gm);
+  unsetenv("H3RT_CUBLASLT_TABLE");
+  ops::lt::Gemm g = gm;
+  g.listed = true;
+  EXPECT_TRUE(first.same_config(ops::lt::algo_of(g)))
+      << "with the list off, algo 0 is the heuristic's first";
 }
 
 }  // namespace

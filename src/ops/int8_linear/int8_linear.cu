@@ -241,18 +241,6 @@ Int8CutlassConfig lookup(const CutlassAutoEntry (&table)[N], int64_t rows, int64
   return kCutlassAutoDefault;
 }
 
-// The current device's name, or "" when there is none (the table then defaults; a launch would
-// fail on its own).
-std::string current_device_name() {
-  int dev = 0;
-  cudaDeviceProp prop{};
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return {};
-  }
-  return prop.name;
-}
-
 // The current device's table: H3RT_INT8_GEMM_TABLE's, else its name's, looked up once per device
 // ordinal (benign race: every writer stores the same value).
 Int8CutlassTable current_table() {
@@ -266,7 +254,7 @@ Int8CutlassTable current_table() {
   }
   if (!cached[dev])
     cached[dev] = static_cast<int8_t>(
-        1 + static_cast<int>(int8_cutlass_table_for(current_device_name().c_str())));
+        1 + static_cast<int>(int8_cutlass_table_for(cuda::device_name(dev).c_str())));
   return static_cast<Int8CutlassTable>(cached[dev] - 1);
 }
 

@@ -1,9 +1,12 @@
 // cuBLASLt GEMMs with cached plans (see cublaslt_gemm.h).
 #include <cublasLt.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -28,9 +31,10 @@ struct Key {
   int align;
   bool bias, device_alpha, fast_accum;
   int algo;
+  bool listed;
   auto tie() const {
     return std::tie(device, kind, rows, in, out, x_ld, y_ld, align, bias, device_alpha, fast_accum,
-                    algo);
+                    algo, listed);
   }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
@@ -156,13 +160,64 @@ std::vector<cublasLtMatmulHeuristicResult_t> describe(Plan& p, const Key& k, cub
   return res;
 }
 
-// The plan for `k` in the given pointer mode: the heuristic's algorithm number k.algo. The
-// default (0) asks for one algorithm, as h3rt always has; the others ask for kMaxAlgos, as
-// algos() does, so that index i names the same algorithm in both (whatever the heuristic does
-// with shorter requests).
+AlgoInfo info_of(const cublasLtMatmulAlgo_t& algo);
+
+// A configuration that runs instead of the heuristic's first for one GEMM shape on one GPU:
+// measured faster in two `h3rt bench gemm-algos` samples (bench/RESULTS.md session 19), all with
+// split-K 1 (one fp32 accumulation, as the first). rows in [min_rows, max_rows].
+struct Preferred {
+  const char* gpu;  // a part of cudaDeviceProp::name
+  Operands kind;
+  int64_t out, in, min_rows, max_rows;
+  int tile, stages, cluster;
+};
+constexpr int64_t kAnyRows = int64_t(1) << 40;
+constexpr Preferred kPreferred[] = {
+    // H100 80GB HBM3, the seed shape: fc1 fp8 9.62 / 9.68 ms against 11.10 / 10.35; bf16 qkv
+    // 12.08 / 11.97 against 13.16 / 12.55, out 3.98 / 3.82 against 4.28 / 4.35, fc2 8.16 / 8.15
+    // against 8.91 / 8.89; 864x480: bf16 fc1 6.65 / 6.65 against 7.08 / 7.11.
+    {"H100", Operands::kFp8, 28672, 5376, 20000, kAnyRows, 403, 36, 5},
+    {"H100", Operands::kBf16, 21504, 5376, 20000, kAnyRows, 209, 35, 3},
+    {"H100", Operands::kBf16, 5376, 7168, 20000, kAnyRows, 499, 35, 5},
+    {"H100", Operands::kBf16, 5376, 14336, 20000, kAnyRows, 499, 35, 5},
+    {"H100", Operands::kBf16, 28672, 5376, 10000, 19999, 419, 35, 3},
+};
+
+// The preferred configuration for k, or null: none listed, or H3RT_CUBLASLT_TABLE=0 (the
+// heuristic's first everywhere, for side-by-side runs).
+const Preferred* preferred_for(const Key& k) {
+  const char* e = std::getenv("H3RT_CUBLASLT_TABLE");
+  if (e && !std::strcmp(e, "0")) return nullptr;
+  const std::string& name = cuda::device_name(k.device);
+  for (const Preferred& q : kPreferred)
+    if (q.kind == k.kind && q.out == k.out && q.in == k.in && k.rows >= q.min_rows &&
+        k.rows <= q.max_rows && name.find(q.gpu) != std::string::npos)
+      return &q;
+  return nullptr;
+}
+
+// The plan for `k` in the given pointer mode. h3rt's pick (algo 0, not listed): the preferred
+// configuration where one is listed for k and the heuristic offers it, else the heuristic's
+// first from a request for one algorithm, as h3rt always had. Otherwise index k.algo of a request
+// for kMaxAlgos, as algos() makes it, so that index i names the same algorithm in both
+// (whatever the heuristic does with shorter requests).
 bool build(Plan& p, const Key& k, cublasLtHandle_t h, int32_t pointer_mode) {
+  const bool pick = k.algo == 0 && !k.listed;
+  if (pick) {
+    if (const Preferred* q = preferred_for(k)) {
+      for (const auto& r : describe(p, k, h, pointer_mode, kMaxAlgos)) {
+        const AlgoInfo a = info_of(r.algo);
+        if (a.tile == q->tile && a.stages == q->stages && a.cluster == q->cluster &&
+            a.split_k <= 1 && a.reduction == 0) {
+          p.algo = r.algo;
+          p.found = true;
+          return true;
+        }
+      }
+    }
+  }
   const std::vector<cublasLtMatmulHeuristicResult_t> res =
-      describe(p, k, h, pointer_mode, k.algo == 0 ? 1 : kMaxAlgos);
+      describe(p, k, h, pointer_mode, pick ? 1 : kMaxAlgos);
   if (static_cast<int>(res.size()) <= k.algo) return false;
   p.algo = res[static_cast<size_t>(k.algo)].algo;
   p.found = true;
@@ -225,7 +280,8 @@ Key key_of(const Gemm& g) {
           g.bias != nullptr,
           g.alpha != nullptr,
           g.kind == Operands::kFp8 && g.fast_accum,
-          g.algo};
+          g.algo,
+          g.listed};
 }
 
 // The value of one attribute of an algorithm's configuration (0 where it has none).

@@ -51,9 +51,12 @@ struct Gemm {
   int64_t rows = 0, in = 0, out = 0;
   bool fast_accum = false;    // kFp8: Hopper fast accumulation (less exact)
   void* workspace = nullptr;  // kWorkspaceBytes of device memory, or null (internal)
-  // Which of cuBLASLt's heuristic algorithms runs: 0, its first, is what every h3rt path runs;
-  // others (up to kMaxAlgos - 1) are for benchmarks (bench gemm-algos). Each has its own plan.
+  // Which algorithm runs. 0: h3rt's pick, the heuristic's first unless a preferred configuration
+  // is listed for the shape and GPU (cublaslt_gemm.cu; H3RT_CUBLASLT_TABLE=0 turns the list
+  // off). With `listed` (benchmarks: bench gemm-algos), index algo (up to kMaxAlgos - 1) of the
+  // heuristic's list as algos() returns it. Each has its own plan.
   int algo = 0;
+  bool listed = false;
 };
 
 inline constexpr int kMaxAlgos = 32;
