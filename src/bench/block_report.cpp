@@ -80,11 +80,10 @@ nlohmann::json projection_formats(const BlockMeasurements& m) {
   for (const char* name : {"qkv", "out", "fc1", "fc2"}) {
     const bool fused =
         std::find(m.fused_inputs.begin(), m.fused_inputs.end(), name) != m.fused_inputs.end();
-    const auto g = m.int8_gemm.find(name);
-    const std::string gemm = g == m.int8_gemm.end() ? "" : "; GEMM " + g->second;
-    j[name] = (fused          ? f + " (input from its producer, fused" + gemm + ")"
-               : gemm.empty() ? f
-                              : f + " (" + gemm.substr(2) + ")");
+    std::string note = fused ? "input from its producer, fused" : "";
+    if (const auto g = m.int8_gemm.find(name); g != m.int8_gemm.end())
+      note += (note.empty() ? "GEMM " : "; GEMM ") + g->second;
+    j[name] = note.empty() ? f : f + " (" + note + ")";
   }
   return j;
 }

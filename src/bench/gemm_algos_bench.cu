@@ -127,7 +127,7 @@ nlohmann::json sweep_shape(const ops::lt::Gemm& base, Timer& tm, const GemmAlgos
           {"first_ms", first_ms},
           {"best_index", best},
           {"best_ms", best_ms},
-          {"speedup", first_ms / best_ms},
+          {"speedup", pick_ms / best_ms},
           {"algos", list}};
 }
 

@@ -241,21 +241,15 @@ Int8CutlassConfig lookup(const CutlassAutoEntry (&table)[N], int64_t rows, int64
   return kCutlassAutoDefault;
 }
 
-// The current device's table: H3RT_INT8_GEMM_TABLE's, else its name's, looked up once per device
-// ordinal (benign race: every writer stores the same value).
+// The current device's table: H3RT_INT8_GEMM_TABLE's, else its name's (cuda::device_name
+// caches the name per device).
 Int8CutlassTable current_table() {
-  if (const char* e = std::getenv("H3RT_INT8_GEMM_TABLE"); e && *e)
-    return int8_cutlass_table_for(nullptr);
-  static int8_t cached[64] = {};  // 1 + the table; 0: not looked up yet
   int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+  if (cudaGetDevice(&dev) != cudaSuccess) {
     (void)cudaGetLastError();
     return int8_cutlass_table_for(nullptr);
   }
-  if (!cached[dev])
-    cached[dev] = static_cast<int8_t>(
-        1 + static_cast<int>(int8_cutlass_table_for(cuda::device_name(dev).c_str())));
-  return static_cast<Int8CutlassTable>(cached[dev] - 1);
+  return int8_cutlass_table_for(cuda::device_name(dev).c_str());
 }
 
 Int8CutlassConfig table_config(const Int8LinearCudaParams& p) {
@@ -457,7 +451,7 @@ Int8CutlassTable int8_cutlass_table_for(const char* device_name) {
     if (!std::strcmp(e, "h100")) return Int8CutlassTable::kH100;
     if (!std::strcmp(e, "h200")) return Int8CutlassTable::kH200;
     H3RT_FAIL("H3RT_INT8_GEMM_TABLE=", e,
-              " is not a CUTLASS table: expected h100 or h200 (unset: ", "the table of this GPU)");
+              " is not a CUTLASS table: expected h100 or h200 (unset: the table of this GPU)");
   }
   const bool h100 = device_name && std::strstr(device_name, "H100");
   return h100 ? Int8CutlassTable::kH100 : Int8CutlassTable::kH200;
