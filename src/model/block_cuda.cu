@@ -145,13 +145,17 @@ bool fusion_on(const char* var) {
   return !(e && !std::strcmp(e, "0"));
 }
 
-// Whether the qkv / fc1 inputs of int8 layers are rotated and quantized by rmsnorm_modulate where
-// the shape allows: yes unless H3RT_INT8_FUSE=0 (the unfused path, kept for the side-by-side
-// benchmark; the bytes are the same either way). The out and fc2 inputs always take the
-// standalone quantizer (the attention epilogue would need a row's amax across CTAs; a fused
-// swiglu measured slower).
+// Whether the inputs of int8 layers are rotated and quantized by their producers where the shape
+// and device allow (rmsnorm_modulate for qkv / fc1, the swiglu table path for fc2): yes unless
+// H3RT_INT8_FUSE=0 (the unfused path, kept for side-by-side benchmarks; the bytes are the same
+// either way). H3RT_INT8_FUSE_FC2=0 leaves only fc2's input unfused. The out input always takes
+// the standalone quantizer (the attention epilogue would need a row's amax across CTAs).
 bool int8_fusion_on() {
   return fusion_on("H3RT_INT8_FUSE");
+}
+
+bool swiglu_int8_fusable(int64_t ffn, int group) {
+  return fusion_on("H3RT_INT8_FUSE_FC2") && ops::swiglu_int8_fusable(ffn, group);
 }
 
 // Whether the producer of int8 layer l's input rotates and quantizes it (`fusable`: the
@@ -294,7 +298,8 @@ std::vector<std::string> fused_projection_inputs(const DeviceBlock& w) {
   if (by_norm(w.qkv)) names.push_back("qkv");
   if (fused_input(w.out)) names.push_back("out");
   if (by_norm(w.fc1)) names.push_back("fc1");
-  if (fused_input(w.fc2) || e4m3_fused_input(w.fc2)) names.push_back("fc2");
+  if (fused_input(w.fc2) || e4m3_fused_input(w.fc2) || int8_fused(w.fc2, swiglu_int8_fusable))
+    names.push_back("fc2");
   return names;
 }
 
@@ -462,16 +467,9 @@ void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffer
   sw.rows = S;
   sw.ffn = F;
   sw.silu_table = bp(b.silu_table);
-  // fc2: NVFP4 or e4m3 (static scales); int8 stays unfused (a fused swiglu measured slower,
-  // swiglu.h).
-  const bool fused_fc2 = fused_input(w.fc2) || e4m3_fused_input(w.fc2);
-  if (fused_fc2) {
-    sw.out = nullptr;
-    if (w.fc2.fp8())
-      sw.e4m3 = e4m3_input(w.fc2, b);
-    else
-      sw.nvfp4 = nvfp4_input(w.fc2, b);
-  }
+  // fc2: NVFP4 or e4m3 (static scales), int8 through the table path where it fits.
+  const bool fused_fc2 = fuse_input(w.fc2, b, sw, swiglu_int8_fusable);
+  if (fused_fc2) sw.out = nullptr;
   H3RT_CUDA_CHECK(ops::swiglu_cuda(sw, s));
   stage(hook, "swiglu");
 

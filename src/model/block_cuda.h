@@ -150,8 +150,9 @@ using StageHook = std::function<void(const char* component)>;
 // residuals, no table) and no RoPE; attention over the buffers' rows only.
 // The block projections whose input the producer rotates/quantizes or encodes itself (qkv and fc1
 // by rmsnorm_modulate, out by the attention epilogue, fc2 by swiglu): NVFP4 layers with a static
-// input scale, and int8 convrot qkv / fc1 where rmsnorm_modulate takes the width and group (and
-// H3RT_INT8_FUSE is not 0). Names as the block's stages: "qkv", "out", "fc1", "fc2".
+// input scale, int8 convrot qkv / fc1 where rmsnorm_modulate takes the width and group, and int8
+// fc2 where the swiglu table path fits the device (H3RT_INT8_FUSE / H3RT_INT8_FUSE_FC2 not 0).
+// Names as the block's stages: "qkv", "out", "fc1", "fc2".
 std::vector<std::string> fused_projection_inputs(const DeviceBlock& w);
 
 void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffers& b,

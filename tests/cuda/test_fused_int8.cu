@@ -1,9 +1,10 @@
-// The producer with an int8 convrot output (ops/int8_linear/int8_fused.h): rmsnorm_modulate (with
-// and without the fused residual) rotates and quantizes its own rows, and q, scale (and the bf16
-// output written alongside, and the residual stream) must be bit-identical to the unfused
-// pipeline "producer writes bf16, then int8_quantize_rows_cuda" on fresh random data, at the
-// release width (5376, G = 256) and the tiny model's (G = 16, 64), ragged rows. One case also
-// checks the fused bytes against the host reference (h3rt::int8_quantize_rows of the output).
+// Producers with an int8 convrot output (ops/int8_linear/int8_fused.h): rmsnorm_modulate (with
+// and without the fused residual) and the swiglu table path rotate and quantize their own rows,
+// and q, scale (and the bf16 output written alongside, and the residual stream) must be
+// bit-identical to the unfused pipeline "producer writes bf16, then int8_quantize_rows_cuda" on
+// fresh random data, at the release widths (5376 and 14336, G = 256) and the tiny model's
+// (G = 16, 64), ragged rows. One case per producer also checks the fused bytes against the host
+// reference (h3rt::int8_quantize_rows of the bf16 output).
 // The rotation's two forms (Int8RotateMath: double, integer) are forced in turn, on modulated
 // rows and on plain-RMSNorm rows crafted to reach the integer form's fallback (exponents spanning
 // 2^-120..2^10), all-zero rows and subnormal outputs; the units that fell back are counted.
@@ -22,6 +23,7 @@
 #include "norm_test_util.h"
 #include "ops/int8_linear/int8_linear.h"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
+#include "ops/swiglu/swiglu.h"
 
 namespace h3rt {
 namespace {
@@ -198,6 +200,86 @@ TEST(FusedInt8, IntegerRotationBitExact) {
       }
 }
 
+struct SwigluCase {
+  int64_t rows, ffn;
+  int group;
+  bool with_y, host_check = false;
+  ops::Int8RotateMath rotate = ops::Int8RotateMath::kAuto;
+  bool crafted = false;  // fc1 rows from crafted_rows: wide spans, zeros, subnormal products
+};
+
+void run_swiglu(const SwigluCase& c) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed << " rows " << c.rows << " ffn " << c.ffn
+                                  << " group " << c.group << " rotate "
+                                  << ops::int8_rotate_math_name(c.rotate)
+                                  << (c.crafted ? " crafted rows" : ""));
+  H3RT_REQUIRE_GPU();
+  ASSERT_TRUE(ops::swiglu_int8_fusable(c.ffn, c.group));
+  std::mt19937_64 g(seed);
+  const int64_t rows = c.rows, f = c.ffn;
+  const std::vector<uint16_t> xh =
+      c.crafted ? crafted_rows(rows, 2 * f, g) : test::random_rows_bf16(rows, 2 * f, g).bits;
+  Tensor in = test::upload(xh, DType::bf16, {rows, 2 * f});
+  Tensor y_ref = test::device_buffer(DType::bf16, {rows, f});
+  Tensor y_fused = test::device_buffer(DType::bf16, {rows, f});
+  Tensor silu = test::device_buffer(DType::bf16, {ops::kSiluTableEntries});
+  H3RT_CUDA_CHECK(ops::swiglu_silu_table_cuda(dptr<__nv_bfloat16>(silu), nullptr));
+  ops::SwigluCudaParams p;
+  p.in = dptr<__nv_bfloat16>(in);
+  p.rows = rows;
+  p.ffn = f;
+  p.silu_table = dptr<__nv_bfloat16>(silu);  // the unfused run takes the table path, as the block
+  ops::SwigluCudaParams pr = p;
+  pr.out = dptr<__nv_bfloat16>(y_ref);
+  H3RT_CUDA_CHECK(ops::swiglu_cuda(pr, nullptr));
+  const Q8 ref = quantize_unfused(y_ref, rows, f, c.group);
+
+  Q8 fused(rows, f);
+  ops::SwigluCudaParams pf = p;
+  pf.out = c.with_y ? dptr<__nv_bfloat16>(y_fused) : nullptr;
+  Tensor fallbacks = test::upload(std::vector<int32_t>{0}, DType::i32, {1});
+  pf.int8 = fused.out(c.group, c.rotate, dptr<uint32_t>(fallbacks));
+  H3RT_CUDA_CHECK(ops::swiglu_cuda(pf, nullptr));
+  H3RT_CUDA_CHECK(cudaDeviceSynchronize());
+  const ops::Int8RotateMath math =
+      c.rotate == ops::Int8RotateMath::kAuto ? ops::int8_rotate_auto_math() : c.rotate;
+  const int64_t want_fallbacks =
+      math == ops::Int8RotateMath::kInteger
+          ? test::expected_fallback_units(test::download<uint16_t>(y_ref), rows, f, f, c.group)
+          : 0;
+  EXPECT_EQ(int64_t(test::download<int32_t>(fallbacks)[0]), want_fallbacks)
+      << "units rotated in double by the integer form";
+  test::expect_same_bytes(fused.q, ref.q, "q");
+  test::expect_same_bytes(fused.scale, ref.scale, "scale");
+  if (c.with_y) test::expect_same_bytes(y_fused, y_ref, "bf16 out written alongside");
+  if (c.host_check) expect_host_rule(fused, y_ref, rows, f, c.group);
+}
+
+// The release width (more rows than CTAs, so each CTA walks several rows and prefetches), the
+// tiny model's groups and widths, ragged rows, a row count below the grid.
+TEST(FusedInt8, SwigluReleaseWidth) {
+  run_swiglu({1000, 14336, 256, false, true});
+  run_swiglu({4000, 14336, 256, true});
+  run_swiglu({3, 14336, 256, true, true});
+}
+TEST(FusedInt8, SwigluTinyGroups) {
+  run_swiglu({300, 384, 16, true});
+  run_swiglu({77, 768, 64, false});
+  run_swiglu({129, 256, 256, true, true});
+  run_swiglu({5, 15360, 256, false});  // the widest it takes at G 256 in 227 KB (15 warps)
+  run_swiglu({7, 16384, 16, true});    // the widest at all (16 warps, no transpose tiles)
+}
+// Both rotation forms forced on random and crafted fc1 rows (fallback units, zero and subnormal
+// products); the host rule checked too.
+TEST(FusedInt8, SwigluIntegerRotationBitExact) {
+  for (ops::Int8RotateMath math : {ops::Int8RotateMath::kDouble, ops::Int8RotateMath::kInteger})
+    for (int group : {16, 64, 256}) {
+      run_swiglu({130, 1024, group, false, true, math, true});
+      run_swiglu({300, 14336, group, true, false, math});
+    }
+}
+
 // What the fused paths refuse: the fusable predicates and the launchers' checks agree.
 TEST(FusedInt8, RefusesWhatItCannotTake) {
   H3RT_REQUIRE_GPU();
@@ -205,6 +287,9 @@ TEST(FusedInt8, RefusesWhatItCannotTake) {
   EXPECT_FALSE(ops::rmsnorm_modulate_int8_fusable(5376, 0));         // plain per-row int8: unfused
   EXPECT_FALSE(ops::rmsnorm_modulate_int8_fusable(8192, 256));       // wider than one CTA's row
   EXPECT_FALSE(ops::rmsnorm_modulate_int8_fusable(5376 + 16, 256));  // group does not divide
+  EXPECT_FALSE(ops::swiglu_int8_fusable(14336 + 64, 256));          // group does not divide
+  EXPECT_FALSE(ops::swiglu_int8_fusable(14336, 4));                 // group 4: unfused
+  EXPECT_FALSE(ops::swiglu_int8_fusable(16384 + 256, 256));         // more than 4 vectors/thread
   Q8 q(4, 8192);
   Tensor x = test::device_buffer(DType::bf16, {4, 8192});
   ops::RmsNormModulateCudaParams p;
@@ -213,6 +298,12 @@ TEST(FusedInt8, RefusesWhatItCannotTake) {
   p.dim = 8192;
   p.int8 = q.out(256);
   EXPECT_THROW(ops::rmsnorm_modulate_cuda(p, nullptr), Error);
+  ops::SwigluCudaParams sw;  // no silu table: the int8 output needs it
+  sw.in = dptr<__nv_bfloat16>(x);
+  sw.rows = 2;
+  sw.ffn = 4096;
+  sw.int8 = q.out(256);
+  EXPECT_THROW(ops::swiglu_cuda(sw, nullptr), Error);
 }
 
 }  // namespace

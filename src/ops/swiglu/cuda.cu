@@ -11,7 +11,8 @@
 // within kGuard = 64 of the midpoint, and gates outside [2^-100, 64) (where s could be subnormal
 // or exp overflow; inf/nan), are recomputed exactly: about 0.2% of the elements.
 // The fast path (exact_exp = false) keeps the device expf and the IEEE division only.
-// The table path (swiglu.h) replaces silu by a shared-memory lookup of the exact path's value.
+// The table path (swiglu.h) replaces silu by a shared-memory lookup of the exact path's value;
+// its int8 form also rotates and quantizes each row in shared memory.
 #include <algorithm>
 #include <type_traits>
 #include <utility>
@@ -19,6 +20,7 @@
 #include "cuda/device_math.cuh"
 #include "cuda/runtime.h"
 #include "formats/nvfp4_quantize_fused.cuh"
+#include "ops/int8_linear/rotate_quantize.cuh"
 #include "ops/linear/e4m3_out.cuh"
 #include "ops/swiglu/swiglu.h"
 
@@ -118,6 +120,25 @@ __device__ __forceinline__ float silu_hi(const uint16_t* t, uint32_t w) {
   return __uint_as_float(static_cast<uint32_t>(t[w >> 16]) << 16);
 }
 
+// One 16-byte vector of out (8 columns) from its gate and value vectors, silu from the table.
+__device__ __forceinline__ uint4 swiglu8_table(const uint16_t* table, const uint4& gv,
+                                               const uint4& vv) {
+  const uint32_t gw[4] = {gv.x, gv.y, gv.z, gv.w};
+  const uint32_t vw[4] = {vv.x, vv.y, vv.z, vv.w};
+  uint32_t o[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    o[j] = cuda::pack_bf2(__fmul_rn(silu_lo(table, gw[j]), __uint_as_float(vw[j] << 16)),
+                          __fmul_rn(silu_hi(table, gw[j]), __uint_as_float(vw[j] & 0xffff0000u)));
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+// Copies the silu table to shared memory (called by the whole CTA; a barrier must follow).
+__device__ __forceinline__ void load_table(uint4* table4, const __nv_bfloat16* silu_table) {
+  const uint4* src = reinterpret_cast<const uint4*>(silu_table);
+  for (int i = threadIdx.x; i < kTableBytes / 16; i += blockDim.x) table4[i] = __ldg(src + i);
+}
+
 // Persistent: the table is copied to shared memory once per CTA, then the CTAs walk the 16-byte
 // vectors of all rows (vector v = row * nvec + c) with a grid stride, kUnroll at a time.
 // kFuse: kFuseNone writes out; kFuseEncode (given g) encodes it to p.nvfp4 (and writes out if
@@ -130,8 +151,7 @@ __global__ void __launch_bounds__(kTableThreads, 1)
     swiglu_table_kernel(SwigluCudaParams p, uint32_t nvec, uint32_t total) {
   constexpr int kUnroll = per_thread(kFuse) ? kTableUnroll : 2;  // 4 spills with the encoder
   extern __shared__ uint4 table4[];
-  const uint4* src = reinterpret_cast<const uint4*>(p.silu_table);
-  for (int i = threadIdx.x; i < kTableBytes / 16; i += blockDim.x) table4[i] = __ldg(src + i);
+  load_table(table4, p.silu_table);
   __syncthreads();
   const uint16_t* table = reinterpret_cast<const uint16_t*>(table4);
   const float gscale = kFuse == kFuseEncode ? *p.nvfp4.global_scale : 0.0f;
@@ -157,15 +177,7 @@ __global__ void __launch_bounds__(kTableThreads, 1)
     // left rolled, which put the batch arrays in local memory).
     const auto finish = [&](auto kc) {
       constexpr int k = decltype(kc)::value;
-      const uint32_t gw[4] = {gv[k].x, gv[k].y, gv[k].z, gv[k].w};
-      const uint32_t vw[4] = {vv[k].x, vv[k].y, vv[k].z, vv[k].w};
-      uint32_t o[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        o[j] =
-            cuda::pack_bf2(__fmul_rn(silu_lo(table, gw[j]), __uint_as_float(vw[j] << 16)),
-                           __fmul_rn(silu_hi(table, gw[j]), __uint_as_float(vw[j] & 0xffff0000u)));
-      const uint4 y = make_uint4(o[0], o[1], o[2], o[3]);
+      const uint4 y = swiglu8_table(table, gv[k], vv[k]);
       if ((kFuse == kFuseNone || p.out) && ok[k])
         cuda::store_u4(p.out + int64_t(at_row[k]) * p.out_row_stride + at_c[k] * 8, y);
       if constexpr (kFuse == kFuseEncode)
@@ -179,6 +191,83 @@ __global__ void __launch_bounds__(kTableThreads, 1)
     finish_all(std::make_integer_sequence<int, kUnroll>{});
   }
   if constexpr (kFuse == kFuseEncode) fused_scale_padding(p.nvfp4, p.rows, p.ffn);
+}
+
+// int8 convrot output (swiglu.h): the table path with the row staged in shared memory and
+// rotated + quantized there by the whole CTA (int8_detail::quantize_staged_row, the standalone
+// quantizer's operations). Persistent CTAs, one per SM: the table, the staged row and one
+// transpose tile per warp fill the SM's shared memory. Each thread owns up to kInt8MaxVec vectors
+// of a row (c = threadIdx.x + i * blockDim.x); the next row's gate and value vectors are loaded
+// into registers before this row is rotated, so one row's reads overlap the previous row's
+// rotation (the quantizer's work is instruction-bound, the loads are not).
+constexpr int kInt8MaxVec = 4;
+constexpr int kInt8MaxThreads = 512;
+
+template <int G>
+__global__ void __launch_bounds__(kInt8MaxThreads, 1) swiglu_int8_table_kernel(SwigluCudaParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];  // table | staged row | transpose tiles
+  load_table(reinterpret_cast<uint4*>(smem), p.silu_table);
+  const uint16_t* table = reinterpret_cast<const uint16_t*>(smem);
+  unsigned char* const stage = smem + kTableBytes;
+  const int k = static_cast<int>(p.ffn), nvec = k / 8;
+  unsigned char* const tiles = stage + int8_detail::staged_row_bytes(k);
+  const int64_t qs = p.int8.q_row_stride ? p.int8.q_row_stride : p.ffn;
+  uint4 gv[kInt8MaxVec], vv[kInt8MaxVec];
+  const auto load = [&](int64_t row) {
+    const __nv_bfloat16* gr = p.in + row * p.in_row_stride;
+#pragma unroll
+    for (int i = 0; i < kInt8MaxVec; ++i) {
+      const int c = threadIdx.x + i * blockDim.x;
+      const bool ok = row < p.rows && c < nvec;
+      gv[i] = cuda::load_u4_stream(gr + c * 8, ok);
+      vv[i] = cuda::load_u4_stream(gr + p.ffn + c * 8, ok);
+    }
+  };
+  int64_t row = blockIdx.x;
+  load(row);
+  __syncthreads();  // the table
+  for (; row < p.rows; row += gridDim.x) {
+#pragma unroll
+    for (int i = 0; i < kInt8MaxVec; ++i) {
+      const int c = threadIdx.x + i * blockDim.x;
+      if (c < nvec) {
+        const uint4 y = swiglu8_table(table, gv[i], vv[i]);
+        if (p.out) cuda::store_u4(p.out + row * p.out_row_stride + c * 8, y);
+        *reinterpret_cast<uint4*>(stage + int8_detail::staged_offset(c * 8)) = y;
+      }
+    }
+    load(row + gridDim.x);
+    int8_detail::quantize_staged_row<G>(stage, k, tiles, p.int8.q + row * qs, p.int8.scale + row,
+                                        p.int8.rotate, p.int8.rotate_fallbacks);
+  }
+}
+
+// Threads of the int8 table kernel for ffn and group G on this device (0: it cannot run): the
+// most warps (<= 16) whose transpose tiles fit beside the table and the staged row, at least 4,
+// and enough for kInt8MaxVec vectors per thread.
+int int8_table_threads(int64_t ffn, int group) {
+  if (!int8_fusable(ffn, group) || ffn > kInt8MaxVec * kInt8MaxThreads * 8) return 0;
+  int dev = 0, optin = 0;
+  H3RT_CUDA_CHECK(cudaGetDevice(&dev));
+  H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  const int64_t left = optin - kTableBytes - int8_detail::staged_row_bytes(ffn) - 128;  // red[]
+  const int64_t tile = int8_detail::staged_tile_bytes(group, 1);
+  const int64_t warps = std::min<int64_t>(kInt8MaxThreads / 32, tile ? left / tile : 16);
+  const int64_t need = (ffn / 8 + kInt8MaxVec * 32 - 1) / (kInt8MaxVec * 32);  // warps
+  return left > 0 && warps >= std::max<int64_t>(4, need) ? static_cast<int>(warps * 32) : 0;
+}
+
+template <int G>
+cudaError_t launch_int8(const SwigluCudaParams& p, int threads, cudaStream_t stream) {
+  const size_t smem = kTableBytes + int8_detail::staged_row_bytes(p.ffn) +
+                      int8_detail::staged_tile_bytes(G, threads / 32);
+  const void* fn = reinterpret_cast<const void*>(&swiglu_int8_table_kernel<G>);
+  const int resident = cuda::resident_grid(fn, threads, smem, 0);
+  H3RT_CHECK(resident > 0, "swiglu_cuda: the int8 output's ", smem,
+             " bytes of shared memory per CTA do not fit this device");
+  const int64_t grid = std::min<int64_t>(p.rows, resident);
+  swiglu_int8_table_kernel<G><<<static_cast<unsigned>(grid), threads, smem, stream>>>(p);
+  return H3RT_LAUNCH_CHECK("swiglu (int8 output)");
 }
 
 // The grid of table kernel `kernel` (0 where it cannot run: too little shared memory, too many
@@ -201,16 +290,25 @@ void launch(const SwigluCudaParams& p, int threads, cudaStream_t stream) {
 
 }  // namespace
 
+bool swiglu_int8_fusable(int64_t ffn, int group) {
+  return int8_table_threads(ffn, group) > 0;
+}
+
 cudaError_t swiglu_cuda(const SwigluCudaParams& in, cudaStream_t stream) {
   SwigluCudaParams p = in;
   if (!p.in_row_stride) p.in_row_stride = 2 * p.ffn;
   if (!p.out_row_stride) p.out_row_stride = p.ffn;
-  const bool nvfp4 = p.nvfp4.enabled(), e4m3 = p.e4m3.enabled();
-  H3RT_CHECK(p.in && (p.out || nvfp4 || e4m3) && p.rows >= 0 && p.ffn > 0,
+  const bool nvfp4 = p.nvfp4.enabled(), e4m3 = p.e4m3.enabled(), int8 = p.int8.enabled();
+  H3RT_CHECK(p.in && (p.out || nvfp4 || e4m3 || int8) && p.rows >= 0 && p.ffn > 0,
              "swiglu_cuda: bad params");
-  H3RT_CHECK(!(nvfp4 && e4m3), "swiglu_cuda: the nvfp4 and e4m3 outputs are exclusive");
+  H3RT_CHECK(int(nvfp4) + int(e4m3) + int(int8) <= 1,
+             "swiglu_cuda: the nvfp4, e4m3 and int8 outputs are exclusive");
   if (nvfp4) check_nvfp4_out(p.nvfp4, "swiglu_cuda", p.ffn, 4);
   if (e4m3) check_e4m3_out(p.e4m3, "swiglu_cuda");
+  if (int8) {
+    check_int8_out(p.int8, "swiglu_cuda", p.ffn);
+    H3RT_CHECK(p.silu_table, "swiglu_cuda: the int8 output needs the silu table");
+  }
   H3RT_CHECK(p.ffn % 8 == 0 && p.in_row_stride % 8 == 0 && p.out_row_stride % 8 == 0,
              "swiglu_cuda: ffn ", p.ffn, " and row strides must be multiples of 8");
   H3RT_CHECK(p.in_row_stride >= 2 * p.ffn, "swiglu_cuda: input row stride < 2*ffn");
@@ -220,6 +318,20 @@ cudaError_t swiglu_cuda(const SwigluCudaParams& in, cudaStream_t stream) {
     return nvfp4 && p.nvfp4.computed()
                ? cudaMemsetAsync(p.nvfp4.global_scale, 0, sizeof(float), stream)
                : cudaSuccess;
+  if (int8) {
+    const int threads = int8_table_threads(p.ffn, p.int8.group);
+    H3RT_CHECK(threads > 0, "swiglu_cuda: the int8 output does not fit this device at ffn ",
+               p.ffn, " (the 128 KB silu table, the staged row and the transpose tiles share "
+               "one CTA's shared memory; ffn <= ", kInt8MaxVec * kInt8MaxThreads * 8, ")");
+    switch (p.int8.group) {
+      case 16:
+        return launch_int8<16>(p, threads, stream);
+      case 64:
+        return launch_int8<64>(p, threads, stream);
+      default:
+        return launch_int8<256>(p, threads, stream);
+    }
+  }
   const int nvec = static_cast<int>(p.ffn / 8);
   const int threads = std::min(256, (nvec + 31) / 32 * 32);
   // The table path takes a given NVFP4 scale; a computed one needs the row kernel's amax pass.

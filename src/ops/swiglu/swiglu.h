@@ -27,6 +27,7 @@ float silu(float x);
 #include <cuda_runtime_api.h>
 
 #include "formats/nvfp4_quantize_fused.h"
+#include "ops/int8_linear/int8_fused.h"
 #include "ops/linear/e4m3_out.h"
 
 namespace h3rt::ops {
@@ -55,9 +56,17 @@ namespace h3rt::ops {
 // scale, bit-identical to writing out in bf16 and running quantize_e4m3_cuda on it, in the row and
 // the table kernels alike; out may then be null or set.
 //
-// No int8 convrot output: a fused one (the row staged in shared memory, rotated and quantized
-// there, the exact silu instead of the table) measured 5% slower on the fc2 boundary than this
-// kernel's table path followed by the standalone quantizer (bench/RESULTS.md, session 10).
+// int8 convrot output (`int8`, ops/int8_linear/int8_fused.h): the fc2 input rotated and quantized
+// per row in the same launch, bit-identical to writing out in bf16 and running
+// int8_quantize_rows_cuda on it (either rotation form); out may then be null or set. Table path
+// only (silu_table required): persistent CTAs of up to 512 threads, one per SM, the table, the
+// staged row and the warps' transpose tiles in shared memory (about 227 KB at ffn 14336, G 256),
+// the next row's loads in flight while a row is rotated. Where swiglu_int8_fusable(ffn, group)
+// is false (a group other than 16/64/256 or not dividing ffn, ffn > 16384, fewer warps' tiles
+// fitting than the row needs: ffn <= 15360 at G 256 in Hopper's 227 KB, a device with less
+// shared memory per block, e.g. sm_120/121) the caller writes bf16 and quantizes separately.
+// (Session 10's fused form with the exact silu instead of the table, 512 threads and two CTAs per
+// SM, measured 5% slower than table swiglu + the standalone quantizer: bench/RESULTS.md.)
 struct SwigluCudaParams {
   const __nv_bfloat16* in = nullptr;  // [rows, in_row_stride (0: 2*ffn)], [gate | value]
   __nv_bfloat16* out = nullptr;       // [rows, out_row_stride (0: ffn)]; may be null with nvfp4
@@ -66,9 +75,14 @@ struct SwigluCudaParams {
   Nvfp4Out nvfp4;  // optional NVFP4 output of out ([rows, ffn]); disabled by default
   E4m3Out e4m3;    // optional e4m3 output of out (static scale; ops/linear/e4m3_out.h); off
   const __nv_bfloat16* silu_table = nullptr;  // optional [kSiluTableEntries], see above
+  Int8Out int8;    // optional int8 convrot output of out (table path only, see above); off
 };
 
 cudaError_t swiglu_cuda(const SwigluCudaParams& p, cudaStream_t stream);
+
+// Whether swiglu_cuda takes an int8 output for rows of `ffn` with rotation group `group` on the
+// current device.
+bool swiglu_int8_fusable(int64_t ffn, int group);
 
 // Fills table[i] = round_bf16(silu(g)) for the bf16 g whose bits are i, as swiglu_cpu rounds it.
 constexpr int64_t kSiluTableEntries = 65536;
