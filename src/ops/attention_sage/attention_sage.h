@@ -25,10 +25,10 @@
 //  * Scores s = int32(q8 . k8) * (q_scale * k_scale). Online softmax in base 2 by KV blocks of
 //    kBlockN = 128 keys (one K scale block): m' = max(m, max s), alpha = exp2(m - m'),
 //    p = exp2(s - m'), P8 = e4m3(448 p). Block accumulator Ob = sum P8 * V8 in fp32 (fresh per
-//    block), O = O*alpha + Ob. Denominator (RowSum): fp32_p (SageAttention2, the mma.sync
-//    kernels): l = l*alpha + sum 448 p in fp32; p8 (the wgmma kernels, which read it from the
-//    PV product with a column of ones): l = l*alpha + sum P8, the same quantized weights as
-//    the numerator (measured as accurate or more against fp64: bench/RESULTS.md).
+//    block), O = O*alpha + Ob. Denominator (RowSum): fp32_p (SageAttention2's): l = l*alpha +
+//    sum 448 p in fp32; p8 (both GPU kernels, which read it from the PV product with a column
+//    of ones): l = l*alpha + sum P8, the same quantized weights as the numerator (measured as
+//    accurate or more against fp64: bench/RESULTS.md).
 //    Output o = O * v_scale / l, rounded to bf16.
 #pragma once
 
