@@ -193,12 +193,11 @@ void check_case(int64_t S, int64_t H, Input kind, const std::vector<SageVariant>
   Host x = make_input(S, H, kind, rng);
   Quantized ref = quantize_reference(x.view(), kSmScale);
   const std::vector<float> sage = attention_reference(ref);
-  std::vector<float> sage_p8;
+  // Both kernels take the softmax denominator as the row sums of P8 (RowSum::p8).
+  const std::vector<float> sage_p8 = attention_reference(ref, RowSum::p8);
   std::vector<double> exact = attention_exact_f64(x.view(), kSmScale);
   const Err er = compare(sage, exact);
   for (SageVariant variant : variants) {
-    // Both kernels take the softmax denominator as the row sums of P8 (RowSum::p8).
-    if (sage_p8.empty()) sage_p8 = attention_reference(ref, RowSum::p8);
     SCOPED_TRACE(testing::Message() << "S=" << S << " H=" << H << " kind=" << int(kind)
                                     << " variant=" << sage_variant_name(variant));
     DeviceRun r;

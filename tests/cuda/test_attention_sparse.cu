@@ -238,10 +238,10 @@ TEST_F(SparseSageCuda, RandomListsMatchTheCpuSparseReference) {
       num += (o - ref[i]) * (o - ref[i]);
       den += double(ref[i]) * ref[i];
     }
-    // The dense kernel test's 4e-3 for w4 (fp32 row sums); 8e-3 for pp3's P8 row sums: the rows
-    // here visit 1 to 8 of 8 key blocks, so the e4m3 rounding of P (in numerator and
-    // denominator) averages over fewer keys than in the dense test, where pp3 measures 1.7e-3;
-    // one fresh seed gave 5.0e-3 here (session 11).
+    // 8e-3 (both kernels sum the P8 row sums, RowSum::p8): the rows here visit 1 to 8 of 8 key
+    // blocks, so the e4m3 rounding of P (in numerator and denominator) averages over fewer keys
+    // than in the dense test, where pp3 measures 1.7e-3; one fresh seed gave 5.0e-3 here with
+    // pp3 (session 11).
     EXPECT_LE(std::sqrt(num / den), 8e-3);  // both kernels: RowSum::p8
   }
 }

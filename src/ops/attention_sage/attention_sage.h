@@ -26,9 +26,13 @@
 //    kBlockN = 128 keys (one K scale block): m' = max(m, max s), alpha = exp2(m - m'),
 //    p = exp2(s - m'), P8 = e4m3(448 p). Block accumulator Ob = sum P8 * V8 in fp32 (fresh per
 //    block), O = O*alpha + Ob. Denominator (RowSum): fp32_p (SageAttention2's): l = l*alpha +
-//    sum 448 p in fp32; p8 (both GPU kernels, which read it from the PV product with a column
-//    of ones): l = l*alpha + sum P8, the same quantized weights as the numerator (measured as
-//    accurate or more against fp64: bench/RESULTS.md).
+//    sum 448 p in fp32; p8 (both GPU kernels: wgmma reads it from the PV product with a column
+//    of ones, mma.sync from one more mma against ones): l = l*alpha + sum P8, the same quantized
+//    weights as the numerator (measured as accurate or more against fp64: bench/RESULTS.md).
+//    Both GPU kernels compute exp2(s - m') with the scores' conversion folded into one FFMA
+//    against a constant rounded up: the exponent is lowered by less than 2 (q_scale * k_scale)
+//    (the same for every key of a row in a block), which the reference does not model; its
+//    effect is inside the tests' bounds.
 //    Output o = O * v_scale / l, rounded to bf16.
 #pragma once
 

@@ -126,6 +126,60 @@ __device__ __forceinline__ void qk_block(const uint32_t (&qf)[4][4], uint32_t s_
   }
 }
 
+// One key block's softmax, as the wgmma kernel computes it (softmax_block_as in
+// attention_wgmma_sm90.cu): the row maximum on the integers (3-input max), then 448 p =
+// exp2(a dq - (m - log2(448))) as one FFMA on the integer's bits against C = 1.5 * 2^23 dq +
+// m - log2(448) rounded up, packed to the P8 fragments pa (the A operand of the PV mma), and
+// their row sums lb (RowSum::p8) from one more mma against e4m3 ones (every column of lb holds
+// its row's sum). kTail: the block reaches past seq (masked keys give p = 0); the masking is
+// compiled into that form only, as in the wgmma kernel, whose dense form measured 21% slower
+// without the split.
+template <bool kTail>
+__device__ __forceinline__ void softmax_block(const int (&acc)[16][4], float dq, int kv0, int seq,
+                                              int lane, float (&m)[2], float (&alpha)[2],
+                                              uint32_t (&pa)[4][4], float (&lb)[4]) {
+  const auto masked = [&](int n, int i) {
+    return kTail && kv0 + n * 8 + (lane % 4) * 2 + (i % 2) >= seq;
+  };
+  int imax[2] = {INT_MIN, INT_MIN};
+#pragma unroll
+  for (int n = 0; n < 16; ++n)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      imax[r] = __vimax3_s32(imax[r], masked(n, 2 * r) ? INT_MIN : acc[n][2 * r],
+                             masked(n, 2 * r + 1) ? INT_MIN : acc[n][2 * r + 1]);
+  float negc[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    // A thread whose keys are all masked holds INT_MIN * dq, below the row's maximum (key kv0
+    // is valid and belongs to the thread with lane % 4 == 0).
+    float mx = static_cast<float>(imax[r]) * dq;
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m[r], mx);
+    alpha[r] = ex2(m[r] - m_new);
+    m[r] = m_new;
+    negc[r] = -__fmaf_ru(12582912.0f, dq, m_new - kLog2PScale);
+  }
+  float s[16][4];
+#pragma unroll
+  for (int n = 0; n < 16; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float bits = __int_as_float(acc[n][i] + 0x4B400000);
+      s[n][i] = ex2(masked(n, i) ? -INFINITY : fmaf(bits, dq, negc[i / 2]));
+    }
+#pragma unroll
+  for (int k2 = 0; k2 < 4; ++k2) {
+    const int n0 = 4 * k2;
+    pa[k2][0] = pack_e4m3(s[n0][0], s[n0][1], s[n0 + 1][0], s[n0 + 1][1]);
+    pa[k2][1] = pack_e4m3(s[n0][2], s[n0][3], s[n0 + 1][2], s[n0 + 1][3]);
+    pa[k2][2] = pack_e4m3(s[n0 + 2][0], s[n0 + 2][1], s[n0 + 3][0], s[n0 + 3][1]);
+    pa[k2][3] = pack_e4m3(s[n0 + 2][2], s[n0 + 2][3], s[n0 + 3][2], s[n0 + 3][3]);
+    mma_e4m3(lb, pa[k2], kE4m3Ones, kE4m3Ones);
+  }
+}
+
 template <int W, bool kNvfp4, bool kSparse>
 __global__ void __launch_bounds__(Cfg<W>::kThreads) sage_attn_kernel(KernelArgs a) {
   extern __shared__ __align__(128) uint8_t smem[];
@@ -181,56 +235,14 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads) sage_attn_kernel(KernelArgs 
     int acc[16][4];
     qk_block(qf, s_k(st), lane, acc);
 
-    // 448 p = exp2(a dq - (m - log2(448))) as the wgmma kernel computes it (softmax_block_as in
-    // attention_wgmma_sm90.cu): the row maximum on the integers (3-input max), then one FFMA on
-    // the integer's bits against C = 1.5 * 2^23 dq + m - log2(448) rounded up. Masked keys (>=
-    // seq, last block) give p = 0.
+    // 448 p and the row sums of P8 for this block (softmax_block above).
     const float dq = qs * kscale[(kv0 / kKBlock) * 4];
-    const bool tail = kv0 + kBlockN > a.seq;
-    const auto masked = [&](int n, int i) {
-      return tail && kv0 + n * 8 + (lane % 4) * 2 + (i % 2) >= a.seq;
-    };
-    int imax[2] = {INT_MIN, INT_MIN};
-#pragma unroll
-    for (int n = 0; n < 16; ++n)
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-        imax[r] = __vimax3_s32(imax[r], masked(n, 2 * r) ? INT_MIN : acc[n][2 * r],
-                               masked(n, 2 * r + 1) ? INT_MIN : acc[n][2 * r + 1]);
-    float alpha[2], negc[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      // A thread whose keys are all masked holds INT_MIN * dq, below the row's maximum (key kv0
-      // is valid and belongs to the thread with lane % 4 == 0).
-      float mx = static_cast<float>(imax[r]) * dq;
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[r], mx);
-      alpha[r] = ex2(m[r] - m_new);
-      m[r] = m_new;
-      negc[r] = -__fmaf_ru(12582912.0f, dq, m_new - kLog2PScale);
-    }
-    float s[16][4];
-#pragma unroll
-    for (int n = 0; n < 16; ++n)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float b = __int_as_float(acc[n][i] + 0x4B400000);
-        s[n][i] = ex2(masked(n, i) ? -INFINITY : fmaf(b, dq, negc[i / 2]));
-      }
-    // P8 fragments (A operand of the PV mma), one per 32-key step; their row sums (RowSum::p8)
-    // from one more mma against e4m3 ones: every column of lb holds its row's sum.
+    float alpha[2], lb[4] = {};
     uint32_t pa[4][4];
-    float lb[4] = {};
-#pragma unroll
-    for (int k2 = 0; k2 < 4; ++k2) {
-      const int n0 = 4 * k2;
-      pa[k2][0] = pack_e4m3(s[n0][0], s[n0][1], s[n0 + 1][0], s[n0 + 1][1]);
-      pa[k2][1] = pack_e4m3(s[n0][2], s[n0][3], s[n0 + 1][2], s[n0 + 1][3]);
-      pa[k2][2] = pack_e4m3(s[n0 + 2][0], s[n0 + 2][1], s[n0 + 3][0], s[n0 + 3][1]);
-      pa[k2][3] = pack_e4m3(s[n0 + 2][2], s[n0 + 2][3], s[n0 + 3][2], s[n0 + 3][3]);
-      mma_e4m3(lb, pa[k2], kE4m3Ones, kE4m3Ones);
-    }
+    if (kv0 + kBlockN > a.seq)
+      softmax_block<true>(acc, dq, kv0, a.seq, lane, m, alpha, pa, lb);
+    else
+      softmax_block<false>(acc, dq, kv0, a.seq, lane, m, alpha, pa, lb);
 #pragma unroll
     for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + lb[2 * r];
     // O = O*alpha + P8 V8 (fresh fp32 accumulator per block, 8 channels at a time).
