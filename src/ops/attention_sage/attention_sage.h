@@ -25,10 +25,15 @@
 //  * Scores s = int32(q8 . k8) * (q_scale * k_scale). Online softmax in base 2 by KV blocks of
 //    kBlockN = 128 keys (one K scale block): m' = max(m, max s), alpha = exp2(m - m'),
 //    p = exp2(s - m'), P8 = e4m3(448 p). Block accumulator Ob = sum P8 * V8 in fp32 (fresh per
-//    block), O = O*alpha + Ob. Denominator (RowSum): fp32_p (SageAttention2, the mma.sync
-//    kernels): l = l*alpha + sum 448 p in fp32; p8 (the wgmma kernels, which read it from the
-//    PV product with a column of ones): l = l*alpha + sum P8, the same quantized weights as
-//    the numerator (measured as accurate or more against fp64: bench/RESULTS.md).
+//    block), O = O*alpha + Ob. Denominator (RowSum): fp32_p (SageAttention2's): l = l*alpha +
+//    sum 448 p in fp32; p8 (both GPU kernels: wgmma reads it from the PV product with a column
+//    of ones, mma.sync from one more mma against ones): l = l*alpha + sum P8, the same quantized
+//    weights as the numerator (measured as accurate or more against fp64: bench/RESULTS.md).
+//    Both GPU kernels compute exp2(s - m') with the scores' conversion folded into one FFMA
+//    against a constant rounded up: the exponent is lowered by less than 2 (q_scale * k_scale)
+//    (the same for every key of a row in a block). The reference models it with RowSum::p8 (the
+//    form of both kernels): without it, 1 of 60 random S = 65 cases put the folding alone
+//    5.3e-3 from the reference, past the tests' 4e-3 (exact exp2 in both).
 //    Output o = O * v_scale / l, rounded to bf16.
 #pragma once
 
@@ -112,7 +117,8 @@ inline float qk_scale_log2(float sm_scale) {
 Quantized quantize_reference(const QkvView& qkv, float sm_scale);
 
 // What the softmax denominator l sums: the fp32 448 p (SageAttention2), or the e4m3 P8 values
-// that also enter the PV product (the row sums a PV product with a column of ones yields).
+// that also enter the PV product (the row sums a PV product with a column of ones yields). p8 is
+// the GPU kernels' form throughout: P8 from the folded exponent as well (header).
 enum class RowSum { fp32_p, p8 };
 
 // The Sage attention reference on quantized tensors: fp32 math mirroring the kernel (exact exp2).

@@ -72,9 +72,9 @@ struct SagePrepassParams {
 cudaError_t sage_prepass(const SagePrepassParams& p, cudaStream_t stream);
 
 // Kernel variants. automatic: wgmma_pp3 on sm_90 (the fastest measured), w4 elsewhere (and on
-// sm_90 with a binary lacking sm_90a code). wgmma_pp3 uses RowSum::p8 (attention_sage.h), w4
-// RowSum::fp32_p. Other schedules (w8, two-consumer and free-running wgmma) measured slower at
-// the seed shape and were retired (bench/RESULTS.md).
+// sm_90 with a binary lacking sm_90a code). Both use RowSum::p8 (attention_sage.h). Other schedules
+// (w8, two-consumer and free-running wgmma) measured slower at the seed shape and were retired
+// (bench/RESULTS.md).
 enum class SageVariant { automatic, w4, wgmma_pp3 };
 const char* sage_variant_name(SageVariant v);
 // The variant `automatic` runs on the current device with this binary (w4 or wgmma_pp3; others

@@ -6,7 +6,9 @@
 // pipeline: every block, or (block-sparse form) the blocks of the CTA's list in list order,
 // each computed exactly as in the dense loop (a full list gives the dense output bit for bit).
 //   S = Q8 K8^T : mma.sync m16n8k32 s8 -> s32, Q fragments held in registers.
-//   online softmax in base 2 (ex2.approx), P -> e4m3 as 448*p.
+//   online softmax in base 2 (ex2.approx) straight to 448*p, as the wgmma kernel: the row maximum
+//   on the integers, the scores' conversion and scaling in one FFMA, P -> e4m3; the denominator
+//   is the row sum of P8 (RowSum::p8), from one more mma per 32 keys against e4m3 ones.
 //   O_blk = P8 V8 : mma.sync m16n8k32 e4m3 -> f32 into a fresh per-block accumulator that is
 //   then added into the running fp32 O (two-level accumulation).
 // Layouts: Q8/K8 [H][Sp][128] int8; V8 [H][128][Sp] e4m3 with tokens permuted in groups of 16 so
@@ -23,6 +25,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include <climits>
 #include <cstring>
 #include <string>
 
@@ -74,6 +77,9 @@ struct KernelArgs {
 using device::ex2;
 using device::pack_e4m3;
 
+constexpr float kLog2PScale = 8.807354922057604f;  // log2(448): P is exponentiated to 448 p
+constexpr uint32_t kE4m3Ones = 0x38383838u;        // four e4m3 1.0
+
 // Swizzled byte offset in a tile of 128-byte rows (Q, K and the V^T tile of 128 keys).
 __device__ __forceinline__ uint32_t off128(int row, int chunk) {
   return row * 128 + ((chunk ^ (row & 7)) << 4);
@@ -117,6 +123,60 @@ __device__ __forceinline__ void qk_block(const uint32_t (&qf)[4][4], uint32_t s_
       mma_s8(acc[2 * np], qf[kk], b[0], b[1]);
       mma_s8(acc[2 * np + 1], qf[kk], b[2], b[3]);
     }
+  }
+}
+
+// One key block's softmax, as the wgmma kernel computes it (softmax_block_as in
+// attention_wgmma_sm90.cu): the row maximum on the integers (3-input max), then 448 p =
+// exp2(a dq - (m - log2(448))) as one FFMA on the integer's bits against C = 1.5 * 2^23 dq +
+// m - log2(448) rounded up, packed to the P8 fragments pa (the A operand of the PV mma), and
+// their row sums lb (RowSum::p8) from one more mma against e4m3 ones (every column of lb holds
+// its row's sum). kTail: the block reaches past seq (masked keys give p = 0); the masking is
+// compiled into that form only, as in the wgmma kernel, whose dense form measured 21% slower
+// without the split.
+template <bool kTail>
+__device__ __forceinline__ void softmax_block(const int (&acc)[16][4], float dq, int kv0, int seq,
+                                              int lane, float (&m)[2], float (&alpha)[2],
+                                              uint32_t (&pa)[4][4], float (&lb)[4]) {
+  const auto masked = [&](int n, int i) {
+    return kTail && kv0 + n * 8 + (lane % 4) * 2 + (i % 2) >= seq;
+  };
+  int imax[2] = {INT_MIN, INT_MIN};
+#pragma unroll
+  for (int n = 0; n < 16; ++n)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      imax[r] = __vimax3_s32(imax[r], masked(n, 2 * r) ? INT_MIN : acc[n][2 * r],
+                             masked(n, 2 * r + 1) ? INT_MIN : acc[n][2 * r + 1]);
+  float negc[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    // A thread whose keys are all masked holds INT_MIN * dq, below the row's maximum (key kv0
+    // is valid and belongs to the thread with lane % 4 == 0).
+    float mx = static_cast<float>(imax[r]) * dq;
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m[r], mx);
+    alpha[r] = ex2(m[r] - m_new);
+    m[r] = m_new;
+    negc[r] = -__fmaf_ru(12582912.0f, dq, m_new - kLog2PScale);
+  }
+  float s[16][4];
+#pragma unroll
+  for (int n = 0; n < 16; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float bits = __int_as_float(acc[n][i] + 0x4B400000);
+      s[n][i] = ex2(masked(n, i) ? -INFINITY : fmaf(bits, dq, negc[i / 2]));
+    }
+#pragma unroll
+  for (int k2 = 0; k2 < 4; ++k2) {
+    const int n0 = 4 * k2;
+    pa[k2][0] = pack_e4m3(s[n0][0], s[n0][1], s[n0 + 1][0], s[n0 + 1][1]);
+    pa[k2][1] = pack_e4m3(s[n0][2], s[n0][3], s[n0 + 1][2], s[n0 + 1][3]);
+    pa[k2][2] = pack_e4m3(s[n0 + 2][0], s[n0 + 2][1], s[n0 + 3][0], s[n0 + 3][1]);
+    pa[k2][3] = pack_e4m3(s[n0 + 2][2], s[n0 + 2][3], s[n0 + 3][2], s[n0 + 3][3]);
+    mma_e4m3(lb, pa[k2], kE4m3Ones, kE4m3Ones);
   }
 }
 
@@ -175,59 +235,16 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads) sage_attn_kernel(KernelArgs 
     int acc[16][4];
     qk_block(qf, s_k(st), lane, acc);
 
-    // Scores in log2 units; mask padded keys of the last block.
+    // 448 p and the row sums of P8 for this block (softmax_block above).
     const float dq = qs * kscale[(kv0 / kKBlock) * 4];
-    float s[16][4];
-#pragma unroll
-    for (int n = 0; n < 16; ++n)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) s[n][i] = static_cast<float>(acc[n][i]) * dq;
-    if (kv0 + kBlockN > a.seq) {
-#pragma unroll
-      for (int n = 0; n < 16; ++n)
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          if (kv0 + n * 8 + (lane % 4) * 2 + (i % 2) >= a.seq) s[n][i] = -INFINITY;
-    }
-    float mx[2] = {m[0], m[1]};
-#pragma unroll
-    for (int n = 0; n < 16; ++n) {
-      mx[0] = fmaxf(mx[0], fmaxf(s[n][0], s[n][1]));
-      mx[1] = fmaxf(mx[1], fmaxf(s[n][2], s[n][3]));
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-    }
-    const float alpha[2] = {ex2(m[0] - mx[0]), ex2(m[1] - mx[1])};
-    float sum[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int n = 0; n < 16; ++n)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        s[n][i] = ex2(s[n][i] - mx[i / 2]);
-        sum[i / 2] += s[n][i];
-      }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      l[r] = l[r] * alpha[r] + sum[r];
-      m[r] = mx[r];
-    }
-    // P fragments (A operand of the PV mma), one per 32-key step.
+    float alpha[2], lb[4] = {};
     uint32_t pa[4][4];
+    if (kv0 + kBlockN > a.seq)
+      softmax_block<true>(acc, dq, kv0, a.seq, lane, m, alpha, pa, lb);
+    else
+      softmax_block<false>(acc, dq, kv0, a.seq, lane, m, alpha, pa, lb);
 #pragma unroll
-    for (int k2 = 0; k2 < 4; ++k2) {
-      const int n0 = 4 * k2;
-      pa[k2][0] = pack_e4m3(s[n0][0] * kPScale, s[n0][1] * kPScale, s[n0 + 1][0] * kPScale,
-                            s[n0 + 1][1] * kPScale);
-      pa[k2][1] = pack_e4m3(s[n0][2] * kPScale, s[n0][3] * kPScale, s[n0 + 1][2] * kPScale,
-                            s[n0 + 1][3] * kPScale);
-      pa[k2][2] = pack_e4m3(s[n0 + 2][0] * kPScale, s[n0 + 2][1] * kPScale, s[n0 + 3][0] * kPScale,
-                            s[n0 + 3][1] * kPScale);
-      pa[k2][3] = pack_e4m3(s[n0 + 2][2] * kPScale, s[n0 + 2][3] * kPScale, s[n0 + 3][2] * kPScale,
-                            s[n0 + 3][3] * kPScale);
-    }
+    for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + lb[2 * r];
     // O = O*alpha + P8 V8 (fresh fp32 accumulator per block, 8 channels at a time).
     const uint32_t sv = s_v(st);
 #pragma unroll
@@ -250,14 +267,9 @@ __global__ void __launch_bounds__(Cfg<W>::kThreads) sage_attn_kernel(KernelArgs 
     __syncthreads();
   }
 
-  // Normalize: o * v_scale / (448 l); bf16 pairs, written and/or encoded to NVFP4 (the same
-  // roundings either way).
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-  }
-  const float inv[2] = {1.0f / (kPScale * l[0]), 1.0f / (kPScale * l[1])};
+  // Normalize: o * v_scale / l (l sums P8 = 448 p in e4m3, whole rows); bf16 pairs, written
+  // and/or encoded to NVFP4 (the same roundings either way).
+  const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
   const float* vsc = a.v_scale + h * kD;
   const int row0 = q0 + warp * 16 + lane / 4;
   const auto word = [&](int j, int r) {

@@ -1,6 +1,7 @@
 // CPU references for the Sage attention op: the quantization pre-pass (bit-exact contract) and
 // the attention numerics in plain fp32; plus exact fp64 attention for accuracy checks.
 #include <algorithm>
+#include <cfenv>
 #include <cmath>
 #include <limits>
 
@@ -136,6 +137,28 @@ std::vector<int64_t> row_blocks(const Quantized& z, int64_t h, int64_t r,
   return out;
 }
 
+// fma(a, b, c) rounded toward +infinity (the kernels' __fmaf_ru). The operands pass through
+// volatiles so the product is computed between the two rounding-mode switches.
+float fma_round_up(float a, float b, float c) {
+  const int mode = std::fegetround();
+  std::fesetround(FE_UPWARD);
+  volatile float va = a, vb = b, vc = c;
+  volatile float r = std::fma(va, vb, vc);
+  std::fesetround(mode);
+  return r;
+}
+
+// 448 p as both GPU kernels compute it: B = 1.5 * 2^23 + acc (exact: |acc| < 2^22), C =
+// 1.5 * 2^23 dq + m - log2(448) rounded up, 448 p = exp2(fma(B, dq, -C)) (exact exp2 here; the
+// kernels' ex2.approx differs by a few ulp).
+float folded_p448(int32_t acc, float dq, float m) {
+  constexpr float kMagic = 12582912.0f;              // 1.5 * 2^23
+  constexpr float kLog2PScale = 8.807354922057604f;  // log2(448)
+  const float b = kMagic + static_cast<float>(acc);  // exact
+  const float c = fma_round_up(kMagic, dq, m - kLog2PScale);
+  return std::exp2(std::fma(b, dq, -c));
+}
+
 // One query row of one head through the blocked online softmax with fp8 P and fp8 V.
 void attention_row(const Quantized& z, int64_t h, int64_t r, RowSum row_sum,
                    const attention_sparse::BlockList* blocks, float* out) {
@@ -143,16 +166,18 @@ void attention_row(const Quantized& z, int64_t h, int64_t r, RowSum row_sum,
   const int8_t* q = &z.q8[(h * Sp + r) * kD];
   float qs = z.q_scale[h * q_scales_per_head(S) + q_scale_index(r)];
   float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
-  std::vector<float> o(kD, 0.0f), ob(kD), s(kBlockN);
+  std::vector<float> o(kD, 0.0f), ob(kD), s(kBlockN), dq(kBlockN);
+  std::vector<int32_t> acc(kBlockN);
   for (int64_t b : row_blocks(z, h, r, blocks)) {
     const int64_t k0 = b * kBlockN, n = std::min<int64_t>(kBlockN, S - k0);
     float mb = -std::numeric_limits<float>::infinity();
     for (int64_t j = 0; j < n; ++j) {
       const int8_t* k = &z.k8[(h * Sp + k0 + j) * kD];
-      int32_t acc = 0;
-      for (int d = 0; d < kD; ++d) acc += int32_t(q[d]) * int32_t(k[d]);
+      acc[j] = 0;
+      for (int d = 0; d < kD; ++d) acc[j] += int32_t(q[d]) * int32_t(k[d]);
       float ks = z.k_scale[h * k_scales_per_head(S) + k_scale_index(k0 + j)];
-      s[j] = static_cast<float>(acc) * (qs * ks);
+      dq[j] = qs * ks;
+      s[j] = static_cast<float>(acc[j]) * dq[j];
       mb = std::max(mb, s[j]);
     }
     float m_new = std::max(m, mb);
@@ -161,7 +186,9 @@ void attention_row(const Quantized& z, int64_t h, int64_t r, RowSum row_sum,
     float sum = 0.0f;  // of 448 p, or of P8
     for (int64_t j = 0; j < n; ++j) {
       float p = std::exp2(s[j] - m_new);
-      float p8 = e4m3_to_f32(f32_to_e4m3_satfinite(p * kPScale));
+      // p8: the GPU kernels' folded exponent, 448 p = exp2(B dq - C) (folded_p448).
+      float p8 = e4m3_to_f32(f32_to_e4m3_satfinite(
+          row_sum == RowSum::p8 ? folded_p448(acc[j], dq[j], m_new) : p * kPScale));
       sum += row_sum == RowSum::p8 ? p8 : p * kPScale;
       if (p8 == 0.0f) continue;
       const uint8_t* vcol = &z.v8t[h * kD * Sp + v_slot_of_token(k0 + j)];
