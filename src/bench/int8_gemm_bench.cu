@@ -18,6 +18,7 @@
 #include "ops/int8_linear/int8_linear.h"
 #include "ops/linear/linear.h"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
+#include "ops/swiglu/swiglu.h"
 
 namespace h3rt::bench {
 namespace {
@@ -59,6 +60,81 @@ void norm_int8(const DevBuf& x, int64_t rows, int64_t k, int group, const DevBuf
 void quantize_int8(const DevBuf& x, int64_t rows, int64_t k, int group, const DevBuf& q,
                    const DevBuf& s, cudaStream_t st) {
   H3RT_CUDA_CHECK(quantize_int8_path(x, rows, k, group, q, s, ops::Int8QuantizePath::kAuto, st));
+}
+
+// What rotation + quantization adds to an int8 block of m rows, as the block runs it (kAuto
+// forms): for the qkv and fc1 inputs, the modulated norm with its int8 output less the same norm
+// writing bf16; for fc2's, the swiglu table path with its int8 output less the table path writing
+// bf16 (where the block fuses it, else the standalone quantizer); for out's, the standalone
+// quantizer. The block's two norms are timed as one (same width and output), counted twice.
+nlohmann::json time_rotation_added(const Int8GemmBenchOptions& o, int64_t m, Timer& tm,
+                                   cudaStream_t st) {
+  const int64_t h = o.hidden, f = o.ffn, wide = std::max({h, f, o.inner});
+  DevBuf x(size_t(m) * h * 2), y(size_t(m) * wide * 2), mod(size_t(h) * 2), h1(size_t(m) * 2 * f * 2);
+  DevBuf q(size_t(m) * wide), sc(size_t(m) * 4), table(ops::kSiluTableEntries * 2);
+  fill_hashed_bf16(x.p, m * h, h, 4.0f, true, 5, st);
+  fill_hashed_bf16(mod.p, h, h, 0.25f, false, 7, st);
+  fill_hashed_bf16(h1.p, m * 2 * f, 2 * f, 3.0f, true, 9, st);
+  H3RT_CUDA_CHECK(ops::swiglu_silu_table_cuda(table.as<__nv_bfloat16>(), st));
+  ops::RmsNormModulateCudaParams n;
+  n.x = x.as<__nv_bfloat16>();
+  n.shift = n.scale = mod.as<__nv_bfloat16>();
+  n.rows = m;
+  n.dim = h;
+  const auto norm_ms = [&](bool int8) {
+    ops::RmsNormModulateCudaParams p = n;
+    if (int8) {
+      p.int8.q = q.as<int8_t>();
+      p.int8.scale = sc.as<float>();
+      p.int8.group = o.group;
+    } else {
+      p.y = y.as<__nv_bfloat16>();
+    }
+    return tm.time([&] { H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(p, st)); }).first;
+  };
+  ops::SwigluCudaParams w;
+  w.in = h1.as<__nv_bfloat16>();
+  w.rows = m;
+  w.ffn = f;
+  w.silu_table = table.as<__nv_bfloat16>();
+  const auto swiglu_ms = [&](bool int8) {
+    ops::SwigluCudaParams p = w;
+    if (int8) {
+      p.int8.q = q.as<int8_t>();
+      p.int8.scale = sc.as<float>();
+      p.int8.group = o.group;
+    } else {
+      p.out = y.as<__nv_bfloat16>();
+    }
+    return tm.time([&] { H3RT_CUDA_CHECK(ops::swiglu_cuda(p, st)); }).first;
+  };
+  const auto quant_ms = [&](int64_t k) {
+    return tm.time([&] { quantize_int8(y, m, k, o.group, q, sc, st); }).first;
+  };
+  nlohmann::json r = nlohmann::json::object();
+  double added = 0.0;
+  if (ops::rmsnorm_modulate_int8_fusable(h, o.group)) {
+    const double plain = norm_ms(false), fused = norm_ms(true);
+    r["norm_bf16_ms"] = plain;
+    r["norm_int8_ms"] = fused;
+    added += 2.0 * (fused - plain);
+  } else {
+    r["quantize_norm_output_ms"] = quant_ms(h);
+    added += 2.0 * r["quantize_norm_output_ms"].get<double>();
+  }
+  if (ops::swiglu_int8_fusable(f, o.group)) {
+    const double plain = swiglu_ms(false), fused = swiglu_ms(true);
+    r["swiglu_bf16_ms"] = plain;
+    r["swiglu_int8_ms"] = fused;
+    added += fused - plain;
+  } else {
+    r["quantize_swiglu_output_ms"] = quant_ms(f);
+    added += r["quantize_swiglu_output_ms"].get<double>();
+  }
+  r["quantize_attention_output_ms"] = quant_ms(o.inner);
+  added += r["quantize_attention_output_ms"].get<double>();
+  r["added_per_block_ms"] = added;
+  return r;
 }
 
 }  // namespace
@@ -303,7 +379,13 @@ nlohmann::json run_int8_gemm_bench(const Int8GemmBenchOptions& o) {
       std::printf("  %s %.3f ms", name.c_str(), t);
     }
     std::printf("\n");
-    runs.push_back({{"rows", m}, {"shapes", shapes_json}, {"totals_ms", totals}});
+    const nlohmann::json added = time_rotation_added(o, m, tm, st);
+    std::printf("  rotation + quantization added to a block at S = %lld: %.3f ms (%s)\n",
+                (long long)m, added["added_per_block_ms"].get<double>(), added.dump().c_str());
+    runs.push_back({{"rows", m},
+                    {"shapes", shapes_json},
+                    {"totals_ms", totals},
+                    {"rotation_added", added}});
   }
   const std::string date = utc_date();
   nlohmann::json report = {{"bench", "int8_gemm"}, {"date", date},       {"device", prop.name},
