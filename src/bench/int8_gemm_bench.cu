@@ -81,6 +81,7 @@ nlohmann::json time_rotation_added(const Int8GemmBenchOptions& o, int64_t m, Tim
   n.shift = n.scale = mod.as<__nv_bfloat16>();
   n.rows = m;
   n.dim = h;
+  n.table_row_stride = h;
   const auto norm_ms = [&](bool int8) {
     ops::RmsNormModulateCudaParams p = n;
     if (int8) {
