@@ -175,9 +175,12 @@ TEST(Fp8Quantize, GraphReplaysRecomputeTheScale) {
       std::fill(b.x.bits.begin(), b.x.bits.end(), uint16_t(0));
       std::fill(b.x.f.begin(), b.x.f.end(), 0.0f);
     }
-    H3RT_CUDA_CHECK(
-        cudaMemcpy(b.dx.data(), b.x.bits.data(), b.dx.nbytes(), cudaMemcpyHostToDevice));
-    H3RT_CUDA_CHECK(cudaMemset(b.dq.data(), 0xff, b.dq.nbytes()));
+    // On the graph's stream: s is non-blocking, so a legacy-stream cudaMemset (asynchronous for
+    // device memory) could land after the replay's writes (seen once on an H100: every q byte
+    // 0xff, amax and scale right).
+    H3RT_CUDA_CHECK(cudaMemcpyAsync(b.dx.data(), b.x.bits.data(), b.dx.nbytes(),
+                                    cudaMemcpyHostToDevice, s));
+    H3RT_CUDA_CHECK(cudaMemsetAsync(b.dq.data(), 0xff, b.dq.nbytes(), s));
     H3RT_CUDA_CHECK(cudaGraphLaunch(exec, s));
     s.synchronize();
     expect_matches_cpu(b);
