@@ -82,15 +82,16 @@ nlohmann::json time_rotation_added(const Int8GemmBenchOptions& o, int64_t m, Tim
   n.rows = m;
   n.dim = h;
   n.table_row_stride = h;
+  ops::Int8Out i8;  // the producers' int8 output, or their bf16 output into y
+  i8.q = q.as<int8_t>();
+  i8.scale = sc.as<float>();
+  i8.group = o.group;
   const auto norm_ms = [&](bool int8) {
     ops::RmsNormModulateCudaParams p = n;
-    if (int8) {
-      p.int8.q = q.as<int8_t>();
-      p.int8.scale = sc.as<float>();
-      p.int8.group = o.group;
-    } else {
+    if (int8)
+      p.int8 = i8;
+    else
       p.y = y.as<__nv_bfloat16>();
-    }
     return tm.time([&] { H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(p, st)); }).first;
   };
   ops::SwigluCudaParams w;
@@ -100,13 +101,10 @@ nlohmann::json time_rotation_added(const Int8GemmBenchOptions& o, int64_t m, Tim
   w.silu_table = table.as<__nv_bfloat16>();
   const auto swiglu_ms = [&](bool int8) {
     ops::SwigluCudaParams p = w;
-    if (int8) {
-      p.int8.q = q.as<int8_t>();
-      p.int8.scale = sc.as<float>();
-      p.int8.group = o.group;
-    } else {
+    if (int8)
+      p.int8 = i8;
+    else
       p.out = y.as<__nv_bfloat16>();
-    }
     return tm.time([&] { H3RT_CUDA_CHECK(ops::swiglu_cuda(p, st)); }).first;
   };
   const auto quant_ms = [&](int64_t k) {

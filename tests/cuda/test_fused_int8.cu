@@ -118,6 +118,24 @@ std::vector<uint16_t> crafted_rows(int64_t rows, int64_t dim, std::mt19937_64& g
   return x;
 }
 
+// The units the integer form left to double must be exactly those the host predicts from the
+// bf16 values (none for the double form); returns that count.
+bool integer_form(ops::Int8RotateMath rotate) {
+  return (rotate == ops::Int8RotateMath::kAuto ? ops::int8_rotate_auto_math() : rotate) ==
+         ops::Int8RotateMath::kInteger;
+}
+
+int64_t expect_fallbacks(const Tensor& fallbacks, const Tensor& y, int64_t rows, int64_t cols,
+                         int group, ops::Int8RotateMath rotate) {
+  const int64_t want =
+      integer_form(rotate)
+          ? test::expected_fallback_units(test::download<uint16_t>(y), rows, cols, cols, group)
+          : 0;
+  EXPECT_EQ(int64_t(test::download<int32_t>(fallbacks)[0]), want)
+      << "units rotated in double by the integer form";
+  return want;
+}
+
 void run_norm(const NormCase& c) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed << " rows " << c.rows << " dim " << c.dim
@@ -150,15 +168,8 @@ void run_norm(const NormCase& c) {
   pf.int8 = fused.out(c.group, c.rotate, dptr<uint32_t>(fallbacks));
   H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(pf, nullptr));
   H3RT_CUDA_CHECK(cudaDeviceSynchronize());
-  const ops::Int8RotateMath math =
-      c.rotate == ops::Int8RotateMath::kAuto ? ops::int8_rotate_auto_math() : c.rotate;
-  const int64_t want_fallbacks =
-      math == ops::Int8RotateMath::kInteger
-          ? test::expected_fallback_units(test::download<uint16_t>(y_ref), rows, dim, dim, c.group)
-          : 0;
-  EXPECT_EQ(int64_t(test::download<int32_t>(fallbacks)[0]), want_fallbacks)
-      << "units rotated in double by the integer form";
-  if (c.crafted && math == ops::Int8RotateMath::kInteger && rows >= 5) {
+  const int64_t want_fallbacks = expect_fallbacks(fallbacks, y_ref, rows, dim, c.group, c.rotate);
+  if (c.crafted && integer_form(c.rotate) && rows >= 5) {
     EXPECT_GT(want_fallbacks, 0) << "the crafted wide rows must reach the fallback";
   }
   test::expect_same_bytes(fused.q, ref.q, "q");
@@ -242,14 +253,7 @@ void run_swiglu(const SwigluCase& c) {
   pf.int8 = fused.out(c.group, c.rotate, dptr<uint32_t>(fallbacks));
   H3RT_CUDA_CHECK(ops::swiglu_cuda(pf, nullptr));
   H3RT_CUDA_CHECK(cudaDeviceSynchronize());
-  const ops::Int8RotateMath math =
-      c.rotate == ops::Int8RotateMath::kAuto ? ops::int8_rotate_auto_math() : c.rotate;
-  const int64_t want_fallbacks =
-      math == ops::Int8RotateMath::kInteger
-          ? test::expected_fallback_units(test::download<uint16_t>(y_ref), rows, f, f, c.group)
-          : 0;
-  EXPECT_EQ(int64_t(test::download<int32_t>(fallbacks)[0]), want_fallbacks)
-      << "units rotated in double by the integer form";
+  expect_fallbacks(fallbacks, y_ref, rows, f, c.group, c.rotate);
   test::expect_same_bytes(fused.q, ref.q, "q");
   test::expect_same_bytes(fused.scale, ref.scale, "scale");
   if (c.with_y) test::expect_same_bytes(y_fused, y_ref, "bf16 out written alongside");
