@@ -547,17 +547,12 @@ TEST(Int8LinearCuda, EnvironmentSelectsEveryCutlassConfig) {
   unsetenv("H3RT_INT8_GEMM");
 }
 
-// kAuto's CUTLASS table follows the GPU's name (the H100's measured picks, the H200's for every
-// other GPU) unless H3RT_INT8_GEMM_TABLE names one; every H3 projection at both user shapes gets
-// a real config from either table.
-TEST(Int8LinearCuda, CutlassTableFollowsTheGpu) {
+// kAuto's CUTLASS table is the H100's picks on every GPU unless H3RT_INT8_GEMM_TABLE names one;
+// every H3 projection at both user shapes gets a real config from either table.
+TEST(Int8LinearCuda, CutlassTableDefaultAndOverride) {
   if (std::getenv("H3RT_INT8_GEMM_TABLE")) GTEST_SKIP() << "H3RT_INT8_GEMM_TABLE already set";
   using ops::Int8CutlassTable;
-  EXPECT_EQ(ops::int8_cutlass_table_for("NVIDIA H100 80GB HBM3"), Int8CutlassTable::kH100);
-  EXPECT_EQ(ops::int8_cutlass_table_for("NVIDIA H200"), Int8CutlassTable::kH200);
-  EXPECT_EQ(ops::int8_cutlass_table_for("NVIDIA GB10"), Int8CutlassTable::kH200);
-  EXPECT_EQ(ops::int8_cutlass_table_for(""), Int8CutlassTable::kH200);
-  EXPECT_EQ(ops::int8_cutlass_table_for(nullptr), Int8CutlassTable::kH200);
+  EXPECT_EQ(ops::int8_cutlass_table(), Int8CutlassTable::kH100);
   const int64_t shapes[][2] = {{5376, 21504}, {7168, 5376}, {5376, 28672}, {14336, 5376}};
   for (Int8CutlassTable t : {Int8CutlassTable::kH200, Int8CutlassTable::kH100})
     for (int64_t rows : {15499, 37810})
@@ -575,12 +570,12 @@ TEST(Int8LinearCuda, CutlassTableFollowsTheGpu) {
   EXPECT_EQ(ops::int8_cutlass_table_config(Int8CutlassTable::kH100, 128, 256, 512),
             Int8CutlassConfig::k256x128);  // not an H3 shape: the default
   ASSERT_EQ(setenv("H3RT_INT8_GEMM_TABLE", "h100", 1), 0);
-  EXPECT_EQ(ops::int8_cutlass_table_for("NVIDIA H200"), Int8CutlassTable::kH100);
+  EXPECT_EQ(ops::int8_cutlass_table(), Int8CutlassTable::kH100);
   ASSERT_EQ(setenv("H3RT_INT8_GEMM_TABLE", "h200", 1), 0);
-  EXPECT_EQ(ops::int8_cutlass_table_for("NVIDIA H100 80GB HBM3"), Int8CutlassTable::kH200);
+  EXPECT_EQ(ops::int8_cutlass_table(), Int8CutlassTable::kH200);
   ASSERT_EQ(setenv("H3RT_INT8_GEMM_TABLE", "a100", 1), 0);
   try {
-    ops::int8_cutlass_table_for("NVIDIA H200");
+    ops::int8_cutlass_table();
     ADD_FAILURE() << "an unknown table was taken";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("H3RT_INT8_GEMM_TABLE=a100"), std::string::npos)

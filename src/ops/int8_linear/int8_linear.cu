@@ -222,7 +222,8 @@ constexpr CutlassAutoEntry kH200Table[] = {
     {5376, 14336, 0, Int8CutlassConfig::kPp128x128},       // fc2 at 15399 rows: 1.621
 };
 // H100 80GB HBM3 (2026-12-05, session 18 call 1, median of 10): the ping-pong kernel loses at
-// every shape (15399 rows: qkv 3.242 ms, fc2 1.870 against the picks below).
+// every shape (15399 rows: qkv 3.242 ms, fc2 1.870 against the picks below). The default on
+// every GPU (int8_linear.h): in the block also the faster table on the H200.
 constexpr CutlassAutoEntry kH100Table[] = {
     {21504, 5376, 20000, Int8CutlassConfig::k256x128_n2},  // qkv: 6.055 (128x256_n4: 6.246)
     {21504, 5376, 0, Int8CutlassConfig::k128x256_n2},      // qkv at 15399 rows: 2.723
@@ -241,19 +242,8 @@ Int8CutlassConfig lookup(const CutlassAutoEntry (&table)[N], int64_t rows, int64
   return kCutlassAutoDefault;
 }
 
-// The current device's table: H3RT_INT8_GEMM_TABLE's, else its name's (cuda::device_name
-// caches the name per device).
-Int8CutlassTable current_table() {
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return int8_cutlass_table_for(nullptr);
-  }
-  return int8_cutlass_table_for(cuda::device_name(dev).c_str());
-}
-
 Int8CutlassConfig table_config(const Int8LinearCudaParams& p) {
-  return int8_cutlass_table_config(current_table(), p.rows, p.in, p.out);
+  return int8_cutlass_table_config(int8_cutlass_table(), p.rows, p.in, p.out);
 }
 
 // H3RT_INT8_GEMM=cutlass|cutlass_<config>|cublaslt; path kAuto when unset.
@@ -363,9 +353,9 @@ Int8LinearCudaParams aligned_probe(int64_t rows, int64_t in, int64_t out) {
 std::string int8_gemm_default_description() {
   switch (int8_linear_resolve_path(aligned_probe(15499, 5376, 21504))) {  // an H3 qkv call
     case Int8GemmPath::kCutlassSm90:
-      return std::string("CUTLASS wgmma (sm_90a), configs per shape as measured on the ") +
-             (current_table() == Int8CutlassTable::kH100 ? "H100" : "H200") +
-             ", scales and bias in the epilogue";
+      return std::string("CUTLASS wgmma (sm_90a), configs per shape from the ") +
+             int8_cutlass_table_name(int8_cutlass_table()) + " table, scales and bias in the " +
+             "epilogue";
     case Int8GemmPath::kCutlassSm80:
       return "CUTLASS mma.sync, scales and bias in the epilogue";
     default:
@@ -380,7 +370,7 @@ std::string int8_gemm_choice(int64_t rows, int64_t in, int64_t out) {
   if (path == Int8GemmPath::kCutlassSm90) {
     s += std::string(" ") + int8_cutlass_config_name(int8_linear_resolve_cutlass_config(p));
     if (env_choice().config == Int8CutlassConfig::kAuto)
-      s += std::string(" (") + int8_cutlass_table_name(current_table()) + " table)";
+      s += std::string(" (") + int8_cutlass_table_name(int8_cutlass_table()) + " table)";
   }
   return s;
 }
@@ -446,15 +436,14 @@ cudaError_t int8_linear_cuda(const Int8LinearCudaParams& in, cudaStream_t stream
   }
 }
 
-Int8CutlassTable int8_cutlass_table_for(const char* device_name) {
+Int8CutlassTable int8_cutlass_table() {
   if (const char* e = std::getenv("H3RT_INT8_GEMM_TABLE"); e && *e) {
     if (!std::strcmp(e, "h100")) return Int8CutlassTable::kH100;
     if (!std::strcmp(e, "h200")) return Int8CutlassTable::kH200;
     H3RT_FAIL("H3RT_INT8_GEMM_TABLE=", e,
-              " is not a CUTLASS table: expected h100 or h200 (unset: the table of this GPU)");
+              " is not a CUTLASS table: expected h100 or h200 (unset: h100)");
   }
-  const bool h100 = device_name && std::strstr(device_name, "H100");
-  return h100 ? Int8CutlassTable::kH100 : Int8CutlassTable::kH200;
+  return Int8CutlassTable::kH100;
 }
 
 Int8CutlassConfig int8_cutlass_table_config(Int8CutlassTable table, int64_t rows, int64_t in,
