@@ -203,14 +203,12 @@ nlohmann::json run_int8_gemm_bench(const Int8GemmBenchOptions& o) {
     std::map<std::string, double> total;
     for (const Shape& sh : shapes) {
       const int64_t n = sh.n, k = sh.k;
-      DevBuf x16(size_t(m) * k * 2), w16(size_t(n) * k * 2), bias(size_t(n) * 2),
-          y(size_t(m) * n * 2);
+      DevBuf x16(size_t(m) * k * 2), w16(size_t(n) * k * 2), y(size_t(m) * n * 2);
       DevBuf xq(size_t(m) * k), xs(size_t(m) * 4), wq(size_t(n) * k), ws(size_t(n) * 4);
       DevBuf x8(size_t(m) * k), w8(size_t(n) * k);
       DevBuf work(ops::int8_linear_workspace_bytes(m, n));
       fill_hashed_bf16(x16.p, m * k, k, 4.0f, true, 11 + k, st);
       fill_hashed_bf16(w16.p, n * k, k, 1.0f / std::sqrt(float(k)), true, 23 + n, st);
-      fill_hashed_bf16(bias.p, n, n, 0.5f, true, 37, st);
       quantize_int8(w16, n, k, o.group, wq, ws, st);
       quantize_e4m3(x16, m, k, x8, one.as<float>(), st);
       quantize_e4m3(w16, n, k, w8, one.as<float>(), st);
@@ -286,7 +284,6 @@ nlohmann::json run_int8_gemm_bench(const Int8GemmBenchOptions& o) {
       ip.x_scale = xs.as<float>();
       ip.w = wq.as<int8_t>();
       ip.w_scale = ws.as<float>();
-      ip.bias = bias.as<__nv_bfloat16>();
       ip.y = y.as<__nv_bfloat16>();
       ip.rows = m;
       ip.in = k;
@@ -324,7 +321,6 @@ nlohmann::json run_int8_gemm_bench(const Int8GemmBenchOptions& o) {
       fp.x = x8.as<__nv_fp8_e4m3>();
       fp.w = w8.as<__nv_fp8_e4m3>();
       fp.x_scale = fp.w_scale = one.as<float>();
-      fp.bias = bias.as<__nv_bfloat16>();
       fp.y = y.as<__nv_bfloat16>();
       fp.rows = m;
       fp.in = k;
@@ -335,7 +331,6 @@ nlohmann::json run_int8_gemm_bench(const Int8GemmBenchOptions& o) {
       ops::LinearCudaParams bp;
       bp.x = x16.as<__nv_bfloat16>();
       bp.w = w16.as<__nv_bfloat16>();
-      bp.bias = bias.as<__nv_bfloat16>();
       bp.y = y.as<__nv_bfloat16>();
       bp.rows = m;
       bp.in = k;

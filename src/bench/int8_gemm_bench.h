@@ -1,6 +1,7 @@
 // Benchmark of the int8 W8A8 kernels (ops/int8_linear) at the H3 block projections (N x K):
 // qkv 21504 x 5376, attention out 5376 x 7168, fc1 28672 x 5376, fc2 5376 x 14336, for
-// S = 37,810 rows (the seed shape) and 15,399 (864x480), all with a bf16 bias.
+// S = 37,810 rows (the seed shape) and 15,399 (864x480), without bias as in the block (H3's
+// block projections have none).
 //
 // Per S and shape: CUDA-event time of each call after a warm-up, median over `iters`, of the
 // activation rotate+quantize (group `group`), the int8 GEMM on each variant this device runs
