@@ -70,7 +70,8 @@ void quantize_int8(const DevBuf& x, int64_t rows, int64_t k, int group, const De
 nlohmann::json time_rotation_added(const Int8GemmBenchOptions& o, int64_t m, Timer& tm,
                                    cudaStream_t st) {
   const int64_t h = o.hidden, f = o.ffn, wide = std::max({h, f, o.inner});
-  DevBuf x(size_t(m) * h * 2), y(size_t(m) * wide * 2), mod(size_t(h) * 2), h1(size_t(m) * 2 * f * 2);
+  DevBuf x(size_t(m) * h * 2), y(size_t(m) * wide * 2), mod(size_t(h) * 2),
+      h1(size_t(m) * 2 * f * 2);
   DevBuf q(size_t(m) * wide), sc(size_t(m) * 4), table(ops::kSiluTableEntries * 2);
   fill_hashed_bf16(x.p, m * h, h, 4.0f, true, 5, st);
   fill_hashed_bf16(mod.p, h, h, 0.25f, false, 7, st);
@@ -376,10 +377,8 @@ nlohmann::json run_int8_gemm_bench(const Int8GemmBenchOptions& o) {
     const nlohmann::json added = time_rotation_added(o, m, tm, st);
     std::printf("  rotation + quantization added to a block at S = %lld: %.3f ms (%s)\n",
                 (long long)m, added["added_per_block_ms"].get<double>(), added.dump().c_str());
-    runs.push_back({{"rows", m},
-                    {"shapes", shapes_json},
-                    {"totals_ms", totals},
-                    {"rotation_added", added}});
+    runs.push_back(
+        {{"rows", m}, {"shapes", shapes_json}, {"totals_ms", totals}, {"rotation_added", added}});
   }
   const std::string date = utc_date();
   nlohmann::json report = {{"bench", "int8_gemm"}, {"date", date},       {"device", prop.name},

@@ -82,26 +82,37 @@ int compiled_arch_supports(int cc_major, int cc_minor, const std::string& list) 
   return best;
 }
 
+namespace {
+// A device attribute that never changes, queried once per device ordinal < 64 (benign race:
+// every writer stores the same value).
+int cached_attribute(cudaDeviceAttr attr, int device, int (&cache)[64]) {
+  int n = device >= 0 && device < 64 ? cache[device] : 0;
+  if (n) return n;
+  H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&n, attr, device));
+  if (device >= 0 && device < 64) cache[device] = n;
+  return n;
+}
+}  // namespace
+
 int resident_grid(const void* kernel, int threads, size_t smem, int min_major) {
-  int dev = 0, major = 0, sms = 0, optin = 0, per_sm = 0;
+  int dev = 0, major = 0, per_sm = 0;
   H3RT_CUDA_CHECK(cudaGetDevice(&dev));
   H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  if (major < min_major || smem > static_cast<size_t>(optin)) return 0;
+  if (major < min_major || smem > static_cast<size_t>(smem_optin(dev))) return 0;
   H3RT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
   H3RT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  return per_sm * sms;
+  return per_sm * sm_count(dev);
 }
 
 int sm_count(int device) {
-  static int counts[64] = {};  // benign race: every writer stores the same value
-  int n = device >= 0 && device < 64 ? counts[device] : 0;
-  if (n) return n;
-  H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-  if (device >= 0 && device < 64) counts[device] = n;
-  return n;
+  static int counts[64] = {};
+  return cached_attribute(cudaDevAttrMultiProcessorCount, device, counts);
+}
+
+int smem_optin(int device) {
+  static int bytes[64] = {};
+  return cached_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device, bytes);
 }
 
 const std::string& device_name(int device) {

@@ -46,6 +46,8 @@ bool compiled_arch_listed(const std::string& arch);
 int resident_grid(const void* kernel, int threads, size_t smem, int min_major);
 // The SM count of `device`, queried once per device (launch arguments of persistent kernels).
 int sm_count(int device);
+// The most shared memory one block of `device` may opt in to (bytes), queried once per device.
+int smem_optin(int device);
 // The name of `device` (cudaDeviceProp::name, e.g. "NVIDIA H100 80GB HBM3"), queried once per
 // device: the per-GPU tables of measured kernel choices key on it.
 const std::string& device_name(int device);

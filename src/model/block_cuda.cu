@@ -154,7 +154,8 @@ bool int8_fusion_on() {
   return fusion_on("H3RT_INT8_FUSE");
 }
 
-bool swiglu_int8_fusable(int64_t ffn, int group) {
+// The fc2 input's fusion predicate: the swiglu table path's, unless H3RT_INT8_FUSE_FC2=0.
+bool fc2_int8_fusable(int64_t ffn, int group) {
   return fusion_on("H3RT_INT8_FUSE_FC2") && ops::swiglu_int8_fusable(ffn, group);
 }
 
@@ -298,7 +299,7 @@ std::vector<std::string> fused_projection_inputs(const DeviceBlock& w) {
   if (by_norm(w.qkv)) names.push_back("qkv");
   if (fused_input(w.out)) names.push_back("out");
   if (by_norm(w.fc1)) names.push_back("fc1");
-  if (fused_input(w.fc2) || e4m3_fused_input(w.fc2) || int8_fused(w.fc2, swiglu_int8_fusable))
+  if (fused_input(w.fc2) || e4m3_fused_input(w.fc2) || int8_fused(w.fc2, fc2_int8_fusable))
     names.push_back("fc2");
   return names;
 }
@@ -468,7 +469,7 @@ void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffer
   sw.ffn = F;
   sw.silu_table = bp(b.silu_table);
   // fc2: NVFP4 or e4m3 (static scales), int8 through the table path where it fits.
-  const bool fused_fc2 = fuse_input(w.fc2, b, sw, swiglu_int8_fusable);
+  const bool fused_fc2 = fuse_input(w.fc2, b, sw, fc2_int8_fusable);
   if (fused_fc2) sw.out = nullptr;
   H3RT_CUDA_CHECK(ops::swiglu_cuda(sw, s));
   stage(hook, "swiglu");

@@ -178,8 +178,8 @@ TEST(Fp8Quantize, GraphReplaysRecomputeTheScale) {
     // On the graph's stream: s is non-blocking, so a legacy-stream cudaMemset (asynchronous for
     // device memory) could land after the replay's writes (seen once on an H100: every q byte
     // 0xff, amax and scale right).
-    H3RT_CUDA_CHECK(cudaMemcpyAsync(b.dx.data(), b.x.bits.data(), b.dx.nbytes(),
-                                    cudaMemcpyHostToDevice, s));
+    H3RT_CUDA_CHECK(
+        cudaMemcpyAsync(b.dx.data(), b.x.bits.data(), b.dx.nbytes(), cudaMemcpyHostToDevice, s));
     H3RT_CUDA_CHECK(cudaMemsetAsync(b.dq.data(), 0xff, b.dq.nbytes(), s));
     H3RT_CUDA_CHECK(cudaGraphLaunch(exec, s));
     s.synchronize();

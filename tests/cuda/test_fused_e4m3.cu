@@ -21,7 +21,7 @@
 #include "norm_test_util.h"
 #include "ops/linear/linear.h"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
-#include "ops/swiglu/swiglu.h"
+#include "swiglu_test_util.h"
 
 namespace h3rt {
 namespace {
@@ -117,8 +117,7 @@ void run_swiglu(int64_t rows, int64_t ffn, bool table, bool with_out) {
   H3RT_REQUIRE_GPU();
   std::mt19937_64 g(seed);
   Tensor in = test::random_device_bf16(rows, 2 * ffn, g, 2.0f);
-  Tensor silu_table = test::device_buffer(DType::bf16, {ops::kSiluTableEntries});
-  H3RT_CUDA_CHECK(ops::swiglu_silu_table_cuda(dptr<bf16>(silu_table), nullptr));
+  const Tensor silu_table = test::silu_table_on_gpu();
   const float scale = 0.002f;
   Tensor s = test::upload(std::vector<float>{scale}, DType::f32, {1});
   ops::SwigluCudaParams p;

@@ -23,7 +23,7 @@
 #include "norm_test_util.h"
 #include "ops/int8_linear/int8_linear.h"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
-#include "ops/swiglu/swiglu.h"
+#include "swiglu_test_util.h"
 
 namespace h3rt {
 namespace {
@@ -234,8 +234,7 @@ void run_swiglu(const SwigluCase& c) {
   Tensor in = test::upload(xh, DType::bf16, {rows, 2 * f});
   Tensor y_ref = test::device_buffer(DType::bf16, {rows, f});
   Tensor y_fused = test::device_buffer(DType::bf16, {rows, f});
-  Tensor silu = test::device_buffer(DType::bf16, {ops::kSiluTableEntries});
-  H3RT_CUDA_CHECK(ops::swiglu_silu_table_cuda(dptr<__nv_bfloat16>(silu), nullptr));
+  const Tensor silu = test::silu_table_on_gpu();
   ops::SwigluCudaParams p;
   p.in = dptr<__nv_bfloat16>(in);
   p.rows = rows;
@@ -291,9 +290,9 @@ TEST(FusedInt8, RefusesWhatItCannotTake) {
   EXPECT_FALSE(ops::rmsnorm_modulate_int8_fusable(5376, 0));         // plain per-row int8: unfused
   EXPECT_FALSE(ops::rmsnorm_modulate_int8_fusable(8192, 256));       // wider than one CTA's row
   EXPECT_FALSE(ops::rmsnorm_modulate_int8_fusable(5376 + 16, 256));  // group does not divide
-  EXPECT_FALSE(ops::swiglu_int8_fusable(14336 + 64, 256));          // group does not divide
-  EXPECT_FALSE(ops::swiglu_int8_fusable(14336, 4));                 // group 4: unfused
-  EXPECT_FALSE(ops::swiglu_int8_fusable(16384 + 256, 256));         // more than 4 vectors/thread
+  EXPECT_FALSE(ops::swiglu_int8_fusable(14336 + 64, 256));           // group does not divide
+  EXPECT_FALSE(ops::swiglu_int8_fusable(14336, 4));                  // group 4: unfused
+  EXPECT_FALSE(ops::swiglu_int8_fusable(16384 + 256, 256));          // more than 4 vectors/thread
   Q8 q(4, 8192);
   Tensor x = test::device_buffer(DType::bf16, {4, 8192});
   ops::RmsNormModulateCudaParams p;

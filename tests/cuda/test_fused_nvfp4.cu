@@ -17,7 +17,7 @@
 #include "ops/attention/attention.h"
 #include "ops/attention_sage/attention_sage_cuda.h"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
-#include "ops/swiglu/swiglu.h"
+#include "swiglu_test_util.h"
 
 namespace h3rt {
 namespace {
@@ -217,8 +217,7 @@ void run_swiglu_case(int64_t rows, Src src, bool exact_exp, int64_t f = kFfn, bo
   Tensor in = test::upload(random_bf16(rows, 2 * f, seed, 6.0f), DType::bf16, {rows, 2 * f});
   Tensor y_ref = test::device_buffer(DType::bf16, {rows, f});
   Tensor y_fused = test::device_buffer(DType::bf16, {rows, f});
-  Tensor silu = test::device_buffer(DType::bf16, {ops::kSiluTableEntries});
-  H3RT_CUDA_CHECK(ops::swiglu_silu_table_cuda(dptr<__nv_bfloat16>(silu), nullptr));
+  const Tensor silu = test::silu_table_on_gpu();
   ops::SwigluCudaParams p;
   p.in = dptr<__nv_bfloat16>(in);
   p.rows = rows;

@@ -13,7 +13,7 @@
 #include "ops/qk_norm_rope/qk_norm_rope.h"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
 #include "ops/rope_table/rope_table.h"
-#include "ops/swiglu/swiglu.h"
+#include "swiglu_test_util.h"
 
 namespace h3rt {
 namespace {
@@ -434,13 +434,6 @@ TEST(CudaFusedOps, RmsNormModulateShapesBitExact) {
   }
 }
 
-// round_bf16(silu(g)) for every bf16 g, as swiglu_cpu computes it, on the GPU.
-Tensor silu_table_on_gpu() {
-  Tensor t = test::device_buffer(DType::bf16, {ops::kSiluTableEntries});
-  H3RT_CUDA_CHECK(ops::swiglu_silu_table_cuda(dptr<__nv_bfloat16>(t), nullptr));
-  return t;
-}
-
 void run_swiglu(bool exact, bool table = false, int64_t rows = 1500, int64_t ffn = kF) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " rows " + std::to_string(rows) + " ffn " +
@@ -465,7 +458,7 @@ void run_swiglu(bool exact, bool table = false, int64_t rows = 1500, int64_t ffn
   p.exact_exp = exact;
   Tensor dtable;
   if (table) {
-    dtable = silu_table_on_gpu();
+    dtable = test::silu_table_on_gpu();
     p.silu_table = dptr<__nv_bfloat16>(dtable);
   }
   ASSERT_EQ(ops::swiglu_cuda(p, nullptr), cudaSuccess);
@@ -494,7 +487,7 @@ TEST(CudaFusedOps, SwigluFastExpWithinOneUlp) {
 // Every one of the 65,536 table entries against the CPU reference's silu rounded to bf16.
 TEST(CudaFusedOps, SwigluSiluTableExhaustive) {
   H3RT_REQUIRE_GPU();
-  const std::vector<uint16_t> got = test::download<uint16_t>(silu_table_on_gpu());
+  const std::vector<uint16_t> got = test::download<uint16_t>(test::silu_table_on_gpu());
   int64_t bad = 0, first = -1;
   for (uint32_t i = 0; i < ops::kSiluTableEntries; ++i) {
     const float gate = bf16_to_f32(static_cast<uint16_t>(i));

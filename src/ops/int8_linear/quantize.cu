@@ -620,9 +620,9 @@ cudaError_t int8_quantize_rows_cuda(const Int8QuantizeCudaParams& in, cudaStream
     }
   }
   const size_t smem = size_t(p.k) * sizeof(double);
-  int dev = 0, optin = 0;
+  int dev = 0;
   H3RT_CUDA_CHECK(cudaGetDevice(&dev));
-  H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  const int optin = cuda::smem_optin(dev);
   H3RT_CHECK(smem + 1024 <= size_t(optin), "int8_quantize_rows_cuda: a row of ", p.k,
              " columns does not fit the shared-memory kernel (", optin, " bytes)");
   H3RT_CUDA_CHECK(cudaFuncSetAttribute(quantize_generic_kernel,

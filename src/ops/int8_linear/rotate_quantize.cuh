@@ -349,6 +349,10 @@ __device__ __forceinline__ void rotate_unit(const uint4 (&raw)[2], unsigned char
 
 // Shared-memory bytes of a staged row of k columns, and of the per-warp transpose tiles that
 // quantize_staged_row needs for `warps` warps.
+// Static shared memory of quantize_staged_row (one amax slot per warp), beside the caller's
+// dynamic stage and tiles.
+constexpr int kStagedReduceSlots = 32;
+constexpr int kStagedStaticBytes = kStagedReduceSlots * 4;
 __host__ __device__ constexpr int staged_row_bytes(int64_t k) {
   return static_cast<int>((k + kUnitCols - 1) / kUnitCols) * kUnitPitch;
 }
@@ -372,7 +376,7 @@ __device__ __forceinline__ void quantize_staged_row(unsigned char* row, int k, u
                                                     int8_t* q, float* scale, Int8RotateMath math,
                                                     uint32_t* fallbacks) {
   static_assert(G == 16 || G == 64 || G == 256, "fused producers take G = 16, 64 or 256");
-  __shared__ uint32_t red[32];
+  __shared__ uint32_t red[kStagedReduceSlots];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   const int units = (k + kUnitCols - 1) / kUnitCols;
   const int lane_off = (lane >> 4) * kPiecePitch + (lane & 15) * 32;

@@ -247,12 +247,12 @@ __global__ void __launch_bounds__(kInt8MaxThreads, 1) swiglu_int8_table_kernel(S
 // and enough for kInt8MaxVec vectors per thread.
 int int8_table_threads(int64_t ffn, int group) {
   if (!int8_fusable(ffn, group) || ffn > kInt8MaxVec * kInt8MaxThreads * 8) return 0;
-  int dev = 0, optin = 0;
+  int dev = 0;
   H3RT_CUDA_CHECK(cudaGetDevice(&dev));
-  H3RT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  const int64_t left = optin - kTableBytes - int8_detail::staged_row_bytes(ffn) - 128;  // red[]
-  const int64_t tile = int8_detail::staged_tile_bytes(group, 1);
-  const int64_t warps = std::min<int64_t>(kInt8MaxThreads / 32, tile ? left / tile : 16);
+  const int64_t left = cuda::smem_optin(dev) - kTableBytes - int8_detail::staged_row_bytes(ffn) -
+                       int8_detail::kStagedStaticBytes;
+  const int64_t tile = int8_detail::staged_tile_bytes(group, 1), most = kInt8MaxThreads / 32;
+  const int64_t warps = tile ? std::min(most, left / tile) : most;
   const int64_t need = (ffn / 8 + kInt8MaxVec * 32 - 1) / (kInt8MaxVec * 32);  // warps
   return left > 0 && warps >= std::max<int64_t>(4, need) ? static_cast<int>(warps * 32) : 0;
 }
@@ -320,9 +320,10 @@ cudaError_t swiglu_cuda(const SwigluCudaParams& in, cudaStream_t stream) {
                : cudaSuccess;
   if (int8) {
     const int threads = int8_table_threads(p.ffn, p.int8.group);
-    H3RT_CHECK(threads > 0, "swiglu_cuda: the int8 output does not fit this device at ffn ",
-               p.ffn, " (the 128 KB silu table, the staged row and the transpose tiles share "
-               "one CTA's shared memory; ffn <= ", kInt8MaxVec * kInt8MaxThreads * 8, ")");
+    H3RT_CHECK(threads > 0, "swiglu_cuda: the int8 output does not fit this device at ffn ", p.ffn,
+               " (the 128 KB silu table, the staged row and the transpose tiles share "
+               "one CTA's shared memory; ffn <= ",
+               kInt8MaxVec * kInt8MaxThreads * 8, ")");
     switch (p.int8.group) {
       case 16:
         return launch_int8<16>(p, threads, stream);

@@ -1,0 +1,16 @@
+// The silu table the swiglu table path reads, built on the GPU (shared by the swiglu tests).
+#pragma once
+
+#include "cuda_test_util.h"
+#include "ops/swiglu/swiglu.h"
+
+namespace h3rt::test {
+
+// round_bf16(silu(g)) for every bf16 g, as swiglu_cpu computes it, on the GPU.
+inline Tensor silu_table_on_gpu() {
+  Tensor t = device_buffer(DType::bf16, {ops::kSiluTableEntries});
+  H3RT_CUDA_CHECK(ops::swiglu_silu_table_cuda(dptr<__nv_bfloat16>(t), nullptr));
+  return t;
+}
+
+}  // namespace h3rt::test
