@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/env.h"
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
 #include "formats/nvfp4_quantize.h"
@@ -141,8 +142,7 @@ void project_int8(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows, B
 
 // A producer fusion switched by environment variable `var`: on unless it is set to "0".
 bool fusion_on(const char* var) {
-  const char* e = std::getenv(var);
-  return !(e && !std::strcmp(e, "0"));
+  return env_switch(var, true);
 }
 
 // Whether the inputs of int8 layers are rotated and quantized by their producers where the shape

@@ -1,8 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
+#include "core/env.h"
 #include "h3rt/check.h"
 #include "h3rt/memory.h"
 #include "h3rt/tensor.h"
+#include "ops/int8_linear/int8_fused.h"
 
 namespace h3rt {
 
@@ -55,6 +59,54 @@ TEST(Memory, PeakTracksTrackedAllocations) {
   }
   EXPECT_EQ(host_memory_stats().current_bytes, base);
   EXPECT_GE(host_memory_stats().peak_bytes, base + (4 << 20));
+}
+
+// The kernel switches: unset or empty keep the default, 0 / 1 set it, anything else is an
+// error naming the variable and the accepted values.
+TEST(Core, EnvSwitchAcceptsZeroOneOrUnset) {
+  const char* name = "H3RT_TEST_ENV_SWITCH";
+  ::unsetenv(name);
+  EXPECT_TRUE(env_switch(name, true));
+  EXPECT_FALSE(env_switch(name, false));
+  ::setenv(name, "", 1);
+  EXPECT_TRUE(env_switch(name, true));
+  ::setenv(name, "0", 1);
+  EXPECT_FALSE(env_switch(name, true));
+  ::setenv(name, "1", 1);
+  EXPECT_TRUE(env_switch(name, false));
+  ::setenv(name, "off", 1);
+  try {
+    env_switch(name, true);
+    ADD_FAILURE() << "off was accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("H3RT_TEST_ENV_SWITCH=off"), std::string::npos) << what;
+    EXPECT_NE(what.find("expected 0 (off) or 1 (on)"), std::string::npos) << what;
+  }
+  ::unsetenv(name);
+}
+
+// H3RT_INT8_ROTATE picks the rotation form where the caller left kAuto, and only there.
+TEST(Core, Int8RotateEnvOverridesOnlyAuto) {
+  using ops::Int8RotateMath;
+  const char* name = "H3RT_INT8_ROTATE";
+  ::unsetenv(name);
+  EXPECT_EQ(ops::int8_rotate_env(Int8RotateMath::kAuto), Int8RotateMath::kAuto);
+  ::setenv(name, "integer", 1);
+  EXPECT_EQ(ops::int8_rotate_env(Int8RotateMath::kAuto), Int8RotateMath::kInteger);
+  EXPECT_EQ(ops::int8_rotate_env(Int8RotateMath::kDouble), Int8RotateMath::kDouble);
+  ::setenv(name, "double", 1);
+  EXPECT_EQ(ops::int8_rotate_env(Int8RotateMath::kAuto), Int8RotateMath::kDouble);
+  ::setenv(name, "int32", 1);
+  try {
+    ops::int8_rotate_env(Int8RotateMath::kAuto);
+    ADD_FAILURE() << "int32 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("H3RT_INT8_ROTATE=int32: expected double or integer"),
+              std::string::npos)
+        << e.what();
+  }
+  ::unsetenv(name);
 }
 
 }  // namespace h3rt

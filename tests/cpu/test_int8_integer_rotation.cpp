@@ -2,9 +2,10 @@
 // rotate_quantize.cuh, used by default on sm_120 / sm_121) emulated on the host and compared bit
 // for bit with the host rule (hadamard_rotate_rows, int8_quantize_rows: the double form): fresh
 // random rows with wide exponent ranges, zeros of both signs, subnormal bf16, values near the bf16
-// maximum, groups whose span forces the fallback (which the emulation must report), and the
-// golden int8_convrot vectors. The emulation lives here, not in the library: it proves the
-// device's arithmetic off the device.
+// maximum, groups at each tier's limits (int32, int64, and the double fallback, which the
+// emulation must report), and the golden int8_convrot vectors. The int32 tier runs the device's
+// own scalar steps (rotate_int32.h, shared with the kernels); the int64 tier's emulation lives
+// here: it proves the device's arithmetic off the device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,11 +14,13 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "h3rt/formats.h"
 #include "h3rt/int8.h"
 #include "h3rt/safetensors.h"
+#include "ops/int8_linear/rotate_int32.h"
 #include "test_util.h"
 
 namespace h3rt {
@@ -35,15 +38,35 @@ int bf16_exp(uint32_t mag) {
 }
 
 // One row rotated the device's integer way. Per group of g: e_min / e_max over the nonzero
-// values; span <= 45 - log2 g: int64 terms +-M << (e - e_min), the integer butterflies, then
-// float(S) (one rounding) times the f32 2^(e_min - 134 - m). Otherwise ("fallback", unless
-// `no_fallback`, which a test uses to show that the fallback is needed) the host's double form.
+// values; span <= 14 and e_min >= 7 (or all zeros): the int32 tier, with the kernels' own steps
+// (rotate_int32.h); else span <= 45 - log2 g: int64 terms +-M << (e - e_min), the integer
+// butterflies, then float(S) (one rounding) times the f32 2^(e_min - 134 - m). Otherwise
+// ("fallback", unless `no_fallback`, which a test uses to show that the fallback is needed) the
+// host's double form. `no_int32` sends the int32 tier's groups to int64 instead.
 struct IntegerRotation {
   std::vector<float> rot;  // f32 results, as hadamard_rotate_rows gives them
   int64_t fallback_groups = 0;
+  int64_t int32_groups = 0;
 };
 
-IntegerRotation rotate_integer(const uint16_t* x, int64_t k, int64_t g, bool no_fallback = false) {
+// The int32 tier on one group (rotate_int32.h's steps in the host loop's butterfly order).
+void rotate_int32(const uint16_t* x, int64_t g, int e_min, float* out) {
+  namespace d = ops::int8_detail;
+  const int m = half_log2(g);
+  std::vector<uint32_t> a(static_cast<size_t>(g));
+  const float up = d::pow2f(134 - e_min);
+  for (int64_t i = 0; i < g; ++i) a[i] = d::term32(bf16_to_f32(x[i]), up);
+  for (int64_t t = 0; t < g; t += 4) d::butterfly_unbias(a[t], a[t + 1], a[t + 2], a[t + 3]);
+  for (int64_t s = 4; s < g; s *= 4)
+    for (int64_t blk = 0; blk < g; blk += 4 * s)
+      for (int64_t t = blk; t < blk + s; ++t)
+        d::butterfly(a[t], a[t + s], a[t + 2 * s], a[t + 3 * s]);
+  const float down = d::pow2f(e_min - 134 - m);
+  for (int64_t j = 0; j < g; ++j) out[j] = d::from32(a[j], down);
+}
+
+IntegerRotation rotate_integer(const uint16_t* x, int64_t k, int64_t g, bool no_fallback = false,
+                               bool no_int32 = false) {
   const int m = half_log2(g), max_span = 45 - 2 * m;
   IntegerRotation out;
   out.rot.resize(static_cast<size_t>(k));
@@ -56,6 +79,12 @@ IntegerRotation rotate_integer(const uint16_t* x, int64_t k, int64_t g, bool no_
       if (mag) lo = std::min(lo, mag);
     }
     const bool zero = lo == 0x8000;
+    if (!no_int32 && (zero || ops::int8_detail::int32_tier(bf16_exp(lo), bf16_exp(hi)))) {
+      ++out.int32_groups;
+      rotate_int32(x + base, g, zero ? ops::int8_detail::kZeroExp : bf16_exp(lo),
+                   out.rot.data() + base);
+      continue;
+    }
     const int e_min = zero ? 1 : bf16_exp(lo);
     if (!zero && bf16_exp(hi) - e_min > max_span && !no_fallback) {
       ++out.fallback_groups;
@@ -101,30 +130,39 @@ uint32_t f32_bits(float f) {
 }
 
 // The f32 rotation of each row of `x` [rows, k] (bf16 bits) by both forms: results must be the
-// same bits but for the sign of a zero (the integer form gives +0). Returns the fallback groups.
-int64_t expect_same_rotation(const std::vector<uint16_t>& x, int64_t rows, int64_t k, int64_t g) {
+// same bits but for the sign of a zero (the integer form gives +0), with the int32 tier and
+// without it (every integer group in int64). Returns the groups of each tier.
+struct Tiers {
+  int64_t fallbacks = 0, int32 = 0;
+};
+Tiers expect_same_rotation(const std::vector<uint16_t>& x, int64_t rows, int64_t k, int64_t g) {
   std::vector<float> xf(x.size()), want(x.size());
   for (size_t i = 0; i < x.size(); ++i) xf[i] = bf16_to_f32(x[i]);
   hadamard_rotate_rows(xf.data(), want.data(), rows, k, g);
-  int64_t fallbacks = 0, bad = 0, first = -1, zero_signs = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const IntegerRotation got = rotate_integer(x.data() + r * k, k, g);
-    fallbacks += got.fallback_groups;
-    for (int64_t j = 0; j < k; ++j) {
-      const float a = got.rot[j], b = want[r * k + j];
-      if (f32_bits(a) == f32_bits(b)) continue;
-      if (a == 0.0f && b == 0.0f) {
-        ++zero_signs;
-        continue;
+  Tiers tiers;
+  for (bool no_int32 : {false, true}) {
+    int64_t bad = 0, first = -1, zero_signs = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const IntegerRotation got = rotate_integer(x.data() + r * k, k, g, false, no_int32);
+      if (!no_int32)
+        tiers = {tiers.fallbacks + got.fallback_groups, tiers.int32 + got.int32_groups};
+      for (int64_t j = 0; j < k; ++j) {
+        const float a = got.rot[j], b = want[r * k + j];
+        if (f32_bits(a) == f32_bits(b)) continue;
+        if (a == 0.0f && b == 0.0f) {
+          ++zero_signs;
+          continue;
+        }
+        if (bad++ == 0) first = r * k + j;
       }
-      if (bad++ == 0) first = r * k + j;
     }
+    EXPECT_EQ(bad, 0) << "g " << g << (no_int32 ? " (int64 only)" : "") << ": " << bad
+                      << " rotated values differ, first at row " << first / k << " col "
+                      << first % k;
+    if (zero_signs)
+      std::printf("g %lld: %lld zeros differ in sign only\n", (long long)g, (long long)zero_signs);
   }
-  EXPECT_EQ(bad, 0) << "g " << g << ": " << bad << " rotated values differ, first at row "
-                    << first / k << " col " << first % k;
-  if (zero_signs)
-    std::printf("g %lld: %lld zeros differ in sign only\n", (long long)g, (long long)zero_signs);
-  return fallbacks;
+  return tiers;
 }
 
 // q and scale of the integer form (rotate, round to bf16, then the same per-row quantizer: the
@@ -180,10 +218,14 @@ TEST(Int8IntegerRotation, MatchesDoubleFormOnRandomRows) {
   for (int64_t g : {4, 16, 64, 256}) {
     const int64_t rows = 40, k = 4 * 256;
     const std::vector<uint16_t> x = random_rows(rows, k, g, rng, false);
-    const int64_t fallbacks = expect_same_rotation(x, rows, k, g);
-    // Spans up to 50 are drawn: some groups must take the fallback, most must not.
-    EXPECT_GT(fallbacks, 0) << "g " << g;
-    EXPECT_LT(fallbacks, rows * k / g / 2) << "g " << g;
+    const Tiers tiers = expect_same_rotation(x, rows, k, g);
+    // Spans up to 50 are drawn: some groups must take the fallback, most must not, and some
+    // must take each integer tier.
+    const int64_t groups = rows * k / g;
+    EXPECT_GT(tiers.fallbacks, 0) << "g " << g;
+    EXPECT_LT(tiers.fallbacks, groups / 2) << "g " << g;
+    EXPECT_GT(tiers.int32, 0) << "g " << g;
+    EXPECT_LT(tiers.int32 + tiers.fallbacks, groups) << "g " << g << ": no group took int64";
     Tensor t = Tensor::zeros(DType::bf16, {rows, k});
     std::memcpy(t.data(), x.data(), x.size() * 2);
     const Int8Rows want = int8_quantize_rows(t, g);
@@ -198,7 +240,7 @@ TEST(Int8IntegerRotation, MatchesDoubleFormNearBf16Max) {
   std::mt19937_64 rng(seed);
   for (int64_t g : {16, 64, 256}) {
     const std::vector<uint16_t> x = random_rows(8, 512, g, rng, true);
-    EXPECT_EQ(expect_same_rotation(x, 8, 512, g), 0) << "g " << g;
+    EXPECT_EQ(expect_same_rotation(x, 8, 512, g).fallbacks, 0) << "g " << g;
   }
 }
 
@@ -225,6 +267,38 @@ TEST(Int8IntegerRotation, FallbackExactlyBeyondTheSpanLimit) {
   }
 }
 
+// The int32 tier's limits: span 14 with e_min 7 takes it, span 15 or e_min 6 does not (int64
+// then); every term at the tier's largest magnitude, all of one sign, sums to just below 2^30
+// (the wrapping magic offsets must cancel exactly), and mixed signs cancel to small sums.
+TEST(Int8IntegerRotation, Int32TierAtItsLimits) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> mant(0, 127), coin(0, 1);
+  for (int64_t g : {4, 16, 64, 256}) {
+    for (const auto& [e_lo, span, int32] : {std::tuple{7, 14, true},
+                                            {7, 15, false},
+                                            {6, 14, false},
+                                            {120, 14, true},
+                                            {240, 14, true},
+                                            {100, 0, true}}) {
+      for (int signs = 0; signs < 3; ++signs) {  // all +, all -, mixed
+        std::vector<uint16_t> x(static_cast<size_t>(g));
+        for (int64_t i = 0; i < g; ++i) {
+          const int e = i == 0 ? e_lo : e_lo + span;  // one value at e_min, the rest at e_max
+          const bool neg = signs == 1 || (signs == 2 && coin(rng));
+          x[i] = static_cast<uint16_t>((neg ? 0x8000 : 0) | (e << 7) |
+                                       (signs == 2 ? mant(rng) : 0x7f));
+        }
+        const IntegerRotation r = rotate_integer(x.data(), g, g);
+        EXPECT_EQ(r.int32_groups, int32 ? 1 : 0)
+            << "g " << g << " e_min " << e_lo << " span " << span;
+        EXPECT_EQ(expect_same_rotation(x, 1, g, g).fallbacks, 0);
+      }
+    }
+  }
+}
+
 // Why the fallback exists: beyond the limit the double butterflies round, so integer sums there
 // would differ. Group of 4: a0 = a2 = 255 * 2^46 u, a1 = 255 u (span 46 > 43): the host's
 // (a0 + a1) needs 54 bits and rounds, and a0 + a1 - a2 comes out 256 u instead of 255 u.
@@ -238,7 +312,7 @@ TEST(Int8IntegerRotation, WithoutFallbackWideSpansDiffer) {
   EXPECT_EQ(exact.rot[1], std::ldexp(255.0f, 60 - 134 - 1));  // the exact sum, halved
   EXPECT_EQ(want[1], std::ldexp(256.0f, 60 - 134 - 1));       // the double form's rounding
   EXPECT_EQ(rotate_integer(x.data(), 4, 4).fallback_groups, 1);
-  EXPECT_EQ(expect_same_rotation(x, 1, 4, 4), 1);
+  EXPECT_EQ(expect_same_rotation(x, 1, 4, 4).fallbacks, 1);
 }
 
 TEST(Int8IntegerRotation, GoldenVectorsByteExact) {

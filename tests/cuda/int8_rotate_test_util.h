@@ -1,28 +1,34 @@
-// The integer rotation form's fallback rule (ops/int8_linear/rotate_quantize.cuh) on the host,
-// for the GPU tests that force Int8RotateMath::kInteger and count the units that fell back.
+// The integer rotation form's tier rule (ops/int8_linear/rotate_quantize.cuh) on the host, for
+// the GPU tests that force Int8RotateMath::kInteger and count the units of each tier.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
+#include "ops/int8_linear/rotate_int32.h"
+
 namespace h3rt::test {
 
-// Units (512 columns of a row, as the team kernel and the fused producers split rows) whose
-// integer rotation must fall back to double: some span of nonzero bf16 exponents over one
-// group (G >= 16; G = 4: one lane's 16 columns) exceeds 45 - log2 G. x: rows of k bf16 bits at
-// row stride ld.
-inline int64_t expected_fallback_units(const std::vector<uint16_t>& x, int64_t rows, int64_t k,
-                                       int64_t ld, int group) {
+// Units (512 columns of a row, as the team kernel and the fused producers split rows) that the
+// integer form rotates in double (some span of nonzero bf16 exponents over one group, G >= 16;
+// G = 4: one lane's 16 columns, exceeds 45 - log2 G) and in int64 (no double, but some group
+// outside the int32 tier: span > 14 or least exponent < 7). x: rows of k bf16 bits at row stride
+// ld.
+struct RotateTiers {
+  int64_t double_units = 0, int64_units = 0;
+};
+inline RotateTiers expected_rotate_tiers(const std::vector<uint16_t>& x, int64_t rows, int64_t k,
+                                         int64_t ld, int group) {
   int log2g = 0;
   while ((1 << log2g) < group) ++log2g;
   const int limit = 45 - log2g;
   const int64_t span_cols = std::max(group, 16);
   auto exp_of = [](uint32_t mag) { return std::max(static_cast<int>(mag >> 7), 1); };
-  int64_t units = 0;
+  RotateTiers t;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t u = 0; u < k; u += 512) {
-      bool fallback = false;
+      bool wide = false, not32 = false;
       for (int64_t c0 = u; c0 < std::min(u + 512, k); c0 += span_cols) {
         uint32_t lo = 0x8000, hi = 0;
         for (int64_t c = c0; c < c0 + span_cols; ++c) {
@@ -30,11 +36,14 @@ inline int64_t expected_fallback_units(const std::vector<uint16_t>& x, int64_t r
           hi = std::max(hi, mag);
           if (mag) lo = std::min(lo, mag);
         }
-        fallback |= lo != 0x8000 && exp_of(hi) - exp_of(lo) > limit;
+        if (lo == 0x8000) continue;  // all zeros: any tier
+        wide |= exp_of(hi) - exp_of(lo) > limit;
+        not32 |= !ops::int8_detail::int32_tier(exp_of(lo), exp_of(hi));
       }
-      units += fallback;
+      t.double_units += wide;
+      t.int64_units += not32 && !wide;
     }
-  return units;
+  return t;
 }
 
 }  // namespace h3rt::test

@@ -37,13 +37,13 @@ struct Q8 {
       : q(test::device_buffer(DType::i8, {rows, cols})),
         scale(test::device_buffer(DType::f32, {rows})) {}
   ops::Int8Out out(int group, ops::Int8RotateMath rotate = ops::Int8RotateMath::kAuto,
-                   uint32_t* fallbacks = nullptr) const {
+                   uint32_t* tiers = nullptr) const {
     ops::Int8Out o;
     o.q = dptr<int8_t>(q);
     o.scale = dptr<float>(scale);
     o.group = group;
     o.rotate = rotate;
-    o.rotate_fallbacks = fallbacks;
+    o.rotate_tiers = tiers;
     return o;
   }
 };
@@ -87,17 +87,17 @@ struct NormCase {
 
 // Row kinds, cycling: ordinary, exponents over 2^-120..2^10 (the integer form falls back), all
 // zero, tiny (2^-133..2^-118: subnormal outputs), 1024-column stretches alternately narrow and
-// wide, with -0 in every 5th column.
+// wide, with -0 in every 5th column, and exponents over 2^-22..2^10 (the int64 tier).
 std::vector<uint16_t> crafted_rows(int64_t rows, int64_t dim, std::mt19937_64& g) {
   std::vector<uint16_t> x = test::random_rows_bf16(rows, dim, g).bits;
   std::uniform_real_distribution<float> wide(-120.0f, 10.0f), tiny(-133.0f, -118.0f),
-      narrow(-3.0f, 3.0f);
+      narrow(-3.0f, 3.0f), medium(-22.0f, 10.0f);
   std::bernoulli_distribution sign(0.5);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < dim; ++j) {
       const float s = sign(g) ? -1.0f : 1.0f;
       uint16_t& v = x[r * dim + j];
-      switch (r % 5) {
+      switch (r % 6) {
         case 1:
           v = f32_to_bf16(s * std::exp2(wide(g)));
           break;
@@ -111,6 +111,9 @@ std::vector<uint16_t> crafted_rows(int64_t rows, int64_t dim, std::mt19937_64& g
           v = j % 5 == 0 ? 0x8000
                          : f32_to_bf16(s * std::exp2((j / 1024) % 2 ? wide(g) : narrow(g)));
           break;
+        case 5:
+          v = f32_to_bf16(s * std::exp2(medium(g)));
+          break;
         default:
           break;
       }
@@ -118,21 +121,22 @@ std::vector<uint16_t> crafted_rows(int64_t rows, int64_t dim, std::mt19937_64& g
   return x;
 }
 
-// The units the integer form left to double must be exactly those the host predicts from the
-// bf16 values (none for the double form); returns that count.
+// The units the integer form rotated in double and in int64 must be exactly those the host
+// predicts from the bf16 values (none for the double form); returns that prediction.
 bool integer_form(ops::Int8RotateMath rotate) {
   return (rotate == ops::Int8RotateMath::kAuto ? ops::int8_rotate_auto_math() : rotate) ==
          ops::Int8RotateMath::kInteger;
 }
 
-int64_t expect_fallbacks(const Tensor& fallbacks, const Tensor& y, int64_t rows, int64_t cols,
-                         int group, ops::Int8RotateMath rotate) {
-  const int64_t want =
+test::RotateTiers expect_tiers(const Tensor& tiers, const Tensor& y, int64_t rows, int64_t cols,
+                               int group, ops::Int8RotateMath rotate) {
+  const test::RotateTiers want =
       integer_form(rotate)
-          ? test::expected_fallback_units(test::download<uint16_t>(y), rows, cols, cols, group)
-          : 0;
-  EXPECT_EQ(int64_t(test::download<int32_t>(fallbacks)[0]), want)
-      << "units rotated in double by the integer form";
+          ? test::expected_rotate_tiers(test::download<uint16_t>(y), rows, cols, cols, group)
+          : test::RotateTiers{};
+  const std::vector<int32_t> got = test::download<int32_t>(tiers);
+  EXPECT_EQ(int64_t(got[0]), want.double_units) << "units rotated in double by the integer form";
+  EXPECT_EQ(int64_t(got[1]), want.int64_units) << "units rotated in int64 by the integer form";
   return want;
 }
 
@@ -164,13 +168,14 @@ void run_norm(const NormCase& c) {
   ops::RmsNormModulateCudaParams pf = p;
   pf.x = dptr<__nv_bfloat16>(in.x_fused);
   pf.y = c.with_y ? dptr<__nv_bfloat16>(y_fused) : nullptr;
-  Tensor fallbacks = test::upload(std::vector<int32_t>{0}, DType::i32, {1});
-  pf.int8 = fused.out(c.group, c.rotate, dptr<uint32_t>(fallbacks));
+  Tensor tiers = test::upload(std::vector<int32_t>{0, 0}, DType::i32, {2});
+  pf.int8 = fused.out(c.group, c.rotate, dptr<uint32_t>(tiers));
   H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(pf, nullptr));
   H3RT_CUDA_CHECK(cudaDeviceSynchronize());
-  const int64_t want_fallbacks = expect_fallbacks(fallbacks, y_ref, rows, dim, c.group, c.rotate);
-  if (c.crafted && integer_form(c.rotate) && rows >= 5) {
-    EXPECT_GT(want_fallbacks, 0) << "the crafted wide rows must reach the fallback";
+  const test::RotateTiers want_tiers = expect_tiers(tiers, y_ref, rows, dim, c.group, c.rotate);
+  if (c.crafted && integer_form(c.rotate) && rows >= 6) {
+    EXPECT_GT(want_tiers.double_units, 0) << "the crafted wide rows must reach the fallback";
+    EXPECT_GT(want_tiers.int64_units, 0) << "the crafted medium rows must take int64";
   }
   test::expect_same_bytes(fused.q, ref.q, "q");
   test::expect_same_bytes(fused.scale, ref.scale, "scale");
@@ -248,11 +253,11 @@ void run_swiglu(const SwigluCase& c) {
   Q8 fused(rows, f);
   ops::SwigluCudaParams pf = p;
   pf.out = c.with_y ? dptr<__nv_bfloat16>(y_fused) : nullptr;
-  Tensor fallbacks = test::upload(std::vector<int32_t>{0}, DType::i32, {1});
-  pf.int8 = fused.out(c.group, c.rotate, dptr<uint32_t>(fallbacks));
+  Tensor tiers = test::upload(std::vector<int32_t>{0, 0}, DType::i32, {2});
+  pf.int8 = fused.out(c.group, c.rotate, dptr<uint32_t>(tiers));
   H3RT_CUDA_CHECK(ops::swiglu_cuda(pf, nullptr));
   H3RT_CUDA_CHECK(cudaDeviceSynchronize());
-  expect_fallbacks(fallbacks, y_ref, rows, f, c.group, c.rotate);
+  expect_tiers(tiers, y_ref, rows, f, c.group, c.rotate);
   test::expect_same_bytes(fused.q, ref.q, "q");
   test::expect_same_bytes(fused.scale, ref.scale, "scale");
   if (c.with_y) test::expect_same_bytes(y_fused, y_ref, "bf16 out written alongside");

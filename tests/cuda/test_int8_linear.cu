@@ -115,24 +115,27 @@ void run_quantizer_case(const QCase& c, std::mt19937_64& g) {
   p.force_generic = c.force_generic;
   p.path = c.path;
   p.rotate = c.rotate;
-  // The team kernel counts the units the integer form leaves to double: exactly those the host
-  // rule (int8_rotate_test_util.h) names, none in the double form.
-  Tensor fallbacks = test::upload(std::vector<int32_t>{0}, DType::i32, {1});
-  if (c.path == Int8QuantizePath::kTeam) p.rotate_fallbacks = test::dptr<uint32_t>(fallbacks);
+  // The team kernel counts the units the integer form rotates in double and in int64: exactly
+  // those the host rule (int8_rotate_test_util.h) names, none in the double form.
+  Tensor tiers = test::upload(std::vector<int32_t>{0, 0}, DType::i32, {2});
+  if (c.path == Int8QuantizePath::kTeam) p.rotate_tiers = test::dptr<uint32_t>(tiers);
   ASSERT_EQ(ops::int8_quantize_rows_cuda(p, nullptr), cudaSuccess);
   if (c.path == Int8QuantizePath::kTeam && c.group > 0) {
     const ops::Int8RotateMath math =
         c.rotate == ops::Int8RotateMath::kAuto ? ops::int8_rotate_auto_math() : c.rotate;
-    const int64_t want_fallbacks =
-        math == ops::Int8RotateMath::kInteger
-            ? test::expected_fallback_units(bits, c.rows, c.k, c.x_ld, c.group)
-            : 0;
-    EXPECT_EQ(int64_t(test::download<int32_t>(fallbacks)[0]), want_fallbacks)
-        << "units rotated in double by the integer form";
+    const bool integer = math == ops::Int8RotateMath::kInteger;
+    const test::RotateTiers want_tiers =
+        integer ? test::expected_rotate_tiers(bits, c.rows, c.k, c.x_ld, c.group)
+                : test::RotateTiers{};
+    const std::vector<int32_t> got_tiers = test::download<int32_t>(tiers);
+    EXPECT_EQ(int64_t(got_tiers[0]), want_tiers.double_units) << "units rotated in double";
+    EXPECT_EQ(int64_t(got_tiers[1]), want_tiers.int64_units) << "units rotated in int64";
     const int64_t units = c.rows * ((c.k + 511) / 512);
-    if (math == ops::Int8RotateMath::kInteger && c.rows >= 7) {  // every row kind is present
-      EXPECT_GT(want_fallbacks, 0) << "the wide rows must reach the fallback";
-      EXPECT_LT(want_fallbacks, units) << "the other rows must rotate as integers";
+    if (integer && c.rows >= 7) {  // every row kind is present
+      EXPECT_GT(want_tiers.double_units, 0) << "the wide rows must reach the fallback";
+      EXPECT_GT(want_tiers.int64_units, 0) << "the subnormal and tiny rows must take int64";
+      EXPECT_LT(want_tiers.double_units + want_tiers.int64_units, units)
+          << "the ordinary rows must rotate in int32";
     }
   }
   const std::vector<int8_t> q = test::download<int8_t>(dq);

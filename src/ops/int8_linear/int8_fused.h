@@ -16,11 +16,16 @@
 namespace h3rt::ops {
 
 // The arithmetic of the activation rotation (rotate_quantize.cuh), bit-identical in q and scale:
-// kDouble = the host's double butterflies; kInteger = exact int64 sums, falling back to double
-// for a warp's 512 columns where some group's exponents span too far. kAuto: the default of the
-// compiled arch (int8_detail::integer_rotation_default: integer on sm_120 / sm_121, whose FP64
+// kDouble = the host's double butterflies; kInteger = exact integer sums, in int32 where a warp's
+// 512 columns allow it, else int64, else (exponents spanning too far) double. kAuto: the default of
+// the compiled arch (int8_detail::integer_rotation_default: integer on sm_120 / sm_121, whose FP64
 // runs at 1/64 of FP32; double elsewhere). Forcing one is for tests and benchmarks.
 enum class Int8RotateMath : uint8_t { kAuto, kDouble, kInteger };
+
+// `m` unless it is kAuto and H3RT_INT8_ROTATE names a form (double or integer: side-by-side
+// benchmarks of the forms in a whole block); any other value of the variable is an error. The
+// launchers of every rotating kernel apply it.
+Int8RotateMath int8_rotate_env(Int8RotateMath m);
 
 inline const char* int8_rotate_math_name(Int8RotateMath m) {
   return m == Int8RotateMath::kDouble    ? "double"
@@ -34,7 +39,8 @@ struct Int8Out {
   int group = 0;           // rotation group G
   int64_t q_row_stride = 0;
   Int8RotateMath rotate = Int8RotateMath::kAuto;  // tests / benchmarks force a form
-  uint32_t* rotate_fallbacks = nullptr;           // tests: += units the integer form left to double
+  uint32_t* rotate_tiers = nullptr;  // tests: uint32[2] += units the integer form rotated in
+                                     // double ([0]) and in int64 ([1]) (rotate_quantize.cuh)
 
   bool enabled() const { return q != nullptr; }
 };

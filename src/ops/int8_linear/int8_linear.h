@@ -53,9 +53,10 @@
 //    shuffle, then for W > 1 one __syncthreads per row over a double-buffered slot per warp.
 //    The quantize pass reads the stage back (16 bytes per lane), 16-byte stores of q.
 //    Rotation form (Int8RotateMath, params.rotate): the team kernel (and the fused producers)
-//    rotate either with the double butterflies above or with exact int64 butterflies on the
-//    bf16 values as integers (rotate_quantize.cuh: same q and scale bytes; where a group's
-//    exponents span too far, that warp's 512 columns take the double form). kAuto: integer on
+//    rotate either with the double butterflies above or with exact integer butterflies on the
+//    bf16 values as integers (rotate_quantize.cuh: same q and scale bytes; int32 where a warp's
+//    512 columns allow, else int64, and where a group's exponents span too far that warp's
+//    512 columns take the double form). kAuto: integer on
 //    sm_120 / sm_121 (FP64 at 1/64 of FP32), double elsewhere. The block and shared-memory
 //    kernels always rotate in double.
 //    New exact steps (none change a value): the bf16 -> double placement uses an arithmetic
@@ -157,7 +158,8 @@ struct Int8QuantizeCudaParams {
   // The team kernel's rotation form (int8_fused.h; the block and shared-memory kernels always
   // rotate in double): kAuto = the compiled arch's default.
   Int8RotateMath rotate = Int8RotateMath::kAuto;
-  uint32_t* rotate_fallbacks = nullptr;  // tests: += units the integer form left to double
+  uint32_t* rotate_tiers = nullptr;  // tests: uint32[2] += units the integer form rotated in
+                                     // double ([0]) and in int64 ([1]) (rotate_quantize.cuh)
 };
 // cudaErrorNotSupported when `path` (or force_generic) names a kernel that cannot take p.
 cudaError_t int8_quantize_rows_cuda(const Int8QuantizeCudaParams& p, cudaStream_t stream);

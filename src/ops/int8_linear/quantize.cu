@@ -315,7 +315,7 @@ __global__ void __launch_bounds__(kTeamMaxWarps * 32, 1)
         mb = __vmaxu2(mb, raw[1].w & 0x7fff7fffu);
       } else {
         // zeros (idle lanes) rotate to zeros
-        rotate_unit<G>(raw, unit, tile2, lane, mf, integer, p.rotate_fallbacks);
+        rotate_unit<G>(raw, unit, tile2, lane, mf, integer, p.rotate_tiers);
       }
     }
     if constexpr (G == 0) mf = bf16_value(max(mb & 0xffffu, mb >> 16));
@@ -516,12 +516,13 @@ Int8QuantizePath env_path() {
   if (!std::strcmp(e, "team")) return Int8QuantizePath::kTeam;
   if (!std::strcmp(e, "block")) return Int8QuantizePath::kBlock;
   if (!std::strcmp(e, "generic")) return Int8QuantizePath::kGeneric;
-  return Int8QuantizePath::kAuto;
+  H3RT_FAIL("H3RT_INT8_QUANT=", e, ": expected team, block or generic, or unset for automatic");
 }
 
-// p with the row strides filled in.
+// p with the row strides and the rotation form filled in.
 Int8QuantizeCudaParams normalized(const Int8QuantizeCudaParams& in) {
   Int8QuantizeCudaParams p = in;
+  p.rotate = int8_rotate_env(p.rotate);
   if (!p.x_row_stride) p.x_row_stride = p.k;
   if (!p.q_row_stride) p.q_row_stride = p.k;
   return p;

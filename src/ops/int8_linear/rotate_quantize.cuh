@@ -6,23 +6,30 @@
 //
 // Two forms of the rotation, bit-identical in q and scale (Int8RotateMath, int8_fused.h):
 //  - double: the host's double butterflies, operation for operation (int8_linear.h);
-//  - integer, for GPUs whose FP64 runs at 1/64 of FP32 (sm_120 / sm_121, the default there): a
-//    bf16 value is +-M 2^(e - 134), M < 2^8 an integer (subnormals: e = 1). In a group whose
-//    nonzero values have exponents in [e_min, e_max] with span = e_max - e_min <= kMaxSpan<G> =
-//    45 - log2 G, every term is an integer multiple of u = 2^(e_min - 134) below 2^(8 + span)
-//    units, so every partial sum of the G-term butterflies lies below G 2^(8 + span) <= 2^53
-//    units: the double butterflies are exact there (the value is representable: u 2^-896 >=
-//    2^-1029 in the double path's scaled domain), and so are int64 butterflies on the terms
-//    +-M << (e - e_min). Both hold the exact sum S u. Back to f32: cvt.rn.f32.s64(S) times
-//    2^k, k = e_min - 134 - m (m = log2 sqrt G, k >= -137: an f32 subnormal at worst, exact in
-//    f32; multiplied by mul.rn.f32 without .ftz), which is rn_f32(S 2^k), the double path's
-//    single rounding: |S| < 2^24 makes the conversion exact and the multiply is then the one
-//    rounding; |S| >= 2^24 gives |S 2^k| >= 2^-113, a normal result, where rounding to 24 bits
-//    commutes with the exact scaling (overflow: inf both ways). The sign of a zero may differ
-//    (the integer form gives +0), which never reaches q or s (amax takes |v|, q(+-0) = 0).
-//    Where some group of a warp's unit has span > kMaxSpan<G> (values 2^38+ apart in one group
-//    of 256, rare; G = 4 judges a lane's 16 columns at once), the whole warp rotates that unit
-//    in double (a warp-uniform branch), so the result is the double form's in every case.
+//  - integer, for GPUs whose FP64 runs at 1/64 of FP32 (sm_120 / sm_121, the default there), in
+//    three tiers chosen per 512-column unit (warp-uniform) from the exponents of its groups'
+//    nonzero values (span = e_max - e_min; a bf16 value is +-M 2^(e - 134), M < 2^8, subnormals e =
+//    1):
+//    1. int32 (every group: span <= 14 and e_min >= 7, rotate_int32.h): one FMA turns each value
+//       into an integer plus a magic offset, wrapping 32-bit butterflies, one conversion and one
+//       exact power-of-two multiply back. Ordinary activations fall here.
+//    2. int64 (every group: span <= kMaxSpan<G> = 45 - log2 G): every term is an integer
+//       multiple of u = 2^(e_min - 134) below 2^(8 + span) units, so every partial sum of the
+//       G-term butterflies lies below G 2^(8 + span) <= 2^53 units: the double butterflies are
+//       exact there (the value is representable: u 2^-896 >= 2^-1029 in the double path's scaled
+//       domain), and so are int64 butterflies on the terms +-M << (e - e_min). Both hold the exact
+//       sum S u. Back to f32: cvt.rn.f32.s64(S) times 2^k, k = e_min - 134 - m (m = log2 sqrt G,
+//       k >= -137: an f32 subnormal at worst, exact in f32; multiplied by mul.rn.f32 without
+//       .ftz), which is rn_f32(S 2^k), the double path's single rounding: |S| < 2^24 makes the
+//       conversion exact and the multiply is then the one rounding; |S| >= 2^24 gives
+//       |S 2^k| >= 2^-113, a normal result, where rounding to 24 bits commutes with the exact
+//       scaling (overflow: inf both ways).
+//    3. double, where some group spans further (values 2^38+ apart in one group of 256, rare):
+//       the whole warp rotates that unit with the double form's operations.
+//    Tiers 1 and 2 give rn_f32 of the exact sum, which the double butterflies also give wherever
+//    tier 2 applies, so the result is the double form's in every case. The sign of a zero may
+//    differ (the integer tiers give +0), which never reaches q or s (amax takes |v|, q(+-0) = 0).
+//    G = 4 judges a lane's 16 columns at once.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,6 +38,7 @@
 
 #include "ops/int8_linear/int8_fused.h"
 #include "ops/int8_linear/int8_math.cuh"
+#include "ops/int8_linear/rotate_int32.h"
 
 namespace h3rt::ops::int8_detail {
 
@@ -117,9 +125,12 @@ __device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
   return d;
 }
-__device__ __forceinline__ uint32_t bf16x2_clamp(uint32_t v) {  // each half to [-128, 127]
-  asm("max.bf16x2 %0, %0, %1;" : "+r"(v) : "r"(0xC300C300u));   // -128
-  asm("min.bf16x2 %0, %0, %1;" : "+r"(v) : "r"(0x42FE42FEu));   // 127
+// Each half to at most 127. The lower bound -128 needs no instruction: |v| <= amax,
+// bf16(s) >= s (1 - 2^-8), s >= amax / 127 (1 - 2^-24) (the 1e-30 floor only raises s) and rcp,
+// t are f32-rounded, so |t| < 127 (1 + 2^-22) / (1 - 2^-8) < 127.75, whose bf16 rounding is at
+// most 127.5 in magnitude, and rne(-127.5) = -128: clamping below would change nothing.
+__device__ __forceinline__ uint32_t bf16x2_clamp_high(uint32_t v) {
+  asm("min.bf16x2 %0, %0, %1;" : "+r"(v) : "r"(0x42FE42FEu));  // 127
   return v;
 }
 
@@ -131,15 +142,15 @@ __device__ __forceinline__ double scaled_double_sar(uint32_t w, bool high) {
 
 // Two columns (one staged word: bf16 lo, hi) -> two int8 in the low bytes of the results' bits.
 //  - t = v * rcp and bf16(t) as in quantize1 (cvt.rn.bf16x2 is the host's rounding);
-//  - clamp(rne(y)) = rne(clamp(y)) for the integer bounds, and max/min.bf16x2 against the exact
-//    bf16 values -128 and 127 return one of their operands;
+//  - clamp(rne(y)) = rne(clamp(y)) for the integer bounds, and min.bf16x2 against the exact bf16
+//    value 127 returns one of its operands (the lower bound never binds: bf16x2_clamp_high);
 //  - for yc in [-128, 127], yc + 1.5 * 2^23 lies in [2^23, 2^24) (spacing 1) and 1.5 * 2^23 is
 //    even, so the f32 add (round to nearest even) gives 1.5 * 2^23 + rne(yc) exactly, whose bits
 //    are 0x4B400000 + rne(yc): the low byte is rne(yc) as int8.
 __device__ __forceinline__ void quantize2(uint32_t w, float rcp, uint32_t& q0, uint32_t& q1) {
   const float t0 = __fmul_rn(__uint_as_float(w << 16), rcp);
   const float t1 = __fmul_rn(__uint_as_float(w & 0xffff0000u), rcp);
-  const uint32_t y = bf16x2_clamp(bf16x2_bits(t0, t1));
+  const uint32_t y = bf16x2_clamp_high(bf16x2_bits(t0, t1));
   q0 = __float_as_uint(__fadd_rn(__uint_as_float(y << 16), 12582912.0f));
   q1 = __float_as_uint(__fadd_rn(__uint_as_float(y & 0xffff0000u), 12582912.0f));
 }
@@ -180,11 +191,23 @@ __device__ __forceinline__ void transpose64(long long (&a)[16], double* tile2, i
 #pragma unroll
   for (int c = 0; c < 16; ++c) a[c] = __double_as_longlong(d[c]);
 }
+// 32-bit words through the same tile at the same word indices (pitch 17 words: the stores and
+// the G = 256 loads are conflict-free).
+template <class Src>
+__device__ __forceinline__ void transpose64(uint32_t (&a)[16], double* tile2, int lane, Src src) {
+  uint32_t* const tile = reinterpret_cast<uint32_t*>(tile2);
+#pragma unroll
+  for (int c = 0; c < 16; ++c) tile[lane * 17 + c] = a[c];
+  __syncwarp();
+#pragma unroll
+  for (int c = 0; c < 16; ++c) a[c] = tile[src(c)];
+  __syncwarp();
+}
 
-// The butterfly stages of rotate<G> on this lane's 16 values (slot order afterwards: see below).
+// The butterfly stages of rotate<G> after the first on this lane's 16 values (slot order
+// afterwards: see below).
 template <int G, class T>
-__device__ __forceinline__ void rotate16(T (&a)[16], double* tile2, int lane) {
-  stage16<1>(a);
+__device__ __forceinline__ void rotate16_rest(T (&a)[16], double* tile2, int lane) {
   if constexpr (G >= 16) stage16<4>(a);
   // After the transpose, as in rotate<G>: G = 64: lane 4g + u holds columns 16 d2 + 4u + d0
   // (slot 4 d2 + d0) of group g; G = 256: lane 16g + u holds columns 16 d + u (slot d).
@@ -198,6 +221,13 @@ __device__ __forceinline__ void rotate16(T (&a)[16], double* tile2, int lane) {
     stage16<1>(a);
     stage16<4>(a);
   }
+}
+
+// The butterfly stages of rotate<G> on this lane's 16 values.
+template <int G, class T>
+__device__ __forceinline__ void rotate16(T (&a)[16], double* tile2, int lane) {
+  stage16<1>(a);
+  rotate16_rest<G>(a, tile2, lane);
 }
 
 // Writes the f32 results of rotate16 (slot order) back into the unit as bf16 in column order and
@@ -259,25 +289,29 @@ inline constexpr int kMaxSpan = 45 - 2 * half_log2(G);
 
 // The bf16 magnitude range of this lane's 16 values, widened to its group's (G >= 64: the
 // lanes of one group share it, before and after the transpose): lo = the least NONZERO
-// magnitude (15 bits; 0x8000 when all are zero), hi = the largest.
+// magnitude (15 bits; 0x8000 when all are zero), hi = the largest. Per 16-bit half,
+// y = (h | 0x8000) - 1 = 0x7fff + |h| (no borrow crosses the halves): as s16 its minimum is the
+// least nonzero magnitude's (zeros give +0x7fff), as u16 its maximum the largest's. The lanes
+// then reduce one word: low half the s16 minimum as a u16 key (y ^ 0x7fff, larger for smaller
+// magnitudes, 0 for zeros), high half the u16 maximum.
 template <int G>
 __device__ __forceinline__ void group_magnitudes(const uint32_t (&w)[8], uint32_t& lo,
                                                  uint32_t& hi) {
-  uint32_t lo1 = 0xffffffffu;  // least magnitude - 1 (zeros wrap to the top)
-  hi = 0;
+  uint32_t mn = 0x7fff7fffu, mx = 0;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const uint32_t m0 = w[i] & 0x7fffu, m1 = (w[i] >> 16) & 0x7fffu;
-    hi = max(hi, max(m0, m1));
-    lo1 = min(lo1, min(m0 - 1u, m1 - 1u));
+    const uint32_t y = (w[i] | 0x80008000u) - 0x00010001u;
+    mn = __vmins2(mn, y);
+    mx = __vmaxu2(mx, y);
   }
+  const uint32_t key = mn ^ 0x7fff7fffu;
+  uint32_t pk = __vmaxu2(__byte_perm(key, mx, 0x5410), __byte_perm(key, mx, 0x7632));
   constexpr int lanes = G >= 16 ? G / 16 : 1;  // lanes per group
 #pragma unroll
-  for (int o = 1; o < lanes; o <<= 1) {
-    hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
-    lo1 = min(lo1, __shfl_xor_sync(0xffffffffu, lo1, o));
-  }
-  lo = min(lo1, 0x7fffu) + 1u;
+  for (int o = 1; o < lanes; o <<= 1) pk = __vmaxu2(pk, __shfl_xor_sync(0xffffffffu, pk, o));
+  const uint32_t k = pk & 0xffffu;
+  hi = (pk >> 16) - 0x7fffu;
+  lo = k ? (k ^ 0x7fffu) - 0x7fffu : 0x8000u;
 }
 
 // exp(m) = max(m >> 7, 1): the e of a magnitude's M 2^(e - 134).
@@ -302,6 +336,28 @@ __device__ __forceinline__ float fixed_to_f32(long long s, float pow2) {
   return r;
 }
 
+// The int32 tier (rotate_int32.h): this lane's group has span <= kMaxSpan32, e_min >= kMinExp32.
+template <int G>
+__device__ __forceinline__ void rotate_unit_int32(const uint32_t (&w)[8], int e_min,
+                                                  unsigned char* unit, double* tile2, int lane,
+                                                  float& mf) {
+  const float up = pow2f(134 - e_min);  // e_min in [7, 254]
+  uint32_t a[16];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    a[2 * i] = term32(__uint_as_float(w[i] << 16), up);
+    a[2 * i + 1] = term32(__uint_as_float(w[i] & 0xffff0000u), up);
+  }
+#pragma unroll
+  for (int t = 0; t < 16; t += 4) butterfly_unbias(a[t], a[t + 1], a[t + 2], a[t + 3]);
+  rotate16_rest<G>(a, tile2, lane);
+  const float down = pow2f(e_min - 134 - half_log2(G));  // in [-131, 120]
+  float f[16];
+#pragma unroll
+  for (int j = 0; j < 16; ++j) f[j] = from32(a[j], down);
+  store_rotated<G>(f, unit, lane, mf);
+}
+
 template <int G>
 __device__ __forceinline__ void rotate_unit_integer(const uint32_t (&w)[8], int e_min,
                                                     unsigned char* unit, double* tile2, int lane,
@@ -322,27 +378,33 @@ __device__ __forceinline__ void rotate_unit_integer(const uint32_t (&w)[8], int 
 }
 
 // Rotates this lane's 16 columns (`raw`) of the 512-column unit at `unit` (two 256-column pieces
-// kPiecePitch apart) exactly as rotate<G> does (double form, or the integer form when `integer`
-// and every group of the unit allows it: the same bits, header), writes the bf16 results back
-// into the unit in column order and raises mf to the largest |f32 result|. Called by the whole
-// warp with a warp-uniform `integer`; `fallbacks` (tests) counts units the integer form left to
-// the double one.
+// kPiecePitch apart) exactly as rotate<G> does (double form, or the integer form's tiers when
+// `integer`: the same bits, header), writes the bf16 results back into the unit in column order
+// and raises mf to the largest |f32 result|. Called by the whole warp with a warp-uniform
+// `integer`; `tiers` (tests; null: off) counts the units the integer form rotated in double
+// (tiers[0]) and in int64 (tiers[1]).
 template <int G>
 __device__ __forceinline__ void rotate_unit(const uint4 (&raw)[2], unsigned char* unit,
                                             double* tile2, int lane, float& mf, bool integer,
-                                            uint32_t* fallbacks = nullptr) {
+                                            uint32_t* tiers = nullptr) {
   const uint32_t w[8] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w,
                          raw[1].x, raw[1].y, raw[1].z, raw[1].w};
   if (integer) {
     uint32_t lo, hi;
     group_magnitudes<G>(w, lo, hi);
     const bool zero = lo > 0x7fffu;  // every value of the group is +-0
-    const int e_min = zero ? 1 : bf16_exp(lo);
-    if (__all_sync(0xffffffffu, zero || bf16_exp(hi) - e_min <= kMaxSpan<G>)) {
+    const int e_lo = bf16_exp(lo), e_hi = bf16_exp(hi);
+    if (__all_sync(0xffffffffu, zero || int32_tier(e_lo, e_hi))) {
+      rotate_unit_int32<G>(w, zero ? kZeroExp : e_lo, unit, tile2, lane, mf);
+      return;
+    }
+    const int e_min = zero ? 1 : e_lo;
+    if (__all_sync(0xffffffffu, zero || e_hi - e_min <= kMaxSpan<G>)) {
+      if (tiers && lane == 0) atomicAdd(tiers + 1, 1u);
       rotate_unit_integer<G>(w, e_min, unit, tile2, lane, mf);
       return;
     }
-    if (fallbacks && lane == 0) atomicAdd(fallbacks, 1u);
+    if (tiers && lane == 0) atomicAdd(tiers, 1u);
   }
   rotate_unit_double<G>(w, unit, tile2, lane, mf);
 }
@@ -367,14 +429,14 @@ __device__ __forceinline__ int staged_offset(int col) {
 // Rotates and quantizes the bf16 row staged at `row` (k columns, k % 16 == 0, in the layout
 // above) with every warp of the CTA: warp w takes units w, w + W, ... with the team kernel's
 // operations (rotate_unit, the bf16 amax, row_scale, quantize16), so the bytes equal the
-// standalone quantizer's on the same values (either rotation form: `math`; `fallbacks` as in
+// standalone quantizer's on the same values (either rotation form: `math`; `tiers` as in
 // rotate_unit). Writes q[0, k) and *scale. Called by all threads; begins with a barrier (the
 // producer's stores to the stage become visible) and ends with one (the stage, tiles and
 // reduction slots may be refilled for the next row).
 template <int G>
 __device__ __forceinline__ void quantize_staged_row(unsigned char* row, int k, unsigned char* tiles,
                                                     int8_t* q, float* scale, Int8RotateMath math,
-                                                    uint32_t* fallbacks) {
+                                                    uint32_t* tiers) {
   static_assert(G == 16 || G == 64 || G == 256, "fused producers take G = 16, 64 or 256");
   __shared__ uint32_t red[kStagedReduceSlots];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
@@ -393,7 +455,7 @@ __device__ __forceinline__ void quantize_staged_row(unsigned char* row, int k, u
       raw[1] = own[1];
     }
     __syncwarp();  // every lane has read its columns before rotate_unit scatters into the unit
-    rotate_unit<G>(raw, unit, tile2, lane, mf, integer, fallbacks);  // zeros past k: zeros
+    rotate_unit<G>(raw, unit, tile2, lane, mf, integer, tiers);  // zeros past k: zeros
   }
   uint32_t m = __float_as_uint(mf);  // non-negative floats order like their bits
 #pragma unroll

@@ -10,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/env.h"
 #include "cuda/runtime.h"
 #include "ops/linear/cublaslt_gemm.h"
 
@@ -189,8 +190,7 @@ constexpr Preferred kPreferred[] = {
 // The preferred configuration for k, or null: none listed, or H3RT_CUBLASLT_TABLE=0 (the
 // heuristic's first everywhere, for side-by-side runs).
 const Preferred* preferred_for(const Key& k) {
-  const char* e = std::getenv("H3RT_CUBLASLT_TABLE");
-  if (e && !std::strcmp(e, "0")) return nullptr;
+  if (!env_switch("H3RT_CUBLASLT_TABLE", true)) return nullptr;
   const std::string& name = cuda::device_name(k.device);
   for (const Preferred& q : kPreferred)
     if (q.kind == k.kind && q.out == k.out && q.in == k.in && k.rows >= q.min_rows &&

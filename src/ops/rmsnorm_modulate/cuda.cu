@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(kMaxThreads<kVec>, kMinBlocks<kVec, kResidual,
     const int k = static_cast<int>(p.dim);
     int8_detail::quantize_staged_row<kGroup>(
         int8_stage, k, int8_stage + int8_detail::staged_row_bytes(k), p.int8.q + row * qs,
-        p.int8.scale + row, p.int8.rotate, p.int8.rotate_fallbacks);
+        p.int8.scale + row, p.int8.rotate, p.int8.rotate_tiers);
   }
 }
 
@@ -235,6 +235,7 @@ cudaError_t rmsnorm_modulate_cuda(const RmsNormModulateCudaParams& in, cudaStrea
   if (nvfp4) check_nvfp4_out(p.nvfp4, "rmsnorm_modulate_cuda", p.dim, 4);
   if (int8) {
     check_int8_out(p.int8, "rmsnorm_modulate_cuda", p.dim);
+    p.int8.rotate = int8_rotate_env(p.int8.rotate);
     H3RT_CHECK(p.dim <= kInt8MaxDim,
                "rmsnorm_modulate_cuda: int8 output needs dim <= ", kInt8MaxDim, ", got ", p.dim);
   }

@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(kInt8MaxThreads, 1) swiglu_int8_table_kernel(S
     }
     load(row + gridDim.x);
     int8_detail::quantize_staged_row<G>(stage, k, tiles, p.int8.q + row * qs, p.int8.scale + row,
-                                        p.int8.rotate, p.int8.rotate_fallbacks);
+                                        p.int8.rotate, p.int8.rotate_tiers);
   }
 }
 
@@ -307,6 +307,7 @@ cudaError_t swiglu_cuda(const SwigluCudaParams& in, cudaStream_t stream) {
   if (e4m3) check_e4m3_out(p.e4m3, "swiglu_cuda");
   if (int8) {
     check_int8_out(p.int8, "swiglu_cuda", p.ffn);
+    p.int8.rotate = int8_rotate_env(p.int8.rotate);
     H3RT_CHECK(p.silu_table, "swiglu_cuda: the int8 output needs the silu table");
   }
   H3RT_CHECK(p.ffn % 8 == 0 && p.in_row_stride % 8 == 0 && p.out_row_stride % 8 == 0,
