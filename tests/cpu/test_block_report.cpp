@@ -66,11 +66,11 @@ TEST(BlockReport, NamesTheGemmAndAttentionPaths) {
   m.nvfp4 = false;
   m.int8_group = 256;
   m.fused_inputs = {"qkv"};
-  m.int8_gemm = {{"qkv", "cutlass_sm90 128x256_n2 (h100 table)"}, {"out", "cublaslt"}};
+  m.int8_gemm = {{"qkv", "cutlass_sm90 128x256_n2 (table)"}, {"out", "cublaslt"}};
   const nlohmann::json f = workload(m).at("projection_formats");
   EXPECT_EQ(f.at("qkv").get<std::string>(),
             "int8_convrot G=256 (input from its producer, fused; GEMM cutlass_sm90 128x256_n2 "
-            "(h100 table))");
+            "(table))");
   EXPECT_EQ(f.at("out").get<std::string>(), "int8_convrot G=256 (GEMM cublaslt)");
   EXPECT_EQ(f.at("fc1").get<std::string>(), "int8_convrot G=256");
 }

@@ -209,22 +209,12 @@ struct CutlassAutoEntry {
   int64_t out, in, min_rows;
   Int8CutlassConfig config;
 };
-// H200 (2026-12-01, bench/RESULTS.md session 9 call 4). Large-N shapes want the 128x256 tile
-// walking N in groups of 4 (x stays in L2); the N = 5376 shapes the ping-pong kernel or the
-// original tile.
-constexpr CutlassAutoEntry kH200Table[] = {
-    {21504, 5376, 20000, Int8CutlassConfig::k128x256_n4},  // qkv: 6.354 ms (256x128: 8.050)
-    {21504, 5376, 0, Int8CutlassConfig::kPp128x128},       // qkv at 15399 rows: 2.556
-    {5376, 7168, 0, Int8CutlassConfig::kPp128x128},        // attention out: 2.032 / 0.810
-    {28672, 5376, 20000, Int8CutlassConfig::k128x256_n4},  // fc1: 8.405 (256x128: 11.329)
-    {28672, 5376, 0, Int8CutlassConfig::k128x256},         // fc1 at 15399 rows: 3.546
-    {5376, 14336, 20000, Int8CutlassConfig::k256x128},     // fc2: 3.653
-    {5376, 14336, 0, Int8CutlassConfig::kPp128x128},       // fc2 at 15399 rows: 1.621
-};
-// H100 80GB HBM3 (2026-12-05, session 18 call 1, median of 10): the ping-pong kernel loses at
-// every shape (15399 rows: qkv 3.242 ms, fc2 1.870 against the picks below). The default on
-// every GPU (int8_linear.h): in the block also the faster table on the H200.
-constexpr CutlassAutoEntry kH100Table[] = {
+// Measured on an H100 80GB HBM3 (2026-12-05, session 18 call 1, median of 10): the ping-pong
+// kernel lost at every shape (15399 rows: qkv 3.242 ms, fc2 1.870 against the picks below). In
+// the block these picks also beat the H200's own sweep of session 9 on the H200 (17.54 against
+// 18.64-18.95 ms at 864x480, a tie at the seed shape: bench/RESULTS.md sessions 19-20), so that
+// table was retired and this one serves every GPU.
+constexpr CutlassAutoEntry kCutlassAutoTable[] = {
     {21504, 5376, 20000, Int8CutlassConfig::k256x128_n2},  // qkv: 6.055 (128x256_n4: 6.246)
     {21504, 5376, 0, Int8CutlassConfig::k128x256_n2},      // qkv at 15399 rows: 2.723
     {5376, 7168, 0, Int8CutlassConfig::k256x128},          // attention out: 1.929 / 0.844
@@ -234,16 +224,8 @@ constexpr CutlassAutoEntry kH100Table[] = {
 };
 constexpr Int8CutlassConfig kCutlassAutoDefault = Int8CutlassConfig::k256x128;
 
-template <size_t N>
-Int8CutlassConfig lookup(const CutlassAutoEntry (&table)[N], int64_t rows, int64_t in,
-                         int64_t out) {
-  for (const CutlassAutoEntry& e : table)
-    if (e.out == out && e.in == in && rows >= e.min_rows) return e.config;
-  return kCutlassAutoDefault;
-}
-
 Int8CutlassConfig table_config(const Int8LinearCudaParams& p) {
-  return int8_cutlass_table_config(int8_cutlass_table(), p.rows, p.in, p.out);
+  return int8_cutlass_table_config(p.rows, p.in, p.out);
 }
 
 // H3RT_INT8_GEMM=cutlass|cutlass_<config>|cublaslt; path kAuto when unset.
@@ -353,9 +335,8 @@ Int8LinearCudaParams aligned_probe(int64_t rows, int64_t in, int64_t out) {
 std::string int8_gemm_default_description() {
   switch (int8_linear_resolve_path(aligned_probe(15499, 5376, 21504))) {  // an H3 qkv call
     case Int8GemmPath::kCutlassSm90:
-      return std::string("CUTLASS wgmma (sm_90a), configs per shape from the ") +
-             int8_cutlass_table_name(int8_cutlass_table()) + " table, scales and bias in the " +
-             "epilogue";
+      return "CUTLASS wgmma (sm_90a), configs per shape from the measured table, scales and bias "
+             "in the epilogue";
     case Int8GemmPath::kCutlassSm80:
       return "CUTLASS mma.sync, scales and bias in the epilogue";
     default:
@@ -369,8 +350,7 @@ std::string int8_gemm_choice(int64_t rows, int64_t in, int64_t out) {
   std::string s = int8_gemm_path_name(path);
   if (path == Int8GemmPath::kCutlassSm90) {
     s += std::string(" ") + int8_cutlass_config_name(int8_linear_resolve_cutlass_config(p));
-    if (env_choice().config == Int8CutlassConfig::kAuto)
-      s += std::string(" (") + int8_cutlass_table_name(int8_cutlass_table()) + " table)";
+    if (env_choice().config == Int8CutlassConfig::kAuto) s += " (table)";
   }
   return s;
 }
@@ -436,24 +416,10 @@ cudaError_t int8_linear_cuda(const Int8LinearCudaParams& in, cudaStream_t stream
   }
 }
 
-Int8CutlassTable int8_cutlass_table() {
-  if (const char* e = std::getenv("H3RT_INT8_GEMM_TABLE"); e && *e) {
-    if (!std::strcmp(e, "h100")) return Int8CutlassTable::kH100;
-    if (!std::strcmp(e, "h200")) return Int8CutlassTable::kH200;
-    H3RT_FAIL("H3RT_INT8_GEMM_TABLE=", e,
-              " is not a CUTLASS table: expected h100 or h200 (unset: h100)");
-  }
-  return Int8CutlassTable::kH100;
-}
-
-Int8CutlassConfig int8_cutlass_table_config(Int8CutlassTable table, int64_t rows, int64_t in,
-                                            int64_t out) {
-  return table == Int8CutlassTable::kH100 ? lookup(kH100Table, rows, in, out)
-                                          : lookup(kH200Table, rows, in, out);
-}
-
-const char* int8_cutlass_table_name(Int8CutlassTable table) {
-  return table == Int8CutlassTable::kH100 ? "h100" : "h200";
+Int8CutlassConfig int8_cutlass_table_config(int64_t rows, int64_t in, int64_t out) {
+  for (const CutlassAutoEntry& e : kCutlassAutoTable)
+    if (e.out == out && e.in == in && rows >= e.min_rows) return e.config;
+  return kCutlassAutoDefault;
 }
 
 }  // namespace h3rt::ops

@@ -246,19 +246,10 @@ Int8CutlassConfig int8_linear_resolve_cutlass_config(const Int8LinearCudaParams&
 // "256x128", "128x256_n4", "pp128x128_n2", ... ("auto" for kAuto).
 const char* int8_cutlass_config_name(Int8CutlassConfig config);
 
-// kAuto's per-shape CUTLASS tables, from `h3rt bench int8-gemm` sweeps: kH100 (the H100's, no
-// ping-pong kernel) and kH200 (the H200's of session 9). kH100 is the default on every GPU: in the
-// block (bench block --gemm int8) it was faster on both cards at 864x480 (H100 1.08-1.10x, H200
-// 1.06-1.08x) and equal at the seed shape (bench/RESULTS.md, sessions 19-20); kH200 stays
-// selectable for side-by-side runs.
-enum class Int8CutlassTable : uint8_t { kH200, kH100 };
-// kH100, unless H3RT_INT8_GEMM_TABLE=h100|h200 names one (any other value throws).
-Int8CutlassTable int8_cutlass_table();
-// The table's config for a (rows, in, out) GEMM: the entry for this N x K with the largest
-// min_rows <= rows, or the table's default. Never kAuto.
-Int8CutlassConfig int8_cutlass_table_config(Int8CutlassTable table, int64_t rows, int64_t in,
-                                            int64_t out);
-const char* int8_cutlass_table_name(Int8CutlassTable table);  // "h200", "h100"
+// kAuto's CUTLASS config for a (rows, in, out) GEMM, from `h3rt bench int8-gemm` sweeps checked
+// inside the block (int8_linear.cu): the entry for this N x K with the largest min_rows <= rows,
+// or the default config. Never kAuto.
+Int8CutlassConfig int8_cutlass_table_config(int64_t rows, int64_t in, int64_t out);
 
 }  // namespace h3rt::ops
 #endif  // H3RT_HAVE_CUDA
