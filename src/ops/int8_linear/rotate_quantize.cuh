@@ -169,33 +169,13 @@ __device__ __forceinline__ uint4 quantize16(const uint4 (&v)[2], float rcp) {
   return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
-// transpose() with whole 64-bit words: lane L stores a[c] at tile2[L * 17 + c] (64-bit stores;
-// the odd pitch keeps each half-warp's 16 stores, and the G = 256 loads, on distinct bank pairs),
-// then loads the words `src(c)` names. Moving doubles (or int64 bits in doubles) through memory
-// keeps their bits.
-template <class Src>
-__device__ __forceinline__ void transpose64(double (&a)[16], double* tile2, int lane, Src src) {
-#pragma unroll
-  for (int c = 0; c < 16; ++c) tile2[lane * 17 + c] = a[c];
-  __syncwarp();
-#pragma unroll
-  for (int c = 0; c < 16; ++c) a[c] = tile2[src(c)];
-  __syncwarp();
-}
-template <class Src>
-__device__ __forceinline__ void transpose64(long long (&a)[16], double* tile2, int lane, Src src) {
-  double d[16];
-#pragma unroll
-  for (int c = 0; c < 16; ++c) d[c] = __longlong_as_double(a[c]);
-  transpose64(d, tile2, lane, src);
-#pragma unroll
-  for (int c = 0; c < 16; ++c) a[c] = __double_as_longlong(d[c]);
-}
-// 32-bit words through the same tile at the same word indices (pitch 17 words: the stores and
-// the G = 256 loads are conflict-free).
-template <class Src>
-__device__ __forceinline__ void transpose64(uint32_t (&a)[16], double* tile2, int lane, Src src) {
-  uint32_t* const tile = reinterpret_cast<uint32_t*>(tile2);
+// transpose() with whole words (double, int64 or 32-bit, as the tile's element type): lane L
+// stores a[c] at tile[L * 17 + c], then loads the words `src(c)` names. The odd pitch keeps each
+// half-warp's 16 stores, and the G = 256 loads, on distinct banks (bank pairs for 64-bit words).
+// Moving words through memory keeps their bits.
+template <class T, class Src>
+__device__ __forceinline__ void transpose_tile(T (&a)[16], double* tile2, int lane, Src src) {
+  T* const tile = reinterpret_cast<T*>(tile2);
 #pragma unroll
   for (int c = 0; c < 16; ++c) tile[lane * 17 + c] = a[c];
   __syncwarp();
@@ -213,11 +193,11 @@ __device__ __forceinline__ void rotate16_rest(T (&a)[16], double* tile2, int lan
   // (slot 4 d2 + d0) of group g; G = 256: lane 16g + u holds columns 16 d + u (slot d).
   if constexpr (G == 64) {
     const int g0 = lane & ~3, u = lane & 3;
-    transpose64(a, tile2, lane, [&](int j) { return (g0 + j / 4) * 17 + 4 * u + j % 4; });
+    transpose_tile(a, tile2, lane, [&](int j) { return (g0 + j / 4) * 17 + 4 * u + j % 4; });
     stage16<4>(a);
   } else if constexpr (G == 256) {
     const int g0 = lane & ~15, u = lane & 15;
-    transpose64(a, tile2, lane, [&](int j) { return (g0 + j) * 17 + u; });
+    transpose_tile(a, tile2, lane, [&](int j) { return (g0 + j) * 17 + u; });
     stage16<1>(a);
     stage16<4>(a);
   }
