@@ -17,7 +17,7 @@ namespace h3rt::ops {
 
 // The arithmetic of the activation rotation (rotate_quantize.cuh), bit-identical in q and scale:
 // kDouble = the host's double butterflies; kInteger = exact integer sums, in int32 where a warp's
-// 512 columns allow it, else int64, else (exponents spanning too far) double. kAuto: the default of
+// 512 columns allow it, else int64 (only where FP64 is slow), else double. kAuto: the default of
 // the compiled arch (int8_detail::integer_rotation_default: integer on sm_120 / sm_121, whose FP64
 // runs at 1/64 of FP32; double elsewhere). Forcing one is for tests and benchmarks.
 enum class Int8RotateMath : uint8_t { kAuto, kDouble, kInteger };

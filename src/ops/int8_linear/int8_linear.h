@@ -55,8 +55,9 @@
 //    Rotation form (Int8RotateMath, params.rotate): the team kernel (and the fused producers)
 //    rotate either with the double butterflies above or with exact integer butterflies on the
 //    bf16 values as integers (rotate_quantize.cuh: same q and scale bytes; int32 where a warp's
-//    512 columns allow, else int64, and where a group's exponents span too far that warp's
-//    512 columns take the double form). kAuto: integer on
+//    512 columns allow, else int64 (on GPUs with slow FP64 only), and where a group's exponents
+//    span too far (or int64 is absent) that warp's 512 columns take the double form). kAuto:
+//    integer on
 //    sm_120 / sm_121 (FP64 at 1/64 of FP32), double elsewhere. The block and shared-memory
 //    kernels always rotate in double.
 //    New exact steps (none change a value): the bf16 -> double placement uses an arithmetic

@@ -6,14 +6,15 @@
 //
 // Two forms of the rotation, bit-identical in q and scale (Int8RotateMath, int8_fused.h):
 //  - double: the host's double butterflies, operation for operation (int8_linear.h);
-//  - integer, for GPUs whose FP64 runs at 1/64 of FP32 (sm_120 / sm_121, the default there), in
-//    three tiers chosen per 512-column unit (warp-uniform) from the exponents of its groups'
-//    nonzero values (span = e_max - e_min; a bf16 value is +-M 2^(e - 134), M < 2^8, subnormals e =
-//    1):
+//  - integer, the default on the GPUs whose FP64 runs at 1/64 of FP32 (sm_120 / sm_121;
+//    elsewhere by request: H3RT_INT8_ROTATE), in tiers chosen per 512-column unit (warp-uniform)
+//    from the exponents of its groups' nonzero values (span = e_max - e_min; a bf16 value is
+//    +-M 2^(e - 134), M < 2^8, subnormals e = 1):
 //    1. int32 (every group: span <= 14 and e_min >= 7, rotate_int32.h): one FMA turns each value
 //       into an integer plus a magic offset, wrapping 32-bit butterflies, one conversion and one
 //       exact power-of-two multiply back. Ordinary activations fall here.
-//    2. int64 (every group: span <= kMaxSpan<G> = 45 - log2 G): every term is an integer
+//    2. int64 (every group: span <= kMaxSpan<G> = 45 - log2 G), only where FP64 is slow
+//       (int64_tier_compiled; elsewhere such units take the double form): every term is an integer
 //       multiple of u = 2^(e_min - 134) below 2^(8 + span) units, so every partial sum of the
 //       G-term butterflies lies below G 2^(8 + span) <= 2^53 units: the double butterflies are
 //       exact there (the value is representable: u 2^-896 >= 2^-1029 in the double path's scaled
@@ -47,6 +48,17 @@ namespace h3rt::ops::int8_detail {
 // of FP32), double elsewhere (Hopper / B200 run FP64 at half rate or better).
 __host__ __device__ constexpr bool integer_rotation_default(int arch) {
   return arch >= 1200 && arch < 1300;
+}
+
+// Whether this compiled kernel's integer form has the int64 tier: only where FP64 is slow. Where
+// FP64 runs at half rate (Hopper, B200) the double butterflies cost fewer instructions than int64
+// ones (tools/sass/count.sh), so a unit outside the int32 tier goes straight to double there.
+__device__ __forceinline__ constexpr bool int64_tier_compiled() {
+#ifdef __CUDA_ARCH__
+  return integer_rotation_default(__CUDA_ARCH__);
+#else
+  return false;
+#endif
 }
 
 // Whether this compiled kernel rotates in the integer form for `math`.
@@ -362,7 +374,7 @@ __device__ __forceinline__ void rotate_unit_integer(const uint32_t (&w)[8], int 
 // `integer`: the same bits, header), writes the bf16 results back into the unit in column order
 // and raises mf to the largest |f32 result|. Called by the whole warp with a warp-uniform
 // `integer`; `tiers` (tests; null: off) counts the units the integer form rotated in double
-// (tiers[0]) and in int64 (tiers[1]).
+// (tiers[0]) and in int64 (tiers[1]; only where int64_tier_compiled()).
 template <int G>
 __device__ __forceinline__ void rotate_unit(const uint4 (&raw)[2], unsigned char* unit,
                                             double* tile2, int lane, float& mf, bool integer,
@@ -379,7 +391,7 @@ __device__ __forceinline__ void rotate_unit(const uint4 (&raw)[2], unsigned char
       return;
     }
     const int e_min = zero ? 1 : e_lo;
-    if (__all_sync(0xffffffffu, zero || e_hi - e_min <= kMaxSpan<G>)) {
+    if (int64_tier_compiled() && __all_sync(0xffffffffu, zero || e_hi - e_min <= kMaxSpan<G>)) {
       if (tiers && lane == 0) atomicAdd(tiers + 1, 1u);
       rotate_unit_integer<G>(w, e_min, unit, tile2, lane, mf);
       return;
