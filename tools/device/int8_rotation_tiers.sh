@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# One device call: the integer rotation form's three tiers (int32, int64, double; see
-# src/ops/int8_linear/rotate_quantize.cuh) checked bit for bit and timed against the double form,
-# to decide each arch's default from a measurement. Prepare here (git-ignored):
+# One device call: the integer rotation form (int32, else int64 where FP64 is slow, else double;
+# see src/ops/int8_linear/rotate_quantize.cuh) checked bit for bit and timed against the double
+# form, to decide each arch's default from a measurement (on Hopper the integer form is int32,
+# else double: fewer DADD, the adds split between the ALU and FMA pipes). Prepare here (git-ignored):
 #   H3RT_DEPS_LEAN=1 bash tools/device/pack_deps.sh .deps-lean
 #   mkdir -p .prebuilt && tar -C ../shared -cJf .prebuilt/golden.tar.xz golden
 # Device tool: `bash tools/device/int8_rotation_tiers.sh`, carry [".deps-lean", ".prebuilt"].
