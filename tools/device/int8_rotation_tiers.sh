@@ -40,8 +40,16 @@ for shape in "864 480" "1344 768"; do
   set -- $shape
   for form in double integer double; do
     log "block int8 ${1}x${2} H3RT_INT8_ROTATE=$form"
+    json="$OUT/block_${1}_${form}_$(date +%s).json"
     H3RT_INT8_ROTATE=$form "$B/h3rt" bench block --gemm int8 --attention sage --reps 5 \
-      --width "$1" --height "$2" --frames 124 --out "$OUT/block_${1}_${form}_$(date +%s).json" \
-      2>&1 | grep -E "graph|p50|rotat|quant" | tee -a "$OUT/summary.txt"
+      --width "$1" --height "$2" --frames 124 --out "$json" > "$OUT/block.log" 2>&1
+    python3 - "$json" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+d = json.load(open(sys.argv[1]))
+c = d["representative_block_p50_milliseconds"]
+print("  graph p50 %.3f ms; norm %.3f, swiglu %.3f, out %.3f, gemm %.3f ms" % (
+    d["block_p50_milliseconds_cuda_graph"], c["norm_modulate"], c["swiglu"],
+    c["output_projection"], d["gemm_milliseconds"]))
+PY
   done
 done
