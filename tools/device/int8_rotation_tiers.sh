@@ -12,6 +12,7 @@
 #   3. the int8 block at 864x480 and at the seed shape, A-B-A: H3RT_INT8_ROTATE=double, integer,
 #      double (every rotating kernel of the block in that form).
 # Results land under $OUT (tests.txt, int8_gemm.json, block_*.json, summary.txt).
+# H3RT_STEPS (default "tests gemm blocks") picks the steps, to split them over calls.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-$PWD/out}
@@ -30,12 +31,18 @@ if [ ! -x "$B/h3rt_cuda_tests" ]; then
   fi
   H3RT_TARGETS="h3rt_cli h3rt_cuda_tests" bash tools/device/build.sh || exit 1
 fi
-log "tests"
-"$B/h3rt_cuda_tests" --gtest_filter='Int8LinearCuda.Quantizer*:FusedInt8.*:Int8Forward.*' \
-  > "$OUT/tests.txt" 2>&1
-tail -3 "$OUT/tests.txt" | tee -a "$OUT/summary.txt"
-log "bench int8-gemm"
-"$B/h3rt" bench int8-gemm --iters 5 --out "$OUT/int8_gemm.json" 2>&1 | tee -a "$OUT/summary.txt"
+steps=" ${H3RT_STEPS:-tests gemm blocks} "
+if [[ $steps == *" tests "* ]]; then
+  log "tests"
+  "$B/h3rt_cuda_tests" --gtest_filter='Int8LinearCuda.*:FusedInt8.*:Int8Forward.*' \
+    > "$OUT/tests.txt" 2>&1
+  grep -E "^\[  (PASSED|FAILED) |tests ran" "$OUT/tests.txt" | tee -a "$OUT/summary.txt"
+fi
+if [[ $steps == *" gemm "* ]]; then
+  log "bench int8-gemm"
+  "$B/h3rt" bench int8-gemm --iters 5 --out "$OUT/int8_gemm.json" 2>&1 | tee -a "$OUT/summary.txt"
+fi
+[[ $steps == *" blocks "* ]] || exit 0
 for shape in "864 480" "1344 768"; do
   set -- $shape
   for form in double integer double; do
