@@ -20,8 +20,8 @@ void add_bench_int8_gemm_command(CLI::App& app) {
                                  "the CUTLASS mma.sync kernel of sm_120 / sm_121, cuBLASLt + "
                                  "epilogue) against fp8 and bf16 cuBLASLt at the H3 "
                                  "projections (JSON report). The integer rotation is the default "
-                                 "only on sm_120 / sm_121 (weak FP64); its speed there cannot be "
-                                 "measured on another GPU");
+                                 "on Hopper and sm_120 / sm_121 (weak FP64); its speed on the "
+                                 "latter cannot be measured on another GPU");
 #ifdef H3RT_HAVE_CUDA
   auto opt = std::make_shared<bench::Int8GemmBenchOptions>();
   auto rows = std::make_shared<int64_t>(0);

@@ -10,10 +10,10 @@
 // rotate exactly (sums in double, one rounding to f32, then to bf16), which is what torch's bf16
 // matmul computes up to the order of its f32 accumulation. The GPU gives the same q and scale
 // bytes in one of two forms (src/ops/int8_linear/rotate_quantize.cuh): the same double
-// butterflies, or (default on sm_120 / sm_121, whose FP64 is slow) exact integer sums of the bf16
-// values as integers times 2^(e_min - 134) (int32 where a group's exponents span at most 14
-// binades, else int64 where FP64 is slow), converted with one f32 rounding, falling back to the
-// double butterflies for groups whose exponents span more than 45 - log2 G binades (or more
+// butterflies, or (default on Hopper and on sm_120 / sm_121, whose FP64 is slow) exact integer
+// sums of the bf16 values as integers times 2^(e_min - 134) (int32 where a group's exponents span
+// at most 14 binades, else int64 where FP64 is slow), converted with one f32 rounding, falling back
+// to the double butterflies for groups whose exponents span more than 45 - log2 G binades (or more
 // than 14 where the int64 tier is absent).
 //
 // Per row r of a bf16 matrix A (weight or activation), after the rotation when convrot:

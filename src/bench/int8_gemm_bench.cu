@@ -181,7 +181,7 @@ nlohmann::json run_int8_gemm_bench(const Int8GemmBenchOptions& o) {
   std::printf(
       "  rotation forms (team kernel; fused = rmsnorm_modulate with int8 output, qkv/fc1 only): "
       "dbl = double, int = integer; kAuto takes %s here. The integer form is the default on "
-      "sm_120 / sm_121 (FP64 at 1/64 rate), which this benchmark can only time on such a GPU.\n",
+      "Hopper and on sm_120 / sm_121 (FP64 at 1/64 rate, where it also has an int64 tier).\n",
       ops::int8_rotate_math_name(ops::int8_rotate_auto_math()));
   std::snprintf(hb, sizeof hb, "  %-5s %4s %6s %6s | %8s %7s %7s %7s %7s %7s %7s |", "S", "proj",
                 "N", "K", "quant", "team", "block", "dbl", "int", "fus-dbl", "fus-int");

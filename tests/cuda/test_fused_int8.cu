@@ -128,9 +128,9 @@ bool integer_form(ops::Int8RotateMath rotate) {
          ops::Int8RotateMath::kInteger;
 }
 
-// The int64 tier exists where the integer form is the default (slow FP64).
+// The int64 tier exists where FP64 is slow.
 bool int64_tier() {
-  return ops::int8_rotate_auto_math() == ops::Int8RotateMath::kInteger;
+  return ops::int8_rotate_int64_tier();
 }
 
 test::RotateTiers expect_tiers(const Tensor& tiers, const Tensor& y, int64_t rows, int64_t cols,

@@ -124,8 +124,8 @@ void run_quantizer_case(const QCase& c, std::mt19937_64& g) {
     const ops::Int8RotateMath math =
         c.rotate == ops::Int8RotateMath::kAuto ? ops::int8_rotate_auto_math() : c.rotate;
     const bool integer = math == ops::Int8RotateMath::kInteger;
-    // The int64 tier exists where the integer form is the default (slow FP64).
-    const bool int64_tier = ops::int8_rotate_auto_math() == ops::Int8RotateMath::kInteger;
+    // The int64 tier exists where FP64 is slow.
+    const bool int64_tier = ops::int8_rotate_int64_tier();
     const test::RotateTiers want_tiers =
         integer ? test::expected_rotate_tiers(bits, c.rows, c.k, c.x_ld, c.group, int64_tier)
                 : test::RotateTiers{};

@@ -20,7 +20,7 @@ mkdir -p "$OUT"
 B=build-device
 log() { echo "== $(date +%T) $*" | tee -a "$OUT/summary.txt"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
-if [ ! -x "$B/h3rt_cuda_tests" ]; then
+if [ ! -x "$B/tests/h3rt_cuda_tests" ]; then
   if [ -f .deps-lean/deps.tar.xz ]; then
     mkdir -p /tmp/deps && tar -C /tmp/deps -xJf .deps-lean/deps.tar.xz
     export H3RT_DEPS_DIR=/tmp/deps
@@ -34,7 +34,7 @@ fi
 steps=" ${H3RT_STEPS:-tests gemm blocks} "
 if [[ $steps == *" tests "* ]]; then
   log "tests"
-  "$B/h3rt_cuda_tests" --gtest_filter='Int8LinearCuda.*:FusedInt8.*:Int8Forward.*' \
+  "$B/tests/h3rt_cuda_tests" --gtest_filter='Int8LinearCuda.*:FusedInt8.*:Int8Forward.*' \
     > "$OUT/tests.txt" 2>&1
   grep -E "^\[  (PASSED|FAILED) |tests ran" "$OUT/tests.txt" | tee -a "$OUT/summary.txt"
 fi

@@ -19,7 +19,8 @@ namespace h3rt::ops {
 // kDouble = the host's double butterflies; kInteger = exact integer sums, in int32 where a warp's
 // 512 columns allow it, else int64 (only where FP64 is slow), else double. kAuto: the default of
 // the compiled arch (int8_detail::integer_rotation_default: integer on sm_120 / sm_121, whose FP64
-// runs at 1/64 of FP32; double elsewhere). Forcing one is for tests and benchmarks.
+// runs at 1/64 of FP32, and on Hopper, where it measured faster; double elsewhere). Forcing one
+// is for tests and benchmarks.
 enum class Int8RotateMath : uint8_t { kAuto, kDouble, kInteger };
 
 // `m` unless it is kAuto and H3RT_INT8_ROTATE names a form (double or integer: side-by-side

@@ -57,8 +57,8 @@
 //    bf16 values as integers (rotate_quantize.cuh: same q and scale bytes; int32 where a warp's
 //    512 columns allow, else int64 (on GPUs with slow FP64 only), and where a group's exponents
 //    span too far (or int64 is absent) that warp's 512 columns take the double form). kAuto:
-//    integer on
-//    sm_120 / sm_121 (FP64 at 1/64 of FP32), double elsewhere. The block and shared-memory
+//    integer on sm_120 / sm_121 (FP64 at 1/64 of FP32) and Hopper (measured faster there),
+//    double elsewhere. The block and shared-memory
 //    kernels always rotate in double.
 //    New exact steps (none change a value): the bf16 -> double placement uses an arithmetic
 //    shift ((int)w >> 3 & 0x8fffe000 gives the same bits as the masks); bf16 rounding of the
@@ -170,6 +170,8 @@ Int8QuantizePath int8_quantize_resolve_path(const Int8QuantizeCudaParams& p);
 // The form kAuto takes in the team kernel (and the fused producers) on the current device:
 // kInteger or kDouble, from the arch of the code the device runs.
 Int8RotateMath int8_rotate_auto_math();
+// Whether the integer form has its int64 tier on the current device (GPUs with slow FP64).
+bool int8_rotate_int64_tier();
 const char* int8_quantize_path_name(Int8QuantizePath path);
 
 enum class Int8GemmPath : uint8_t { kAuto, kCutlassSm90, kCublasLt, kCutlassSm80 };

@@ -569,11 +569,21 @@ const char* int8_quantize_path_name(Int8QuantizePath path) {
   }
 }
 
-Int8RotateMath int8_rotate_auto_math() {
+namespace {
+int team_kernel_arch() {
   cudaFuncAttributes attr{};  // binaryVersion: the arch of the code the device runs, x 10
   H3RT_CUDA_CHECK(cudaFuncGetAttributes(&attr, team_kernel(256)));
-  return integer_rotation_default(attr.binaryVersion * 10) ? Int8RotateMath::kInteger
-                                                           : Int8RotateMath::kDouble;
+  return attr.binaryVersion * 10;
+}
+}  // namespace
+
+Int8RotateMath int8_rotate_auto_math() {
+  return integer_rotation_default(team_kernel_arch()) ? Int8RotateMath::kInteger
+                                                      : Int8RotateMath::kDouble;
+}
+
+bool int8_rotate_int64_tier() {
+  return slow_fp64_arch(team_kernel_arch());
 }
 
 Int8QuantizePath int8_quantize_resolve_path(const Int8QuantizeCudaParams& p) {

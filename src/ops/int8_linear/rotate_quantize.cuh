@@ -6,8 +6,9 @@
 //
 // Two forms of the rotation, bit-identical in q and scale (Int8RotateMath, int8_fused.h):
 //  - double: the host's double butterflies, operation for operation (int8_linear.h);
-//  - integer, the default on the GPUs whose FP64 runs at 1/64 of FP32 (sm_120 / sm_121;
-//    elsewhere by request: H3RT_INT8_ROTATE), in tiers chosen per 512-column unit (warp-uniform)
+//  - integer, the default on the GPUs whose FP64 runs at 1/64 of FP32 (sm_120 / sm_121) and on
+//    Hopper (measured faster; elsewhere by request: H3RT_INT8_ROTATE), in tiers chosen per
+//    512-column unit (warp-uniform)
 //    from the exponents of its groups' nonzero values (span = e_max - e_min; a bf16 value is
 //    +-M 2^(e - 134), M < 2^8, subnormals e = 1):
 //    1. int32 (every group: span <= 14 and e_min >= 7, rotate_int32.h): one FMA turns each value
@@ -43,11 +44,17 @@
 
 namespace h3rt::ops::int8_detail {
 
-// The one place that picks the default form per compiled arch (__CUDA_ARCH__ or a binary's
-// version x 10): integer on the 12.x GPUs (GeForce RTX 50xx sm_120, GB10 sm_121: FP64 at 1/64
-// of FP32), double elsewhere (Hopper / B200 run FP64 at half rate or better).
-__host__ __device__ constexpr bool integer_rotation_default(int arch) {
+// Archs (__CUDA_ARCH__ or a binary's version x 10) whose FP64 runs at 1/64 of FP32: the 12.x
+// GPUs (GeForce RTX 50xx sm_120, GB10 sm_121). Only there has the integer form an int64 tier.
+__host__ __device__ constexpr bool slow_fp64_arch(int arch) {
   return arch >= 1200 && arch < 1300;
+}
+
+// The one place that picks the default form per compiled arch: integer on the 12.x GPUs and on
+// Hopper (measured on an H200: the team quantizer 6% and the fused norm 8-10% faster than the
+// double form, bench/RESULTS.md session 21), double elsewhere (B200: not measured).
+__host__ __device__ constexpr bool integer_rotation_default(int arch) {
+  return slow_fp64_arch(arch) || (arch >= 900 && arch < 1000);
 }
 
 // Whether this compiled kernel's integer form has the int64 tier: only where FP64 is slow. Where
@@ -55,7 +62,7 @@ __host__ __device__ constexpr bool integer_rotation_default(int arch) {
 // ones (tools/sass/count.sh), so a unit outside the int32 tier goes straight to double there.
 __device__ __forceinline__ constexpr bool int64_tier_compiled() {
 #ifdef __CUDA_ARCH__
-  return integer_rotation_default(__CUDA_ARCH__);
+  return slow_fp64_arch(__CUDA_ARCH__);
 #else
   return false;
 #endif
