@@ -1,6 +1,4 @@
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "core/env.h"
@@ -140,23 +138,18 @@ void project_int8(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows, B
   int8_project_cuda(l, x, y, rows, int8_activation(b), s);
 }
 
-// A producer fusion switched by environment variable `var`: on unless it is set to "0".
-bool fusion_on(const char* var) {
-  return env_switch(var, true);
-}
-
 // Whether the inputs of int8 layers are rotated and quantized by their producers where the shape
 // and device allow (rmsnorm_modulate for qkv / fc1, the swiglu table path for fc2): yes unless
 // H3RT_INT8_FUSE=0 (the unfused path, kept for side-by-side benchmarks; the bytes are the same
 // either way). H3RT_INT8_FUSE_FC2=0 leaves only fc2's input unfused. The out input always takes
 // the standalone quantizer (the attention epilogue would need a row's amax across CTAs).
 bool int8_fusion_on() {
-  return fusion_on("H3RT_INT8_FUSE");
+  return env_switch("H3RT_INT8_FUSE", true);
 }
 
 // The fc2 input's fusion predicate: the swiglu table path's, unless H3RT_INT8_FUSE_FC2=0.
 bool fc2_int8_fusable(int64_t ffn, int group) {
-  return fusion_on("H3RT_INT8_FUSE_FC2") && ops::swiglu_int8_fusable(ffn, group);
+  return env_switch("H3RT_INT8_FUSE_FC2", true) && ops::swiglu_int8_fusable(ffn, group);
 }
 
 // Whether the producer of int8 layer l's input rotates and quantizes it (`fusable`: the
@@ -178,7 +171,7 @@ ops::Int8Out int8_input(const DeviceLinear& l, BlockCudaBuffers& b) {
 // the default since FusedE4m3.* passed (bit-identical; the fp8 block 1.2% faster on an H100,
 // RESULTS session 18); H3RT_FP8_FUSE=0 keeps the unfused path for side-by-side runs.
 bool e4m3_fused_input(const DeviceLinear& l) {
-  return l.fp8() && !l.fp8_dynamic() && fusion_on("H3RT_FP8_FUSE");
+  return l.fp8() && !l.fp8_dynamic() && env_switch("H3RT_FP8_FUSE", true);
 }
 
 // The e4m3 output block a producer fills for layer `l` (e4m3_fused_input(l) must hold).

@@ -13,7 +13,11 @@ nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 # cuobjdump, and the nvdisasm it calls: from PATH, the toolkit, or the PyPI wheels.
 cuobjdump=$(command -v cuobjdump || true)
 [ -n "$cuobjdump" ] || [ ! -x "$(dirname "$nvcc")/cuobjdump" ] || cuobjdump=$(dirname "$nvcc")/cuobjdump
-if [ -z "$cuobjdump" ] || ! command -v nvdisasm > /dev/null && [ ! -x "$(dirname "$cuobjdump")/nvdisasm" ]; then
+have_nvdisasm=0
+if command -v nvdisasm > /dev/null || { [ -n "$cuobjdump" ] && [ -x "$(dirname "$cuobjdump")/nvdisasm" ]; }; then
+  have_nvdisasm=1
+fi
+if [ -z "$cuobjdump" ] || [ "$have_nvdisasm" = 0 ]; then
   bin=.deps/cuobjdump/nvidia/cu13/bin
   if [ ! -x "$bin/cuobjdump" ] || [ ! -x "$bin/nvdisasm" ]; then
     tmp=$(mktemp -d)

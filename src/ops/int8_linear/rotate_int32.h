@@ -1,5 +1,5 @@
 // The int32 tier of the integer rotation form (rotate_quantize.cuh), as scalar steps that the
-// GPU kernels and a host test (tests/cpu/test_int8_rotate_int32.cpp) share, so the exactness
+// GPU kernels and a host test (tests/cpu/test_int8_integer_rotation.cpp) share, so the exactness
 // argument below is checked on this machine's CPU too.
 //
 // A bf16 value is +-M 2^(e - 134) (M < 2^8 an integer, e >= 1). In a group whose nonzero values
@@ -19,6 +19,7 @@
 // A group of zeros takes e_min = kZeroExp (any value in range: every term is 0).
 #pragma once
 
+#include <bit>
 #include <cstdint>
 
 #if defined(__CUDACC__)
@@ -41,28 +42,9 @@ H3RT_ROT_HD bool int32_tier(int e_lo, int e_hi) {
   return e_lo >= kMinExp32 && e_hi - e_lo <= kMaxSpan32;
 }
 
-H3RT_ROT_HD float f32_from_bits(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  __builtin_memcpy(&f, &u, 4);
-  return f;
-#endif
-}
-H3RT_ROT_HD uint32_t f32_bits(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  __builtin_memcpy(&u, &f, 4);
-  return u;
-#endif
-}
-
 // 2^k exactly, k in [-149, 127] (subnormal below -126).
 H3RT_ROT_HD float pow2f(int k) {
-  return f32_from_bits(k >= -126 ? uint32_t(k + 127) << 23 : 1u << (k + 149));
+  return std::bit_cast<float>(k >= -126 ? uint32_t(k + 127) << 23 : 1u << (k + 149));
 }
 
 // kMagicBits + v 2^(134 - e_min) (mod 2^32); `up` = pow2f(134 - e_min).
@@ -70,9 +52,9 @@ H3RT_ROT_HD uint32_t term32(float v, float up) {
 #if defined(__CUDA_ARCH__)
   float r;
   asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(r) : "f"(v), "f"(up), "f"(kMagic));
-  return f32_bits(r);
+  return std::bit_cast<uint32_t>(r);
 #else
-  return f32_bits(std::fma(v, up, kMagic));
+  return std::bit_cast<uint32_t>(std::fma(v, up, kMagic));
 #endif
 }
 
