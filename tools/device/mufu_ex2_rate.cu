@@ -3,7 +3,8 @@
 // only help the Sage softmax if each such op ran faster than the f32 one: an H100 measured 16.00
 // values per clock per SM for all three (bench/RESULTS.md session 22), so they do not.
 // One CTA of 1024 threads per SM, 8 independent chains per thread; cycles from clock64 around
-// the loop. On the device: nvcc -arch=sm_90a -O3 -o /tmp/mufu tools/device/mufu_ex2_rate.cu && /tmp/mufu
+// the loop. On the device: nvcc -arch=sm_90a -O3 -o /tmp/mufu tools/device/mufu_ex2_rate.cu &&
+// /tmp/mufu
 #include <cuda_runtime.h>
 
 #include <cstdint>
