@@ -128,16 +128,11 @@ bool integer_form(ops::Int8RotateMath rotate) {
          ops::Int8RotateMath::kInteger;
 }
 
-// The int64 tier exists where FP64 is slow.
-bool int64_tier() {
-  return ops::int8_rotate_int64_tier();
-}
-
 test::RotateTiers expect_tiers(const Tensor& tiers, const Tensor& y, int64_t rows, int64_t cols,
                                int group, ops::Int8RotateMath rotate) {
   const test::RotateTiers want =
       integer_form(rotate) ? test::expected_rotate_tiers(test::download<uint16_t>(y), rows, cols,
-                                                         cols, group, int64_tier())
+                                                         cols, group, ops::int8_rotate_int64_tier())
                            : test::RotateTiers{};
   const std::vector<int32_t> got = test::download<int32_t>(tiers);
   EXPECT_EQ(int64_t(got[0]), want.double_units) << "units rotated in double by the integer form";
@@ -180,7 +175,8 @@ void run_norm(const NormCase& c) {
   const test::RotateTiers want_tiers = expect_tiers(tiers, y_ref, rows, dim, c.group, c.rotate);
   if (c.crafted && integer_form(c.rotate) && rows >= 6) {
     EXPECT_GT(want_tiers.double_units, 0) << "the crafted wide rows must reach the fallback";
-    if (int64_tier()) EXPECT_GT(want_tiers.int64_units, 0) << "the medium rows must take int64";
+    if (ops::int8_rotate_int64_tier())
+      EXPECT_GT(want_tiers.int64_units, 0) << "the medium rows must take int64";
   }
   test::expect_same_bytes(fused.q, ref.q, "q");
   test::expect_same_bytes(fused.scale, ref.scale, "scale");
