@@ -98,7 +98,7 @@ struct BlockCudaBuffers {
   Tensor y;           // [S, H] projection outputs
   Tensor h;           // [S, 2F]
   Tensor g;           // [S, F]
-  Tensor silu_table;  // [65536] bf16 round(silu(g)) by the bits of g (swiglu's table path)
+  Tensor silu_table;  // [kSiluTableEntries] bf16 round(silu(g)), ops/swiglu/silu_table.h
   Tensor table;       // [3M, 6H] modulation table (shift_msa, scale_msa, gate_msa, shift_mlp, ...)
   Tensor row_index;   // [S] int64: timestep_index * 3 + tag
   Tensor cos, sin;    // [S, 96] float32 RoPE tables

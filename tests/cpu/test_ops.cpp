@@ -12,6 +12,7 @@
 #include "ops/qk_norm_rope/qk_norm_rope.h"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
 #include "ops/rope_table/rope_table.h"
+#include "ops/swiglu/silu_table.h"
 #include "ops/swiglu/swiglu.h"
 #include "ops/time_embedding/time_embedding.h"
 
@@ -349,6 +350,27 @@ TEST(Ops, SwigluGateFirst) {
       EXPECT_EQ(outb[r * F + j], round_bf16(outb[r * F + j]));
       EXPECT_NEAR(outb[r * F + j], ref, 0.01 * std::abs(ref) + 1e-6);
     }
+}
+
+// The compact silu table (silu_table.h) filled from swiglu_cpu's silu: its lookup and rules give
+// round_bf16(silu(g)) for every one of the 65,536 bf16 gates (any NaN for a NaN).
+TEST(Ops, SiluCompactTableCoversEveryGate) {
+  std::vector<uint16_t> compact(ops::kSiluCompactEntries);
+  for (uint32_t i = 0; i < compact.size(); ++i) {
+    const uint32_t gate = ops::silu_compact_gate(i);
+    EXPECT_EQ(ops::silu_compact_slot(gate), i);
+    compact[i] = f32_to_bf16(ops::silu(bf16_to_f32(static_cast<uint16_t>(gate))));
+  }
+  int64_t bad = 0, ruled = 0;
+  for (uint32_t b = 0; b < 65536; ++b) {
+    const uint16_t want = f32_to_bf16(ops::silu(bf16_to_f32(static_cast<uint16_t>(b))));
+    const uint16_t got = f32_to_bf16(ops::silu_compact_lookup(compact.data(), b));
+    const bool both_nan = std::isnan(bf16_to_f32(want)) && std::isnan(bf16_to_f32(got));
+    ruled += ops::silu_compact_slot(b) == ops::kSiluCompactEntries;
+    if (got != want && !both_nan && bad++ < 5) ADD_FAILURE() << "gate bits 0x" << std::hex << b;
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(ruled, 65536 - int64_t{ops::kSiluCompactEntries});
 }
 
 TEST(Ops, GatedResidual) {

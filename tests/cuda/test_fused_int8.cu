@@ -276,9 +276,22 @@ TEST(FusedInt8, SwigluTinyGroups) {
   run_swiglu({300, 384, 16, true});
   run_swiglu({77, 768, 64, false});
   run_swiglu({129, 256, 256, true, true});
-  run_swiglu({5, 15360, 256, false});  // the widest it takes at G 256 in 227 KB (15 warps)
+  run_swiglu({5, 15360, 256, false});  // the widest with the whole table at G 256 (15 warps)
   run_swiglu({7, 16384, 16, true});    // the widest at all (16 warps, no transpose tiles)
 }
+// The compact silu table (silu_table.h): taken by itself where the whole table leaves too little
+// shared memory (ffn 16384 at G 256 on Hopper), and forced everywhere by H3RT_SWIGLU_TABLE, as on
+// the GPUs with 99 KB per block (sm_120 / sm_121, whose kernels never run here).
+TEST(FusedInt8, SwigluCompactTable) {
+  run_swiglu({5, 16384, 256, true, true});
+  ASSERT_EQ(setenv("H3RT_SWIGLU_TABLE", "compact", 1), 0);
+  run_swiglu({1000, 14336, 256, false, true});
+  run_swiglu({300, 384, 16, true});
+  run_swiglu({77, 768, 64, false, true});
+  run_swiglu({130, 1024, 256, false, true, ops::Int8RotateMath::kDouble, true});
+  unsetenv("H3RT_SWIGLU_TABLE");
+}
+
 // Both rotation forms forced on random and crafted fc1 rows (fallback units, zero and subnormal
 // products); the host rule checked too.
 TEST(FusedInt8, SwigluIntegerRotationBitExact) {

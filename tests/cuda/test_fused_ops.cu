@@ -499,6 +499,49 @@ TEST(CudaFusedOps, SwigluSiluTableExhaustive) {
   EXPECT_EQ(bad, 0) << "first differing gate bits 0x" << std::hex << first;
 }
 
+// The table kernel on all 65,536 gates (value 1: out = round(silu(g))) against swiglu_cpu, with
+// the whole table and with the compact one (its lookup and rules, as sm_120 / sm_121 run them);
+// any NaN for a NaN.
+void run_every_gate(bool compact) {
+  SCOPED_TRACE(compact ? "compact table" : "whole table");
+  const int64_t rows = 16, ffn = 4096;
+  std::vector<uint16_t> in(rows * 2 * ffn, 0x3f80);  // values 1.0
+  std::vector<float> fin(in.size(), 1.0f), want(rows * ffn);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < ffn; ++j) {
+      in[r * 2 * ffn + j] = static_cast<uint16_t>(r * ffn + j);
+      fin[r * 2 * ffn + j] = bf16_to_f32(in[r * 2 * ffn + j]);
+    }
+  ops::swiglu_cpu({.in = fin.data(), .out = want.data(), .rows = rows, .ffn = ffn, .bf16 = true});
+  Tensor dh = test::upload(in, DType::bf16, {rows, 2 * ffn});
+  Tensor dout = test::device_buffer(DType::bf16, {rows, ffn});
+  Tensor table = test::silu_table_on_gpu();
+  ops::SwigluCudaParams p;
+  p.in = bf(dh);
+  p.out = dptr<__nv_bfloat16>(dout);
+  p.rows = rows;
+  p.ffn = ffn;
+  p.silu_table = dptr<__nv_bfloat16>(table);
+  if (compact) ASSERT_EQ(setenv("H3RT_SWIGLU_TABLE", "compact", 1), 0);
+  const cudaError_t err = ops::swiglu_cuda(p, nullptr);
+  unsetenv("H3RT_SWIGLU_TABLE");
+  ASSERT_EQ(err, cudaSuccess);
+  const std::vector<uint16_t> got = test::download<uint16_t>(dout);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < rows * ffn; ++i) {
+    const bool both_nan = std::isnan(want[i]) && std::isnan(bf16_to_f32(got[i]));
+    if (got[i] != f32_to_bf16(want[i]) && !both_nan && bad++ < 5)
+      ADD_FAILURE() << "gate bits 0x" << std::hex << i;
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(CudaFusedOps, SwigluTablePathEveryGate) {
+  H3RT_REQUIRE_GPU();
+  run_every_gate(false);
+  run_every_gate(true);
+}
+
 // The table kernel (persistent, grid-strided vectors): the seed width and awkward shapes (one
 // vector per row, one row, a ragged last stride).
 TEST(CudaFusedOps, SwigluTablePathBitExact) {

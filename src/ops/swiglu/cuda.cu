@@ -11,9 +11,12 @@
 // within kGuard = 64 of the midpoint, and gates outside [2^-100, 64) (where s could be subnormal
 // or exp overflow; inf/nan), are recomputed exactly: about 0.2% of the elements.
 // The fast path (exact_exp = false) keeps the device expf and the IEEE division only.
-// The table path (swiglu.h) replaces silu by a shared-memory lookup of the exact path's value;
-// its int8 form also rotates and quantizes each row in shared memory.
+// The table path (swiglu.h) replaces silu by a shared-memory lookup of the exact path's value
+// (the whole table, or its compact form where that does not fit: kCompact); its int8 form also
+// rotates and quantizes each row in shared memory.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -109,18 +112,22 @@ __global__ void silu_table_kernel(uint16_t* table) {
 }
 
 constexpr int kTableThreads = 1024;
-constexpr int kTableBytes = kSiluTableEntries * 2;
 constexpr int kTableUnroll = 4;  // 16-byte vectors of gate and value per thread in flight
 
-// Two bf16 gates (one word) -> their rounded silu values as floats, from the shared table.
-__device__ __forceinline__ float silu_lo(const uint16_t* t, uint32_t w) {
-  return __uint_as_float(static_cast<uint32_t>(t[w & 0xffffu]) << 16);
+// Shared-memory bytes of the table in its whole (128 KB) or compact (8 KB, silu_table.h) form.
+constexpr int table_bytes(bool compact) {
+  return static_cast<int>(compact ? kSiluCompactEntries : kSiluTableEntries) * 2;
 }
-__device__ __forceinline__ float silu_hi(const uint16_t* t, uint32_t w) {
-  return __uint_as_float(static_cast<uint32_t>(t[w >> 16]) << 16);
+
+// One bf16 gate (low 16 bits of b) -> its rounded silu value as a float, from the shared table.
+template <bool kCompact>
+__device__ __forceinline__ float silu_of(const uint16_t* t, uint32_t b) {
+  if constexpr (kCompact) return silu_compact_lookup(t, b);
+  return __uint_as_float(static_cast<uint32_t>(t[b]) << 16);
 }
 
 // One 16-byte vector of out (8 columns) from its gate and value vectors, silu from the table.
+template <bool kCompact>
 __device__ __forceinline__ uint4 swiglu8_table(const uint16_t* table, const uint4& gv,
                                                const uint4& vv) {
   const uint32_t gw[4] = {gv.x, gv.y, gv.z, gv.w};
@@ -128,15 +135,21 @@ __device__ __forceinline__ uint4 swiglu8_table(const uint16_t* table, const uint
   uint32_t o[4];
 #pragma unroll
   for (int j = 0; j < 4; ++j)
-    o[j] = cuda::pack_bf2(__fmul_rn(silu_lo(table, gw[j]), __uint_as_float(vw[j] << 16)),
-                          __fmul_rn(silu_hi(table, gw[j]), __uint_as_float(vw[j] & 0xffff0000u)));
+    o[j] = cuda::pack_bf2(
+        __fmul_rn(silu_of<kCompact>(table, gw[j] & 0xffffu), __uint_as_float(vw[j] << 16)),
+        __fmul_rn(silu_of<kCompact>(table, gw[j] >> 16), __uint_as_float(vw[j] & 0xffff0000u)));
   return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
-// Copies the silu table to shared memory (called by the whole CTA; a barrier must follow).
+// Copies the silu table (whole, or the compact form's two ranges of it) to shared memory (called
+// by the whole CTA; a barrier must follow).
+template <bool kCompact>
 __device__ __forceinline__ void load_table(uint4* table4, const __nv_bfloat16* silu_table) {
+  // A compact vector's 8 slots map to 8 consecutive gates (each sign's range starts at a multiple
+  // of 8), so it copies whole table vector silu_compact_gate(8 i) / 8.
   const uint4* src = reinterpret_cast<const uint4*>(silu_table);
-  for (int i = threadIdx.x; i < kTableBytes / 16; i += blockDim.x) table4[i] = __ldg(src + i);
+  for (int i = threadIdx.x; i < table_bytes(kCompact) / 16; i += blockDim.x)
+    table4[i] = __ldg(src + (kCompact ? silu_compact_gate(8 * i) / 8 : i));
 }
 
 // Persistent: the table is copied to shared memory once per CTA, then the CTAs walk the 16-byte
@@ -146,12 +159,12 @@ __device__ __forceinline__ void load_table(uint4* table4, const __nv_bfloat16* s
 // chunks 2m and 2m+1 of one row, the lane-pair layout of encode_pair_chunk: the CTA's first vector
 // and the stride are even, and so is nvec (ffn % 16 == 0). The encoder shuffles across the warp, so
 // the loop runs while any lane of the warp has work.
-template <int kFuse>
+template <int kFuse, bool kCompact>
 __global__ void __launch_bounds__(kTableThreads, 1)
     swiglu_table_kernel(SwigluCudaParams p, uint32_t nvec, uint32_t total) {
   constexpr int kUnroll = per_thread(kFuse) ? kTableUnroll : 2;  // 4 spills with the encoder
   extern __shared__ uint4 table4[];
-  load_table(table4, p.silu_table);
+  load_table<kCompact>(table4, p.silu_table);
   __syncthreads();
   const uint16_t* table = reinterpret_cast<const uint16_t*>(table4);
   const float gscale = kFuse == kFuseEncode ? *p.nvfp4.global_scale : 0.0f;
@@ -177,7 +190,7 @@ __global__ void __launch_bounds__(kTableThreads, 1)
     // left rolled, which put the batch arrays in local memory).
     const auto finish = [&](auto kc) {
       constexpr int k = decltype(kc)::value;
-      const uint4 y = swiglu8_table(table, gv[k], vv[k]);
+      const uint4 y = swiglu8_table<kCompact>(table, gv[k], vv[k]);
       if ((kFuse == kFuseNone || p.out) && ok[k])
         cuda::store_u4(p.out + int64_t(at_row[k]) * p.out_row_stride + at_c[k] * 8, y);
       if constexpr (kFuse == kFuseEncode)
@@ -195,20 +208,20 @@ __global__ void __launch_bounds__(kTableThreads, 1)
 
 // int8 convrot output (swiglu.h): the table path with the row staged in shared memory and
 // rotated + quantized there by the whole CTA (int8_detail::quantize_staged_row, the standalone
-// quantizer's operations). Persistent CTAs, one per SM: the table, the staged row and one
-// transpose tile per warp fill the SM's shared memory. Each thread owns up to kInt8MaxVec vectors
-// of a row (c = threadIdx.x + i * blockDim.x); the next row's gate and value vectors are loaded
-// into registers before this row is rotated, so one row's reads overlap the previous row's
-// rotation (the quantizer's work is instruction-bound, the loads are not).
+// quantizer's operations). Persistent CTAs, one per SM: the table (kCompact: its compact form),
+// the staged row and one transpose tile per warp fill the SM's shared memory. Each thread owns up
+// to kInt8MaxVec vectors of a row (c = threadIdx.x + i * blockDim.x); the next row's gate and value
+// vectors are loaded into registers before this row is rotated, so one row's reads overlap the
+// previous row's rotation (the quantizer's work is instruction-bound, the loads are not).
 constexpr int kInt8MaxVec = 4;
 constexpr int kInt8MaxThreads = 512;
 
-template <int G>
+template <int G, bool kCompact>
 __global__ void __launch_bounds__(kInt8MaxThreads, 1) swiglu_int8_table_kernel(SwigluCudaParams p) {
   extern __shared__ __align__(16) unsigned char smem[];  // table | staged row | transpose tiles
-  load_table(reinterpret_cast<uint4*>(smem), p.silu_table);
+  load_table<kCompact>(reinterpret_cast<uint4*>(smem), p.silu_table);
   const uint16_t* table = reinterpret_cast<const uint16_t*>(smem);
-  unsigned char* const stage = smem + kTableBytes;
+  unsigned char* const stage = smem + table_bytes(kCompact);
   const int k = static_cast<int>(p.ffn), nvec = k / 8;
   unsigned char* const tiles = stage + int8_detail::staged_row_bytes(k);
   const int64_t qs = p.int8.q_row_stride ? p.int8.q_row_stride : p.ffn;
@@ -231,7 +244,7 @@ __global__ void __launch_bounds__(kInt8MaxThreads, 1) swiglu_int8_table_kernel(S
     for (int i = 0; i < kInt8MaxVec; ++i) {
       const int c = threadIdx.x + i * blockDim.x;
       if (c < nvec) {
-        const uint4 y = swiglu8_table(table, gv[i], vv[i]);
+        const uint4 y = swiglu8_table<kCompact>(table, gv[i], vv[i]);
         if (p.out) cuda::store_u4(p.out + row * p.out_row_stride + c * 8, y);
         *reinterpret_cast<uint4*>(stage + int8_detail::staged_offset(c * 8)) = y;
       }
@@ -242,41 +255,84 @@ __global__ void __launch_bounds__(kInt8MaxThreads, 1) swiglu_int8_table_kernel(S
   }
 }
 
-// Threads of the int8 table kernel for ffn and group G on this device (0: it cannot run): the
-// most warps (<= 16) whose transpose tiles fit beside the table and the staged row, at least 4,
-// and enough for kInt8MaxVec vectors per thread.
-int int8_table_threads(int64_t ffn, int group) {
+// H3RT_SWIGLU_TABLE=compact: the compact table wherever the table path runs (tests, timings).
+bool compact_forced() {
+  const char* e = std::getenv("H3RT_SWIGLU_TABLE");
+  if (!e || !*e || !std::strcmp(e, "auto")) return false;
+  if (!std::strcmp(e, "compact")) return true;
+  H3RT_FAIL("H3RT_SWIGLU_TABLE=", e, ": expected compact or auto, or unset");
+}
+
+// Threads of the int8 table kernel for ffn and group G on this device with the table in the given
+// form (0: it cannot run): the most warps (<= 16) whose transpose tiles fit beside the table and
+// the staged row, at least 4, and enough for kInt8MaxVec vectors per thread.
+int int8_table_threads(int64_t ffn, int group, bool compact) {
   if (!int8_fusable(ffn, group) || ffn > kInt8MaxVec * kInt8MaxThreads * 8) return 0;
   int dev = 0;
   H3RT_CUDA_CHECK(cudaGetDevice(&dev));
-  const int64_t left = cuda::smem_optin(dev) - kTableBytes - int8_detail::staged_row_bytes(ffn) -
-                       int8_detail::kStagedStaticBytes;
+  const int64_t left = cuda::smem_optin(dev) - table_bytes(compact) -
+                       int8_detail::staged_row_bytes(ffn) - int8_detail::kStagedStaticBytes;
   const int64_t tile = int8_detail::staged_tile_bytes(group, 1), most = kInt8MaxThreads / 32;
   const int64_t warps = tile ? std::min(most, left / tile) : most;
   const int64_t need = (ffn / 8 + kInt8MaxVec * 32 - 1) / (kInt8MaxVec * 32);  // warps
   return left > 0 && warps >= std::max<int64_t>(4, need) ? static_cast<int>(warps * 32) : 0;
 }
 
-template <int G>
+// The int8 kernel's threads and table form: the whole table where it fits, else the compact one.
+std::pair<int, bool> int8_table_plan(int64_t ffn, int group) {
+  const bool forced = compact_forced();
+  const int whole = forced ? 0 : int8_table_threads(ffn, group, false);
+  return whole ? std::make_pair(whole, false)
+               : std::make_pair(int8_table_threads(ffn, group, true), true);
+}
+
+template <int G, bool kCompact>
 cudaError_t launch_int8(const SwigluCudaParams& p, int threads, cudaStream_t stream) {
-  const size_t smem = kTableBytes + int8_detail::staged_row_bytes(p.ffn) +
+  const size_t smem = table_bytes(kCompact) + int8_detail::staged_row_bytes(p.ffn) +
                       int8_detail::staged_tile_bytes(G, threads / 32);
-  const void* fn = reinterpret_cast<const void*>(&swiglu_int8_table_kernel<G>);
+  const void* fn = reinterpret_cast<const void*>(&swiglu_int8_table_kernel<G, kCompact>);
   const int resident = cuda::resident_grid(fn, threads, smem, 0);
   H3RT_CHECK(resident > 0, "swiglu_cuda: the int8 output's ", smem,
              " bytes of shared memory per CTA do not fit this device");
   const int64_t grid = std::min<int64_t>(p.rows, resident);
-  swiglu_int8_table_kernel<G><<<static_cast<unsigned>(grid), threads, smem, stream>>>(p);
+  swiglu_int8_table_kernel<G, kCompact><<<static_cast<unsigned>(grid), threads, smem, stream>>>(p);
   return H3RT_LAUNCH_CHECK("swiglu (int8 output)");
 }
 
-// The grid of table kernel `kernel` (0 where it cannot run: too little shared memory, too many
-// vectors); sets its shared-memory attribute.
-int table_grid(const SwigluCudaParams& p, const void* kernel) {
+template <int G>
+cudaError_t launch_int8(const SwigluCudaParams& p, std::pair<int, bool> plan, cudaStream_t stream) {
+  return plan.second ? launch_int8<G, true>(p, plan.first, stream)
+                     : launch_int8<G, false>(p, plan.first, stream);
+}
+
+// The grid of table kernel `kernel` with `smem` bytes of table (0 where it cannot run: too little
+// shared memory, too many vectors); sets its shared-memory attribute.
+int table_grid(const SwigluCudaParams& p, const void* kernel, int smem) {
   const int64_t total = p.rows * (p.ffn / 8);
   if (total >= (int64_t{1} << 31)) return 0;
-  const int grid = cuda::resident_grid(kernel, kTableThreads, kTableBytes, 8);
+  const int grid = cuda::resident_grid(kernel, kTableThreads, smem, 8);
   return static_cast<int>(std::min<int64_t>(grid, (total + kTableThreads - 1) / kTableThreads));
+}
+
+// The table kernel for output mode kFuse, whole table where it fits, else compact; false where
+// neither can run.
+template <int kFuse>
+bool launch_table(const SwigluCudaParams& p, cudaStream_t stream) {
+  const uint32_t nvec = static_cast<uint32_t>(p.ffn / 8);
+  const uint32_t total = static_cast<uint32_t>(p.rows) * nvec;
+  const void* whole = reinterpret_cast<const void*>(swiglu_table_kernel<kFuse, false>);
+  const int wgrid = compact_forced() ? 0 : table_grid(p, whole, table_bytes(false));
+  if (wgrid > 0) {
+    swiglu_table_kernel<kFuse, false>
+        <<<wgrid, kTableThreads, table_bytes(false), stream>>>(p, nvec, total);
+    return true;
+  }
+  const void* compact = reinterpret_cast<const void*>(swiglu_table_kernel<kFuse, true>);
+  const int cgrid = table_grid(p, compact, table_bytes(true));
+  if (cgrid > 0)
+    swiglu_table_kernel<kFuse, true>
+        <<<cgrid, kTableThreads, table_bytes(true), stream>>>(p, nvec, total);
+  return cgrid > 0;
 }
 
 template <int kFuse>
@@ -291,7 +347,7 @@ void launch(const SwigluCudaParams& p, int threads, cudaStream_t stream) {
 }  // namespace
 
 bool swiglu_int8_fusable(int64_t ffn, int group) {
-  return int8_table_threads(ffn, group) > 0;
+  return int8_table_plan(ffn, group).first > 0;
 }
 
 cudaError_t swiglu_cuda(const SwigluCudaParams& in, cudaStream_t stream) {
@@ -320,35 +376,30 @@ cudaError_t swiglu_cuda(const SwigluCudaParams& in, cudaStream_t stream) {
                ? cudaMemsetAsync(p.nvfp4.global_scale, 0, sizeof(float), stream)
                : cudaSuccess;
   if (int8) {
-    const int threads = int8_table_threads(p.ffn, p.int8.group);
-    H3RT_CHECK(threads > 0, "swiglu_cuda: the int8 output does not fit this device at ffn ", p.ffn,
-               " (the 128 KB silu table, the staged row and the transpose tiles share "
-               "one CTA's shared memory; ffn <= ",
+    const std::pair<int, bool> plan = int8_table_plan(p.ffn, p.int8.group);
+    H3RT_CHECK(plan.first > 0, "swiglu_cuda: the int8 output does not fit this device at ffn ",
+               p.ffn,
+               " (the silu table, the staged row and the transpose tiles share one CTA's "
+               "shared memory; ffn <= ",
                kInt8MaxVec * kInt8MaxThreads * 8, ")");
     switch (p.int8.group) {
       case 16:
-        return launch_int8<16>(p, threads, stream);
+        return launch_int8<16>(p, plan, stream);
       case 64:
-        return launch_int8<64>(p, threads, stream);
+        return launch_int8<64>(p, plan, stream);
       default:
-        return launch_int8<256>(p, threads, stream);
+        return launch_int8<256>(p, plan, stream);
     }
   }
   const int nvec = static_cast<int>(p.ffn / 8);
   const int threads = std::min(256, (nvec + 31) / 32 * 32);
   // The table path takes a given NVFP4 scale; a computed one needs the row kernel's amax pass.
-  const void* tk = nvfp4  ? reinterpret_cast<const void*>(swiglu_table_kernel<kFuseEncode>)
-                   : e4m3 ? reinterpret_cast<const void*>(swiglu_table_kernel<kFuseE4m3>)
-                          : reinterpret_cast<const void*>(swiglu_table_kernel<kFuseNone>);
-  const int tgrid = p.silu_table && !(nvfp4 && p.nvfp4.computed()) ? table_grid(p, tk) : 0;
-  if (tgrid > 0) {
-    const uint32_t n = static_cast<uint32_t>(nvec), total = static_cast<uint32_t>(p.rows * nvec);
-    if (nvfp4)
-      swiglu_table_kernel<kFuseEncode><<<tgrid, kTableThreads, kTableBytes, stream>>>(p, n, total);
-    else if (e4m3)
-      swiglu_table_kernel<kFuseE4m3><<<tgrid, kTableThreads, kTableBytes, stream>>>(p, n, total);
-    else
-      swiglu_table_kernel<kFuseNone><<<tgrid, kTableThreads, kTableBytes, stream>>>(p, n, total);
+  const bool table = p.silu_table && !(nvfp4 && p.nvfp4.computed()) &&
+                     (nvfp4  ? launch_table<kFuseEncode>(p, stream)
+                      : e4m3 ? launch_table<kFuseE4m3>(p, stream)
+                             : launch_table<kFuseNone>(p, stream));
+  if (table) {
+    // launched
   } else if (e4m3) {
     launch<kFuseE4m3>(p, threads, stream);
   } else if (!nvfp4) {

@@ -29,6 +29,7 @@ float silu(float x);
 #include "formats/nvfp4_quantize_fused.h"
 #include "ops/int8_linear/int8_fused.h"
 #include "ops/linear/e4m3_out.h"
+#include "ops/swiglu/silu_table.h"
 
 namespace h3rt::ops {
 
@@ -45,12 +46,14 @@ namespace h3rt::ops {
 // computes out and reduces amax|out| only (its last CTA stores g); pass 2 recomputes and
 // encodes: the fc1 output is read twice, out is never stored.
 //
-// Table path (silu_table set, no NVFP4 output or one with a given g, a device with >= 128 KB of
-// shared memory per block; elsewhere the kernel above runs): round_bf16(silu(g)) is looked up by
-// the 16 bits of g in a 65,536-entry table held in shared memory, so an element costs a load, a
-// multiply and a rounding instead of exp and a division. The table comes from
-// swiglu_silu_table_cuda, which evaluates every entry by the exact path, so the table path is
-// bit-exact with swiglu_cpu as exact_exp is (tested exhaustively), whatever exact_exp says.
+// Table path (silu_table set, no NVFP4 output or one with a given g; elsewhere the kernel above
+// runs): round_bf16(silu(g)) is looked up by the 16 bits of g in a 65,536-entry table held in
+// shared memory, so an element costs a load, a multiply and a rounding instead of exp and a
+// division. Where the whole table (128 KB) does not fit a CTA's shared memory (sm_120 / sm_121),
+// its compact form (silu_table.h: 8 KB and three exact rules) is loaded instead. The table comes
+// from swiglu_silu_table_cuda, which evaluates every entry by the exact path, so the table path is
+// bit-exact with swiglu_cpu as exact_exp is (tested on all 65,536 gates, in both forms), whatever
+// exact_exp says. H3RT_SWIGLU_TABLE=compact forces the compact form (for tests and timings).
 //
 // e4m3 output (`e4m3`, ops/linear/e4m3_out.h): the fc2 input of an fp8 layer with a static input
 // scale, bit-identical to writing out in bf16 and running quantize_e4m3_cuda on it, in the row and
@@ -59,14 +62,16 @@ namespace h3rt::ops {
 // int8 convrot output (`int8`, ops/int8_linear/int8_fused.h): the fc2 input rotated and quantized
 // per row in the same launch, bit-identical to writing out in bf16 and running
 // int8_quantize_rows_cuda on it (either rotation form); out may then be null or set. Table path
-// only (silu_table required): persistent CTAs of up to 512 threads, one per SM, the table, the
-// staged row and the warps' transpose tiles in shared memory (about 227 KB at ffn 14336, G 256),
-// the next row's loads in flight while a row is rotated. Where swiglu_int8_fusable(ffn, group)
-// is false (a group other than 16/64/256 or not dividing ffn, ffn > 16384, fewer warps' tiles
-// fitting than the row needs: ffn <= 15360 at G 256 in Hopper's 227 KB, a device with less
-// shared memory per block, e.g. sm_120/121) the caller writes bf16 and quantizes separately.
+// only (silu_table required): persistent CTAs of up to 512 threads, one per SM, the table (whole
+// or compact), the staged row and the warps' transpose tiles in shared memory (about 227 KB at
+// ffn 14336, G 256, with the whole table), the next row's loads in flight while a row is
+// rotated. Where swiglu_int8_fusable(ffn, group) is false (a group other than 16/64/256 or not
+// dividing ffn, ffn > 16384, fewer than 4 warps' tiles fitting beside the compact table) the
+// caller writes bf16 and quantizes separately.
 // (Session 10's fused form with the exact silu instead of the table, 512 threads and two CTAs per
-// SM, measured 5% slower than table swiglu + the standalone quantizer: bench/RESULTS.md.)
+// SM, measured 5% slower than table swiglu + the standalone quantizer; session 23's CTAs of 7
+// warps, three per SM, beside the compact table, measured no faster than this one:
+// bench/RESULTS.md.)
 struct SwigluCudaParams {
   const __nv_bfloat16* in = nullptr;  // [rows, in_row_stride (0: 2*ffn)], [gate | value]
   __nv_bfloat16* out = nullptr;       // [rows, out_row_stride (0: ffn)]; may be null with nvfp4
@@ -85,7 +90,6 @@ cudaError_t swiglu_cuda(const SwigluCudaParams& p, cudaStream_t stream);
 bool swiglu_int8_fusable(int64_t ffn, int group);
 
 // Fills table[i] = round_bf16(silu(g)) for the bf16 g whose bits are i, as swiglu_cpu rounds it.
-constexpr int64_t kSiluTableEntries = 65536;
 cudaError_t swiglu_silu_table_cuda(__nv_bfloat16* table, cudaStream_t stream);
 
 }  // namespace h3rt::ops

@@ -1,0 +1,58 @@
+// The compact form of swiglu's silu table, shared by host and device. The whole table has one
+// entry per bf16 gate (round_bf16(silu(g)) at index g's bits, 128 KB); GPUs whose shared memory
+// per block cannot hold it beside a kernel's other data (sm_120 / sm_121: 99 KB) keep 4,096 of
+// its entries (8 KB) and apply three rules for the other gates:
+//  - Kept: the gates whose exponent field lies in [kSiluCompactExpLo, +kSiluCompactBinades),
+//    2^-8 <= |g| < 256, both signs; slot = (bits - lo) | sign << 11.
+//  - |g| < 2^-8 (zeros and subnormals included): 1 + e^-g rounds to 2, so silu(g) = g / 2.
+//  - finite |g| >= 256: e^-g underflows (g > 0: silu = g) or overflows (g < 0: g / inf = -0).
+//  - +inf: inf; -inf (-inf / inf) and NaN: NaN.
+// The rules are checked against swiglu_cpu on all 65,536 gates (tests). On an H200 the compact
+// lookup's extra instructions made the fused int8 SwiGLU ~7% slower (bench/RESULTS.md, session
+// 23), so it runs only where the whole table does not fit.
+#pragma once
+
+#include <cstdint>
+
+#include "core/host_device.h"
+
+namespace h3rt::ops {
+
+constexpr int64_t kSiluTableEntries = 65536;  // the whole table
+constexpr uint32_t kSiluCompactExpLo = 119, kSiluCompactBinades = 16;
+constexpr uint32_t kSiluCompactHalf = kSiluCompactBinades * 128;  // kept entries of one sign
+constexpr uint32_t kSiluCompactEntries = 2 * kSiluCompactHalf;
+
+// The compact slot of gate bits b, or kSiluCompactEntries where a rule applies.
+H3RT_HD inline uint32_t silu_compact_slot(uint32_t b) {
+  const uint32_t rel = (b & 0x7fffu) - (kSiluCompactExpLo << 7);
+  return rel < kSiluCompactHalf ? rel | ((b >> 4) & kSiluCompactHalf) : kSiluCompactEntries;
+}
+
+// The gate bits of compact slot i (the inverse of silu_compact_slot): its index in the whole table.
+H3RT_HD inline uint32_t silu_compact_gate(uint32_t i) {
+  return ((i & (kSiluCompactHalf - 1)) + (kSiluCompactExpLo << 7)) | ((i & kSiluCompactHalf) << 4);
+}
+
+// round_bf16(silu(g)) for gate bits b outside the compact table (the rules above).
+H3RT_HD inline uint32_t silu_rule_bits(uint32_t b) {
+  const uint32_t mag = b & 0x7fffu;
+  if (mag < (kSiluCompactExpLo << 7)) {  // g / 2, rounded to bf16 (RNE): exact but for subnormals
+    const uint32_t u = float_bits(bits_float(b << 16) * 0.5f);
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  }
+  if (mag > 0x7f80u) return b | 0x40u;                         // NaN, quieted
+  if (b & 0x8000u) return mag == 0x7f80u ? 0xffc0u : 0x8000u;  // -inf -> NaN, else -0
+  return b;
+}
+
+// round_bf16(silu(g)) as a float, for gate bits b (low 16 bits), from the compact table and the
+// rules (a branch: activations rarely leave the kept range, so a warp seldom runs the rules).
+H3RT_HD inline float silu_compact_lookup(const uint16_t* compact, uint32_t b) {
+  const uint32_t slot = silu_compact_slot(b);
+  if (__builtin_expect(slot < kSiluCompactEntries, 1))
+    return bits_float(uint32_t{compact[slot]} << 16);
+  return bits_float(silu_rule_bits(b) << 16);
+}
+
+}  // namespace h3rt::ops
