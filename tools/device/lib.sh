@@ -1,14 +1,21 @@
 # Shared steps of the one-call device scripts (source it from the repository root): start_call
 # (the GPU's name into $OUT/gpu.txt, then build_carried: the CLI and the GPU tests into
-# build-device from the carried .deps-lean and .prebuilt/golden.tar.xz), log, gpu_tests FILTER
+# build-device from the carried .deps-lean and .prebuilt/golden.tar.xz; with H3RT_PREBUILT=1 the
+# carried .prebuilt/bin.tar.xz instead, no CUTLASS sm_90 kernels), log, gpu_tests FILTER
 # and block_line (one line per `bench block` report). Results land under $OUT.
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 B=build-device
+T=$B/tests/h3rt_cuda_tests
 log() { echo "== $(date +%T) $*" | tee -a "$OUT/summary.txt"; }
 
 build_carried() {
-  [ -x "$B/tests/h3rt_cuda_tests" ] && return 0
+  [ -x "$T" ] && return 0
+  if [ "${H3RT_PREBUILT:-0}" = 1 ]; then  # binaries built here: tools/device/prebuilt.sh --pack
+    source tools/device/prebuilt.sh || return 1
+    T=$B/h3rt_cuda_tests
+    return 0
+  fi
   if [ -f .deps-lean/deps.tar.xz ]; then
     mkdir -p /tmp/deps && tar -C /tmp/deps -xJf .deps-lean/deps.tar.xz
     export H3RT_DEPS_DIR=/tmp/deps
@@ -29,7 +36,7 @@ start_call() {
 
 gpu_tests() {  # gtest filter: the log in $OUT/tests.txt, the verdict in the summary
   log "tests $1"
-  "$B/tests/h3rt_cuda_tests" --gtest_filter="$1" > "$OUT/tests.txt" 2>&1
+  "$T" --gtest_filter="$1" > "$OUT/tests.txt" 2>&1
   grep -E "^\[  (PASSED|FAILED) |tests ran" "$OUT/tests.txt" | tee -a "$OUT/summary.txt"
 }
 

@@ -34,7 +34,8 @@ if [[ $steps == *" blocks "* ]]; then
 fi
 if [[ $steps == *" sanitize "* ]]; then
   log "sanitize"
-  H3RT_SANITIZE_TOOLS="racecheck memcheck" H3RT_SANITIZE_TIMEOUT=120 OUT="$OUT/sanitize" \
+  H3RT_SANITIZE_BIN=$T H3RT_SANITIZE_TOOLS="racecheck memcheck" H3RT_SANITIZE_TIMEOUT=120 \
+    OUT="$OUT/sanitize" \
     bash tools/device/sanitize.sh 'FusedInt8.Swiglu*:CudaFusedOps.SwigluTablePath*' \
     2>&1 | tail -8 | tee -a "$OUT/summary.txt"
 fi
