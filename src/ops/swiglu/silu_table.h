@@ -7,9 +7,10 @@
 //  - |g| < 2^-8 (zeros and subnormals included): 1 + e^-g rounds to 2, so silu(g) = g / 2.
 //  - finite |g| >= 256: e^-g underflows (g > 0: silu = g) or overflows (g < 0: g / inf = -0).
 //  - +inf: inf; -inf (-inf / inf) and NaN: NaN.
-// The rules are checked against swiglu_cpu on all 65,536 gates (tests). On an H200 the compact
-// lookup's extra instructions made the fused int8 SwiGLU ~7% slower (bench/RESULTS.md, session
-// 23), so it runs only where the whole table does not fit.
+// The rules are checked against swiglu_cpu on all 65,536 gates (tests). The lookup costs about 5
+// integer instructions per gate more; on an H200 the fused int8 SwiGLU with it took 0.72-0.75 ms
+// at 864x480 against 0.66-0.71 ms for the whole table two sessions earlier (bench/RESULTS.md,
+// session 23; not side by side), so it runs only where the whole table does not fit.
 #pragma once
 
 #include <cstdint>
