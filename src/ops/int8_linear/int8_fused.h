@@ -46,7 +46,7 @@ struct Int8Out {
   bool enabled() const { return q != nullptr; }
 };
 
-inline bool int8_fusable(int64_t cols, int group) {
+constexpr bool int8_fusable(int64_t cols, int group) {
   return (group == 16 || group == 64 || group == 256) && cols % 16 == 0 && cols % group == 0;
 }
 

@@ -263,19 +263,30 @@ bool compact_forced() {
   H3RT_FAIL("H3RT_SWIGLU_TABLE=", e, ": expected compact or auto, or unset");
 }
 
-// Threads of the int8 table kernel for ffn and group G on this device with the table in the given
-// form (0: it cannot run): the most warps (<= 16) whose transpose tiles fit beside the table and
-// the staged row, at least 4, and enough for kInt8MaxVec vectors per thread.
-int int8_table_threads(int64_t ffn, int group, bool compact) {
+// Threads of the int8 table kernel for ffn and group G with the table in the given form and `smem`
+// bytes of shared memory per block (0: it cannot run): the most warps (<= 16) whose transpose
+// tiles fit beside the table and the staged row, at least 4, and enough for kInt8MaxVec vectors
+// per thread.
+constexpr int int8_table_threads(int64_t ffn, int group, bool compact, int64_t smem) {
   if (!int8_fusable(ffn, group) || ffn > kInt8MaxVec * kInt8MaxThreads * 8) return 0;
-  int dev = 0;
-  H3RT_CUDA_CHECK(cudaGetDevice(&dev));
-  const int64_t left = cuda::smem_optin(dev) - table_bytes(compact) -
-                       int8_detail::staged_row_bytes(ffn) - int8_detail::kStagedStaticBytes;
+  const int64_t left = smem - table_bytes(compact) - int8_detail::staged_row_bytes(ffn) -
+                       int8_detail::kStagedStaticBytes;
   const int64_t tile = int8_detail::staged_tile_bytes(group, 1), most = kInt8MaxThreads / 32;
   const int64_t warps = tile ? std::min(most, left / tile) : most;
   const int64_t need = (ffn / 8 + kInt8MaxVec * 32 - 1) / (kInt8MaxVec * 32);  // warps
   return left > 0 && warps >= std::max<int64_t>(4, need) ? static_cast<int>(warps * 32) : 0;
+}
+// The release's fc2 input (ffn 14336, G 256): 16 warps beside the whole table in Hopper's 227 KB;
+// on the 12.x GPUs (99 KB per block) the whole table does not fit and the compact one leaves
+// room for 14 warps, exactly the 14 the row's 1,792 vectors need at 4 per thread.
+static_assert(int8_table_threads(14336, 256, false, 227 * 1024) == 512);
+static_assert(int8_table_threads(14336, 256, false, 99 * 1024) == 0);
+static_assert(int8_table_threads(14336, 256, true, 99 * 1024) == 14 * 32);
+
+int int8_table_threads(int64_t ffn, int group, bool compact) {
+  int dev = 0;
+  H3RT_CUDA_CHECK(cudaGetDevice(&dev));
+  return int8_table_threads(ffn, group, compact, cuda::smem_optin(dev));
 }
 
 // The int8 kernel's threads and table form: the whole table where it fits, else the compact one.
