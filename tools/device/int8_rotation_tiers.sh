@@ -15,15 +15,15 @@
 # H3RT_STEPS (default "tests gemm blocks") picks the steps, to split them over calls.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
+STEPS="tests gemm blocks"
 source tools/device/lib.sh
 start_call || exit 1
-steps=" ${H3RT_STEPS:-tests gemm blocks} "
-[[ $steps == *" tests "* ]] && gpu_tests 'Int8LinearCuda.*:FusedInt8.*:Int8Forward.*'
-if [[ $steps == *" gemm "* ]]; then
+want tests && gpu_tests 'Int8LinearCuda.*:FusedInt8.*:Int8Forward.*'
+if want gemm; then
   log "bench int8-gemm"
   "$B/h3rt" bench int8-gemm --iters 5 --out "$OUT/int8_gemm.json" 2>&1 | tee -a "$OUT/summary.txt"
 fi
-[[ $steps == *" blocks "* ]] || exit 0
+want blocks || exit 0
 for shape in "864 480" "1344 768"; do
   set -- $shape
   for form in double integer double; do

@@ -1,7 +1,7 @@
 # Shared steps of the one-call device scripts (source it from the repository root): start_call
 # (the GPU's name into $OUT/gpu.txt, then build_carried: the CLI and the GPU tests into
 # build-device from the carried .deps-lean and .prebuilt/golden.tar.xz; with H3RT_PREBUILT=1 the
-# carried .prebuilt/bin.tar.xz instead, no CUTLASS sm_90 kernels), log, gpu_tests FILTER
+# carried .prebuilt/bin.tar.xz instead, no CUTLASS sm_90 kernels), want STEP, log, gpu_tests FILTER
 # and block_line (one line per `bench block` report). Results land under $OUT.
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
@@ -28,6 +28,9 @@ build_carried() {
   H3RT_TARGETS="h3rt_cli h3rt_cuda_tests" bash tools/device/build.sh > "$OUT/build.txt" 2>&1 ||
     { tail -40 "$OUT/build.txt"; return 1; }
 }
+
+# Whether step $1 is to run: H3RT_STEPS lists them, else the script's STEPS.
+want() { [[ " ${H3RT_STEPS:-$STEPS} " == *" $1 "* ]]; }
 
 start_call() {
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"

@@ -17,10 +17,10 @@
 # H3RT_STEPS (default "tests blocks sanitize ncu") picks the steps.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
+STEPS="tests blocks sanitize ncu"
 source tools/device/lib.sh
 start_call || exit 1
-steps=" ${H3RT_STEPS:-tests blocks sanitize ncu} "
-[[ $steps == *" tests "* ]] && gpu_tests 'CudaFusedOps.Swiglu*:FusedInt8.*'
+want tests && gpu_tests 'CudaFusedOps.Swiglu*:FusedInt8.*'
 block() {  # width, height, table form
   log "block int8 ${1}x${2} H3RT_SWIGLU_TABLE=$3"
   local json="$OUT/block_${1}_${3}_$(date +%s).json"
@@ -28,18 +28,18 @@ block() {  # width, height, table form
     --width "$1" --height "$2" --frames 124 --out "$json" > "$OUT/block.log" 2>&1
   block_line "$json"
 }
-if [[ $steps == *" blocks "* ]]; then
+if want blocks; then
   for s in auto compact auto compact; do block 864 480 $s; done
   for s in auto compact auto; do block 1344 768 $s; done
 fi
-if [[ $steps == *" sanitize "* ]]; then
+if want sanitize; then
   log "sanitize"
   H3RT_SANITIZE_BIN=$T H3RT_SANITIZE_TOOLS="racecheck memcheck" H3RT_SANITIZE_TIMEOUT=120 \
     OUT="$OUT/sanitize" \
     bash tools/device/sanitize.sh 'FusedInt8.Swiglu*:CudaFusedOps.SwigluTablePath*' \
     2>&1 | tail -8 | tee -a "$OUT/summary.txt"
 fi
-if [[ $steps == *" ncu "* ]]; then
+if want ncu; then
   log "ncu swiglu int8 (864x480)"
   mkdir -p "$OUT/ncu"
   timeout 150 ncu --clock-control none -k "regex:swiglu_int8_table_kernel" --launch-skip 2 \
