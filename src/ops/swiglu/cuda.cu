@@ -119,25 +119,34 @@ constexpr int table_bytes(bool compact) {
   return static_cast<int>(compact ? kSiluCompactEntries : kSiluTableEntries) * 2;
 }
 
-// One bf16 gate (low 16 bits of b) -> its rounded silu value as a float, from the shared table.
-template <bool kCompact>
-__device__ __forceinline__ float silu_of(const uint16_t* t, uint32_t b) {
-  if constexpr (kCompact) return silu_compact_lookup(t, b);
-  return __uint_as_float(static_cast<uint32_t>(t[b]) << 16);
-}
-
 // One 16-byte vector of out (8 columns) from its gate and value vectors, silu from the table.
+// The compact form loads every gate's slot first (all loads in flight together, as with the whole
+// table) and applies the rules afterwards, in a branch that a warp rarely takes.
 template <bool kCompact>
 __device__ __forceinline__ uint4 swiglu8_table(const uint16_t* table, const uint4& gv,
                                                const uint4& vv) {
   const uint32_t gw[4] = {gv.x, gv.y, gv.z, gv.w};
   const uint32_t vw[4] = {vv.x, vv.y, vv.z, vv.w};
+  uint32_t g[8];
+  float s[8];
+  bool ruled = false;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    g[e] = e % 2 ? gw[e / 2] >> 16 : gw[e / 2] & 0xffffu;
+    if constexpr (kCompact) ruled |= !silu_compact_kept(g[e]);
+    s[e] = __uint_as_float(static_cast<uint32_t>(table[kCompact ? silu_compact_index(g[e]) : g[e]])
+                           << 16);
+  }
+  if (kCompact && ruled) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      if (!silu_compact_kept(g[e])) s[e] = __uint_as_float(silu_rule_bits(g[e]) << 16);
+  }
   uint32_t o[4];
 #pragma unroll
   for (int j = 0; j < 4; ++j)
-    o[j] = cuda::pack_bf2(
-        __fmul_rn(silu_of<kCompact>(table, gw[j] & 0xffffu), __uint_as_float(vw[j] << 16)),
-        __fmul_rn(silu_of<kCompact>(table, gw[j] >> 16), __uint_as_float(vw[j] & 0xffff0000u)));
+    o[j] = cuda::pack_bf2(__fmul_rn(s[2 * j], __uint_as_float(vw[j] << 16)),
+                          __fmul_rn(s[2 * j + 1], __uint_as_float(vw[j] & 0xffff0000u)));
   return make_uint4(o[0], o[1], o[2], o[3]);
 }
 

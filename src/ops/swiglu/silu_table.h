@@ -7,10 +7,11 @@
 //  - |g| < 2^-8 (zeros and subnormals included): 1 + e^-g rounds to 2, so silu(g) = g / 2.
 //  - finite |g| >= 256: e^-g underflows (g > 0: silu = g) or overflows (g < 0: g / inf = -0).
 //  - +inf: inf; -inf (-inf / inf) and NaN: NaN.
-// The rules are checked against swiglu_cpu on all 65,536 gates (tests). The lookup costs about 5
-// integer instructions per gate more; on an H200 the fused int8 SwiGLU with it took 0.72-0.75 ms
-// at 864x480 against 0.66-0.71 ms for the whole table two sessions earlier (bench/RESULTS.md,
-// session 23; not side by side), so it runs only where the whole table does not fit.
+// The rules are checked against swiglu_cpu on all 65,536 gates (tests). The compact lookup costs
+// about 9 instructions per gate against 4 for the whole table (sm_90a SASS). On an H200 the fused
+// int8 SwiGLU with a first, branching form of it took 0.72-0.75 ms at 864x480 against 0.66-0.71
+// ms for the whole table two sessions earlier (bench/RESULTS.md, session 23; not side by side), so
+// the compact form runs only where the whole table does not fit.
 #pragma once
 
 #include <cstdint>
@@ -24,10 +25,19 @@ constexpr uint32_t kSiluCompactExpLo = 119, kSiluCompactBinades = 16;
 constexpr uint32_t kSiluCompactHalf = kSiluCompactBinades * 128;  // kept entries of one sign
 constexpr uint32_t kSiluCompactEntries = 2 * kSiluCompactHalf;
 
+// Whether gate bits b have a compact slot (else a rule applies), and that slot (for any b: an index
+// inside the table, meaningful only where kept), so a kernel can load without branching first.
+H3RT_HD inline bool silu_compact_kept(uint32_t b) {
+  return (b & 0x7fffu) - (kSiluCompactExpLo << 7) < kSiluCompactHalf;
+}
+H3RT_HD inline uint32_t silu_compact_index(uint32_t b) {
+  const uint32_t rel = (b & 0x7fffu) - (kSiluCompactExpLo << 7);
+  return (rel | ((b >> 4) & kSiluCompactHalf)) & (kSiluCompactEntries - 1);
+}
+
 // The compact slot of gate bits b, or kSiluCompactEntries where a rule applies.
 H3RT_HD inline uint32_t silu_compact_slot(uint32_t b) {
-  const uint32_t rel = (b & 0x7fffu) - (kSiluCompactExpLo << 7);
-  return rel < kSiluCompactHalf ? rel | ((b >> 4) & kSiluCompactHalf) : kSiluCompactEntries;
+  return silu_compact_kept(b) ? silu_compact_index(b) : kSiluCompactEntries;
 }
 
 // The gate bits of compact slot i (the inverse of silu_compact_slot): its index in the whole table.
@@ -48,12 +58,10 @@ H3RT_HD inline uint32_t silu_rule_bits(uint32_t b) {
 }
 
 // round_bf16(silu(g)) as a float, for gate bits b (low 16 bits), from the compact table and the
-// rules (a branch: activations rarely leave the kept range, so a warp seldom runs the rules).
+// rules.
 H3RT_HD inline float silu_compact_lookup(const uint16_t* compact, uint32_t b) {
-  const uint32_t slot = silu_compact_slot(b);
-  if (__builtin_expect(slot < kSiluCompactEntries, 1))
-    return bits_float(uint32_t{compact[slot]} << 16);
-  return bits_float(silu_rule_bits(b) << 16);
+  const uint32_t s = silu_compact_kept(b) ? compact[silu_compact_index(b)] : silu_rule_bits(b);
+  return bits_float(s << 16);
 }
 
 }  // namespace h3rt::ops
