@@ -127,20 +127,20 @@ __device__ __forceinline__ uint4 swiglu8_table(const uint16_t* table, const uint
                                                const uint4& vv) {
   const uint32_t gw[4] = {gv.x, gv.y, gv.z, gv.w};
   const uint32_t vw[4] = {vv.x, vv.y, vv.z, vv.w};
-  uint32_t g[8];
+  const auto gate = [&](int e) { return e % 2 ? gw[e / 2] >> 16 : gw[e / 2] & 0xffffu; };
   float s[8];
   bool ruled = false;
 #pragma unroll
   for (int e = 0; e < 8; ++e) {
-    g[e] = e % 2 ? gw[e / 2] >> 16 : gw[e / 2] & 0xffffu;
-    if constexpr (kCompact) ruled |= !silu_compact_kept(g[e]);
-    s[e] = __uint_as_float(static_cast<uint32_t>(table[kCompact ? silu_compact_index(g[e]) : g[e]])
-                           << 16);
+    const uint32_t g = gate(e);
+    if constexpr (kCompact) ruled |= !silu_compact_kept(g);
+    s[e] =
+        __uint_as_float(static_cast<uint32_t>(table[kCompact ? silu_compact_index(g) : g]) << 16);
   }
   if (kCompact && ruled) {
 #pragma unroll
     for (int e = 0; e < 8; ++e)
-      if (!silu_compact_kept(g[e])) s[e] = __uint_as_float(silu_rule_bits(g[e]) << 16);
+      if (!silu_compact_kept(gate(e))) s[e] = __uint_as_float(silu_rule_bits(gate(e)) << 16);
   }
   uint32_t o[4];
 #pragma unroll
@@ -171,7 +171,8 @@ __device__ __forceinline__ void load_table(uint4* table4, const __nv_bfloat16* s
 template <int kFuse, bool kCompact>
 __global__ void __launch_bounds__(kTableThreads, 1)
     swiglu_table_kernel(SwigluCudaParams p, uint32_t nvec, uint32_t total) {
-  constexpr int kUnroll = per_thread(kFuse) ? kTableUnroll : 2;  // 4 spills with the encoder
+  // 4 spills with the encoder, and with the compact table's rules (64 registers at 1024 threads).
+  constexpr int kUnroll = per_thread(kFuse) && !kCompact ? kTableUnroll : 2;
   extern __shared__ uint4 table4[];
   load_table<kCompact>(table4, p.silu_table);
   __syncthreads();
