@@ -419,9 +419,8 @@ cudaError_t swiglu_cuda(const SwigluCudaParams& in, cudaStream_t stream) {
                      (nvfp4  ? launch_table<kFuseEncode>(p, stream)
                       : e4m3 ? launch_table<kFuseE4m3>(p, stream)
                              : launch_table<kFuseNone>(p, stream));
-  if (table) {
-    // launched
-  } else if (e4m3) {
+  if (table) return H3RT_LAUNCH_CHECK("swiglu");
+  if (e4m3) {
     launch<kFuseE4m3>(p, threads, stream);
   } else if (!nvfp4) {
     launch<kFuseNone>(p, threads, stream);

@@ -35,12 +35,8 @@ H3RT_HD inline uint32_t silu_compact_index(uint32_t b) {
   return (rel | ((b >> 4) & kSiluCompactHalf)) & (kSiluCompactEntries - 1);
 }
 
-// The compact slot of gate bits b, or kSiluCompactEntries where a rule applies.
-H3RT_HD inline uint32_t silu_compact_slot(uint32_t b) {
-  return silu_compact_kept(b) ? silu_compact_index(b) : kSiluCompactEntries;
-}
-
-// The gate bits of compact slot i (the inverse of silu_compact_slot): its index in the whole table.
+// The gate bits of compact slot i (the inverse of silu_compact_index on kept gates): its index in
+// the whole table.
 H3RT_HD inline uint32_t silu_compact_gate(uint32_t i) {
   return ((i & (kSiluCompactHalf - 1)) + (kSiluCompactExpLo << 7)) | ((i & kSiluCompactHalf) << 4);
 }
