@@ -41,4 +41,12 @@ H3RT_HD inline float bits_float(uint32_t u) {
 #endif
 }
 
+// x rounded to bf16 (nearest even) as bits in the low half, as h3rt::f32_to_bf16 gives them (a NaN
+// is quieted).
+H3RT_HD inline uint32_t bf16_bits_rne(float x) {
+  const uint32_t u = float_bits(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return ((u >> 16) | 0x40u) & 0xffffu;
+  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
 }  // namespace h3rt

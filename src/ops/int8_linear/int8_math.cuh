@@ -5,14 +5,13 @@
 
 #include <cstdint>
 
+#include "core/host_device.h"
+
 namespace h3rt::ops::int8_detail {
 
 // h3rt::f32_to_bf16 bit for bit (rne; NaN quieted the same way).
 __device__ __forceinline__ uint32_t bf16_bits(float f) {
-  uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return ((u >> 16) | 0x40u) & 0xffffu;
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return u >> 16;
+  return bf16_bits_rne(f);
 }
 
 __device__ __forceinline__ float bf16_value(uint32_t b) {

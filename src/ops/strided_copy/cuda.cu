@@ -3,6 +3,7 @@
 // that both give the same bits (NaN included).
 #include <algorithm>
 
+#include "core/host_device.h"
 #include "ops/strided_copy/strided_copy.h"
 
 namespace h3rt::ops {
@@ -18,11 +19,7 @@ __device__ __forceinline__ void store(void* p, bool bf16, int64_t i, float v) {
     static_cast<float*>(p)[i] = v;
     return;
   }
-  uint32_t u = __float_as_uint(v);
-  const uint16_t b = (u & 0x7fffffffu) > 0x7f800000u
-                         ? uint16_t((u >> 16) | 0x40)
-                         : uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  static_cast<uint16_t*>(p)[i] = b;
+  static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(bf16_bits_rne(v));
 }
 
 __global__ void strided_copy_kernel(StridedCopyParams p, int64_t n) {

@@ -44,10 +44,8 @@ H3RT_HD inline uint32_t silu_compact_gate(uint32_t i) {
 // round_bf16(silu(g)) for gate bits b outside the compact table (the rules above).
 H3RT_HD inline uint32_t silu_rule_bits(uint32_t b) {
   const uint32_t mag = b & 0x7fffu;
-  if (mag < (kSiluCompactExpLo << 7)) {  // g / 2, rounded to bf16 (RNE): exact but for subnormals
-    const uint32_t u = float_bits(bits_float(b << 16) * 0.5f);
-    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  }
+  // g / 2, rounded to bf16: exact but for subnormals
+  if (mag < (kSiluCompactExpLo << 7)) return bf16_bits_rne(bits_float(b << 16) * 0.5f);
   if (mag > 0x7f80u) return b | 0x40u;                         // NaN, quieted
   if (b & 0x8000u) return mag == 0x7f80u ? 0xffc0u : 0x8000u;  // -inf -> NaN, else -0
   return b;
