@@ -284,10 +284,7 @@ TEST(FusedInt8, SwigluTinyGroups) {
 // the GPUs with 99 KB per block (sm_120 / sm_121, whose kernels never run here).
 TEST(FusedInt8, SwigluCompactTable) {
   run_swiglu({5, 16384, 256, true, true});
-  struct Forced {  // H3RT_SWIGLU_TABLE=compact for this scope, whatever fails inside it
-    Forced() { setenv("H3RT_SWIGLU_TABLE", "compact", 1); }
-    ~Forced() { unsetenv("H3RT_SWIGLU_TABLE"); }
-  } forced;
+  const test::ForcedCompactSiluTable forced;
   run_swiglu({1000, 14336, 256, false, true});
   run_swiglu({300, 384, 16, true});
   run_swiglu({77, 768, 64, false, true});

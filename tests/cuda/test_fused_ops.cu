@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -522,10 +523,9 @@ void run_every_gate(bool compact) {
   p.rows = rows;
   p.ffn = ffn;
   p.silu_table = dptr<__nv_bfloat16>(table);
-  if (compact) ASSERT_EQ(setenv("H3RT_SWIGLU_TABLE", "compact", 1), 0);
-  const cudaError_t err = ops::swiglu_cuda(p, nullptr);
-  unsetenv("H3RT_SWIGLU_TABLE");
-  ASSERT_EQ(err, cudaSuccess);
+  std::optional<test::ForcedCompactSiluTable> forced;
+  if (compact) forced.emplace();
+  ASSERT_EQ(ops::swiglu_cuda(p, nullptr), cudaSuccess);
   const std::vector<uint16_t> got = test::download<uint16_t>(dout);
   int64_t bad = 0;
   for (int64_t i = 0; i < rows * ffn; ++i) {
