@@ -9,7 +9,6 @@
 #                                                     # modulate int8 sage
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
-STEPS=""
 source tools/device/lib.sh
 R=/tmp/h3rt-ncu
 rm -rf "$R"; mkdir -p "$R"

@@ -35,9 +35,8 @@ def main():
     print(f"samples {total:.0f}, instructions {len(body)}")
     by_op = defaultdict(float)
     for r in body:
-        op = r[col["Source"]].split()[0] if r[col["Source"]].split() else "?"
-        if op.startswith("@"):
-            op = r[col["Source"]].split()[1]
+        words = r[col["Source"]].split() or ["?"]
+        op = words[1] if words[0].startswith("@") and len(words) > 1 else words[0]  # past a guard
         by_op[op.split(".")[0]] += number(r[col[total_key]])
     print("by opcode: " + ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in
                                     sorted(by_op.items(), key=lambda kv: -kv[1])[:14]))
