@@ -263,6 +263,11 @@ struct ForwardInputs {
   // Rows and velocities in device memory (video_rows/audio_rows above then stay null, and the
   // returned ForwardOutputs is empty); null: host rows in, host velocities out.
   const DeviceIO* device = nullptr;
+  // The next forward's plan timesteps (its TimestepPlan::timestep), when the caller knows them:
+  // the CUDA forward computes their time embedding on the host while this forward's device work
+  // runs, instead of before the next one's (a full-form AdaLN's time MLP, ~5-7 ms). The next
+  // forward's result is the same either way; the CPU forward ignores it. Optional.
+  const std::vector<float>* next_timesteps = nullptr;
 };
 
 struct ForwardOutputs {

@@ -393,8 +393,8 @@ nlohmann::json run_sample_bench(const StepBenchOptions& o) {
   run_t.energy.units = evals;
   const double t_loop = telemetry.now_ms();
   for (int i = 0; i < evals; ++i) {
-    const ForwardInputs in{L, plan.steps[i].plan, video_rows.data(), audio_rows.data(),
-                           st.text.data()};
+    ForwardInputs in{L, plan.steps[i].plan, video_rows.data(), audio_rows.data(), st.text.data()};
+    if (i + 1 < evals) in.next_timesteps = &plan.steps[i + 1].plan.timestep;  // look-ahead
     ForwardOutputs v = session.forward(in);
     const model::ForwardStepTimes& t = session.last_times();
     auto t0 = Clock::now();
@@ -409,7 +409,9 @@ nlohmann::json run_sample_bench(const StepBenchOptions& o) {
     per_step.push_back({{"device_ms", t.device_ms},
                         {"cuda_graph", t.graph},
                         {"capture_ms", t.capture_ms},
-                        {"text_refiner_ms", t.text_refiner_ms}});
+                        {"text_refiner_ms", t.text_refiner_ms},
+                        {"time_embedding_ahead", t.temb_ahead},
+                        {"look_ahead_ms", t.ahead_ms}});
     std::fprintf(stderr, "bench sample: step %d/%d: %.1f ms%s\n", i + 1, evals, t.wall_ms,
                  t.graph ? " (graph)" : "");
   }

@@ -67,6 +67,9 @@ struct ForwardStepTimes {
   bool text_refined = false;   // the refiner ran (the text changed)
   double host_prepare_ms = 0;  // host work before the device work: time embedding, cache checks,
                                // staging copies, uploads of changed index tables
+  bool temb_ahead = false;     // the time embedding came from the previous call's look-ahead
+  double ahead_ms = 0;         // host time of this call's look-ahead (ForwardInputs::
+                               // next_timesteps), spent while its device work ran
   double text_refiner_ms = 0;  // condition_proj + refiner + final norm (GPU), when it ran
   double device_ms = 0;        // the step's device work (events around it); 0 for a device
                                // forward that returned without waiting

@@ -93,7 +93,12 @@ class Stepper {
     if (comfy) model_inputs(i, st);
     const float* video_in = comfy ? video_in_.data() : st.video_rows.data();
     const float* audio_in = comfy ? audio_in_.data() : st.audio_rows.data();
-    const TimestepPlan tplan = step_plan(req_, plan_, i, masks_);
+    const TimestepPlan tplan =
+        next_step_ == i ? std::move(next_plan_) : step_plan(req_, plan_, i, masks_);
+    // The next step's plan now, so that the forward computes its time embedding while the
+    // device works (ForwardInputs::next_timesteps).
+    next_step_ = i + 1 < static_cast<int>(plan_.steps.size()) ? i + 1 : -1;
+    if (next_step_ >= 0) next_plan_ = step_plan(req_, plan_, next_step_, masks_);
     ForwardInputs in{req_.layout,
                      tplan,
                      video_in,
@@ -103,6 +108,7 @@ class Stepper {
                      or_null(req_.cond.video),
                      or_null(req_.cond.audio)};
     in.step = i;  // names the step in finite-check errors; check_finite first checks step 0
+    if (next_step_ >= 0) in.next_timesteps = &next_plan_.timestep;
     HybridStep rec;
     SparseStats stats;
     rec.sparse = sparse_step(hybrid_, i);
@@ -172,6 +178,8 @@ class Stepper {
   const Inpaint& inpaint_;
   const RowMasks masks_;
   std::vector<HybridStep> records_;
+  TimestepPlan next_plan_;  // step next_step_'s plan (-1: none), made one step early
+  int next_step_ = -1;
 };
 
 resume::LoopState initial_state(const Request& r, const SamplerPlan& p, const Inpaint& inpaint) {

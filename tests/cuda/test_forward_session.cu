@@ -45,9 +45,12 @@ void expect_same_bits(const FloatVec& got, const FloatVec& want, const char* wha
   EXPECT_EQ(differ, 0u) << what << " step " << step << ": first difference at " << first;
 }
 
+// How each call names the next call's timesteps (ForwardInputs::next_timesteps).
+enum class Ahead { none, right, wrong };
+
 // NVFP4 block projections: -1 none; 0 with activation scales computed per call; > 0 with that
 // static input scale (the producers then encode the GEMM inputs).
-void run_steps(bool cuda_graph, float nvfp4_input_scale = -1.0f) {
+void run_steps(bool cuda_graph, float nvfp4_input_scale = -1.0f, Ahead ahead = Ahead::none) {
   H3RT_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + (cuda_graph ? ", graphs" : ", eager") +
@@ -72,16 +75,24 @@ void run_steps(bool cuda_graph, float nvfp4_input_scale = -1.0f) {
                                    {0.5f, 0.5f, false, false},
                                    {0.6f, 0.6f, true, true},
                                    {0.9f, 0.2f, false, true}};
+  std::vector<TimestepPlan> plans;
+  for (const Step& st : steps) plans.push_back(make_timestep_plan(layout, st.t_video, st.t_audio));
+  const std::vector<float> elsewhere = {0.123f, 0.456f};  // timesteps no call uses
   std::vector<float> text;
   for (size_t i = 0; i < steps.size(); ++i) {
     const Step& st = steps[i];
     if (st.new_text) text = normal(layout.text_len * c.text_dim, g, true);
     const std::vector<float> video = normal(layout.video_rows() * c.video_features(), g, false);
     const std::vector<float> audio = normal(layout.audio_rows() * c.audio_channels, g, false);
-    const TimestepPlan plan = make_timestep_plan(layout, st.t_video, st.t_audio);
-    const ForwardInputs in{layout, plan, video.data(), audio.data(), text.data()};
+    const TimestepPlan& plan = plans[i];
+    ForwardInputs in{layout, plan, video.data(), audio.data(), text.data()};
+    if (ahead == Ahead::right && i + 1 < steps.size()) in.next_timesteps = &plans[i + 1].timestep;
+    if (ahead == Ahead::wrong) in.next_timesteps = &elsewhere;
     const ForwardOutputs got = session.forward(in);
     const model::ForwardStepTimes& t = session.last_times();
+    // Every step's timesteps differ from the previous step's: with the right look-ahead each
+    // step after the first takes its time embedding from it.
+    EXPECT_EQ(t.temb_ahead, ahead == Ahead::right && i > 0) << "step " << i;
     EXPECT_EQ(t.graph, cuda_graph && st.expect_graph) << "step " << i;
     EXPECT_EQ(t.text_refined, st.new_text) << "step " << i;
     const ForwardOutputs want = model::forward_cuda(dev, in);
@@ -106,6 +117,13 @@ TEST(ForwardSession, GraphStepsBitIdenticalToForwardCuda) {
 TEST(ForwardSession, Nvfp4GraphStepsBitIdenticalToForwardCuda) {
   run_steps(true, 0.0f);
   run_steps(true, 16.0f / 2688.0f);
+}
+
+// The time embedding computed one call ahead (full-form AdaLN: the host time MLP) gives the same
+// bits as computing it in the call; a look-ahead naming timesteps that never come changes nothing.
+TEST(ForwardSession, TimeEmbeddingLookAheadBitIdentical) {
+  run_steps(true, -1.0f, Ahead::right);
+  run_steps(false, -1.0f, Ahead::wrong);
 }
 
 TEST(ForwardSession, RejectsAnotherLayout) {
