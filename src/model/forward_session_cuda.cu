@@ -529,12 +529,17 @@ struct ForwardSessionCuda::Impl {
     }
   }
 
-  // The look-ahead: the next call's time embedding, on the host while the device works.
+  // Bytes of the AdaLN input rows of M timesteps (h_temb, temb; set up by grow_tables).
+  size_t temb_bytes(int64_t M) const {
+    return static_cast<size_t>(M * m.config.adaln_in()) * dtype_size(temb.dtype());
+  }
+
+  // The look-ahead: the next call's time embedding, on the host while the device works; none
+  // for the timesteps this call already holds (the next call keeps them).
   void compute_ahead(const std::vector<float>* next) {
-    if (!next || next->empty() || *next == ahead_timesteps) return;
+    if (!next || next->empty() || *next == ahead_timesteps || *next == cached_timesteps) return;
     const auto t0 = Clock::now();
-    const DType dt = curve() ? DType::f32 : DType::bf16;
-    ahead_temb.resize(next->size() * m.config.adaln_in() * dtype_size(dt));
+    ahead_temb.resize(temb_bytes(static_cast<int64_t>(next->size())));
     adaln_input(m, *next, ahead_temb.data());
     ahead_timesteps = *next;
     times.ahead_ms = ms_since(t0);
@@ -656,12 +661,10 @@ struct ForwardSessionCuda::Impl {
 
   // Staged inputs -> device, text and condition rows into the packed stream, the projections.
   void enqueue_inputs(int64_t M, bool timed) {
-    const H3Config& c = m.config;
     bf16* x = b.x.ptr<bf16>();
     mark(timed, "inputs");
-    H3RT_CUDA_CHECK(cudaMemcpyAsync(temb.data(), h_temb.as<void>(),
-                                    M * c.adaln_in() * dtype_size(temb.dtype()),
-                                    cudaMemcpyHostToDevice, s));
+    H3RT_CUDA_CHECK(
+        cudaMemcpyAsync(temb.data(), h_temb.as<void>(), temb_bytes(M), cudaMemcpyHostToDevice, s));
     upload_heads();
     if (L)
       H3RT_CUDA_CHECK(
