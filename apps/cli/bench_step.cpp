@@ -18,6 +18,7 @@ namespace {
 
 struct Opts {
   std::string preset = "h3", gemm = "bf16", cuda_graph = "on", out = "-", attention = "bf16", plot;
+  std::string sampler_state = "device";
   int reps = 3, warmup = 1, steps = 8, group = 256;
   int64_t width = 0, height = 0, frames = 0;
   uint64_t seed = 440420, weights_seed = 0;
@@ -99,6 +100,7 @@ bench::StepBenchOptions to_bench(const Opts& o) {
   b.warmup = o.warmup;
   b.steps = o.steps;
   b.cuda_graph = o.cuda_graph == "on";
+  b.device_loop = o.sampler_state == "device";
   b.fp8 = o.gemm == "fp8";
   b.nvfp4 = o.gemm == "nvfp4";
   b.sage_attention = o.attention == "sage";
@@ -175,6 +177,14 @@ void add_bench_step_command(CLI::App& bench) {
                    "Replay the steps from CUDA graphs (each captured after one eager step with the "
                    "same number of distinct timesteps)")
       ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  sample
+      ->add_option("--sampler-state", s->sampler_state,
+                   "Where the latents live between steps: device (the forward reads and writes "
+                   "device rows, the Euler update runs on the GPU, nothing crosses to the host "
+                   "until the end; sample()'s default for a CUDA model) or host (the velocities "
+                   "come back each step and the update runs on the CPU)")
+      ->check(CLI::IsMember({"device", "host"}))
       ->capture_default_str();
   sample->callback([s] {
 #ifdef H3RT_HAVE_CUDA

@@ -27,7 +27,7 @@ struct SampleOptions {
   std::string inputs, text_embeddings, conditioning;
   RequestOptions request;
   int steps = 8;
-  std::string sampler = "euler", scheduler = "diffusers";
+  std::string sampler = "euler", scheduler = "diffusers", sampler_state = "device";
   double shift = kVideoShift, audio_shift = kAudioShift;
   int checkpoint_every = 0;
   std::string checkpoint_file, resume;
@@ -73,6 +73,7 @@ h3rt::SampleOptions library_options(const SampleOptions& o, const ModelOptions& 
   const HybridPolicy hybrid = hybrid_policy(o.hybrid, kHybridFlagNames);
   so.hybrid = hybrid.hybrid;
   so.step_cache = hybrid.step_cache;
+  so.device_loop = o.sampler_state == "device";
   return so;
 }
 
@@ -145,6 +146,7 @@ nlohmann::json report_of(const SampleOptions& o, const h3rt::SampleOptions& so, 
                    {"sigmas", res.video_sigmas},
                    {"resumed_steps", res.resumed_steps},
                    {"resumed_from", o.resume}};
+  j["sampling"]["sampler_state"] = res.device_loop ? "device" : "host";
   j["hybrid"] = hybrid_report(so, res);
   j["gemm"] = o.model.gemm;
   return j;
@@ -330,6 +332,13 @@ void add_sample_command(CLI::App& app) {
                   "sampler options (differences are named). The result equals an uninterrupted "
                   "run's bit for bit")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--sampler-state", o->sampler_state,
+                  "With --device cuda: where the latents live between steps. device: the "
+                  "sampler updates run on the GPU and nothing crosses to the host until the end "
+                  "(runs with denoise masks, --sparse-attention or --step-cache keep theirs on "
+                  "the host); host: the velocities come back each step. Same bits either way")
+      ->check(CLI::IsMember({"device", "host"}))
+      ->capture_default_str();
   cmd->add_option("--cuda-graph", o->model.cuda_graph,
                   "With --device cuda: replay the steps from CUDA graphs (same bits as eager "
                   "launches; the first step of each kind runs eagerly)")

@@ -136,6 +136,8 @@ class Denoiser {
   virtual ForwardOutputs forward(const ForwardInputs& inputs) = 0;
   virtual std::string device_name() const = 0;  // "cpu", or the GPU's name and sm
   virtual Precision precision() const = 0;
+  // Whether forward() takes rows and velocities in device memory (ForwardInputs::device).
+  virtual bool device_rows() const { return false; }
   // Peak device bytes (allocated, reserved) of the caching arena; zeros on the CPU.
   virtual std::pair<int64_t, int64_t> device_peak_bytes() const { return {0, 0}; }
   // The weight streaming plan of the latest forward's shape (DenoiserOptions::device_memory_limit);
@@ -313,6 +315,11 @@ struct SampleOptions {
   // with an empty cache).
   HybridOptions hybrid;
   StepCacheOptions step_cache;
+  // With a denoiser that takes device rows (Denoiser::device_rows: the CUDA one), keep the
+  // loop's state in device memory and run the sampler updates there: nothing crosses to the host
+  // between steps (the result is bit-identical either way). Runs with denoise masks, the hybrid
+  // or step caching keep their state on the host. false: always on the host.
+  bool device_loop = true;
 };
 
 struct SampleResult {
@@ -323,6 +330,7 @@ struct SampleResult {
   int resumed_steps = 0;                 // steps restored from resume_path (0: a fresh run)
   std::vector<float> video_sigmas;       // the schedule the run used, terminal 0 included
   std::vector<HybridStep> hybrid_steps;  // one per step run here: sparse or dense, cache use
+  bool device_loop = false;              // the state stayed in device memory (device_loop)
 };
 
 // The identity a resume file records for a model: for a checkpoint a hash of its safetensors

@@ -139,7 +139,8 @@ def sample(model, width=0, height=0, frames=0, steps=8, seed=440420, text=None, 
            sparse_check_bound=0.05):
     """The whole denoising loop, the same noise and bits as `h3rt sample` with the same
     options. Returns {"video_latents": [1,24,T,H/16,W/16], "audio_latents": [2,32,N],
-    "stages": [per-step seconds], "sigmas": the schedule, "resumed_steps"}.
+    "stages": [per-step seconds], "sigmas": the schedule, "resumed_steps", "sampler_state":
+    "device" when a CUDA model's loop kept the latents on the GPU between steps, else "host"}.
     progress(step, steps, seconds) is called before the first step and after each; returning
     False (or Ctrl-C) raises h3rt.Cancelled. scheduler "diffusers" (the reference's Euler,
     default) or "simple" (ComfyUI's schedule and loop) with sampler "euler", "res_multistep" or

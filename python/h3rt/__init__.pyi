@@ -136,7 +136,7 @@ def sample(model: Model, width: int = 0, height: int = 0, frames: int = 0, steps
            video_latent_image: Optional[ArrayLike] = None,
            audio_latent_image: Optional[ArrayLike] = None) -> dict[str, Any]:
     """{"video_latents": [1, 24, T, H/16, W/16], "audio_latents": [2, 32, N], "stages": [...],
-    "sigmas": [...], "resumed_steps": int}; the same bits as `h3rt sample` with the same
+    "sigmas": [...], "resumed_steps": int, "sampler_state": "device" | "host"}; the same bits as `h3rt sample` with the same
     options (scheduler diffusers|simple, sampler euler|res_multistep|euler_ancestral).
     Denoise masks (scheduler simple): video_denoise_mask [T, H/16, W/16], audio_denoise_mask
     [2, N], and the clean latents they keep (default zeros)."""

@@ -579,6 +579,7 @@ nb::dict sample(Model& m, int64_t width, int64_t height, int64_t frames, int ste
   out["sigmas"] = res.video_sigmas;
   out["resumed_steps"] = res.resumed_steps;
   out["hybrid"] = hybrid_list(res.hybrid_steps);
+  out["sampler_state"] = res.device_loop ? "device" : "host";
   return out;
 }
 

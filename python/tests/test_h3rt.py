@@ -219,6 +219,7 @@ def test_sample_comfy_sampler_equals_cli_and_resumes(tmp_path):
     m = h3rt.preset("tiny")
     whole = h3rt.sample(m, **opts)
     assert whole["sigmas"] == h3rt.simple_sigmas(6, 12.0)
+    assert whole["sampler_state"] == "host"  # a CPU model's loop
     ckpt = tmp_path / "run.resume"
     with pytest.raises(h3rt.Cancelled, match="resume file"):
         h3rt.sample(m, checkpoint=ckpt, progress=lambda step, steps, s: step < 2, **opts)

@@ -37,6 +37,7 @@ struct StepBenchOptions {
   int reps = 3, warmup = 1;                                                       // step
   int steps = 8;                // sample: model evaluations
   bool cuda_graph = true;       // sample
+  bool device_loop = true;      // sample: the latents stay on the device (pipeline/device_loop.h)
   bool fp8 = false;             // fp8 e4m3 block GEMMs (static per-tensor scales)
   bool nvfp4 = false;           // NVFP4 W4A4 block GEMMs (static input scales: fused producers)
   int int8_group = -1;          // >= 0: int8 W8A8 block GEMMs with this convrot group (0: none)

@@ -156,6 +156,7 @@ class CudaDenoiser : public Denoiser {
     return std::string(p.name) + " (sm_" + std::to_string(p.major) + std::to_string(p.minor) + ")";
   }
   Precision precision() const override { return Precision::bf16; }
+  bool device_rows() const override { return true; }
   std::pair<int64_t, int64_t> device_peak_bytes() const override {
     const auto st = cuda::default_arena().stats();
     return {st.peak_allocated, st.peak_reserved};

@@ -23,6 +23,8 @@ class Inpaint {
   void denoised(FloatVec& video, FloatVec& audio) const;
   // After the loop (the audio uncarried): elements with mask 0 are the clean latent exactly.
   void keep_clean(FloatVec& video_rows, FloatVec& audio_rows) const;
+  // Whether either stream is masked (else every call above changes nothing).
+  bool active() const { return !video_.mask.empty() || !audio_.mask.empty(); }
 
  private:
   struct Stream {

@@ -6,8 +6,10 @@
 
 #include "h3rt/formats.h"
 #include "h3rt/pipeline.h"
+#include "pipeline/device_loop.h"
 #include "pipeline/inpaint.h"
 #include "pipeline/resume.h"
+#include "sampler/update_scalars.h"
 
 namespace h3rt {
 namespace {
@@ -71,8 +73,9 @@ SamplerPlan plan_for(const SequenceLayout& L, const SampleOptions& o) {
 class Stepper {
  public:
   Stepper(Denoiser& d, const Request& r, const SamplerPlan& p, const SampleOptions& o,
-          const Inpaint& inpaint)
+          const Inpaint& inpaint, DeviceLoop* dev)
       : d_(d),
+        dev_(dev),
         req_(r),
         plan_(p),
         seed_(o.noise_seed),
@@ -90,9 +93,10 @@ class Stepper {
     auto t0 = Clock::now();
     const SigmaSchedule schedule = sigma_schedule(plan_, i);  // for PDD head banks
     const bool comfy = plan_.scheduler == Scheduler::simple;
-    if (comfy) model_inputs(i, st);
-    const float* video_in = comfy ? video_in_.data() : st.video_rows.data();
-    const float* audio_in = comfy ? audio_in_.data() : st.audio_rows.data();
+    if (dev_ && comfy) dev_->comfy_inputs(bf16_, plan_.audio_carry[i]);
+    if (!dev_ && comfy) model_inputs(i, st);
+    const float* video_in = dev_ ? nullptr : comfy ? video_in_.data() : st.video_rows.data();
+    const float* audio_in = dev_ ? nullptr : comfy ? audio_in_.data() : st.audio_rows.data();
     const TimestepPlan tplan =
         next_step_ == i ? std::move(next_plan_) : step_plan(req_, plan_, i, masks_);
     // The next step's plan now, so that the forward computes its time embedding while the
@@ -109,6 +113,7 @@ class Stepper {
                      or_null(req_.cond.audio)};
     in.step = i;  // names the step in finite-check errors; check_finite first checks step 0
     if (next_step_ >= 0) in.next_timesteps = &next_plan_.timestep;
+    if (dev_) in.device = dev_->io(comfy);
     HybridStep rec;
     SparseStats stats;
     rec.sparse = sparse_step(hybrid_, i);
@@ -131,6 +136,7 @@ class Stepper {
     if (in.sparse_check && check_.checking()) rec.check = check_.last();
     records_.push_back(rec);
     t0 = Clock::now();
+    if (dev_) return update_on_device(i, st, t, t0);
     const auto vn = static_cast<int64_t>(st.video_rows.size());
     const auto an = static_cast<int64_t>(st.audio_rows.size());
     if (comfy) {
@@ -151,6 +157,28 @@ class Stepper {
   }
 
  private:
+  // The step's update queued on the device after its forward (sampler_update: the host's part),
+  // then the wait for both (counted as the denoiser's). The host keeps the multistep state's
+  // scalars; its buffers stay on the device.
+  StageSeconds update_on_device(int i, resume::LoopState& st, StageSeconds t,
+                                Clock::time_point t0) {
+    if (plan_.scheduler == Scheduler::simple) {
+      dev_->comfy_step(update::video_denoised_scalars(plan_, i),
+                       update::audio_denoised_scalars(plan_, i, bf16_),
+                       update::comfy_update_scalars(plan_, i, st.comfy), seed_, i);
+      update::advance_comfy_state(plan_, i, st.comfy);
+    } else {
+      const SamplerStep& s = plan_.steps[i];
+      dev_->euler_step(update::euler_rf_scalars(s.t_video, s.sigma_video, s.sigma_video_next),
+                       update::euler_rf_scalars(s.t_audio, s.sigma_audio, s.sigma_audio_next));
+    }
+    t.sampler_update = seconds_since(t0);
+    t0 = Clock::now();
+    dev_->wait();
+    t.denoiser += seconds_since(t0);
+    return t;
+  }
+
   // The state the model is called on (the masks' blend with the clean latent), cast to the
   // model dtype as ComfyUI casts it, the network given the uncarried audio.
   void model_inputs(int i, const resume::LoopState& st) {
@@ -166,6 +194,7 @@ class Stepper {
   }
 
   Denoiser& d_;
+  DeviceLoop* dev_;  // null: the state on the host
   const Request& req_;
   const SamplerPlan& plan_;
   uint64_t seed_;
@@ -205,11 +234,14 @@ struct Control {
   int total;
   Clock::time_point start = Clock::now();
 
-  void save(const resume::LoopState& st) const {
+  DeviceLoop* dev = nullptr;  // where the state lives when not on the host
+
+  void save(resume::LoopState& st) const {
+    if (dev) dev->download(st);
     resume::write(o.checkpoint_path, keys, st, video_rows, audio_rows);
   }
   // After a step (stepped) or before the first one.
-  void check(const resume::LoopState& st, bool stepped) const {
+  void check(resume::LoopState& st, bool stepped) const {
     const int done = st.steps_done;
     if (stepped && o.checkpoint_every > 0 && done % o.checkpoint_every == 0 && done < total)
       save(st);
@@ -225,6 +257,17 @@ struct Control {
     throw Cancelled(msg);
   }
 };
+
+// The device loop where it applies (SampleOptions::device_loop), holding the state `st`.
+std::unique_ptr<DeviceLoop> device_loop_for(const Denoiser& d, const SampleOptions& o,
+                                            const Inpaint& inpaint, const resume::LoopState& st) {
+  if (!o.device_loop || !d.device_rows() || inpaint.active()) return nullptr;
+  if (o.hybrid.sparse.enabled() || o.step_cache.enabled()) return nullptr;
+  std::unique_ptr<DeviceLoop> dev = DeviceLoop::create(static_cast<int64_t>(st.video_rows.size()),
+                                                       static_cast<int64_t>(st.audio_rows.size()));
+  if (dev) dev->upload(st);
+  return dev;
+}
 
 SampleResult finish(const SamplerPlan& plan, resume::LoopState& st, const H3Config& c,
                     const SequenceLayout& L, const Inpaint& inpaint,
@@ -263,23 +306,27 @@ SampleResult sample(Denoiser& denoiser, Request req, const SampleOptions& o) {
   const Inpaint inpaint(req, c, plan);
   const int evals = static_cast<int>(plan.steps.size());
   const resume::RunKeys keys = resume::run_keys(denoiser, req, o);
-  const Control ctl{
+  Control ctl{
       o, keys, {L.video_rows(), c.video_features()}, {L.audio_rows(), c.audio_channels}, evals};
   resume::LoopState st = o.resume_path.empty() ? initial_state(req, plan, inpaint)
                                                : resume::read(o.resume_path, keys, ctl.video_rows,
                                                               ctl.audio_rows, evals);
   const int first = st.steps_done;
+  const std::unique_ptr<DeviceLoop> dev = device_loop_for(denoiser, o, inpaint, st);
+  ctl.dev = dev.get();
   ctl.check(st, false);
-  Stepper stepper(denoiser, req, plan, o, inpaint);
+  Stepper stepper(denoiser, req, plan, o, inpaint, dev.get());
   std::vector<StageSeconds> stages;
   for (int i = first; i < evals; ++i) {
     stages.push_back(stepper.run(i, st));
     st.steps_done = i + 1;
     ctl.check(st, true);
   }
+  if (dev) dev->download(st);
   SampleResult res = finish(plan, st, c, L, inpaint, std::move(stages));
   res.resumed_steps = first;
   res.hybrid_steps = stepper.hybrid_steps();
+  res.device_loop = dev != nullptr;
   return res;
 }
 

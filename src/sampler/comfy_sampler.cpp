@@ -13,6 +13,7 @@
 #include "h3rt/formats.h"
 #include "h3rt/sampler.h"
 #include "sampler/fp_exact.h"
+#include "sampler/update_scalars.h"
 
 namespace h3rt {
 namespace {
@@ -35,19 +36,9 @@ float nan_to_num(float x) {
   return x;
 }
 
-// x = x + ((x - denoised) / sigma) * dt: the Euler branch of sample_euler and res_multistep.
-void euler_update(float* x, const float* den, int64_t n, float sigma, float dt) {
-  for (int64_t i = 0; i < n; ++i)
-    x[i] = fp::add(x[i], fp::mul(fp::div(fp::sub(x[i], den[i]), sigma), dt));
-}
-
 // res_multistep's second-order step: x = exp(-h) x + h (b1 denoised + b2 old_denoised).
-struct ResCoefficients {
-  float decay, h, b1, b2;
-};
-
-ResCoefficients res_coefficients(float sigma_prev, float sigma, float old_sigma_down,
-                                 float sigma_down) {
+update::ComfyUpdate res_scalars(float sigma_prev, float sigma, float old_sigma_down,
+                                float sigma_down) {
   const float t = -log_f32(sigma), t_old = -log_f32(old_sigma_down);
   const float t_next = -log_f32(sigma_down), t_prev = -log_f32(sigma_prev);
   const float h = fp::sub(t_next, t);
@@ -55,22 +46,17 @@ ResCoefficients res_coefficients(float sigma_prev, float sigma, float old_sigma_
   const float mh = -h;
   const float phi1 = fp::div(expm1_f32(mh), mh);
   const float phi2 = fp::div(fp::sub(phi1, 1.0f), mh);
-  return {exp_f32(mh), h, nan_to_num(fp::sub(phi1, fp::div(phi2, c2))),
-          nan_to_num(fp::div(phi2, c2))};
-}
-
-void res_update(float* x, const float* den, const float* old, int64_t n, const ResCoefficients& c) {
-  for (int64_t i = 0; i < n; ++i)
-    x[i] = fp::add(fp::mul(c.decay, x[i]),
-                   fp::mul(c.h, fp::add(fp::mul(c.b1, den[i]), fp::mul(c.b2, old[i]))));
+  update::ComfyUpdate u;
+  u.kind = update::ComfyKind::res;
+  u.decay = exp_f32(mh);
+  u.h = h;
+  u.b1 = nan_to_num(fp::sub(phi1, fp::div(phi2, c2)));
+  u.b2 = nan_to_num(fp::div(phi2, c2));
+  return u;
 }
 
 // sample_euler_ancestral_RF with eta = 1 and s_noise = 1.
-struct AncestralCoefficients {
-  float ratio, rescale, renoise;
-};
-
-AncestralCoefficients ancestral_coefficients(float sigma, float sigma_next) {
+update::ComfyUpdate ancestral_scalars(float sigma, float sigma_next) {
   const float eta = 1.0f;
   const float downstep = fp::add(1.0f, fp::mul(fp::sub(fp::div(sigma_next, sigma), 1.0f), eta));
   const float sigma_down = fp::mul(sigma_next, downstep);
@@ -78,37 +64,36 @@ AncestralCoefficients ancestral_coefficients(float sigma, float sigma_next) {
   const float down_term =
       fp::div(fp::mul(fp::mul(sigma_down, sigma_down), fp::mul(alpha_next, alpha_next)),
               fp::mul(alpha_down, alpha_down));
-  return {fp::div(sigma_down, sigma), fp::div(alpha_next, alpha_down),
-          fp::sqrt(fp::sub(fp::mul(sigma_next, sigma_next), down_term))};
+  update::ComfyUpdate u;
+  u.kind = update::ComfyKind::ancestral;
+  u.ratio = fp::div(sigma_down, sigma);
+  u.keep = fp::sub(1.0f, u.ratio);
+  u.rescale = fp::div(alpha_next, alpha_down);
+  u.renoise = fp::sqrt(fp::sub(fp::mul(sigma_next, sigma_next), down_term));
+  return u;
 }
 
-void ancestral_update(float* x, const float* den, const float* noise, int64_t n,
-                      const AncestralCoefficients& c) {
-  const float keep = fp::sub(1.0f, c.ratio), s_noise = 1.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float mixed = fp::add(fp::mul(c.ratio, x[i]), fp::mul(keep, den[i]));
-    x[i] = fp::add(fp::mul(c.rescale, mixed), fp::mul(fp::mul(noise[i], s_noise), c.renoise));
-  }
+void check_simple_step(const SamplerPlan& p, int step) {
+  H3RT_CHECK(p.scheduler == Scheduler::simple, "comfy_sampler_step needs a simple-schedule plan");
+  H3RT_CHECK(step >= 0 && step < static_cast<int>(p.steps.size()), "comfy_sampler_step: step ",
+             step, " outside [0, ", p.steps.size(), ")");
 }
 
-void copy_into(FloatVec& dst, const float* src, int64_t n) {
-  dst.assign(src, src + n);
+// One stream's update on the host: den its denoised, old the previous one (res), noise the
+// step's noise (ancestral).
+void apply_update(float* x, const float* den, const float* old, const float* noise, int64_t n,
+                  const update::ComfyUpdate& u) {
+  for (int64_t i = 0; i < n; ++i)
+    x[i] = update::comfy_update(x[i], den[i], old ? old[i] : 0.0f, noise ? noise[i] : 0.0f, u);
 }
 
-void step_ancestral(const SamplerPlan& p, int step, float* video, const float* vden, int64_t vn,
-                    float* audio, const float* aden, int64_t an, uint64_t seed) {
-  const SamplerStep& s = p.steps[step];
-  if (s.sigma_video_next == 0.0f) {  // x = denoised
-    std::copy(vden, vden + vn, video);
-    std::copy(aden, aden + an, audio);
-    return;
-  }
-  const AncestralCoefficients c = ancestral_coefficients(s.sigma_video, s.sigma_video_next);
-  FloatVec noise(static_cast<size_t>(std::max(vn, an)));
-  ancestral_noise(seed, step, false, noise.data(), vn);
-  ancestral_update(video, vden, noise.data(), vn, c);
-  ancestral_noise(seed, step, true, noise.data(), an);
-  ancestral_update(audio, aden, noise.data(), an, c);
+void apply_denoised(const float* x, const float* v, const float* x_net, int64_t n,
+                    const update::Denoised& d, float* den) {
+  for (int64_t i = 0; i < n; ++i) den[i] = update::denoised(x[i], v[i], x_net ? x_net[i] : 0.f, d);
+}
+
+const float* or_null(const FloatVec& v) {
+  return v.empty() ? nullptr : v.data();
 }
 
 // CONST.noise_scaling of one element: sigma * noise + (1 - sigma) * clean, keep = f32(1 - sigma).
@@ -118,67 +103,86 @@ float noise_scaled(float sigma, float keep, float noise, float clean) {
 
 }  // namespace
 
+update::Denoised update::video_denoised_scalars(const SamplerPlan& plan, int step) {
+  Denoised d;
+  d.sigma = plan.steps.at(step).sigma_video;
+  return d;
+}
+
+update::Denoised update::audio_denoised_scalars(const SamplerPlan& plan, int step,
+                                                bool bf16_model) {
+  Denoised d = video_denoised_scalars(plan, step);
+  const double scale = plan.audio_scale;
+  if (scale == 1.0) return d;
+  d.carried = true;
+  d.bf16_model = bf16_model;
+  d.keep = static_cast<float>(1.0 - scale);
+  d.gain = fp::add(1.0f, fp::mul(static_cast<float>(scale - 1.0), plan.steps[step].sigma_audio));
+  return d;
+}
+
+update::ComfyUpdate update::comfy_update_scalars(const SamplerPlan& p, int step,
+                                                 const ComfyState& st) {
+  check_simple_step(p, step);
+  const SamplerStep& s = p.steps[step];
+  const float sigma = s.sigma_video, sigma_down = s.sigma_video_next;  // eta 0: sigma_down = next
+  ComfyUpdate u;
+  if (p.sampler == SamplerKind::euler_ancestral) {
+    if (sigma_down == 0.0f) {  // x = denoised
+      u.kind = ComfyKind::to_denoised;
+      return u;
+    }
+    return ancestral_scalars(sigma, sigma_down);
+  }
+  const bool second_order =
+      p.sampler == SamplerKind::res_multistep && sigma_down != 0.0f && st.has_old;
+  if (second_order) u = res_scalars(p.video_sigmas[step - 1], sigma, st.old_sigma_down, sigma_down);
+  u.sigma = sigma;
+  u.dt = fp::sub(sigma_down, sigma);
+  // (res_multistep, eta 0: ComfyUI adds noise * 0, which changes no value)
+  u.store_old = p.sampler == SamplerKind::res_multistep;
+  return u;
+}
+
+void update::advance_comfy_state(const SamplerPlan& p, int step, ComfyState& st) {
+  if (p.sampler != SamplerKind::res_multistep) return;
+  st.has_old = true;
+  st.old_sigma_down = p.steps.at(step).sigma_video_next;
+}
+
 void comfy_audio_model_input(const float* y, int64_t n, float carry, bool bf16_model,
                              float* x_net) {
-  if (!bf16_model) {
-    for (int64_t i = 0; i < n; ++i) x_net[i] = fp::mul(y[i], carry);
-    return;
-  }
-  const float c = round_bf16(carry);
-  for (int64_t i = 0; i < n; ++i) x_net[i] = round_bf16(fp::mul(round_bf16(y[i]), c));
+  for (int64_t i = 0; i < n; ++i) x_net[i] = update::audio_model_input(y[i], carry, bf16_model);
 }
 
 void comfy_denoised(const float* x, const float* v, int64_t n, float sigma, float* denoised) {
-  for (int64_t i = 0; i < n; ++i) denoised[i] = fp::sub(x[i], fp::mul(-v[i], sigma));
+  update::Denoised d;
+  d.sigma = sigma;
+  apply_denoised(x, v, nullptr, n, d, denoised);
 }
 
 void comfy_denoised_carried(const SamplerPlan& plan, int step, const float* y, const float* x_net,
                             const float* v_net, int64_t n, bool bf16_model, float* denoised) {
-  const SamplerStep& s = plan.steps.at(step);
-  const double scale = plan.audio_scale;
-  if (scale == 1.0) return comfy_denoised(y, v_net, n, s.sigma_video, denoised);
-  const float keep = static_cast<float>(1.0 - scale);
-  const float gain = fp::add(1.0f, fp::mul(static_cast<float>(scale - 1.0), s.sigma_audio));
-  for (int64_t i = 0; i < n; ++i) {
-    float a = fp::mul(keep, x_net[i]);
-    if (bf16_model) a = round_bf16(a);
-    const float out = fp::add(a, fp::mul(gain, -v_net[i]));
-    denoised[i] = fp::sub(y[i], fp::mul(out, s.sigma_video));
-  }
+  apply_denoised(y, v_net, x_net, n, update::audio_denoised_scalars(plan, step, bf16_model),
+                 denoised);
 }
 
 void comfy_sampler_step(const SamplerPlan& p, int step, ComfyState& st, float* video,
                         const float* vden, int64_t vn, float* audio, const float* aden, int64_t an,
                         uint64_t noise_seed) {
-  H3RT_CHECK(p.scheduler == Scheduler::simple, "comfy_sampler_step needs a simple-schedule plan");
-  H3RT_CHECK(step >= 0 && step < static_cast<int>(p.steps.size()), "comfy_sampler_step: step ",
-             step, " outside [0, ", p.steps.size(), ")");
-  const SamplerStep& s = p.steps[step];
-  const float sigma = s.sigma_video, sigma_down = s.sigma_video_next;  // eta 0: sigma_down = next
-  switch (p.sampler) {
-    case SamplerKind::euler_ancestral:
-      return step_ancestral(p, step, video, vden, vn, audio, aden, an, noise_seed);
-    case SamplerKind::euler:
-      euler_update(video, vden, vn, sigma, fp::sub(sigma_down, sigma));
-      euler_update(audio, aden, an, sigma, fp::sub(sigma_down, sigma));
-      return;
-    case SamplerKind::res_multistep:
-      if (sigma_down == 0.0f || !st.has_old) {
-        euler_update(video, vden, vn, sigma, fp::sub(sigma_down, sigma));
-        euler_update(audio, aden, an, sigma, fp::sub(sigma_down, sigma));
-      } else {
-        const ResCoefficients c =
-            res_coefficients(p.video_sigmas[step - 1], sigma, st.old_sigma_down, sigma_down);
-        res_update(video, vden, st.old_video.data(), vn, c);
-        res_update(audio, aden, st.old_audio.data(), an, c);
-      }
-      // (eta 0: ComfyUI adds noise * 0, which changes no value)
-      copy_into(st.old_video, vden, vn);
-      copy_into(st.old_audio, aden, an);
-      st.has_old = true;
-      st.old_sigma_down = sigma_down;
-      return;
+  const update::ComfyUpdate u = update::comfy_update_scalars(p, step, st);
+  const bool res = u.kind == update::ComfyKind::res;
+  const bool noisy = u.kind == update::ComfyKind::ancestral;
+  FloatVec noise(noisy ? static_cast<size_t>(std::max(vn, an)) : 0);
+  if (noisy) ancestral_noise(noise_seed, step, false, noise.data(), vn);
+  apply_update(video, vden, res ? st.old_video.data() : nullptr, or_null(noise), vn, u);
+  if (noisy) ancestral_noise(noise_seed, step, true, noise.data(), an);
+  apply_update(audio, aden, res ? st.old_audio.data() : nullptr, or_null(noise), an, u);
+  if (u.store_old) {
+    st.old_video.assign(vden, vden + vn);
+    st.old_audio.assign(aden, aden + an);
   }
+  update::advance_comfy_state(p, step, st);
 }
 
 void ancestral_noise(uint64_t seed, int step, bool audio, float* out, int64_t n) {

@@ -7,22 +7,23 @@
 #include "h3rt/check.h"
 #include "h3rt/sampler.h"
 #include "sampler/fp_exact.h"
+#include "sampler/update_scalars.h"
 
 namespace h3rt {
 
-void euler_step(float* x, const float* v, int64_t n, float t, float sigma, float sigma_next) {
+update::EulerRf update::euler_rf_scalars(float t, float sigma, float sigma_next) {
   H3RT_CHECK(sigma > 0.0f, "euler_step: sigma must be positive, got ", sigma);
-  const float one_minus_t = fp::sub(1.0f, t);
-  if (sigma_next == 0.0f) {  // last step: the model's clean estimate
-    for (int64_t i = 0; i < n; ++i) x[i] = fp::add(x[i], fp::mul(one_minus_t, v[i]));
-    return;
-  }
-  const float r = fp::div(sigma_next, sigma);
-  const float one_minus_r = fp::sub(1.0f, r);
-  for (int64_t i = 0; i < n; ++i) {
-    const float x0 = fp::add(x[i], fp::mul(one_minus_t, v[i]));
-    x[i] = fp::add(fp::mul(r, x[i]), fp::mul(one_minus_r, x0));
-  }
+  EulerRf c;
+  c.one_minus_t = fp::sub(1.0f, t);
+  c.last = sigma_next == 0.0f;  // last step: the model's clean estimate
+  c.r = fp::div(sigma_next, sigma);
+  c.one_minus_r = fp::sub(1.0f, c.r);
+  return c;
+}
+
+void euler_step(float* x, const float* v, int64_t n, float t, float sigma, float sigma_next) {
+  const update::EulerRf c = update::euler_rf_scalars(t, sigma, sigma_next);
+  for (int64_t i = 0; i < n; ++i) x[i] = update::euler_rf(x[i], v[i], c);
 }
 
 void sampler_step(const SamplerPlan& plan, int step, float* video_rows, const float* video_v,
