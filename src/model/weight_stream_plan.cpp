@@ -185,6 +185,9 @@ int64_t estimate_working_set_bytes(const H3Config& c, const BlockStorage& s, boo
   if (f.text) b += block_buffer_bytes(c, s, false, f.text) + f.text * (c.text_dim + H) * 2;
   b += (f.cond_video + f.cond_audio) * H * 2 + f.rows * 8;  // condition rows, timestep index
   b += 2 * (f.video * P + f.audio * A) * 4;                 // patch inputs, velocities (f32)
+  // sample()'s device loop (pipeline/device_loop.h): latent, network input, velocity and
+  // previous denoised per stream, and one noise buffer.
+  b += 4 * (f.video * P + f.audio * A) * 4 + std::max(f.video * P, f.audio * A) * 4;
   const int64_t scratch = std::max({f.video, f.audio, f.cond_video, f.cond_audio}) * H * 4;
   if (scratch > f.rows * 2 * c.ffn * 2) b += scratch;  // else the session borrows `h`
   b += int64_t(32) << 20;                              // cuBLAS workspace
