@@ -233,3 +233,11 @@ def test_device_argument_errors():
         with pytest.raises(ValueError, match="video: a CUDA array on device 1, the model runs "
                                              "on cuda:0"):
             m.forward_latents(dv.to("cuda:1"), da.to("cuda:1"), 0.7, text)
+
+
+def test_sample_keeps_its_state_on_the_device(cuda_model):
+    out = h3rt.sample(cuda_model, steps=3, scheduler="simple", sampler="res_multistep")
+    assert out["sampler_state"] == "device"
+    again = h3rt.sample(cuda_model, steps=3, scheduler="simple", sampler="res_multistep")
+    np.testing.assert_array_equal(out["video_latents"].view(np.uint32),
+                                  again["video_latents"].view(np.uint32))
