@@ -335,8 +335,8 @@ void add_sample_command(CLI::App& app) {
   cmd->add_option("--sampler-state", o->sampler_state,
                   "With --device cuda: where the latents live between steps. device: the "
                   "sampler updates run on the GPU and nothing crosses to the host until the end "
-                  "(runs with denoise masks, --sparse-attention or --step-cache keep theirs on "
-                  "the host); host: the velocities come back each step. Same bits either way")
+                  "(runs with denoise masks keep theirs on the host); host: the velocities come "
+                  "back each step. Same bits either way")
       ->check(CLI::IsMember({"device", "host"}))
       ->capture_default_str();
   cmd->add_option("--cuda-graph", o->model.cuda_graph,

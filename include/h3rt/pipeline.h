@@ -317,8 +317,8 @@ struct SampleOptions {
   StepCacheOptions step_cache;
   // With a denoiser that takes device rows (Denoiser::device_rows: the CUDA one), keep the
   // loop's state in device memory and run the sampler updates there: nothing crosses to the host
-  // between steps (the result is bit-identical either way). Runs with denoise masks, the hybrid
-  // or step caching keep their state on the host. false: always on the host.
+  // between steps (the result is bit-identical either way). Runs with denoise masks keep their
+  // state on the host. false: always on the host.
   bool device_loop = true;
 };
 

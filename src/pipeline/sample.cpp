@@ -262,7 +262,6 @@ struct Control {
 std::unique_ptr<DeviceLoop> device_loop_for(const Denoiser& d, const SampleOptions& o,
                                             const Inpaint& inpaint, const resume::LoopState& st) {
   if (!o.device_loop || !d.device_rows() || inpaint.active()) return nullptr;
-  if (o.hybrid.sparse.enabled() || o.step_cache.enabled()) return nullptr;
   std::unique_ptr<DeviceLoop> dev = DeviceLoop::create(static_cast<int64_t>(st.video_rows.size()),
                                                        static_cast<int64_t>(st.audio_rows.size()));
   if (dev) dev->upload(st);

@@ -1,13 +1,16 @@
 // sample() with its state in device memory (SampleOptions::device_loop, pipeline/device_loop.h)
 // against the same run with the state on the host, on the CUDA tiny preset: every sampler of
-// both loops, resumed runs, and the runs that keep their state on the host.
+// both loops, resumed runs, the hybrid and step caching, and the runs that keep their state on the
+// host.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 
 #include "../cpu/test_util.h"
 #include "../cpu/variant_files.h"
+#include "cuda/runtime.h"
 #include "cuda_test_util.h"
 #include "h3rt/pipeline.h"
 
@@ -74,6 +77,44 @@ TEST(DeviceLoop, CancelledAndResumedRunMatchesTheWholeRun) {
   EXPECT_EQ(resumed.resumed_steps, 3);
   expect_same_run(resumed, whole, "resumed after 3 of 5 steps");
   std::filesystem::remove(path);
+}
+
+// Sparse steps with the online check, and first-block step caching: the same decisions and
+// bits with the state on the device.
+TEST(DeviceLoop, HybridAndStepCacheMatchTheHostLoop) {
+  H3RT_REQUIRE_GPU();
+  const int cc = cuda::current_device_cc();
+  if (cc != 90 && cc != 120 && cc != 121) GTEST_SKIP() << "Sage kernels run on sm_90 / sm_12x";
+  DenoiserOptions o;
+  o.device = Device::cuda;
+  o.attention = Attention::sage;
+  auto d = Denoiser::create(ModelSource{}, o);
+  RequestOptions ro;
+  ro.width = 384;
+  ro.height = 256;
+  const Request r = make_request(d->config(), ro);
+  SampleOptions so;
+  so.steps = 5;
+  so.hybrid.sparse.tau = 0.5f;
+  so.hybrid.sparse.dense_blocks = 0;
+  so.hybrid.dense_steps = 1;
+  so.hybrid.check.every = 2;
+  so.step_cache.threshold = 1e9;  // reuse whenever allowed
+  so.step_cache.max_reuses = 1;
+  const SampleResult dev = sample(*d, r, so);
+  so.device_loop = false;
+  const SampleResult host = sample(*d, r, so);
+  EXPECT_TRUE(dev.device_loop);
+  expect_same_run(dev, host, "hybrid + step cache");
+  ASSERT_EQ(dev.hybrid_steps.size(), host.hybrid_steps.size());
+  for (size_t i = 0; i < dev.hybrid_steps.size(); ++i) {
+    const HybridStep &a = dev.hybrid_steps[i], &b = host.hybrid_steps[i];
+    EXPECT_EQ(a.sparse, b.sparse) << i;
+    EXPECT_EQ(a.cache.checked, b.cache.checked) << i;
+    EXPECT_EQ(a.cache.reused, b.cache.reused) << i;
+    EXPECT_EQ(a.check.checked, b.check.checked) << i;
+    if (!std::isnan(b.sparse_fraction)) EXPECT_EQ(a.sparse_fraction, b.sparse_fraction) << i;
+  }
 }
 
 TEST(DeviceLoop, MaskedRunsKeepTheirStateOnTheHost) {
