@@ -28,7 +28,6 @@
 #include "ops/linear/linear.h"
 #include "ops/linear_nvfp4/linear_nvfp4.h"
 #include "pipeline/device_loop.h"
-#include "sampler/update_scalars.h"
 
 namespace h3rt::bench {
 namespace {
@@ -423,10 +422,8 @@ nlohmann::json run_sample_bench(const StepBenchOptions& o) {
     s.packing = t.host_prepare_ms / 1e3;
     s.denoiser = (t.wall_ms - t.host_prepare_ms) / 1e3;
     auto t0 = Clock::now();
-    const SamplerStep& ps = plan.steps[i];
     if (dev) {  // queued; the wait for the step counts as the denoiser's
-      dev->euler_step(update::euler_rf_scalars(ps.t_video, ps.sigma_video, ps.sigma_video_next),
-                      update::euler_rf_scalars(ps.t_audio, ps.sigma_audio, ps.sigma_audio_next));
+      dev->euler_step(plan, i);
       s.sampler_update = seconds_since(t0);
       t0 = Clock::now();
       dev->wait();

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "h3rt/model.h"
+#include "h3rt/sampler.h"
 #include "pipeline/resume.h"
 #include "sampler/update_math.h"
 
@@ -36,8 +37,8 @@ class DeviceLoop {
   // for step `step` of `seed`, as ancestral_noise draws it).
   virtual void comfy_step(const update::Denoised& video, const update::Denoised& audio,
                           const update::ComfyUpdate& u, uint64_t seed, int step) = 0;
-  // The reference loop: euler_step on both streams.
-  virtual void euler_step(const update::EulerRf& video, const update::EulerRf& audio) = 0;
+  // The reference loop: step `step` of `plan` (sampler_step) on both streams.
+  virtual void euler_step(const SamplerPlan& plan, int step) = 0;
   // Blocks until the queued work is done.
   virtual void wait() = 0;
 };

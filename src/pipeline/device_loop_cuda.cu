@@ -4,6 +4,7 @@
 #include "pipeline/device_loop.h"
 #include "sampler/noise_cuda.h"
 #include "sampler/update_cuda.h"
+#include "sampler/update_scalars.h"
 
 namespace h3rt {
 namespace {
@@ -81,7 +82,12 @@ class CudaLoop final : public DeviceLoop {
     }
   }
 
-  void euler_step(const update::EulerRf& cv, const update::EulerRf& ca) override {
+  void euler_step(const SamplerPlan& plan, int step) override {
+    const SamplerStep& s = plan.steps.at(step);
+    const update::EulerRf cv =
+        update::euler_rf_scalars(s.t_video, s.sigma_video, s.sigma_video_next);
+    const update::EulerRf ca =
+        update::euler_rf_scalars(s.t_audio, s.sigma_audio, s.sigma_audio_next);
     H3RT_CUDA_CHECK(update::euler_rf_cuda({f(video_.x), f(video_.v), vn_, cv}, stream_));
     H3RT_CUDA_CHECK(update::euler_rf_cuda({f(audio_.x), f(audio_.v), an_, ca}, stream_));
   }

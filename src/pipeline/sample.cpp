@@ -168,9 +168,7 @@ class Stepper {
                        update::comfy_update_scalars(plan_, i, st.comfy), seed_, i);
       update::advance_comfy_state(plan_, i, st.comfy);
     } else {
-      const SamplerStep& s = plan_.steps[i];
-      dev_->euler_step(update::euler_rf_scalars(s.t_video, s.sigma_video, s.sigma_video_next),
-                       update::euler_rf_scalars(s.t_audio, s.sigma_audio, s.sigma_audio_next));
+      dev_->euler_step(plan_, i);
     }
     t.sampler_update = seconds_since(t0);
     t0 = Clock::now();
