@@ -362,13 +362,27 @@ void ensure_sparse_buffers(BlockCudaBuffers& b) {
   H3RT_CUDA_CHECK(cudaMemset(b.sparse_stats.data(), 0, b.sparse_stats.nbytes()));
 }
 
+void gate_mlp_residual_cuda(const H3Config& c, BlockCudaBuffers& b, const bf16* table,
+                            cudaStream_t s) {
+  ops::GatedResidualCudaParams gr;
+  gr.x = bp(b.x);
+  gr.y = bp(b.y);
+  gr.gate = table ? table + 5 * c.hidden : nullptr;
+  gr.row_table_index = table ? b.row_index.ptr<const int64_t>() : nullptr;
+  gr.rows = b.rows;
+  gr.dim = c.hidden;
+  gr.table_row_stride = 6 * c.hidden;
+  H3RT_CUDA_CHECK(ops::gated_residual_cuda(gr, s));
+}
+
 void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffers& b,
                         cudaStream_t s, const StageHook* hook, bool refiner,
-                        const BlockSparse* sparse) {
+                        const BlockSparse* sparse, const BlockChain* chain) {
   const int64_t S = b.rows, H = c.hidden, I = c.inner(), F = c.ffn;
+  H3RT_CHECK(!chain || !refiner, "block_forward_cuda: refiner blocks do not chain");
   // A refiner block has no modulation table: null shift/scale/gate select plain RMSNorm and
   // ungated residuals in the same kernels.
-  const bf16* table = refiner ? nullptr : bp(b.table);
+  const bf16* table = refiner ? nullptr : chain && chain->table ? chain->table : bp(b.table);
   const auto* row_index = refiner ? nullptr : b.row_index.ptr<const int64_t>();
   auto chunk = [&](int64_t k) { return refiner ? nullptr : table + k * H; };
 
@@ -384,6 +398,10 @@ void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffer
   n1.table_row_stride = 6 * H;
   n1.eps = c.norm_eps;
   ops::RmsNormModulateCudaParams n2 = n1;  // the same rows and table, second half
+  if (chain && chain->pending) {           // the previous block's x += gate_mlp * y, then norm1
+    n1.residual = bp(b.y);
+    n1.residual_gate = chain->pending + 5 * H;
+  }
   const bool fused_qkv = fuse_input(w.qkv, b, n1, ops::rmsnorm_modulate_int8_fusable);
   if (fused_qkv) n1.y = nullptr;
   H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(n1, s));
@@ -470,15 +488,8 @@ void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffer
   project_input(w.fc2, fused_fc2, bp(b.g), bp(b.y), S, b, s);
   stage(hook, "mlp_fc2");
 
-  ops::GatedResidualCudaParams gr;
-  gr.x = bp(b.x);
-  gr.y = bp(b.y);
-  gr.gate = chunk(5);
-  gr.row_table_index = row_index;
-  gr.rows = S;
-  gr.dim = H;
-  gr.table_row_stride = 6 * H;
-  H3RT_CUDA_CHECK(ops::gated_residual_cuda(gr, s));
+  if (chain && chain->defer) return;  // the next block's norm1 adds it
+  gate_mlp_residual_cuda(c, b, table, s);
   stage(hook, "residual_gates");
 }
 

@@ -143,6 +143,20 @@ struct BlockSparse {
   const ops::SparseCheckCudaParams* check = nullptr;
 };
 
+// Blocks run as a chain (the forward session): the last step of a block, x += gate_mlp * y,
+// moves into the next block's first kernel (norm1 then reads x and y once: the residual, the
+// norm and its modulation in one pass, as norm2 does with gate_msa), so the residual stream is
+// read and written once less per block. Same bits: the same kernel and rounding sequence as the
+// standalone residual. `table`: this block's modulation table (null: b.table); `pending`: the
+// previous block's table whose gate_mlp residual with b.y is still to add (null: none); `defer`:
+// leave this block's own gate_mlp residual to the next block (b.y and `table` must then stay
+// untouched until it runs).
+struct BlockChain {
+  const __nv_bfloat16* table = nullptr;
+  const __nv_bfloat16* pending = nullptr;
+  bool defer = false;
+};
+
 // Called after each stage with its name (the seeds' component names) when timing per component.
 using StageHook = std::function<void(const char* component)>;
 
@@ -157,7 +171,12 @@ std::vector<std::string> fused_projection_inputs(const DeviceBlock& w);
 
 void block_forward_cuda(const H3Config& c, const DeviceBlock& w, BlockCudaBuffers& b,
                         cudaStream_t stream, const StageHook* hook = nullptr, bool refiner = false,
-                        const BlockSparse* sparse = nullptr);
+                        const BlockSparse* sparse = nullptr, const BlockChain* chain = nullptr);
+
+// x += gate_mlp * y with the gate of `table` (the step a chained block defers; the chain's last
+// block runs it itself).
+void gate_mlp_residual_cuda(const H3Config& c, BlockCudaBuffers& b, const __nv_bfloat16* table,
+                            cudaStream_t stream);
 
 // Launches block_forward_cuda issues (kernels and cuBLASLt calls), for reports.
 constexpr int kBlockLaunches = 10;

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -238,6 +239,7 @@ struct ForwardSessionCuda::Impl {
   BlockCudaBuffers b;
   Tensor tidx;                           // [S] int64 timestep index per row (final layer)
   Tensor final_table;                    // [Mcap, 2H] bf16 (curve form: f32)
+  Tensor table_alt;  // [3 Mcap, 6H]: chained blocks alternate it with b.table (BlockChain)
   Tensor temb;                           // [Mcap, Tm] bf16 silu(temb) (curve form: f32 [Mcap, k])
   AdalnInt8Scratch adaln_i8;             // int8 AdaLN layers: Mcap quantized rows (else empty)
   Tensor video_in, audio_in;             // [Nv, 96], [Na, 32] f32
@@ -442,6 +444,7 @@ struct ForwardSessionCuda::Impl {
     mcap = M;
     const H3Config& c = m.config;
     b.table = cuda::device_empty(DType::bf16, {3 * M, 6 * H});
+    table_alt = cuda::device_empty(DType::bf16, {3 * M, 6 * H});
     const DType adaln = curve() ? DType::f32 : DType::bf16;
     final_table = cuda::device_empty(adaln, {M, 2 * H});
     temb = cuda::device_empty(adaln, {M, c.adaln_in()});
@@ -743,23 +746,37 @@ struct ForwardSessionCuda::Impl {
     return weights->acquire(i, s);
   }
 
-  // Blocks [first, last) on the packed stream, each after its AdaLN table.
+  // Blocks [first, last) on the packed stream, each after its AdaLN table. Chained
+  // (BlockChain): each block leaves its gate_mlp residual to the next, so the tables alternate
+  // between b.table and table_alt; not while finite checks run, which check x after every block.
   void enqueue_blocks(int64_t first, int64_t last, int64_t M, bool timed) {
     bf16* x = b.x.ptr<bf16>();
     if (weights) weights->begin(first, last, s, timed);
+    const bool chained = chain_blocks() && !check;
+    const bf16* pending = nullptr;
     for (int64_t i = first; i < last; ++i) {
       const DeviceBlock& w = block_weights(i, timed);
       mark(timed, "adaln_tables");
       // [M, 18H] is the [3M, 6H] table: row m*3 + modality.
-      adaln_table(w.adaln, b.table.data(), M, false);
+      bf16* table = ((i - first) % 2 && chained ? table_alt : b.table).ptr<bf16>();
+      adaln_table(w.adaln, table, M, false);
       mark(timed, "blocks");
       const bool sparse_block = sparse && i >= sparse_cfg.dense_blocks;
       ops::SparseCheckCudaParams chk;
       const model::BlockSparse block_sparse = sparse_block_of(i, chk);
-      block_forward_cuda(m.config, w, b, s, nullptr, false, sparse_block ? &block_sparse : nullptr);
+      const BlockChain chain{table, pending, chained && i + 1 < last};
+      block_forward_cuda(m.config, w, b, s, nullptr, false, sparse_block ? &block_sparse : nullptr,
+                         &chain);
+      pending = chain.defer ? table : nullptr;
       if (weights) weights->release(i, s);
       flag_non_finite(x, S * H, kBlockTag + static_cast<int>(i));
     }
+  }
+
+  // ForwardSessionOptions::chain_blocks unless H3RT_BLOCK_CHAIN=0 (side-by-side timings).
+  bool chain_blocks() const {
+    const char* v = std::getenv("H3RT_BLOCK_CHAIN");
+    return opt.chain_blocks && !(v && std::string(v) == "0");
   }
 
   // Final layer: [shift | scale] rows chosen by timestep index only, the norm, the heads and

@@ -59,6 +59,9 @@ struct ForwardSessionOptions {
   // The blocks' attention: flash bf16 (the reference numerics) or Sage 8-bit (quality-gated).
   ops::AttentionKernel attention = ops::AttentionKernel::flash_bf16;
   bool stage_timing = false;  // CUDA events between stages of eager steps (for benchmarks)
+  // Chain the blocks (block_cuda.h BlockChain: each block's gate_mlp residual runs in the next
+  // block's norm1; same bits). The environment H3RT_BLOCK_CHAIN=0 turns it off for timings.
+  bool chain_blocks = true;
 };
 
 // Measurements of the last forward (milliseconds).

@@ -8,12 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "cuda/runtime.h"
 #include "cuda_test_util.h"
 #include "h3rt/formats.h"
 #include "h3rt/layout.h"
 #include "h3rt/model.h"
 #include "model/forward_session_cuda.h"
 #include "model/model_cuda.h"
+#include "model/synthetic_gemm_cuda.h"
 
 namespace h3rt {
 namespace {
@@ -124,6 +126,43 @@ TEST(ForwardSession, Nvfp4GraphStepsBitIdenticalToForwardCuda) {
 TEST(ForwardSession, TimeEmbeddingLookAheadBitIdentical) {
   run_steps(true, -1.0f, Ahead::right);
   run_steps(false, -1.0f, Ahead::wrong);
+}
+
+// Chained blocks (block_cuda.h BlockChain: each block's gate_mlp residual added in the next
+// block's norm1) give the bits of the blocks run one by one, for every block GEMM format (each
+// format's norm1 writes its own fused input), with both attention kernels, eager and replayed.
+TEST(ForwardSession, ChainedBlocksBitIdenticalToUnchained) {
+  H3RT_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 g(seed);
+  const H3Config c = H3Config::tiny();
+  const SequenceLayout layout = make_t2va_layout(10, 9, 7, 8, 12);
+  const std::vector<float> text = normal(layout.text_len * c.text_dim, g, true);
+  const int cc = cuda::current_device_cc();
+  const bool sage = cc == 90 || cc == 120 || cc == 121;
+  for (SyntheticGemm f :
+       {SyntheticGemm::bf16, SyntheticGemm::fp8, SyntheticGemm::int8, SyntheticGemm::nvfp4}) {
+    const model::DeviceModel dev = model::make_synthetic_gemm_model(c, seed, f, 64);
+    for (bool graph : {false, true}) {
+      model::ForwardSessionOptions on;
+      on.cuda_graph = graph;
+      if (sage && f == SyntheticGemm::int8) on.attention = ops::AttentionKernel::sage_8bit;
+      model::ForwardSessionOptions off = on;
+      off.chain_blocks = false;
+      model::ForwardSessionCuda chained(dev, layout, on), single(dev, layout, off);
+      for (int i = 0; i < 3; ++i) {
+        const std::string what = std::string(synthetic_gemm_name(f)) + (graph ? " graph" : "");
+        const std::vector<float> video = normal(layout.video_rows() * c.video_features(), g, false);
+        const std::vector<float> audio = normal(layout.audio_rows() * c.audio_channels, g, false);
+        const TimestepPlan plan = make_timestep_plan(layout, 0.2f + 0.3f * i, 0.5f);
+        const ForwardInputs in{layout, plan, video.data(), audio.data(), text.data()};
+        const ForwardOutputs a = chained.forward(in), b = single.forward(in);
+        expect_same_bits(a.video_velocity, b.video_velocity, (what + " video").c_str(), i);
+        expect_same_bits(a.audio_velocity, b.audio_velocity, (what + " audio").c_str(), i);
+      }
+    }
+  }
 }
 
 TEST(ForwardSession, RejectsAnotherLayout) {
