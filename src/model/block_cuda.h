@@ -11,7 +11,7 @@
 //   7 linear              h = n Wfc1^T                                     [S, 2F]
 //   8 swiglu              g = silu(h[:, :F]) * h[:, F:]
 //   9 linear              y = g Wfc2^T
-//  10 gated_residual      x += gate_mlp * y
+//  10 gated_residual      x += gate_mlp * y   (chained blocks: in the next block's step 1)
 // fp8 layers add one quantize launch before each of their GEMMs (two with a dynamic activation
 // scale: amax partials, then scale + encode; src/ops/fp8_quantize). nvfp4 layers with a static
 // input scale get their input encoded by its producer (steps 1, 4, 6, 8 write NVFP4 instead of
