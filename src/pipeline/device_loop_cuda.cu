@@ -23,7 +23,7 @@ class CudaLoop final : public DeviceLoop {
   void upload(const resume::LoopState& st) override {
     put(video_.x, st.video_rows, vn_);
     put(audio_.x, st.audio_rows, an_);
-    if (st.comfy.has_old && !st.comfy.old_video.empty()) {
+    if (st.comfy.has_old) {  // put() refuses missing values rather than stepping from garbage
       put(video_.old, st.comfy.old_video, vn_);
       put(audio_.old, st.comfy.old_audio, an_);
     }

@@ -92,10 +92,6 @@ void apply_denoised(const float* x, const float* v, const float* x_net, int64_t 
   for (int64_t i = 0; i < n; ++i) den[i] = update::denoised(x[i], v[i], x_net ? x_net[i] : 0.f, d);
 }
 
-const float* or_null(const FloatVec& v) {
-  return v.empty() ? nullptr : v.data();
-}
-
 // CONST.noise_scaling of one element: sigma * noise + (1 - sigma) * clean, keep = f32(1 - sigma).
 float noise_scaled(float sigma, float keep, float noise, float clean) {
   return fp::add(fp::mul(sigma, noise), fp::mul(keep, clean));
@@ -174,10 +170,11 @@ void comfy_sampler_step(const SamplerPlan& p, int step, ComfyState& st, float* v
   const bool res = u.kind == update::ComfyKind::res;
   const bool noisy = u.kind == update::ComfyKind::ancestral;
   FloatVec noise(noisy ? static_cast<size_t>(std::max(vn, an)) : 0);
+  const float* n = noisy ? noise.data() : nullptr;
   if (noisy) ancestral_noise(noise_seed, step, false, noise.data(), vn);
-  apply_update(video, vden, res ? st.old_video.data() : nullptr, or_null(noise), vn, u);
+  apply_update(video, vden, res ? st.old_video.data() : nullptr, n, vn, u);
   if (noisy) ancestral_noise(noise_seed, step, true, noise.data(), an);
-  apply_update(audio, aden, res ? st.old_audio.data() : nullptr, or_null(noise), an, u);
+  apply_update(audio, aden, res ? st.old_audio.data() : nullptr, n, an, u);
   if (u.store_old) {
     st.old_video.assign(vden, vden + vn);
     st.old_audio.assign(aden, aden + an);
