@@ -6,13 +6,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
 #include <tuple>
 #include <vector>
 
+#include "core/env.h"
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
 #include "h3rt/formats.h"
@@ -774,10 +774,7 @@ struct ForwardSessionCuda::Impl {
   }
 
   // ForwardSessionOptions::chain_blocks unless H3RT_BLOCK_CHAIN=0 (side-by-side timings).
-  bool chain_blocks() const {
-    const char* v = std::getenv("H3RT_BLOCK_CHAIN");
-    return opt.chain_blocks && !(v && std::string(v) == "0");
-  }
+  bool chain_blocks() const { return opt.chain_blocks && env_switch("H3RT_BLOCK_CHAIN", true); }
 
   // Final layer: [shift | scale] rows chosen by timestep index only, the norm, the heads and
   // the velocities to pinned host memory.

@@ -2,7 +2,8 @@
 // (euler.cpp, comfy_sampler.cpp) and the device loop (update_cuda.cu), so that a sampling run
 // gives the same bits with its state on either side. Every operation is one fp:: op: float32,
 // one rounding each, never contracted into an FMA. The scalars are computed on the host once per
-// step (update_scalars.cpp); the element functions take them by value.
+// step (update_scalars.h, defined in euler.cpp and comfy_sampler.cpp); the element functions take
+// them by value.
 #pragma once
 
 #include <cstdint>
