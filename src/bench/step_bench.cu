@@ -381,6 +381,16 @@ std::unique_ptr<DeviceLoop> sample_state(const StepBenchOptions& o, const FloatV
   return dev;
 }
 
+// The report's precision: the activations' and, where they differ, the block GEMMs' format.
+std::string sample_precision(const StepBenchOptions& o) {
+  if (o.fp8) return "bf16 + fp8 e4m3 block GEMMs";
+  if (o.nvfp4) return "bf16 + NVFP4 W4A4 block GEMMs";
+  if (o.int8_group > 0)
+    return "bf16 + int8 W8A8 block GEMMs (convrot group " + std::to_string(o.int8_group) + ")";
+  if (o.int8_group == 0) return "bf16 + int8 W8A8 block GEMMs (no rotation)";
+  return "bf16";
+}
+
 }  // namespace
 
 nlohmann::json run_sample_bench(const StepBenchOptions& o) {
@@ -463,9 +473,7 @@ nlohmann::json run_sample_bench(const StepBenchOptions& o) {
 
   rep.device = device.name;
   rep.model = o.preset + " (synthetic, weights seed " + std::to_string(o.weights_seed) + ")";
-  rep.precision = o.fp8     ? "bf16 + fp8 e4m3 block GEMMs"
-                  : o.nvfp4 ? "bf16 + NVFP4 W4A4 block GEMMs"
-                            : "bf16";
+  rep.precision = sample_precision(o);
   rep.set_layout(L);
   rep.frames = o.pixel_frames;
   rep.width = o.pixel_width;

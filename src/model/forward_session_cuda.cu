@@ -1,15 +1,11 @@
 // The GPU forward session (see forward_session_cuda.h and model_cuda.h for what runs where).
-#include <cublas_v2.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <functional>
-#include <mutex>
-#include <tuple>
 #include <vector>
 
 #include "core/env.h"
@@ -21,16 +17,14 @@
 #include "model/forward_session_cuda.h"
 #include "model/io_int8_cuda.h"
 #include "model/pdd_head.h"
+#include "model/session_graphs_cuda.h"
+#include "model/session_sparse_cuda.h"
+#include "model/session_util_cuda.h"
 #include "model/step_cache_cuda.h"
 #include "model/weight_stream_cuda.h"
 #include "ops/adaln_curve/adaln_curve.h"
-#include "ops/attention_sparse/router.h"
-#include "ops/finite_check/finite_check.h"
-#include "ops/linear/linear.h"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
 #include "ops/rope_table/rope_table.h"
-#include "ops/swiglu/swiglu.h"
-#include "ops/time_embedding/time_embedding.h"
 
 namespace h3rt::model {
 namespace {
@@ -42,187 +36,7 @@ double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
-// ---- small conversions between the float32 islands and the bf16 stream -------------------
-
-__global__ void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * cols;
-       i += int64_t(gridDim.x) * blockDim.x)
-    y[i] = __fadd_rn(y[i], b[i % cols]);
-}
-
-int grid_for(int64_t n) {
-  return static_cast<int>(std::min<int64_t>((n + 255) / 256, 8192));
-}
-
-// cuBLAS for the float32 islands. The workspace is given explicitly (cublasSetStream resets it
-// to the library's pool, which may allocate): a fixed buffer keeps the calls capture-safe.
-constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
-
-cublasHandle_t cublas(cudaStream_t s, void* workspace) {
-  static std::mutex mu;
-  static cublasHandle_t h = nullptr;
-  std::lock_guard<std::mutex> lock(mu);
-  if (!h) {
-    H3RT_CHECK(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS, "cublasCreate failed");
-    // Plain float32 (no TF32): the reference's fp32 islands run with TF32 off.
-    H3RT_CHECK(cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH) == CUBLAS_STATUS_SUCCESS,
-               "cublasSetMathMode failed");
-  }
-  H3RT_CHECK(cublasSetStream(h, s) == CUBLAS_STATUS_SUCCESS, "cublasSetStream failed");
-  H3RT_CHECK(cublasSetWorkspace(h, workspace, kCublasWorkspaceBytes) == CUBLAS_STATUS_SUCCESS,
-             "cublasSetWorkspace failed");
-  return h;
-}
-
-// y [rows, out] = x [rows, in] W^T + b, float32 (a patch projection or an output head).
-void linear_f32(const DeviceLinear& l, const float* x, float* y, int64_t rows, void* workspace,
-                cudaStream_t s) {
-  const float one = 1.0f, zero = 0.0f;
-  // Column-major view: y^T [out, rows] = W [out, in] . x^T [in, rows].
-  H3RT_CHECK(cublasSgemm(cublas(s, workspace), CUBLAS_OP_T, CUBLAS_OP_N, int(l.out), int(rows),
-                         int(l.in), &one, l.w.ptr<float>(), int(l.in), x, int(l.in), &zero, y,
-                         int(l.out)) == CUBLAS_STATUS_SUCCESS,
-             "cublasSgemm failed (", rows, " x ", l.in, " -> ", l.out, ")");
-  if (l.b.data()) {
-    add_bias_rows<<<grid_for(rows * l.out), 256, 0, s>>>(y, l.b.ptr<float>(), rows, l.out);
-    H3RT_CUDA_CHECK(cudaGetLastError());
-  }
-}
-
-void linear_bf16(const DeviceLinear& l, const bf16* x, bf16* y, int64_t rows, cudaStream_t s) {
-  ops::LinearCudaParams p{
-      x, l.w.ptr<bf16>(), l.b.data() ? l.b.ptr<bf16>() : nullptr, y, rows, l.in, l.out};
-  H3RT_CUDA_CHECK(ops::linear_bf16_cuda(p, s));
-}
-
-// The input of every AdaLN linear [M, Tm] (host float32 math): silu(temb) rounded to bf16, or
-// for the curve form the interpolated table rows in float32 [M, rank].
-void adaln_input(const DeviceModel& m, const std::vector<float>& timesteps, void* out) {
-  const H3Config& c = m.config;
-  const int64_t M = static_cast<int64_t>(timesteps.size());
-  if (c.adaln_curve()) {
-    ops::adaln_curve_embed_cpu({m.adaln_t_table.data(), timesteps.data(), static_cast<float*>(out),
-                                c.adaln_curve_grid, c.adaln_curve_rank, M});
-    return;
-  }
-  FloatVec sinusoid(M * c.freq_dim), temb(M * c.time_embed_dim);
-  ops::TimeEmbeddingParams p;
-  p.t = timesteps.data();
-  p.w_in = m.time_in_w.data();
-  p.b_in = m.time_in_b.data();
-  p.w_out = m.time_out_w.data();
-  p.b_out = m.time_out_b.data();
-  p.sinusoid = sinusoid.data();
-  p.temb = temb.data();
-  p.count = M;
-  p.dim = c.freq_dim;
-  p.hidden = c.time_embed_hidden;
-  p.embed = c.time_embed_dim;
-  ops::time_embedding_cpu(p);
-  uint16_t* bits = static_cast<uint16_t*>(out);
-  for (size_t i = 0; i < temb.size(); ++i) bits[i] = f32_to_bf16(ops::silu(temb[i]));
-}
-
-// Text rows first; the target audio and video rows each one contiguous run (ComfyUI's layouts
-// keep them the last two segments); condition rows anywhere else, copied in runs.
-void check_packed_order(const SequenceLayout& L) {
-  bool ok = true;
-  for (int64_t i = 0; i < L.text_len; ++i) ok &= L.text_indices[i] == i;
-  for (size_t i = 1; i < L.audio_indices.size(); ++i)
-    ok &= L.audio_indices[i] == L.audio_indices[0] + int64_t(i);
-  for (size_t i = 1; i < L.video_indices.size(); ++i)
-    ok &= L.video_indices[i] == L.video_indices[0] + int64_t(i);
-  H3RT_CHECK(ok,
-             "the CUDA forward expects the text rows first and the target audio and video "
-             "rows each contiguous");
-}
-
-bool same_layout(const SequenceLayout& a, const SequenceLayout& b) {
-  return a.text_len == b.text_len && a.audio_len == b.audio_len && a.frames == b.frames &&
-         a.height == b.height && a.width == b.width && a.token_tags == b.token_tags &&
-         a.position_ids == b.position_ids && a.segments == b.segments &&
-         a.audio_indices == b.audio_indices && a.video_indices == b.video_indices &&
-         a.cond_video_indices == b.cond_video_indices &&
-         a.cond_audio_indices == b.cond_audio_indices;
-}
-
-// Runs of consecutive packed rows: row dst .. dst + rows - 1 takes source rows src ...
-struct RowRun {
-  int64_t dst, src, rows;
-};
-std::vector<RowRun> row_runs(const std::vector<int64_t>& idx) {
-  std::vector<RowRun> runs;
-  for (size_t i = 0; i < idx.size(); ++i) {
-    if (!runs.empty() && runs.back().dst + runs.back().rows == idx[i])
-      ++runs.back().rows;
-    else
-      runs.push_back({idx[i], int64_t(i), 1});
-  }
-  return runs;
-}
-
-// Page-locked host memory (cudaMallocHost): copies from and to it can be captured in a graph.
-class Pinned {
- public:
-  Pinned() = default;
-  explicit Pinned(size_t bytes) : bytes_(bytes) {
-    if (bytes) H3RT_CUDA_CHECK(cudaMallocHost(&p_, bytes));
-  }
-  ~Pinned() {
-    if (p_) cudaFreeHost(p_);
-  }
-  Pinned(Pinned&& o) noexcept : p_(o.p_), bytes_(o.bytes_) { o.p_ = nullptr; }
-  Pinned& operator=(Pinned&& o) noexcept {
-    std::swap(p_, o.p_);
-    std::swap(bytes_, o.bytes_);
-    return *this;
-  }
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(p_);
-  }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* p_ = nullptr;
-  size_t bytes_ = 0;
-};
-
-// Stage times from events recorded in stream order; a stage may be entered many times.
-class StageTimer {
- public:
-  void begin(cudaStream_t s) {
-    marks_.clear();
-    s_ = s;
-  }
-  void mark(const char* stage) {  // ends the previous stage, starts `stage` (null: none)
-    if (marks_.size() == events_.size()) {
-      cudaEvent_t e;
-      H3RT_CUDA_CHECK(cudaEventCreate(&e));
-      events_.push_back(e);
-    }
-    H3RT_CUDA_CHECK(cudaEventRecord(events_[marks_.size()], s_));
-    marks_.push_back(stage);
-  }
-  std::map<std::string, double> totals() const {  // after the stream has finished
-    std::map<std::string, double> t;
-    for (size_t i = 0; i + 1 < marks_.size(); ++i) {
-      if (!marks_[i]) continue;
-      float ms = 0;
-      H3RT_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]));
-      t[marks_[i]] += ms;
-    }
-    return t;
-  }
-  ~StageTimer() {
-    for (cudaEvent_t e : events_) cudaEventDestroy(e);
-  }
-
- private:
-  cudaStream_t s_ = nullptr;
-  std::vector<cudaEvent_t> events_;
-  std::vector<const char*> marks_;
-};
+using cuda::Pinned;
 
 }  // namespace
 
@@ -276,31 +90,11 @@ struct ForwardSessionCuda::Impl {
 
   // Graphs by (table height M, finite checks in it, the step's part, the sparse configuration
   // baked into it); warmed by graph_key(M, false, part): that part has run eagerly once.
-  using GraphKey = std::tuple<int64_t, bool, int, bool, float, int, bool, int, int64_t>;
-  std::map<GraphKey, cudaGraphExec_t> graphs;
-  std::map<GraphKey, bool> warmed;
+  StepGraphs graphs;
   bool timed_any = false;  // this step ran a part eagerly with stage timing
 
-  // Block-sparse attention of this step (set by forward; h3rt/sparse.h) and its counters' copy.
-  bool sparse = false;
-  SparseAttention sparse_cfg;
-  int64_t prefix_rows = 0;
-  Pinned h_sparse_stats;
-  // The sparse check (h3rt/hybrid.h). The run's dense-head flags [blocks][heads] on the device,
-  // read by every sparse block's router (graphs included; all zero without a check) and
-  // uploaded before a step when they changed. A check step (run eagerly) samples tiles per
-  // sparse block (check_tiles, kMaxCheckTiles slots a block) and reads the per-head sums back.
-  static constexpr int64_t kMaxCheckTiles = 64;
-  Tensor dense_heads_dev;
-  std::vector<uint8_t> dense_heads_uploaded;
-  Pinned h_dense_heads;
-  SparseCheck* checking = nullptr;  // this forward's check (null: not a check step)
-  std::vector<std::vector<int64_t>> check_tiles;
-  std::vector<int64_t> checked_blocks;  // blocks whose check this step enqueued
-  Tensor check_tiles_dev, check_sums_dev, check_workspace;
-  Pinned h_check_tiles, h_check_sums;
-  bool graph_failed = false;
-  int64_t last_nodes = 0;
+  // Block-sparse attention of this step (set by forward; h3rt/sparse.h) and its sampled check.
+  SessionSparse sparse;
 
   cudaEvent_t ev0 = nullptr, ev1 = nullptr;
   // Device forwards (ForwardInputs::device): the caller's stream and h3rt's joined by events;
@@ -310,15 +104,15 @@ struct ForwardSessionCuda::Impl {
   StageTimer timer;
   ForwardStepTimes times;
 
-  // Finite checks of this step (set_check_finite): each checked stage lowers the device flag to
-  // its tag (kTextTag, kInputTag, kBlockTag + i) when its output holds NaN or Inf.
-  bool check = false;
-  static constexpr int kTextTag = 0, kInputTag = 1, kBlockTag = 2;
-  Tensor finite_flag;  // [1] int32
-  Pinned h_finite;
+  // Finite checks of this step (set_check_finite).
+  FiniteFlags finite;
 
   Impl(const DeviceModel& model, const SequenceLayout& lay, const ForwardSessionOptions& o)
-      : m(model), layout(lay), opt(o) {
+      : m(model),
+        layout(lay),
+        opt(o),
+        sparse(layout, lay.seq_len(), static_cast<int64_t>(model.blocks.size()),
+               model.config.heads) {
     const MemoryScope scope(detail::concat("the forward session's activations (", lay.seq_len(),
                                            " rows: ", lay.text_len, " text, ", lay.audio_rows(),
                                            " audio, ", lay.video_rows(), " video)"));
@@ -374,7 +168,6 @@ struct ForwardSessionCuda::Impl {
 
   ~Impl() {
     cudaStreamSynchronize(s);
-    for (auto& [M, g] : graphs) cudaGraphExecDestroy(g);
     if (ev0) cudaEventDestroy(ev0);
     if (ev1) cudaEventDestroy(ev1);
     if (ev_rel) cudaEventDestroy(ev_rel);
@@ -438,9 +231,7 @@ struct ForwardSessionCuda::Impl {
   void grow_tables(int64_t M) {
     if (M <= mcap) return;
     s.synchronize();
-    for (auto& [k, g] : graphs) H3RT_CUDA_CHECK(cudaGraphExecDestroy(g));
     graphs.clear();
-    warmed.clear();
     mcap = M;
     const H3Config& c = m.config;
     b.table = cuda::device_empty(DType::bf16, {3 * M, 6 * H});
@@ -676,9 +467,8 @@ struct ForwardSessionCuda::Impl {
     copy_runs(cond_audio_runs, cond_audio_emb, x);
     embed(m.audio_in, audio_in.ptr<float>(), Na, x + audio0 * H);
     embed(m.video_in, video_in.ptr<float>(), Nv, x + video0 * H);
-    flag_non_finite(x, S * H, kInputTag);
-    if (sparse)  // the step's sparse counters start at zero (read back after the final layer)
-      H3RT_CUDA_CHECK(cudaMemsetAsync(b.sparse_stats.data(), 0, b.sparse_stats.nbytes(), s));
+    finite.flag(x, true, S * H, FiniteFlags::kInputTag, s);
+    sparse.enqueue_reset(b, s);  // the step's counters start at zero (read back at the end)
   }
 
   // ---- the target rows in and the velocities out (outside the graphs: their source and
@@ -719,12 +509,10 @@ struct ForwardSessionCuda::Impl {
   // the caller's buffers, the caller's stream then ordered after them.
   void download_velocities(const ForwardInputs& in) {
     const DeviceIO* d = in.device;
-    if (d && check) {
-      const int tag = kBlockTag + static_cast<int>(m.blocks.size());
-      H3RT_CUDA_CHECK(ops::flag_non_finite_cuda(video_v.data(), false, video_v.numel(), tag,
-                                                finite_flag.ptr<int>(), s));
-      H3RT_CUDA_CHECK(ops::flag_non_finite_cuda(audio_v.data(), false, audio_v.numel(), tag,
-                                                finite_flag.ptr<int>(), s));
+    if (d) {
+      const int tag = FiniteFlags::kBlockTag + static_cast<int>(m.blocks.size());
+      finite.flag(video_v.data(), false, video_v.numel(), tag, s);
+      finite.flag(audio_v.data(), false, audio_v.numel(), tag, s);
     }
     const auto kind = d ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost;
     if (Nv)
@@ -752,7 +540,7 @@ struct ForwardSessionCuda::Impl {
   void enqueue_blocks(int64_t first, int64_t last, int64_t M, bool timed) {
     bf16* x = b.x.ptr<bf16>();
     if (weights) weights->begin(first, last, s, timed);
-    const bool chained = chain_blocks() && !check;
+    const bool chained = chain_blocks() && !finite.on;
     const bf16* pending = nullptr;
     for (int64_t i = first; i < last; ++i) {
       const DeviceBlock& w = block_weights(i, timed);
@@ -761,15 +549,15 @@ struct ForwardSessionCuda::Impl {
       bf16* table = ((i - first) % 2 && chained ? table_alt : b.table).ptr<bf16>();
       adaln_table(w.adaln, table, M, false);
       mark(timed, "blocks");
-      const bool sparse_block = sparse && i >= sparse_cfg.dense_blocks;
+      const bool sparse_block = sparse.sparse_block(i);
       ops::SparseCheckCudaParams chk;
-      const model::BlockSparse block_sparse = sparse_block_of(i, chk);
+      const model::BlockSparse block_sparse = sparse.block(i, chk);
       const BlockChain chain{table, pending, chained && i + 1 < last};
       block_forward_cuda(m.config, w, b, s, nullptr, false, sparse_block ? &block_sparse : nullptr,
                          &chain);
       pending = chain.defer ? table : nullptr;
       if (weights) weights->release(i, s);
-      flag_non_finite(x, S * H, kBlockTag + static_cast<int>(i));
+      finite.flag(x, true, S * H, FiniteFlags::kBlockTag + static_cast<int>(i), s);
     }
   }
 
@@ -800,12 +588,7 @@ struct ForwardSessionCuda::Impl {
     H3RT_CUDA_CHECK(ops::rmsnorm_modulate_cuda(n, s));
     head(video_head, video0, Nv, video_v);
     head(audio_head, audio0, Na, audio_v);
-    if (sparse)
-      H3RT_CUDA_CHECK(cudaMemcpyAsync(h_sparse_stats.as<void>(), b.sparse_stats.data(),
-                                      b.sparse_stats.nbytes(), cudaMemcpyDeviceToHost, s));
-    if (checking)
-      H3RT_CUDA_CHECK(cudaMemcpyAsync(h_check_sums.as<void>(), check_sums_dev.data(),
-                                      check_sums_dev.nbytes(), cudaMemcpyDeviceToHost, s));
+    sparse.enqueue_readback(b, s);
     mark(timed, nullptr);
   }
 
@@ -909,218 +692,32 @@ struct ForwardSessionCuda::Impl {
     return graphed;
   }
 
-  // ---- block-sparse attention -----------------------------------------------------------
-
-  // Before the step (outside any capture): the configuration and the buffers it needs.
-  void prepare_sparse(const SparseAttention* cfg, SparseCheck* chk) {
-    sparse = cfg && cfg->enabled();
-    checking = nullptr;
-    checked_blocks.clear();
-    if (!sparse) return;
-    H3RT_CHECK(b.attention == ops::AttentionKernel::sage_8bit,
-               "sparse attention needs --attention sage (this session runs the bf16 attention "
-               "kernel)");
-    sparse_cfg = *cfg;
-    prefix_rows = attention_sparse::prefix_rows_of(layout);
-    attention_sparse::check_router_args({S, m.config.heads, 128, 1, prefix_rows}, sparse_cfg);
-    ensure_sparse_buffers(b);
-    if (!h_sparse_stats.as<void>()) h_sparse_stats = Pinned(b.sparse_stats.nbytes());
-    upload_dense_heads(chk);
-    if (chk && chk->checking()) prepare_check(*chk);
-  }
-
-  int64_t n_blocks() const { return static_cast<int64_t>(m.blocks.size()); }
-
-  // The run's flags to the device when they differ from what it holds (zeros without a check).
-  // The stream is idle here (forward waited for the last step), so the pinned copy is free.
-  void upload_dense_heads(SparseCheck* chk) {
-    const int64_t n = n_blocks() * m.config.heads;
-    if (!dense_heads_dev.defined()) {
-      dense_heads_dev = cuda::device_empty(DType::u8, {n});
-      H3RT_CUDA_CHECK(cudaMemset(dense_heads_dev.data(), 0, n));
-      dense_heads_uploaded.assign(n, 0);
-      h_dense_heads = Pinned(n);
-    }
-    if (chk) chk->shape(n_blocks(), m.config.heads);
-    const std::vector<uint8_t> want = chk ? chk->dense() : std::vector<uint8_t>(n, 0);
-    if (want == dense_heads_uploaded) return;
-    std::memcpy(h_dense_heads.as<void>(), want.data(), n);
-    H3RT_CUDA_CHECK(cudaMemcpyAsync(dense_heads_dev.data(), h_dense_heads.as<void>(), n,
-                                    cudaMemcpyHostToDevice, s));
-    dense_heads_uploaded = want;
-  }
-
-  // A check step: the sampled tiles of every sparse block to the device, the sums' buffers.
-  void prepare_check(SparseCheck& chk) {
-    const int64_t nb = n_blocks(), heads = m.config.heads;
-    if (!check_sums_dev.defined()) {
-      const MemoryScope scope("the sparse check's buffers");
-      check_tiles_dev = cuda::device_empty(DType::i32, {nb * kMaxCheckTiles});
-      check_sums_dev = cuda::device_empty(DType::f64, {nb * heads * 2});
-      const auto ws = static_cast<int64_t>(ops::attention_sparse_check_workspace_bytes(S, heads));
-      check_workspace = cuda::device_empty(DType::u8, {ws});
-      h_check_tiles = Pinned(check_tiles_dev.nbytes());
-      h_check_sums = Pinned(check_sums_dev.nbytes());
-    }
-    const int64_t q_tile = ops::attention_sparse_query_tile(), nq = (S + q_tile - 1) / q_tile;
-    const int64_t first = sparse_check_first_tile(sparse_cfg, prefix_rows, q_tile);
-    check_tiles.assign(nb, {});
-    auto* staged = h_check_tiles.as<int32_t>();
-    for (int64_t i = std::max<int64_t>(sparse_cfg.dense_blocks, 0); i < nb; ++i) {
-      check_tiles[i] = chk.tiles(i, first, nq);
-      H3RT_CHECK(static_cast<int64_t>(check_tiles[i].size()) <= kMaxCheckTiles,
-                 "sparse check: more than ", kMaxCheckTiles, " tiles");
-      for (size_t k = 0; k < check_tiles[i].size(); ++k)
-        staged[i * kMaxCheckTiles + k] = static_cast<int32_t>(check_tiles[i][k]);
-    }
-    H3RT_CUDA_CHECK(cudaMemcpyAsync(check_tiles_dev.data(), staged, check_tiles_dev.nbytes(),
-                                    cudaMemcpyHostToDevice, s));
-    checking = &chk;
-  }
-
-  // Block i's sparse parameters: its dense-head flags and, on a check step with a sample in
-  // it, its check (filled into `chk`).
-  model::BlockSparse sparse_block_of(int64_t i, ops::SparseCheckCudaParams& chk) {
-    model::BlockSparse bs{&sparse_cfg, prefix_rows};
-    if (!sparse) return bs;
-    bs.dense_heads = dense_heads_dev.ptr<uint8_t>() + i * m.config.heads;
-    if (!checking || check_tiles[i].empty()) return bs;
-    chk.tiles = check_tiles_dev.ptr<int32_t>() + i * kMaxCheckTiles;
-    chk.n_tiles = static_cast<int>(check_tiles[i].size());
-    chk.workspace = check_workspace.data();
-    chk.workspace_bytes = check_workspace.nbytes();
-    chk.sums = check_sums_dev.ptr<double>() + i * m.config.heads * 2;
-    bs.check = &chk;
-    checked_blocks.push_back(i);
-    return bs;
-  }
-
-  // After the step's wait: each checked block's sums to the run's check (its decisions).
-  void finish_check() {
-    if (!checking) return;
-    const int64_t heads = m.config.heads;
-    const double* sums = h_check_sums.as<double>();
-    std::vector<double> diff(heads), ref(heads);
-    for (const int64_t i : checked_blocks) {
-      for (int64_t h = 0; h < heads; ++h) {
-        diff[h] = sums[(i * heads + h) * 2];
-        ref[h] = sums[(i * heads + h) * 2 + 1];
-      }
-      checking->record(i, static_cast<int>(check_tiles[i].size()), diff.data(), ref.data());
-    }
-    checking = nullptr;
-  }
-
-  // After the step's wait: what its sparse blocks computed.
-  void add_sparse_stats(SparseStats* out) const {
-    if (!sparse || !out) return;
-    const auto* n = h_sparse_stats.as<unsigned long long>();
-    out->key_blocks_computed += static_cast<int64_t>(n[0]);
-    out->key_blocks_total += static_cast<int64_t>(n[1]);
-  }
-
-  // ---- finite checks --------------------------------------------------------------------
+  // ---- graphs ---------------------------------------------------------------------------
 
   // A step is one graph (kWholeStep), or with step caching part A and one of two parts B.
   static constexpr int kWholeStep = 0, kPartBlock0 = 1, kPartReuse = 2, kPartRest = 3;
-  GraphKey graph_key(int64_t M, bool checked, int part) const {
-    const SparseAttention& c = sparse_cfg;
-    return sparse
-               ? GraphKey{M,      checked,     part, true, c.tau, c.dense_blocks, c.video_rows_only,
-                          c.band, c.max_blocks}
-               : GraphKey{M, checked, part, false, 0.0f, 0, false, 0, 0};
-  }
-  GraphKey warm_key(int64_t M, int part) const { return graph_key(M, false, part); }
-
-  void flag_non_finite(const bf16* x, int64_t n, int tag) {
-    if (check)
-      H3RT_CUDA_CHECK(ops::flag_non_finite_cuda(x, true, n, tag, finite_flag.ptr<int>(), s));
-  }
-
-  void begin_checks() {  // before prepare_text: clears the flag
-    if (!check) return;
-    if (!finite_flag.defined()) {
-      finite_flag = cuda::device_empty(DType::i32, {1});
-      h_finite = Pinned(4);
-    }
-    H3RT_CUDA_CHECK(cudaMemsetAsync(finite_flag.data(), 0x7f, 4, s));
-  }
-
-  // After the step's work is enqueued: the flag to the host (read after the final wait).
-  void end_checks() {
-    if (check)
-      H3RT_CUDA_CHECK(
-          cudaMemcpyAsync(h_finite.as<void>(), finite_flag.data(), 4, cudaMemcpyDeviceToHost, s));
-  }
-
-  void throw_if_flagged() const {
-    if (!check) return;
-    const int tag = *h_finite.as<int>();
-    if (tag == ops::kFiniteFlagClear) return;
-    if (tag == kTextTag)
-      throw NonFinite("the token refiner's output (token_refiner.*) holds NaN or Inf");
-    if (tag == kInputTag)
-      throw NonFinite(
-          "the packed input rows (patch projections and condition_proj) hold NaN or Inf");
-    const int i = tag - kBlockTag;
-    if (i == static_cast<int>(m.blocks.size()))
-      throw NonFinite("the velocities (final_layer.video_out / audio_out) hold NaN or Inf");
-    throw NonFinite(detail::concat("the output of block ", i, " (blocks.", i, ".*) holds NaN or ",
-                                   "Inf (the GPU check names the block, not the row)"));
-  }
-
-  // Captures what `enqueue` launches as graph `key`; false (and eager from then on) if that
-  // fails.
-  bool capture(const GraphKey& key, const std::function<void(bool timed)>& enqueue) {
-    cudaGraph_t g = nullptr;
-    H3RT_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    try {
-      enqueue(false);
-    } catch (const std::exception& e) {
-      cudaStreamEndCapture(s, &g);
-      if (g) cudaGraphDestroy(g);
-      cudaGetLastError();
-      std::fprintf(stderr, "h3rt: CUDA graph capture failed (%s); running eagerly\n", e.what());
-      graph_failed = true;
-      return false;
-    }
-    cudaError_t err = cudaStreamEndCapture(s, &g);
-    cudaGraphExec_t exec = nullptr;
-    if (err == cudaSuccess) err = cudaGraphInstantiate(&exec, g, 0);
-    if (err == cudaSuccess) {
-      size_t nodes = 0;
-      cudaGraphGetNodes(g, nullptr, &nodes);
-      last_nodes = static_cast<int64_t>(nodes);
-    }
-    if (g) cudaGraphDestroy(g);
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      std::fprintf(stderr, "h3rt: CUDA graph capture failed (%s); running eagerly\n",
-                   cudaGetErrorString(err));
-      graph_failed = true;
-      return false;
-    }
-    graphs[key] = exec;
-    return true;
+  StepGraphs::Key graph_key(int64_t M, bool checked, int part) const {
+    const SparseAttention& c = sparse.cfg();
+    return sparse.on() ? StepGraphs::Key{M,
+                                         checked,
+                                         part,
+                                         true,
+                                         c.tau,
+                                         c.dense_blocks,
+                                         c.video_rows_only,
+                                         c.band,
+                                         c.max_blocks}
+                       : StepGraphs::Key{M, checked, part, false, 0.0f, 0, false, 0, 0};
   }
 
   // Runs one part of a step (or the whole step): from its graph once the same part has run
-  // eagerly for this table height (captured on the second call), eagerly before. True when a
-  // graph ran.
+  // eagerly for this table height (captured on the second call), eagerly before; not on a
+  // sparse check step. True when a graph ran.
   bool launch(int part, int64_t M, const std::function<void(bool timed)>& enqueue) {
-    const GraphKey key = graph_key(M, check, part);
-    const auto t_capture = Clock::now();
-    bool captured = false;
-    const bool use_graph = opt.cuda_graph && !graph_failed && !checking &&
-                           warmed[warm_key(M, part)] &&
-                           (graphs.count(key) || (captured = capture(key, enqueue)));
-    if (captured) times.capture_ms += ms_since(t_capture);
-    if (use_graph)
-      H3RT_CUDA_CHECK(cudaGraphLaunch(graphs.at(key), s));
-    else
-      enqueue(opt.stage_timing);
+    const bool use_graph = graphs.launch(graph_key(M, finite.on, part), graph_key(M, false, part),
+                                         opt.cuda_graph && !sparse.checking(), opt.stage_timing,
+                                         enqueue, s, times.capture_ms);
     timed_any |= opt.stage_timing && !use_graph;
-    warmed[warm_key(M, part)] = true;
     return use_graph;
   }
 
@@ -1136,12 +733,12 @@ struct ForwardSessionCuda::Impl {
     pending = false;
     const int64_t M = static_cast<int64_t>(in.plan.timestep.size());
     const auto t_text = Clock::now();
-    begin_checks();
+    finite.begin(s);
     prepare_text(in.text);
-    if (L) flag_non_finite(text_rows.ptr<bf16>(), L * H, kTextTag);
+    if (L) finite.flag(text_rows.ptr<bf16>(), true, L * H, FiniteFlags::kTextTag, s);
     const double text_wall_ms = times.text_refined ? ms_since(t_text) : 0.0;
     prepare_plan(in.plan);
-    prepare_sparse(in.sparse, in.sparse_check);
+    sparse.prepare(in.sparse, in.sparse_check, b, s);
     prepare_heads(in.schedule);
     prepare_cond(in.cond_video_rows, Ncv, m.video_in, cond_video_emb, cached_cond_video, "video");
     prepare_cond(in.cond_audio_rows, Nca, m.audio_in, cond_audio_emb, cached_cond_audio, "audio");
@@ -1158,20 +755,20 @@ struct ForwardSessionCuda::Impl {
         cache ? cached_step(*cache, M) : launch(kWholeStep, M, [&](bool t) { enqueue_step(M, t); });
     download_velocities(in);
     H3RT_CUDA_CHECK(cudaEventRecord(ev1, s));
-    end_checks();
+    finite.end(s);
     compute_ahead(in.next_timesteps);
 
     const auto t_wait = Clock::now();
     times.graph = use_graph;
-    if (in.device && !check && !(sparse && in.sparse_stats) && !checking) {  // nothing to read
-      pending = true;
+    if (in.device && !finite.on && !(sparse.on() && in.sparse_stats) && !sparse.checking()) {
+      pending = true;                     // nothing to read back
       times.wall_ms = ms_since(t_start);  // device_ms stays 0: not waited for
       return {};
     }
     s.synchronize();
-    throw_if_flagged();
-    add_sparse_stats(in.sparse_stats);
-    finish_check();
+    finite.throw_if_flagged(static_cast<int>(m.blocks.size()));
+    sparse.add_stats(in.sparse_stats);
+    sparse.finish_check();
     ForwardOutputs out;
     if (!in.device) {
       out.video_velocity.assign(h_video_v.as<float>(),
@@ -1208,7 +805,7 @@ void ForwardSessionCuda::set_cuda_graph(bool on) {
 }
 
 void ForwardSessionCuda::set_check_finite(bool on) {
-  impl_->check = on;
+  impl_->finite.on = on;
 }
 
 void ForwardSessionCuda::set_stage_timing(bool on) {
@@ -1224,15 +821,15 @@ const ForwardStepTimes& ForwardSessionCuda::last_times() const {
 }
 
 bool ForwardSessionCuda::graph_enabled() const {
-  return impl_->opt.cuda_graph && !impl_->graph_failed;
+  return impl_->opt.cuda_graph && !impl_->graphs.failed();
 }
 
 int64_t ForwardSessionCuda::graph_nodes() const {
-  return impl_->last_nodes;
+  return impl_->graphs.last_nodes();
 }
 
 int64_t ForwardSessionCuda::graph_count() const {
-  return static_cast<int64_t>(impl_->graphs.size());
+  return impl_->graphs.count();
 }
 
 cudaStream_t ForwardSessionCuda::stream() const {
