@@ -2,7 +2,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -17,10 +16,10 @@
 #include "model/forward_session_cuda.h"
 #include "model/io_int8_cuda.h"
 #include "model/pdd_head.h"
+#include "model/session_cache_cuda.h"
 #include "model/session_graphs_cuda.h"
 #include "model/session_sparse_cuda.h"
 #include "model/session_util_cuda.h"
-#include "model/step_cache_cuda.h"
 #include "model/weight_stream_cuda.h"
 #include "ops/adaln_curve/adaln_curve.h"
 #include "ops/rmsnorm_modulate/rmsnorm_modulate.h"
@@ -95,6 +94,8 @@ struct ForwardSessionCuda::Impl {
 
   // Block-sparse attention of this step (set by forward; h3rt/sparse.h) and its sampled check.
   SessionSparse sparse;
+  // First-block step caching (its buffers on first use).
+  SessionStepCache step_cache;
 
   cudaEvent_t ev0 = nullptr, ev1 = nullptr;
   // Device forwards (ForwardInputs::device): the caller's stream and h3rt's joined by events;
@@ -112,7 +113,8 @@ struct ForwardSessionCuda::Impl {
         layout(lay),
         opt(o),
         sparse(layout, lay.seq_len(), static_cast<int64_t>(model.blocks.size()),
-               model.config.heads) {
+               model.config.heads),
+        step_cache(lay.seq_len(), model.config.hidden) {
     const MemoryScope scope(detail::concat("the forward session's activations (", lay.seq_len(),
                                            " rows: ", lay.text_len, " text, ", lay.audio_rows(),
                                            " audio, ", lay.video_rows(), " video)"));
@@ -170,7 +172,6 @@ struct ForwardSessionCuda::Impl {
     cudaStreamSynchronize(s);
     if (ev0) cudaEventDestroy(ev0);
     if (ev1) cudaEventDestroy(ev1);
-    if (ev_rel) cudaEventDestroy(ev_rel);
     for (cudaEvent_t e : {ev_caller, ev_done})
       if (e) cudaEventDestroy(e);
   }
@@ -593,72 +594,22 @@ struct ForwardSessionCuda::Impl {
   }
 
   // ---- first-block step caching (h3rt/hybrid.h) ---------------------------------------------
-  // The device buffers live here (fixed pointers, so the parts can be graphs); the run's
-  // StepCache holds a token naming this session and the refresh it made, so a cache refreshed
-  // by another run or session reads as "no cached step".
-  struct CacheToken : StepCache::State {
-    CacheToken(uint64_t o, uint64_t g) : owner(o), generation(g) {}
-    uint64_t owner;  // session_uid (not an address: a later session may reuse it)
-    uint64_t generation;
-  };
-  struct CacheBuffers {
-    Tensor in0, out0;             // [S, H] bf16: block 0's input and output of this step
-    Tensor block0_res, rest_res;  // [S, H] f32 of the refreshing step
-    Tensor partials, rel;         // the reduction's doubles
-    Pinned h_rel;                 // the one value the host waits for
-  };
-  std::unique_ptr<CacheBuffers> cb;
-  uint64_t cache_generation = 0;
-  const uint64_t session_uid = next_session_uid();
-  cudaEvent_t ev_rel = nullptr;
-
-  static uint64_t next_session_uid() {
-    static std::atomic<uint64_t> next{1};
-    return next++;
-  }
-
-  void ensure_cache_buffers() {
-    if (cb) return;
-    const MemoryScope scope("the step cache's buffers");
-    cb = std::make_unique<CacheBuffers>();
-    cb->in0 = cuda::device_empty(DType::bf16, {S, H});
-    cb->out0 = cuda::device_empty(DType::bf16, {S, H});
-    cb->block0_res = cuda::device_empty(DType::f32, {S, H});
-    cb->rest_res = cuda::device_empty(DType::f32, {S, H});
-    cb->partials = cuda::device_empty(DType::f64, {2 * kStepCacheReduceBlocks});
-    cb->rel = cuda::device_empty(DType::f64, {1});
-    cb->h_rel = Pinned(sizeof(double));
-    H3RT_CUDA_CHECK(cudaMemsetAsync(cb->block0_res.data(), 0, cb->block0_res.nbytes(), s));
-    H3RT_CUDA_CHECK(cudaEventCreateWithFlags(&ev_rel, cudaEventDisableTiming));
-  }
-
-  bool holds_cache_of(const StepCache& cache) const {
-    const auto* t = dynamic_cast<const CacheToken*>(cache.state.get());
-    return t && t->owner == session_uid && t->generation == cache_generation;
-  }
 
   // Part A: the inputs, block 0 (its input and output kept), the relative L1 of its residual
   // against the cached one, that double to pinned memory.
   void enqueue_block0(int64_t M, bool timed) {
-    const int64_t n = S * H;
-    bf16* x = b.x.ptr<bf16>();
     enqueue_inputs(M, timed);
-    H3RT_CUDA_CHECK(cudaMemcpyAsync(cb->in0.data(), x, n * 2, cudaMemcpyDeviceToDevice, s));
+    step_cache.enqueue_keep_input(b.x.ptr<bf16>(), s);
     enqueue_blocks(0, 1, M, timed);
     mark(timed, "step_cache");
-    H3RT_CUDA_CHECK(cudaMemcpyAsync(cb->out0.data(), x, n * 2, cudaMemcpyDeviceToDevice, s));
-    H3RT_CUDA_CHECK(step_cache_rel_l1_cuda(cb->in0.ptr<bf16>(), cb->out0.ptr<bf16>(),
-                                           cb->block0_res.ptr<float>(), n,
-                                           cb->partials.ptr<double>(), cb->rel.ptr<double>(), s));
-    H3RT_CUDA_CHECK(cudaMemcpyAsync(cb->h_rel.as<void>(), cb->rel.data(), sizeof(double),
-                                    cudaMemcpyDeviceToHost, s));
+    step_cache.enqueue_compare(b.x.ptr<bf16>(), s);
     mark(timed, nullptr);
   }
 
   // Part B of a reuse: block 0's output plus the cached residual, then the final layer.
   void enqueue_reuse(int64_t M, bool timed) {
     mark(timed, "step_cache");
-    H3RT_CUDA_CHECK(step_cache_apply_cuda(b.x.ptr<bf16>(), cb->rest_res.ptr<float>(), S * H, s));
+    step_cache.enqueue_apply(b.x.ptr<bf16>(), s);
     enqueue_final(M, timed);
   }
 
@@ -666,9 +617,7 @@ struct ForwardSessionCuda::Impl {
   void enqueue_rest(int64_t M, bool timed) {
     enqueue_blocks(1, static_cast<int64_t>(m.blocks.size()), M, timed);
     mark(timed, "step_cache");
-    H3RT_CUDA_CHECK(step_cache_refresh_cuda(cb->in0.ptr<bf16>(), cb->out0.ptr<bf16>(),
-                                            b.x.ptr<bf16>(), cb->block0_res.ptr<float>(),
-                                            cb->rest_res.ptr<float>(), S * H, s));
+    step_cache.enqueue_refresh(b.x.ptr<bf16>(), s);
     enqueue_final(M, timed);
   }
 
@@ -676,19 +625,15 @@ struct ForwardSessionCuda::Impl {
   // needs it), then part B. Each part is replayed from its own graph once warm. True when both
   // parts ran from graphs.
   bool cached_step(StepCache& cache, int64_t M) {
-    ensure_cache_buffers();
-    const bool have = holds_cache_of(cache);
+    step_cache.ensure(s);
+    const bool have = step_cache.holds(cache);
     bool graphed = launch(kPartBlock0, M, [&](bool t) { enqueue_block0(M, t); });
-    H3RT_CUDA_CHECK(cudaEventRecord(ev_rel, s));
-    H3RT_CUDA_CHECK(cudaEventSynchronize(ev_rel));
-    const double rel = have ? *cb->h_rel.as<double>() : NAN;
-    if (cache.decide(rel)) {
+    if (cache.decide(step_cache.wait_rel(have, s))) {
       graphed &= launch(kPartReuse, M, [&](bool t) { enqueue_reuse(M, t); });
       return graphed;
     }
     graphed &= launch(kPartRest, M, [&](bool t) { enqueue_rest(M, t); });
-    cache.state = std::make_unique<CacheToken>(session_uid, ++cache_generation);
-    cache.refreshed();
+    step_cache.refreshed(cache);
     return graphed;
   }
 

@@ -4,6 +4,7 @@
 
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
+#include "h3rt/memory.h"
 #include "model/session_sparse_cuda.h"
 #include "ops/attention_sparse/router.h"
 
