@@ -53,12 +53,15 @@ std::string nvfp4_gemm_description(const std::string& algo, bool static_input_sc
                                "activation quantization (amax, encode)");
 }
 
+std::string int8_rotation_description(int group) {
+  return group > 0 ? "convrot group " + std::to_string(group) : std::string("no rotation");
+}
+
 namespace {
 
 std::string gemm_description(const BlockMeasurements& m) {
   if (m.int8_group >= 0)
-    return (m.int8_group > 0 ? "int8 W8A8, convrot group " + std::to_string(m.int8_group)
-                             : std::string("int8 W8A8, no rotation")) +
+    return "int8 W8A8, " + int8_rotation_description(m.int8_group) +
            " (rotate+quantize fused into the producers of the projections marked fused, a "
            "separate launch for the others; the int8 GEMM applies both scales in its epilogue)";
   if (m.nvfp4) return nvfp4_gemm_description(m.nvfp4_algo, m.nvfp4_static_input_scale);

@@ -48,6 +48,9 @@ double median(std::vector<double> v);
 
 // NVFP4 W4A4 block projections run by GEMM algorithm `algo`, in words (block and step reports).
 std::string nvfp4_gemm_description(const std::string& algo, bool static_input_scale);
+// The rotation of int8 W8A8 block projections with convrot group `group`, in words:
+// "convrot group G", or "no rotation" for 0 (block, step and sample reports).
+std::string int8_rotation_description(int group);
 
 nlohmann::json block_report(const H3Config& c, const SequenceLayout& layout,
                             const BlockMeasurements& m);

@@ -385,9 +385,8 @@ std::unique_ptr<DeviceLoop> sample_state(const StepBenchOptions& o, const FloatV
 std::string sample_precision(const StepBenchOptions& o) {
   if (o.fp8) return "bf16 + fp8 e4m3 block GEMMs";
   if (o.nvfp4) return "bf16 + NVFP4 W4A4 block GEMMs";
-  if (o.int8_group > 0)
-    return "bf16 + int8 W8A8 block GEMMs (convrot group " + std::to_string(o.int8_group) + ")";
-  if (o.int8_group == 0) return "bf16 + int8 W8A8 block GEMMs (no rotation)";
+  if (o.int8_group >= 0)
+    return "bf16 + int8 W8A8 block GEMMs (" + int8_rotation_description(o.int8_group) + ")";
   return "bf16";
 }
 

@@ -31,8 +31,7 @@ namespace {
 std::string step_gemm_description(const StepMeasurements& m) {
   if (!m.nvfp4_algo.empty()) return nvfp4_gemm_description(m.nvfp4_algo, true);
   if (m.int8_group >= 0)
-    return "int8 W8A8" + (m.int8_group ? ", convrot group " + std::to_string(m.int8_group)
-                                       : std::string(", no rotation"));
+    return "int8 W8A8, " + int8_rotation_description(m.int8_group);
   return m.fp8 ? "cuBLASLt fp8 e4m3, static per-tensor scales" : "cuBLASLt bf16";
 }
 

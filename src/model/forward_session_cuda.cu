@@ -31,10 +31,6 @@ namespace {
 using bf16 = __nv_bfloat16;
 using Clock = std::chrono::steady_clock;
 
-double ms_since(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
-
 using cuda::Pinned;
 
 }  // namespace
@@ -87,8 +83,7 @@ struct ForwardSessionCuda::Impl {
   std::vector<int64_t> cached_tidx, row_index_host;
   bool text_valid = false, tables_valid = false;
 
-  // Graphs by (table height M, finite checks in it, the step's part, the sparse configuration
-  // baked into it); warmed by graph_key(M, false, part): that part has run eagerly once.
+  // The step's graphs, keyed by graph_key; warmed by graph_key(M, false, part).
   StepGraphs graphs;
   bool timed_any = false;  // this step ran a part eagerly with stage timing
 

@@ -5,6 +5,7 @@
 
 #include "cuda/runtime.h"
 #include "model/session_graphs_cuda.h"
+#include "model/session_util_cuda.h"
 
 namespace h3rt::model {
 
@@ -59,9 +60,7 @@ bool StepGraphs::launch(const Key& key, const Key& warm, bool allowed, bool stag
   bool captured = false;
   const bool use_graph = allowed && !failed_ && warmed_[warm] &&
                          (graphs_.count(key) || (captured = capture(key, enqueue, s)));
-  if (captured)
-    capture_ms +=
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (captured) capture_ms += ms_since(t0);
   if (use_graph)
     H3RT_CUDA_CHECK(cudaGraphLaunch(graphs_.at(key), s));
   else

@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -16,6 +17,11 @@
 #include "model/model_cuda.h"
 
 namespace h3rt::model {
+
+// Milliseconds of wall time since t (host timings of the session's steps).
+inline double ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
 
 // cuBLAS workspace of the float32 islands: a fixed buffer keeps their calls capture-safe.
 inline constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
