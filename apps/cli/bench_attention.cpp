@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/output_path.h"
+#include "cli/validators.h"
 #include "h3rt/check.h"
 #ifdef H3RT_HAVE_CUDA
 #include "bench/attention_sage_bench.h"
@@ -51,7 +52,7 @@ void add_bench_attention_command(CLI::App& app) {
   cmd->add_option("--sparse", opt->sparse_tau,
                   "also time block-sparse Sage at this router tau (> 0): router, sparse kernel "
                   "and the computed fraction of key blocks, beside dense Sage")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--sparse-prefix", opt->sparse_prefix_rows,
                   "with --sparse: rows [0, N) are the prefix (keys always computed, rows dense; "
                   "default: the seed shape's text + audio rows; capped at --seq)")

@@ -5,6 +5,7 @@
 #include "bench/plot.h"
 #include "cli/commands.h"
 #include "cli/output_path.h"
+#include "cli/validators.h"
 #include "h3rt/check.h"
 #include "h3rt/compare.h"
 #include "h3rt/pipeline.h"
@@ -52,11 +53,16 @@ void add_bench_block_command(CLI::App& bench) {
                   "--gemm int8: the convrot group size (0: plain int8, no rotation)")
       ->check(CLI::IsMember({0, 16, 64, 256}))
       ->capture_default_str();
-  cmd->add_option("--width", o->width, "video width in pixels (default: the seed's 1344)");
-  cmd->add_option("--height", o->height, "video height in pixels (default: the seed's 768)");
+  cmd->add_option("--width", o->width, "video width in pixels (default: the seed's 1344)")
+      ->check(positive_number());
+  cmd->add_option("--height", o->height, "video height in pixels (default: the seed's 768)")
+      ->check(positive_number());
   cmd->add_option("--frames", o->frames,
-                  "video frames (default: the seed's 124; 864x480x124 is ComfyUI's default)");
-  cmd->add_option("--reps", o->reps, "Timed repetitions (medians)")->capture_default_str();
+                  "video frames (default: the seed's 124; 864x480x124 is ComfyUI's default)")
+      ->check(positive_number());
+  cmd->add_option("--reps", o->reps, "Timed repetitions (medians)")
+      ->check(positive_number())
+      ->capture_default_str();
   cmd->add_option("--out", o->out, "JSON report path, - for stdout")->capture_default_str();
   cmd->add_option("--plot", o->plot,
                   "Also draw the block breakdown as SVG: one bar per component (the seeds' "

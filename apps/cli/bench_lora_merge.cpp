@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/output_path.h"
+#include "cli/validators.h"
 #include "h3rt/check.h"
 #include "h3rt/report.h"
 #ifdef H3RT_HAVE_CUDA
@@ -32,7 +33,9 @@ void add_bench_lora_merge_command(CLI::App& app) {
   cmd->add_option("--rank", o->rank, "LoRA rank")->capture_default_str();
   cmd->add_option("--pairs", o->pairs, "LoRA pairs (at most the layers in the order above)")
       ->capture_default_str();
-  cmd->add_option("--reps", o->reps, "merge + unmerge repetitions")->capture_default_str();
+  cmd->add_option("--reps", o->reps, "merge + unmerge repetitions")
+      ->check(positive_number())
+      ->capture_default_str();
   cmd->add_option("--out", *out, "write the report as JSON to this file");
   cmd->callback([o, gemm, out] {
     if (!out->empty()) check_output_path(*out, "--out");

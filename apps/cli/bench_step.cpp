@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "cli/output_path.h"
+#include "cli/validators.h"
 #include "h3rt/check.h"
 #include "h3rt/pipeline.h"
 #include "h3rt/report.h"
@@ -43,10 +44,13 @@ void add_common(CLI::App* cmd, Opts& o) {
   cmd->add_option("--group-size", o.group, "--gemm int8: the convrot group size (0: no rotation)")
       ->check(CLI::IsMember({0, 16, 64, 256}))
       ->capture_default_str();
-  cmd->add_option("--width", o.width, "video width in pixels (default: the preset's)");
-  cmd->add_option("--height", o.height, "video height in pixels (default: the preset's)");
+  cmd->add_option("--width", o.width, "video width in pixels (default: the preset's)")
+      ->check(positive_number());
+  cmd->add_option("--height", o.height, "video height in pixels (default: the preset's)")
+      ->check(positive_number());
   cmd->add_option("--frames", o.frames,
-                  "video frames (default: the preset's; ComfyUI's default is 864x480x124)");
+                  "video frames (default: the preset's; ComfyUI's default is 864x480x124)")
+      ->check(positive_number());
   cmd->add_option("--attention", o.attention,
                   "Block attention: bf16 (flash) or sage (8-bit SageAttention2 numerics)")
       ->check(CLI::IsMember({"bf16", "sage"}))
@@ -132,10 +136,10 @@ void add_bench_step_command(CLI::App& bench) {
       "clock, power and joules per step from NVML where available");
   add_common(step, *o);
   step->add_option("--reps", o->reps, "Timed steps of each kind (medians)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
   step->add_option("--warmup", o->warmup, "Untimed steps first (the first runs the text refiner)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
   step->add_flag("--compare-resident", o->compare_resident,
                  "With --device-memory-limit: run the same steps with resident weights first "

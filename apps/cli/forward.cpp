@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "cli/output_path.h"
+#include "cli/validators.h"
 #include "h3rt/safetensors.h"
 
 namespace h3rt::cli {
@@ -76,7 +77,8 @@ void add_forward_command(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--sigma", o->sigma,
                   "Video sigma in [0, 1] (default: fwd/sigma_video of the inputs file); the "
-                  "audio sigma is derived from it");
+                  "audio sigma is derived from it")
+      ->check(number_in(0, 1));
   cmd->add_option("--steps", o->steps,
                   "The sampler's step count: its sigma grid (shift 12) is the schedule a "
                   "checkpoint with a PDD head bank picks its heads from (required for those)")

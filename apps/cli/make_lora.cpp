@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/output_path.h"
+#include "cli/validators.h"
 #include "h3rt/lora.h"
 
 namespace h3rt::cli {
@@ -32,7 +33,7 @@ void add_make_lora_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--pairs", o->pairs,
                   "At most this many pairs, the first in the order above (all of tiny's: 16)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of the hashed values")->capture_default_str();
   cmd->add_option("--out", o->out, "output .safetensors")->required();

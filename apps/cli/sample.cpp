@@ -15,6 +15,7 @@
 #include "cli/model_options.h"
 #include "cli/output_path.h"
 #include "cli/progress.h"
+#include "cli/validators.h"
 #include "h3rt/quality.h"
 #include "h3rt/report.h"
 #include "h3rt/safetensors.h"
@@ -296,15 +297,20 @@ void add_sample_command(CLI::App& app) {
                   "stand-in embeddings")
       ->check(CLI::ExistingFile);
   cmd->add_option("--text-tokens", o->request.text_tokens,
-                  "Length of the stand-in text embeddings (default 10 tiny, 100 h3)");
+                  "Length of the stand-in text embeddings (default 10 tiny, 100 h3)")
+      ->check(positive_number());
   cmd->add_option("--frames", o->request.frames,
-                  "Video frames: 1, 5, 9, 13, 17, 18, 22, ... (default 22 tiny, 124 h3)");
+                  "Video frames: 1, 5, 9, 13, 17, 18, 22, ... (default 22 tiny, 124 h3)")
+      ->check(positive_number());
   cmd->add_option("--width", o->request.width,
-                  "Width in pixels, a multiple of 32 (default 192 tiny, 1344 h3)");
+                  "Width in pixels, a multiple of 32 (default 192 tiny, 1344 h3)")
+      ->check(positive_number());
   cmd->add_option("--height", o->request.height,
-                  "Height in pixels, a multiple of 32 (default 128 tiny, 768 h3)");
+                  "Height in pixels, a multiple of 32 (default 128 tiny, 768 h3)")
+      ->check(positive_number());
   cmd->add_option("--audio-seconds", o->request.audio_seconds,
-                  "Audio length in seconds, 40 latents/s (default: the video's length at 24 fps)");
+                  "Audio length in seconds, 40 latents/s (default: the video's length at 24 fps)")
+      ->check(positive_number());
   cmd->add_option("--steps", o->steps, "Model evaluations (default 8)");
   cmd->add_option("--sampler", o->sampler,
                   "euler (with --scheduler diffusers the reference's Euler, with simple "
@@ -318,8 +324,12 @@ void add_sample_command(CLI::App& app) {
                   "sampling loop (the audio carried on the video schedule)")
       ->check(CLI::IsMember({"diffusers", "simple"}))
       ->capture_default_str();
-  cmd->add_option("--shift", o->shift, "Video sigma shift")->capture_default_str();
-  cmd->add_option("--audio-shift", o->audio_shift, "Audio sigma shift")->capture_default_str();
+  cmd->add_option("--shift", o->shift, "Video sigma shift")
+      ->check(positive_number())
+      ->capture_default_str();
+  cmd->add_option("--audio-shift", o->audio_shift, "Audio sigma shift")
+      ->check(positive_number())
+      ->capture_default_str();
   cmd->add_option("--checkpoint-every", o->checkpoint_every,
                   "Write a resume file every N steps (0: only on Ctrl-C, which stops the run at "
                   "the next step boundary and saves)")

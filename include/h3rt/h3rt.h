@@ -88,7 +88,8 @@ typedef struct h3rt_timesteps {
 
 /* One forward on host float32 rows: video [Nv, 96], audio [2N, 32], text [L, text_dim]; writes
  * the data-ward velocities (x0 = x + sigma v) into video_velocity [Nv, 96] and
- * audio_velocity [2N, 32]. */
+ * audio_velocity [2N, 32]. A layout without audio rows (audio_len 0) runs on text and video
+ * alone; audio_rows and audio_velocity may then be NULL (so in the two calls below). */
 h3rt_status h3rt_forward(h3rt_model* model, const h3rt_layout* layout,
                          const h3rt_timesteps* timesteps, const float* video_rows,
                          const float* audio_rows, const float* text, float* video_velocity,

@@ -105,7 +105,13 @@ h3rt::TimestepPlan plan_of(const h3rt_timesteps& t, int64_t S) {
 }
 
 void copy_out(const h3rt::FloatVec& v, float* out) {
-  std::memcpy(out, v.data(), v.size() * sizeof(float));
+  if (!v.empty()) std::memcpy(out, v.data(), v.size() * sizeof(float));
+}
+
+// The rows and velocities a forward needs: audio ones only when there are audio rows.
+bool forward_buffers(int64_t audio_len, const float* video_rows, const float* audio_rows,
+                     const float* text, const float* video_velocity, const float* audio_velocity) {
+  return video_rows && text && video_velocity && (audio_len == 0 || (audio_rows && audio_velocity));
 }
 
 h3rt::RequestOptions request_of(const h3rt_sample_request& r, const h3rt::H3Config& c) {
@@ -212,9 +218,10 @@ h3rt_status h3rt_forward(h3rt_model* m, const h3rt_layout* layout, const h3rt_ti
                          const float* video_rows, const float* audio_rows, const float* text,
                          float* video_velocity, float* audio_velocity) {
   return guarded([&] {
-    C_CHECK(
-        m && layout && ts && video_rows && audio_rows && text && video_velocity && audio_velocity,
-        "h3rt_forward: null argument");
+    C_CHECK(m && layout && ts &&
+                forward_buffers(layout->audio_len, video_rows, audio_rows, text, video_velocity,
+                                audio_velocity),
+            "h3rt_forward: null argument");
     const h3rt::ForwardOutputs v =
         forward_rows(m, layout, ts, video_rows, audio_rows, text, nullptr);
     copy_out(v.video_velocity, video_velocity);
@@ -226,9 +233,10 @@ h3rt_status h3rt_forward_device(h3rt_model* m, const h3rt_layout* layout, const 
                                 const float* video_rows, const float* audio_rows, const float* text,
                                 float* video_velocity, float* audio_velocity, void* stream) {
   return guarded([&] {
-    C_CHECK(
-        m && layout && ts && video_rows && audio_rows && text && video_velocity && audio_velocity,
-        "h3rt_forward_device: null argument");
+    C_CHECK(m && layout && ts &&
+                forward_buffers(layout->audio_len, video_rows, audio_rows, text, video_velocity,
+                                audio_velocity),
+            "h3rt_forward_device: null argument");
     const h3rt::DeviceIO io{video_rows, audio_rows, video_velocity, audio_velocity,
                             reinterpret_cast<uintptr_t>(stream)};
     forward_rows(m, layout, ts, nullptr, nullptr, text, &io);
@@ -240,7 +248,8 @@ h3rt_status h3rt_forward_t2va(h3rt_model* m, int64_t text_len, int64_t audio_len
                               const float* audio_rows, const float* text, float* video_velocity,
                               float* audio_velocity) {
   return guarded([&] {
-    C_CHECK(m && video_rows && audio_rows && text && video_velocity && audio_velocity,
+    C_CHECK(m && forward_buffers(audio_len, video_rows, audio_rows, text, video_velocity,
+                                 audio_velocity),
             "h3rt_forward_t2va: null argument");
     const h3rt_layout l{text_len, audio_len, frames,  height,  width,
                         nullptr,  nullptr,   nullptr, nullptr, nullptr};

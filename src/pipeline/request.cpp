@@ -84,6 +84,9 @@ Request make_request(const H3Config& config, const RequestOptions& o) {
   const int64_t width = o.width ? o.width : (big ? 1344 : 192);
   const int64_t height = o.height ? o.height : (big ? 768 : 128);
   check_pixels(width, height);
+  H3RT_CHECK(o.audio_seconds >= 0 && std::isfinite(o.audio_seconds),
+             "audio seconds must be a finite number >= 0 (0: the video's length), got ",
+             o.audio_seconds);
   const double audio_seconds = o.audio_seconds > 0 ? o.audio_seconds : frames / 24.0;
   Request r;
   int64_t text_len = o.text_tokens ? o.text_tokens : (big ? 100 : 10);

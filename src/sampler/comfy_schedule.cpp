@@ -6,6 +6,7 @@
 #endif
 
 #include <algorithm>
+#include <cmath>
 
 #include "h3rt/check.h"
 #include "h3rt/sampler.h"
@@ -70,7 +71,8 @@ const char* scheduler_name(Scheduler s) {
 }
 
 std::vector<float> flow_sigma_table(double shift) {
-  H3RT_CHECK(shift > 0, "shift must be positive, got ", shift);
+  H3RT_CHECK(std::isfinite(shift) && shift > 0, "sigma shift must be a finite number > 0, got ",
+             shift);
   std::vector<float> table(kTableSize);
   const float n = static_cast<float>(kTableSize);
   for (int k = 1; k <= kTableSize; ++k) {
@@ -109,7 +111,8 @@ ComfyModelTimes comfy_model_times(float sigma, double shift_video, double shift_
 
 SamplerPlan make_comfy_plan(const SequenceLayout& layout, SamplerKind sampler, int steps,
                             double shift_video, double shift_audio) {
-  H3RT_CHECK(shift_audio > 0, "audio shift must be positive, got ", shift_audio);
+  H3RT_CHECK(std::isfinite(shift_audio) && shift_audio > 0,
+             "audio sigma shift must be a finite number > 0, got ", shift_audio);
   SamplerPlan p;
   p.sampler = sampler;
   p.scheduler = Scheduler::simple;

@@ -53,6 +53,10 @@ float audio_sigma_from_video(float sigma_video, float video_shift, float audio_s
 
 SamplerPlan make_sampler_plan(const SequenceLayout& layout, int num_points, float video_shift,
                               float audio_shift) {
+  H3RT_CHECK(std::isfinite(video_shift) && video_shift > 0,
+             "video sigma shift must be a finite number > 0, got ", video_shift);
+  H3RT_CHECK(std::isfinite(audio_shift) && audio_shift > 0,
+             "audio sigma shift must be a finite number > 0, got ", audio_shift);
   SamplerPlan p;
   p.video_shift = video_shift;
   p.audio_shift = audio_shift;

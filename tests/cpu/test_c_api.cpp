@@ -185,6 +185,29 @@ TEST(CApi, ForwardsGiveTheCppBits) {
   h3rt_model_free(m);
 }
 
+// A layout without audio rows: NULL audio buffers are accepted (and still refused when there
+// are audio rows), and the result is the C++ forward's.
+TEST(CApi, ForwardWithoutAudioRowsTakesNullAudioBuffers) {
+  h3rt_model* m = nullptr;
+  ASSERT_EQ(h3rt_model_create(kWeights.c_str(), nullptr, &m), H3RT_OK) << h3rt_last_error();
+  auto d = from_file();
+  const Request r = request_from_inputs(kGolden, d->config());
+  const SequenceLayout& L = r.layout;
+  const SequenceLayout none = make_t2va_layout(L.text_len, 0, L.frames, L.height, L.width);
+  const ForwardOutputs want =
+      forward_at_sigma(*d, none, r.video_rows.data(), nullptr, r.text.data(), 0.6f);
+  FloatVec vv(want.video_velocity.size());
+  ASSERT_EQ(h3rt_forward_t2va(m, L.text_len, 0, L.frames, L.height, L.width, 0.6f,
+                              r.video_rows.data(), nullptr, r.text.data(), vv.data(), nullptr),
+            H3RT_OK)
+      << h3rt_last_error();
+  test::expect_same_bits(vv, want.video_velocity, "t2va video without audio");
+  EXPECT_EQ(h3rt_forward_t2va(m, L.text_len, L.audio_len, L.frames, L.height, L.width, 0.6f,
+                              r.video_rows.data(), nullptr, r.text.data(), vv.data(), nullptr),
+            H3RT_ERROR_INVALID_ARGUMENT);
+  h3rt_model_free(m);
+}
+
 int stop_after_first(int step, int, double, void* calls) {
   ++*static_cast<int*>(calls);
   return step < 1;

@@ -180,7 +180,7 @@ TEST(CliErrors, BadOptionValues) {
                "--gemm fp8 quantizes a preset's synthetic weights (--preset)");
   expect_error("forward --checkpoint " + kWeights + " --inputs " + kGolden + " --out " +
                    tmp("f.st") + " --sigma 2",
-               "sigma must lie in [0, 1], got 2");
+               "--sigma: must be a number in [0, 1], got 2");
   expect_error("quantize-checkpoint --in " + kWeights + " --out " + tmp("q.st") + " --format int4",
                "--format");
   expect_error("quantize-checkpoint --in " + kWeights + " --out " + tmp("q.st") +
@@ -200,6 +200,22 @@ TEST(CliErrors, BadOptionValues) {
   expect_error("sample --weight-stream-source file",
                "weight_stream_source file applies when the block weights stream, under a "
                "device_memory_limit");
+  // Sizes where 0 would silently mean "the default", and shifts: a finite number > 0.
+  for (const std::string& v :
+       {"sample --frames 0", "sample --width -32", "sample --height 0", "sample --text-tokens 0",
+        "sample --audio-seconds -1", "sample --audio-seconds nan", "sample --shift nan",
+        "sample --shift 0", "sample --audio-shift -3", "sample --audio-shift inf",
+        "bench block --frames 0", "bench step --width 0", "bench sample --height -32",
+        "bench step --reps 0", "bench block --reps -1", "bench attention --sparse nan",
+        "make-lora --pairs 0"}) {
+    const std::string option = v.substr(v.find("--"), v.rfind(' ') - v.find("--"));
+    expect_error(v, option + ": must be a finite number > 0, got " + v.substr(v.rfind(' ') + 1));
+  }
+  // --sigma: given, it must lie in [0, 1] (NaN and negative values used to mean "from the file").
+  for (const char* bad : {"nan", "-0.5", "1.5"})
+    expect_error("forward --checkpoint " + kWeights + " --inputs " + kGolden + " --out " +
+                     tmp("f.st") + " --sigma " + bad,
+                 std::string("--sigma: must be a number in [0, 1], got ") + bad);
   for (const std::string& v : {"forward", "quantize-nvfp4", "quantize-checkpoint", "int8-convrot",
                                "prune-adaln", "info", "bench compare", "compare", "bench load"})
     expect_error(v, "required");

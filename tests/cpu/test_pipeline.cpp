@@ -98,6 +98,43 @@ TEST(Pipeline, SampleReportsProgressAndCancels) {
   EXPECT_THROW(sample(*d, r, o), Error);
 }
 
+// audio_seconds: 0 means the video's length; a negative or non-finite length is an error (it
+// used to mean the default too).
+TEST(Pipeline, RequestAudioSecondsMustBeAFiniteNumber) {
+  const H3Config c = *config_preset("tiny");
+  RequestOptions o;
+  EXPECT_EQ(make_request(c, o).layout.audio_len, 37);  // 22 frames at 24 fps, 40 latents/s
+  o.audio_seconds = 0.5;
+  EXPECT_EQ(make_request(c, o).layout.audio_len, 20);
+  for (double bad : {-1.0, std::nan(""), double(INFINITY)}) {
+    o.audio_seconds = bad;
+    EXPECT_NE(test::error_of([&] { make_request(c, o); }).find("audio seconds must be"),
+              std::string::npos)
+        << bad;
+  }
+}
+
+// A t2va layout without audio rows (audio_len 0 is a valid layout): the forward runs on text and
+// video alone and returns no audio velocity. Before, the CPU linear refused the empty audio
+// projection's null pointers ("linear: null pointer").
+TEST(Pipeline, ForwardWithoutAudioRows) {
+  auto d = Denoiser::create(ModelSource{});
+  const H3Config& c = d->config();
+  RequestOptions o;
+  const Request with = make_request(c, o);
+  const SequenceLayout l = make_t2va_layout(with.layout.text_len, 0, with.layout.frames,
+                                            with.layout.height, with.layout.width);
+  const ForwardOutputs none =
+      forward_at_sigma(*d, l, with.video_rows.data(), nullptr, with.text.data(), 0.7f);
+  const ForwardOutputs full = forward_at_sigma(*d, with.layout, with.video_rows.data(),
+                                               with.audio_rows.data(), with.text.data(), 0.7f);
+  EXPECT_TRUE(none.audio_velocity.empty());
+  ASSERT_EQ(none.video_velocity.size(), full.video_velocity.size());
+  for (float v : none.video_velocity) ASSERT_TRUE(std::isfinite(v));
+  // Attention spans every row, so dropping the audio rows changes the video velocity.
+  EXPECT_GT(test::rel_l2(none.video_velocity, full.video_velocity), 1e-4);
+}
+
 TEST(Pipeline, RejectsSageOnCpuAndBadWords) {
   DenoiserOptions o;
   o.attention = Attention::sage;

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "h3rt/layout.h"
@@ -94,6 +95,22 @@ TEST(Schedule, PlanHasOneStepPerGridInterval) {
   EXPECT_EQ(p.video_sigmas.size(), p.audio_sigmas.size());
   EXPECT_EQ(p.steps.size(), 49u);
   EXPECT_EQ(p.steps.back().sigma_video_next, 0.0f);
+}
+
+// A shift that is not a finite number > 0 is refused by name (before: NaN ran into a NaN
+// forward, 0 into a grid-length mismatch, a negative audio shift into -inf sigmas).
+TEST(Schedule, RejectsShiftsThatAreNotPositiveNumbers) {
+  const SequenceLayout l = golden_layout();
+  for (float bad : {0.0f, -3.0f, std::nanf(""), INFINITY}) {
+    SCOPED_TRACE(bad);
+    const auto names = [](const std::function<void()>& f, const char* what) {
+      EXPECT_NE(test::error_of(f).find(what), std::string::npos) << test::error_of(f);
+    };
+    names([&] { make_sampler_plan(l, 9, bad, 3.0f); }, "video sigma shift must be");
+    names([&] { make_sampler_plan(l, 9, 12.0f, bad); }, "audio sigma shift must be");
+    names([&] { make_comfy_plan(l, SamplerKind::euler, 8, bad, 3.0); }, "sigma shift must be");
+    names([&] { make_comfy_plan(l, SamplerKind::euler, 8, 12.0, bad); }, "audio sigma shift must");
+  }
 }
 
 // ---------------------------------------------------------------- Euler

@@ -17,6 +17,7 @@
 #include "h3rt/device.h"
 #include "h3rt/h3rt.h"
 #include "h3rt/pipeline.h"
+#include "h3rt/sampler.h"
 
 namespace h3rt {
 namespace {
@@ -193,6 +194,54 @@ TEST(DeviceForward, ChecksNonFiniteRowsOnTheDevice) {
     FAIL() << "NaN rows passed the first-step check";
   } catch (const NonFinite& e) {
     EXPECT_NE(std::string(e.what()).find("packed input"), std::string::npos) << e.what();
+  }
+}
+
+// A layout without audio rows on the GPU (host rows, eager, captured and replayed, then device
+// rows with null audio buffers): the same bits every call, and as close to the CPU fp32 forward
+// as the CPU bf16 forward is (mean within 2x, max within 3x, as the other forward tests).
+TEST(DeviceForward, WithoutAudioRowsTracksTheCpuForward) {
+  H3RT_REQUIRE_GPU();
+  DenoiserOptions o;
+  o.device = Device::cuda;
+  auto gpu = Denoiser::create(ModelSource{}, o);  // the tiny preset, synthetic weights seed 0
+  DenoiserOptions ob;
+  ob.precision = Precision::bf16;
+  auto cpu = Denoiser::create(ModelSource{}), cpu_bf16 = Denoiser::create(ModelSource{}, ob);
+  const Request r = make_request(gpu->config(), RequestOptions{});
+  const SequenceLayout& w = r.layout;
+  const SequenceLayout l = make_t2va_layout(w.text_len, 0, w.frames, w.height, w.width);
+  constexpr float kSigma = 0.7f;
+  auto run = [&](Denoiser& d) {
+    return forward_at_sigma(d, l, r.video_rows.data(), nullptr, r.text.data(), kSigma);
+  };
+  const ForwardOutputs ref = run(*cpu), bf = run(*cpu_bf16), first = run(*gpu);
+  EXPECT_TRUE(first.audio_velocity.empty());
+  const std::vector<double> rd(ref.video_velocity.begin(), ref.video_velocity.end());
+  const test::Err g = test::error(first.video_velocity, rd), c = test::error(bf.video_velocity, rd);
+  std::printf("no audio rows: gpu max/mean %.4g/%.4g, cpu bf16 %.4g/%.4g\n", g.max_abs, g.mean_abs,
+              c.max_abs, c.mean_abs);
+  EXPECT_GT(c.mean_abs, 0.0);
+  EXPECT_LE(g.mean_abs, 2.0 * c.mean_abs);
+  EXPECT_LE(g.max_abs, 3.0 * c.max_abs);
+  for (int call = 0; call < 3; ++call) {  // captured, replayed
+    const ForwardOutputs again = run(*gpu);
+    test::expect_same_bits(again.video_velocity, first.video_velocity, "host rows, again");
+  }
+  const std::vector<float> rows(r.video_rows.begin(), r.video_rows.end());
+  const Tensor video = test::upload(rows, DType::f32, {int64_t(rows.size())});
+  const Tensor vel = test::device_buffer(DType::f32, video.shape());
+  const DeviceIO io{video.ptr<float>(), nullptr, vel.ptr<float>(), nullptr, 0};
+  const TimestepPlan plan =
+      make_timestep_plan(l, 1.0f - kSigma, 1.0f - audio_sigma_from_video(kSigma));
+  ForwardInputs in{l, plan, nullptr, nullptr, r.text.data()};
+  in.device = &io;
+  for (int call = 0; call < 2; ++call) {
+    H3RT_CUDA_CHECK(cudaMemset(vel.data(), 0xff, vel.nbytes()));
+    gpu->forward(in);
+    std::vector<float> v(vel.numel());
+    H3RT_CUDA_CHECK(cudaMemcpy(v.data(), vel.data(), vel.nbytes(), cudaMemcpyDeviceToHost));
+    expect_bits(v, first.video_velocity, "device rows");
   }
 }
 

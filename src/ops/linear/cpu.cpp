@@ -44,7 +44,7 @@ void linear_cpu(const LinearParams& p) {
   H3RT_CHECK(p.rows >= 0 && p.in > 0 && p.out > 0, "linear: bad dims rows=", p.rows, " in=", p.in,
              " out=", p.out);
   H3RT_CHECK(xs >= p.in && ys >= p.out, "linear: row stride smaller than the row");
-  H3RT_CHECK(p.x && p.w && p.y, "linear: null pointer");
+  H3RT_CHECK(p.w && (p.rows == 0 || (p.x && p.y)), "linear: null pointer");  // no rows: no x, y
   // Large products are split over threads by output groups. Every output is still computed by
   // one thread in one order, so the result does not depend on the thread count.
   const int64_t groups = (p.out + kGroup - 1) / kGroup;
