@@ -101,6 +101,16 @@ def _size_word(size):
     return repr(int(size)) if float(size).is_integer() else repr(float(size))
 
 
+def _seed(value, what):
+    """A seed as the library takes it: an integer in [0, 2**64) (ComfyUI's seed range)."""
+    if isinstance(value, bool) or not isinstance(value, int) and not hasattr(value, "__index__"):
+        raise TypeError(f"{what}: expected an integer, got {type(value).__name__}")
+    value = int(value)
+    if not 0 <= value < 2**64:
+        raise ValueError(f"{what} must be an integer in [0, 2**64), got {value}")
+    return value
+
+
 def _placed(key, v, device):
     """v where h3rt reads it: torch CUDA tensors stay on the device for a CUDA model as
     int8/uint8/float8_e4m3fn '.weight' bytes and 2-D bf16 '.weight' tensors; other CUDA tensors
@@ -125,7 +135,7 @@ def preset(name="tiny", weights_seed=0, device="cpu", precision=None, attention=
     (int8_group: the int8 convrot group, 0 for none, -1 the preset's: 256 for h3, 64 tiny).
     device_memory_limit, weight_stream_source, load_progress: as load ("file" holds the
     synthetic blocks in pageable host memory)."""
-    return _h3rt._load_preset(name, weights_seed, device, precision, attention, cuda_graphs,
+    return _h3rt._load_preset(name, _seed(weights_seed, "weights_seed"), device, precision, attention, cuda_graphs,
                               check_finite, gemm, int(int8_group), _size_word(device_memory_limit),
                               weight_stream_source, load_progress)
 
@@ -163,7 +173,7 @@ def sample(model, width=0, height=0, frames=0, steps=8, seed=440420, text=None, 
     video_latent_image [1, 24, T, H/16, W/16] and audio_latent_image [2, 32, N] (absent: zeros),
     blended in as ComfyUI's KSamplerX0Inpaint does (as `h3rt sample` with those tensors in an
     inputs or conditioning file)."""
-    return _h3rt._sample(model, width, height, frames, steps, seed, text, progress,
+    return _h3rt._sample(model, width, height, frames, steps, _seed(seed, "seed"), text, progress,
                          audio_seconds, text_tokens, sampler, scheduler, float(shift),
                          float(audio_shift), None if checkpoint is None else str(checkpoint),
                          checkpoint_every, None if resume is None else str(resume),

@@ -150,6 +150,25 @@ def test_bad_inputs_name_the_argument(model, golden):
                                  "timestep_indices": np.zeros(196, np.int64)})
 
 
+def test_sampling_numbers_are_checked_by_name(model, golden):
+    with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 2\*\*64\), got -1"):
+        h3rt.sample(model, steps=1, seed=-1)
+    with pytest.raises(TypeError, match="seed: expected an integer, got float"):
+        h3rt.sample(model, steps=1, seed=1.5)
+    with pytest.raises(ValueError, match="weights_seed must be an integer"):
+        h3rt.preset("tiny", weights_seed=2**64)
+    with pytest.raises(RuntimeError, match="video sigma shift must be a finite number > 0, got nan"):
+        h3rt.sample(model, steps=1, shift=float("nan"))
+    with pytest.raises(RuntimeError, match="audio seconds must be a finite number >= 0"):
+        h3rt.sample(model, steps=1, audio_seconds=-1.0)
+    # A forward without audio rows runs on text and video alone.
+    video = golden["input/video_latents"]
+    empty = np.zeros((1, 32, 2, 0), np.float32)
+    vel_v, vel_a = model.forward_latents(video, empty, 0.7, golden["input/text_embeds"])
+    assert vel_v.shape == video.shape and vel_a.shape == (1, 32, 2, 0)
+    assert np.isfinite(vel_v).all()
+
+
 class CudaInterface:
     """A device array through __cuda_array_interface__ only (as numba's): its pointer is never
     read by these tests (a CPU model refuses it first)."""
