@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <set>
 #include <sstream>
 
@@ -178,12 +179,20 @@ float LoraPair::scale(double strength) const {
 LoraSpec parse_lora_spec(const std::string& arg) {
   LoraSpec s{arg, 1.0};
   const size_t colon = arg.rfind(':');
-  if (colon == std::string::npos || colon + 1 >= arg.size()) return s;
+  if (colon == std::string::npos) return s;
   const std::string tail = arg.substr(colon + 1);
   char* end = nullptr;
   errno = 0;
   const double v = std::strtod(tail.c_str(), &end);
-  if (end != tail.c_str() + tail.size() || errno != 0) return s;  // part of the path
+  if (tail.empty() || end != tail.c_str() + tail.size() || errno != 0) {
+    // Part of the path (paths may hold colons), unless only the part before it is a file.
+    std::error_code ec;
+    H3RT_CHECK(std::filesystem::exists(arg, ec) ||
+                   !std::filesystem::is_regular_file(arg.substr(0, colon), ec),
+               "LoRA '", arg, "': '", tail, "' after the file is not a strength (a finite number, ",
+               "as in ", arg.substr(0, colon), ":0.8)");
+    return s;
+  }
   H3RT_CHECK(std::isfinite(v), "LoRA '", arg, "': strength ", tail, " is not a finite number");
   H3RT_CHECK(colon > 0, "LoRA '", arg, "': no file before the strength");
   return {arg.substr(0, colon), v};

@@ -125,6 +125,13 @@ TEST(Lora, SpecsAndLayerNames) {
   EXPECT_EQ(parse_lora_spec("a:-1.5e-1").strength, -0.15);
   EXPECT_NE(test::error_of([] { parse_lora_spec("a:inf"); }).find("not a finite number"),
             std::string::npos);
+  // A tail that is no number after an existing file (and the whole is no file): a bad strength,
+  // said so, rather than "cannot open" on the whole argument.
+  for (const std::string tail : {":abc", ":", ":1e400"}) {
+    const std::string e = test::error_of([&] { parse_lora_spec(kWeights + tail); });
+    EXPECT_NE(e.find("after the file is not a strength"), std::string::npos) << tail << ": " << e;
+  }
+  EXPECT_EQ(parse_lora_spec("no_such_dir/a.safetensors:abc").path, "no_such_dir/a.safetensors:abc");
   EXPECT_EQ(h3_linear_layer("blocks.3.attn.qkv_proj"), "blocks.3.attn.qkv_proj");
   EXPECT_EQ(h3_linear_layer("blocks_12_mlp_fc2"), "blocks.12.mlp.fc2");
   EXPECT_EQ(h3_linear_layer("token_refiner_blocks_0_attn_out_proj"),
