@@ -1,10 +1,13 @@
 // `h3rt int8-convrot`: the int8_convrot host reference applied to a file's tensors.
+#include <cstdio>
 #include <memory>
 #include <string>
 
 #include "cli/commands.h"
 #include "cli/output_path.h"
+#include "cli/validators.h"
 #include "h3rt/int8.h"
+#include "h3rt/safetensors.h"
 
 namespace h3rt::cli {
 
@@ -23,10 +26,17 @@ void add_int8_convrot_command(CLI::App& app) {
   cmd->add_option("--out", o->out, "output .safetensors")->required();
   cmd->add_option("--group-size", o->group,
                   "rotation group size, a power of 4 dividing K (default: the input's "
-                  "__metadata__ group_size, else 256)");
+                  "__metadata__ group_size, else 256)")
+      ->check(positive_number());
   cmd->callback([o] {
     check_output_path(o->out, "--out");
     int8_convrot_file(o->in, o->out, o->group);
+    const SafetensorsFile f = SafetensorsFile::open(o->out);
+    std::string what;
+    for (const auto& e : f.entries()) what += (what.empty() ? "" : ", ") + e.name;
+    const auto g = f.metadata().find("group_size");
+    std::fprintf(stderr, "h3rt int8-convrot: wrote %s (%s; group size %s)\n", o->out.c_str(),
+                 what.c_str(), g == f.metadata().end() ? "?" : g->second.c_str());
   });
 }
 
