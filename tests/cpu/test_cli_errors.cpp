@@ -206,8 +206,8 @@ TEST(CliErrors, BadOptionValues) {
         "sample --audio-seconds -1", "sample --audio-seconds nan", "sample --shift nan",
         "sample --shift 0", "sample --audio-shift -3", "sample --audio-shift inf",
         "bench block --frames 0", "bench step --width 0", "bench sample --height -32",
-        "bench step --reps 0", "bench block --reps -1",
-        "make-lora --pairs 0", "int8-convrot --group-size 0"}) {
+        "bench step --reps 0", "bench block --reps -1", "make-lora --pairs 0",
+        "int8-convrot --group-size 0"}) {
     const std::string option = v.substr(v.find("--"), v.rfind(' ') - v.find("--"));
     expect_error(v, option + ": must be a finite number > 0, got " + v.substr(v.rfind(' ') + 1));
   }
