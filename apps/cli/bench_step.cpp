@@ -56,8 +56,10 @@ void add_common(CLI::App* cmd, Opts& o) {
       ->check(CLI::IsMember({"bf16", "sage"}))
       ->capture_default_str();
   cmd->add_option("--seed", o.seed, "Noise and stand-in text seed (as `h3rt sample --seed`)")
+      ->check(seed_number())
       ->capture_default_str();
   cmd->add_option("--weights-seed", o.weights_seed, "Synthetic weights seed")
+      ->check(seed_number())
       ->capture_default_str();
   add_device_memory_limit(cmd, o.device_memory_limit);
   add_weight_stream_source(cmd, o.weight_stream_source);

@@ -35,7 +35,9 @@ void add_make_lora_command(CLI::App& app) {
                   "At most this many pairs, the first in the order above (all of tiny's: 16)")
       ->check(positive_number())
       ->capture_default_str();
-  cmd->add_option("--seed", o->seed, "Seed of the hashed values")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Seed of the hashed values")
+      ->check(seed_number())
+      ->capture_default_str();
   cmd->add_option("--out", o->out, "output .safetensors")->required();
   cmd->callback([o] {
     check_output_path(o->out, "--out");

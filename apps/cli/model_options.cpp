@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "cli/progress.h"
+#include "cli/validators.h"
 
 namespace h3rt::cli {
 namespace {
@@ -75,6 +76,7 @@ void ModelOptions::add_to(CLI::App* cmd, bool with_preset) {
       ->check(CLI::ExistingFile);
   if (with_preset)
     cmd->add_option("--weights-seed", weights_seed, "Seed of a preset's synthetic weights")
+        ->check(seed_number())
         ->capture_default_str();
   cmd->add_option("--precision", precision,
                   "fp32 (bf16 weights upcast, fp32 math; CPU only) or bf16 (the reference's "

@@ -412,6 +412,7 @@ void add_sample_command(CLI::App& app) {
                 "without .safetensors; --out itself is not written), print the comparison "
                 "(as `h3rt compare`) and put it and both runs' times in --report");
   cmd->add_option("--seed", o->request.seed, "Noise seed (Philox4x32-10, same bits on CPU and GPU)")
+      ->check(seed_number())
       ->capture_default_str();
   cmd->add_option("--out", o->out,
                   "Output: video_latents [1,24,T,H,W] and audio_latents [2,32,N], f32")

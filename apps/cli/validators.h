@@ -19,6 +19,19 @@ inline CLI::Validator positive_number() {
       "> 0");
 }
 
+// A seed: an integer in [0, 2^64) as written (CLI11 would wrap -1 to 2^64 - 1 and clamp larger
+// values to it).
+inline CLI::Validator seed_number() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        const bool digits =
+            !s.empty() && s.size() <= 20 && s.find_first_not_of("0123456789") == std::string::npos;
+        if (digits && (s.size() < 20 || s <= "18446744073709551615")) return {};
+        return "must be an integer in [0, 2^64), got " + s;
+      },
+      "SEED");
+}
+
 // A number in [lo, hi] (CLI::Range lets NaN through).
 inline CLI::Validator number_in(double lo, double hi) {
   return CLI::Validator(

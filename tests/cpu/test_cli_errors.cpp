@@ -211,6 +211,11 @@ TEST(CliErrors, BadOptionValues) {
     const std::string option = v.substr(v.find("--"), v.rfind(' ') - v.find("--"));
     expect_error(v, option + ": must be a finite number > 0, got " + v.substr(v.rfind(' ') + 1));
   }
+  for (const std::string& v :
+       {"sample --seed -1", "sample --seed 18446744073709551616", "sample --weights-seed -2",
+        "bench step --seed -1", "make-lora --seed 1e3"})
+    expect_error(v, v.substr(v.find("--"), v.rfind(' ') - v.find("--")) +
+                        ": must be an integer in [0, 2^64), got " + v.substr(v.rfind(' ') + 1));
   // --sigma: given, it must lie in [0, 1] (NaN and negative values used to mean "from the file").
   for (const char* bad : {"nan", "-0.5", "1.5"})
     expect_error("forward --checkpoint " + kWeights + " --inputs " + kGolden + " --out " +
