@@ -449,6 +449,25 @@ def parse_loras(text):
     return out
 
 
+def check_options(weights, checkpoint_path, loras_text):
+    """The node's options that would otherwise only fail at the first call, where the fallback to
+    ComfyUI's forward would drop what they ask for (the LoRAs): raised when the node runs, so
+    ComfyUI shows them on the node. Returns the parsed LoRA list."""
+    if weights == "from file path" and not os.path.isfile(checkpoint_path or ""):
+        raise ValueError(f"h3rt: checkpoint_path '{checkpoint_path}' is not a file (weights: "
+                         "from file path)")
+    loras = parse_loras(loras_text)
+    for path, _ in loras:
+        if os.path.isfile(path):
+            continue
+        head, sep, tail = path.rpartition(":")
+        if sep and head and os.path.isfile(head):
+            raise ValueError(f"h3rt: loras: '{path}': '{tail}' after the file is not a strength "
+                             f"(a number, as in {head}:0.8)")
+        raise ValueError(f"h3rt: loras: '{path}' is not a file")
+    return loras
+
+
 def _keep_text_raw(text_states, *args, **kwargs):
     """Stands in for MiniMaxH3Model.preprocess_text_embeds: leaves the text encoder's states as
     they are, so the context reaches _forward unrefined. h3rt refines it per call; ComfyUI's
@@ -493,8 +512,9 @@ class H3rtPatchModel:
               weights="from the loaded model", refine_text="in h3rt", checkpoint_path="",
               loras="", device_memory_limit=""):
         patched = model.clone()
+        lora_list = check_options(weights, checkpoint_path, loras)
         wrapper = H3rtWrapper(getattr(model, "model", None), attention, cuda_graphs, device,
-                              weights, checkpoint_path, loras=parse_loras(loras),
+                              weights, checkpoint_path, loras=lora_list,
                               device_memory_limit=device_memory_limit)
         # Patches added by nodes after this one are not visible here (README: limits).
         wrapper.weight_patches = len(getattr(model, "patches", None) or {})

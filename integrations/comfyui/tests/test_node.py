@@ -486,18 +486,38 @@ def test_loras_reach_h3rt_load_and_key_the_engine(tmp_path):
         ("a.safetensors", 0.5), ("b.safetensors", 1.0), ("c:/x.safetensors", 1.0)]
     ckpt = tmp_path / "h3.safetensors"
     ckpt.write_bytes(b"")
+    lora = tmp_path / "t.safetensors"
+    lora.write_bytes(b"")
     loader = Loader()
     _, out, wrapper = patched(loader, weights="from file path", checkpoint_path=str(ckpt),
-                              loras="t.safetensors:0.75")
+                              loras=f"{lora}:0.75")
     x, ts, ctx = inputs()
     sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
-    assert loader.calls[0][1]["loras"] == [("t.safetensors", 0.75)]
-    wrapper.loras = (("t.safetensors", 1.0),)  # another strength: a new engine
+    assert loader.calls[0][1]["loras"] == [(str(lora), 0.75)]
+    wrapper.loras = ((str(lora), 1.0),)  # another strength: a new engine
     sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
-    assert len(loader.calls) == 2 and loader.calls[1][1]["loras"] == [("t.safetensors", 1.0)]
+    assert len(loader.calls) == 2 and loader.calls[1][1]["loras"] == [(str(lora), 1.0)]
     _, out, _ = patched(loader)  # weights from the loaded model, no loras: none passed
     sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
     assert "loras" not in loader.calls[2][1]
+
+
+def test_options_that_would_drop_what_they_ask_for_are_refused_on_the_node(tmp_path):
+    """A LoRA line that names no file or has a bad strength, or a checkpoint_path that is not a
+    file: raised when the node runs (a fallback to ComfyUI's forward would drop the LoRAs)."""
+    lora = tmp_path / "t.safetensors"
+    lora.write_bytes(b"")
+    loader = Loader()
+    with pytest.raises(ValueError, match=r"loras: '.*missing.safetensors' is not a file"):
+        patched(loader, loras=f"{lora}\n{tmp_path}/missing.safetensors:0.5")
+    with pytest.raises(ValueError, match=r"'abc' after the file is not a strength"):
+        patched(loader, loras=f"{lora}:abc")
+    with pytest.raises(ValueError, match=r"checkpoint_path '.*nope' is not a file"):
+        patched(loader, weights="from file path", checkpoint_path=str(tmp_path / "nope"))
+    with pytest.raises(ValueError, match=r"checkpoint_path '' is not a file"):
+        patched(loader, weights="from file path")
+    patched(loader, loras=f"{lora}:0.5")  # a good list passes
+    assert loader.calls == []
 
 
 def test_device_memory_limit_reaches_h3rt_load_and_keys_the_engine(tmp_path, caplog):
