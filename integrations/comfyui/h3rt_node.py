@@ -511,8 +511,8 @@ class H3rtPatchModel:
     def patch(self, model, attention="sage", cuda_graphs=True, device="cuda",
               weights="from the loaded model", refine_text="in h3rt", checkpoint_path="",
               loras="", device_memory_limit=""):
-        patched = model.clone()
         lora_list = check_options(weights, checkpoint_path, loras)
+        patched = model.clone()
         wrapper = H3rtWrapper(getattr(model, "model", None), attention, cuda_graphs, device,
                               weights, checkpoint_path, loras=lora_list,
                               device_memory_limit=device_memory_limit)
