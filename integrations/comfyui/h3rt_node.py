@@ -432,7 +432,9 @@ def load_progress_bar():
 
 def parse_loras(text):
     """The node's `loras` text: one LoRA file per line (or separated by ';'), optionally
-    followed by ':strength' (default 1.0), as `h3rt sample --lora F[:strength]` takes them."""
+    followed by ':strength' (default 1.0), as `h3rt sample --lora F[:strength]` takes them. A
+    tail that is no number belongs to the path (paths may hold colons), unless only the part
+    before it is a file: then it is a bad strength (ValueError)."""
     out = []
     for item in text.replace(";", "\n").splitlines():
         item = item.strip()
@@ -444,7 +446,9 @@ def parse_loras(text):
             try:
                 path, strength = head, float(tail)
             except ValueError:
-                pass
+                if os.path.isfile(head) and not os.path.isfile(item):
+                    raise ValueError(f"h3rt: loras: '{item}': '{tail}' after the file is not a "
+                                     f"strength (a number, as in {head}:0.8)") from None
         out.append((path, strength))
     return out
 
@@ -458,13 +462,8 @@ def check_options(weights, checkpoint_path, loras_text):
                          "from file path)")
     loras = parse_loras(loras_text)
     for path, _ in loras:
-        if os.path.isfile(path):
-            continue
-        head, sep, tail = path.rpartition(":")
-        if sep and head and os.path.isfile(head):
-            raise ValueError(f"h3rt: loras: '{path}': '{tail}' after the file is not a strength "
-                             f"(a number, as in {head}:0.8)")
-        raise ValueError(f"h3rt: loras: '{path}' is not a file")
+        if not os.path.isfile(path):
+            raise ValueError(f"h3rt: loras: '{path}' is not a file")
     return loras
 
 

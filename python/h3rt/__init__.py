@@ -103,7 +103,7 @@ def _size_word(size):
 
 def _seed(value, what):
     """A seed as the library takes it: an integer in [0, 2**64) (ComfyUI's seed range)."""
-    if isinstance(value, bool) or not isinstance(value, int) and not hasattr(value, "__index__"):
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError(f"{what}: expected an integer, got {type(value).__name__}")
     value = int(value)
     if not 0 <= value < 2**64:
@@ -135,9 +135,9 @@ def preset(name="tiny", weights_seed=0, device="cpu", precision=None, attention=
     (int8_group: the int8 convrot group, 0 for none, -1 the preset's: 256 for h3, 64 tiny).
     device_memory_limit, weight_stream_source, load_progress: as load ("file" holds the
     synthetic blocks in pageable host memory)."""
-    return _h3rt._load_preset(name, _seed(weights_seed, "weights_seed"), device, precision, attention, cuda_graphs,
-                              check_finite, gemm, int(int8_group), _size_word(device_memory_limit),
-                              weight_stream_source, load_progress)
+    return _h3rt._load_preset(name, _seed(weights_seed, "weights_seed"), device, precision,
+                              attention, cuda_graphs, check_finite, gemm, int(int8_group),
+                              _size_word(device_memory_limit), weight_stream_source, load_progress)
 
 
 def sample(model, width=0, height=0, frames=0, steps=8, seed=440420, text=None, progress=None,
