@@ -18,6 +18,7 @@ struct ForwardOptions {
   std::string inputs, out;
   double sigma = -1;
   int steps = 0;  // > 0: the sampler's schedule of that many steps (PDD head banks)
+  double shift = kVideoShift, audio_shift = kAudioShift;
 };
 
 float sigma_from(const ForwardOptions& o) {
@@ -39,9 +40,11 @@ void run_forward(const ForwardOptions& o) {
   std::unique_ptr<Denoiser> denoiser = o.model.create();
   const H3Config& c = denoiser->config();
   const Request req = request_from_inputs(o.inputs, c);
-  const std::vector<float> grid =
-      o.steps > 0 ? sigma_grid(o.steps + 1, kVideoShift) : std::vector<float>{};
-  const ForwardOutputs v = forward_request(*denoiser, req, sigma_v, {grid});
+  EvalOptions eval;
+  if (o.steps > 0) eval.sample_sigmas = sigma_grid(o.steps + 1, static_cast<float>(o.shift));
+  eval.shifts = {o.shift, o.audio_shift};
+  const ForwardOutputs v = forward_request(*denoiser, req, sigma_v, eval);
+  const float sigma_a = audio_sigma_from_video(sigma_v, o.shift, o.audio_shift);
   const int64_t nv = req.layout.video_rows(), na = req.layout.audio_rows();
   write_safetensors(
       o.out,
@@ -51,12 +54,14 @@ void run_forward(const ForwardOptions& o) {
                                           {1, na, c.audio_channels})}},
       {{"producer", "h3rt forward"},
        {"sigma_video", std::to_string(sigma_v)},
-       {"sigma_audio", std::to_string(audio_sigma_from_video(sigma_v))},
+       {"sigma_audio", std::to_string(sigma_a)},
+       {"shift_video", std::to_string(o.shift)},
+       {"shift_audio", std::to_string(o.audio_shift)},
        {"precision", o.model.precision_name()},
        {"fp8_activations", o.model.fp8_activations},
        {"device", denoiser->device_name()}});
   std::fprintf(stderr, "h3rt forward: sigma video %.7g audio %.7g, %lld rows -> %s\n", sigma_v,
-               audio_sigma_from_video(sigma_v), (long long)req.layout.seq_len(), o.out.c_str());
+               sigma_a, (long long)req.layout.seq_len(), o.out.c_str());
 }
 
 }  // namespace
@@ -80,9 +85,18 @@ void add_forward_command(CLI::App& app) {
                   "audio sigma is derived from it")
       ->check(number_in(0, 1));
   cmd->add_option("--steps", o->steps,
-                  "The sampler's step count: its sigma grid (shift 12) is the schedule a "
+                  "The sampler's step count: its sigma grid (at --shift) is the schedule a "
                   "checkpoint with a PDD head bank picks its heads from (required for those)")
       ->check(CLI::Range(1, 1000));
+  cmd->add_option("--shift", o->shift,
+                  "Video sigma shift (ComfyUI's MiniMaxH3SigmaShift shift_video): with "
+                  "--audio-shift it maps the video sigma to the audio timestep")
+      ->capture_default_str()
+      ->check(positive_number());
+  cmd->add_option("--audio-shift", o->audio_shift,
+                  "Audio sigma shift (MiniMaxH3SigmaShift shift_audio)")
+      ->capture_default_str()
+      ->check(positive_number());
   cmd->add_option("--out", o->out, "Output .safetensors file")->required();
   cmd->callback([o] { run_forward(*o); });
 }

@@ -220,7 +220,9 @@ WeightBytes estimate_weight_bytes(const H3Config& config);
 struct SigmaSchedule {
   float sigma = 0;                   // this evaluation's video sigma
   std::vector<float> sample_sigmas;  // the sampler's video sigma grid, terminal 0 included
-  float shift_video = 12.0f, shift_audio = 3.0f;
+  // The flow shifts (ComfyUI: transformer_options' minimax_h3_sigma_shift_video / _audio, Python
+  // floats; the dt weights use them in float64, the span's base sigma in float32).
+  double shift_video = 12.0, shift_audio = 3.0;
 };
 
 // A forward whose target rows and velocities are in CUDA device memory (the CUDA denoiser only;

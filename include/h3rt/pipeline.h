@@ -163,12 +163,22 @@ class Denoiser {
                              const std::function<ForwardOutputs(bool check)>& run);
 };
 
+// The video and audio flow shifts of one evaluation (ComfyUI's MiniMaxH3SigmaShift node sets
+// them; 12 and 3 by default): they map the video sigma to the audio timestep and weight the heads
+// of a PDD bank. Both must be finite and > 0 (checked where they are used, naming them).
+struct FlowShifts {
+  double video = kVideoShift, audio = kAudioShift;
+};
+void check_flow_shifts(const FlowShifts& shifts);
+
 // One forward of a t2va layout at video sigma, as `h3rt forward` computes it: t_video = 1 - sigma,
-// t_audio = 1 - audio_sigma_from_video(sigma) (shifts 12 -> 3). sample_sigmas: the sampler's
-// video grid, what a PDD head bank picks its heads from (empty: no schedule; a bank refuses).
+// t_audio = 1 - audio_sigma_from_video(sigma, shifts) (12 -> 3 by default). sample_sigmas: the
+// sampler's video grid, what a PDD head bank picks its heads from (empty: no schedule; a bank
+// refuses).
 ForwardOutputs forward_at_sigma(Denoiser& denoiser, const SequenceLayout& layout,
                                 const float* video_rows, const float* audio_rows, const float* text,
-                                float sigma, const std::vector<float>& sample_sigmas = {});
+                                float sigma, const std::vector<float>& sample_sigmas = {},
+                                const FlowShifts& shifts = {});
 
 // Option words as the CLI, the C API and Python spell them; throw naming `what` otherwise.
 Device parse_device(const std::string& s, const char* what = "device");
@@ -212,6 +222,7 @@ void condition_request(Request& r, const H3Config& config, Conditioning c);
 struct EvalOptions {
   std::vector<float> sample_sigmas;  // the sampler's video grid, for PDD head banks
   float audio_scale = 1.0f;
+  FlowShifts shifts;  // the audio timestep, the audio carry and PDD head weights follow them
   // false: the network's output as ComfyUI's _forward returns it (negated), before forward()'s
   // mask multiply; the masks still set the per-row timesteps.
   bool mask_outputs = true;

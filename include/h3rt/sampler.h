@@ -30,9 +30,9 @@ std::vector<float> timesteps_from_sigmas(const std::vector<float>& sigmas);
 
 // Audio sigma paired with a video sigma for a single forward: the video shift is inverted in
 // float64, b = sv / (s_v - (s_v - 1) sv), and the audio shift applied, s_a b / (1 + (s_a - 1) b),
-// rounded to float32 at the end.
-float audio_sigma_from_video(float sigma_video, float video_shift = kVideoShift,
-                             float audio_shift = kAudioShift);
+// rounded to float32 at the end. The shifts are taken as given (float64: ComfyUI's Python floats).
+float audio_sigma_from_video(float sigma_video, double video_shift = kVideoShift,
+                             double audio_shift = kAudioShift);
 
 // One Euler step of n values in place, with t the step's timestep and sigma, sigma_next the
 // grid values around it: x0 = x + (1 - t) v, where (1 - t) is recomputed in float32 from t;

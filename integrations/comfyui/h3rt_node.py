@@ -19,8 +19,16 @@ log = logging.getLogger("h3rt")
 
 WRAPPER_KEY = "h3rt"
 DIFFUSION_MODEL = "diffusion_model"  # comfy.patcher_extension.WrappersMP.DIFFUSION_MODEL
-# h3rt's t2va forward derives the audio timestep with these shifts (h3rt.audio_sigma_from_video).
-VIDEO_SHIFT, AUDIO_SHIFT = 12.0, 3.0
+# The flow shifts _forward reads from transformer_options (ComfyUI's MiniMaxH3SigmaShift node sets
+# them), else from the model's attribute, else H3's 12 and 3: h3rt takes them per call.
+SHIFTS = (("minimax_h3_sigma_shift_video", "sigma_shift_video", "video_shift", 12.0),
+          ("minimax_h3_sigma_shift_audio", "sigma_shift_audio", "audio_shift", 3.0))
+
+
+def flow_shifts(options, model):
+    """h3rt's video_shift / audio_shift keywords for one _forward call."""
+    return {name: float(options.get(key, getattr(model, attr, default)))
+            for key, attr, name, default in SHIFTS}
 # ComfyUI treats mask values at or above this as "generate everything" (model.py's 1 - 1e-3;
 # _forward gives masked rows per-row timesteps, video per 2x2 patch from the patch's maximum:
 # h3rt's forward_conditioned(video_mask=, audio_mask=) computes the same).
@@ -170,15 +178,14 @@ def _partial(mask):
 
 
 def _conditioning(payload, kwargs):
-    """forward_conditioned's keywords for this call, or None for a plain t2va call (which
-    forward_latents computes with the same bits)."""
+    """forward_conditioned's keywords for this call. Every call takes that route, plain t2va
+    included: it computes _forward's layout and timesteps (t_audio = float32(1 - the mapped sigma,
+    in float64)); forward_latents' reference timesteps round the audio sigma first, one float32
+    ulp apart at 224 of the sigmas k/1000 (bench/RESULTS.md, session 31)."""
     tags = payload.get("text_token_tags")
     vmask = _partial(kwargs.get("denoise_mask"))
     amask = _partial(kwargs.get("audio_denoise_mask"))
     keyframes, refs = payload.get("keyframes") or (), payload.get("refs") or ()
-    mixed_tags = tags is not None and _min_value(tags) != 1
-    if not (keyframes or refs or mixed_tags or vmask is not None or amask is not None):
-        return None
     aug_v = float(payload.get("visual_cond_noise_aug", 0.999))
     aug_a = float(payload.get("audio_cond_noise_aug", 1.0))
     seed = int(payload.get("seed", 0))
@@ -278,10 +285,6 @@ class H3rtWrapper:
             if m is not None and len(m.shape) != rank:
                 raise Fallback(f"{key} of shape {tuple(m.shape)} (_forward reads [1, 1, ...] "
                                f"of a {rank}-D mask)")
-        for key, want in (("minimax_h3_sigma_shift_video", VIDEO_SHIFT),
-                          ("minimax_h3_sigma_shift_audio", AUDIO_SHIFT)):
-            if key in options and float(options[key]) != want:
-                raise Fallback(f"{key} = {options[key]} (h3rt uses {want})")
         if (options.get("patches_replace") or {}).get("dit"):
             raise Fallback("a patches_replace['dit'] block patch is set (h3rt would skip it)")
         if options.get("optimized_attention_override") is not None:
@@ -332,15 +335,14 @@ class H3rtWrapper:
         if config["pdd_heads"] > 1:
             sample_sigmas = [float(s) for s in _host_f32(options["sample_sigmas"]).reshape(-1)]
         cond = _conditioning(kwargs.get("minimax_payload") or {}, kwargs)
+        shifts = flow_shifts(options, getattr(executor, "class_obj", None))
         if on_device:  # text: h3rt reads it on the host; an unchanged context is not recopied
             text = self.host_text.get(context) if _on_device(context) else _host_f32(context)
             args = (video, audio, sigma, text, sample_sigmas)
         else:
             args = (_host_f32(video), _host_f32(audio), sigma, _host_f32(context), sample_sigmas)
-        if cond is None:
-            vel_v, vel_a = engine.forward_latents(*args)
-        else:  # _forward's output: forward() around this wrapper applies masks and carry
-            vel_v, vel_a = engine.forward_conditioned(*args, mask_outputs=False, **cond)
+        # _forward's output: forward() around this wrapper applies the masks and the carry.
+        vel_v, vel_a = engine.forward_conditioned(*args, mask_outputs=False, **shifts, **cond)
         # h3rt: data-ward (x0 = x + sigma v); _forward returns -v.
         if on_device:
             return [_device_result(vel_v, video), _device_result(vel_a, audio)]

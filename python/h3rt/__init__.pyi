@@ -47,13 +47,14 @@ class Model:
         planned_device_bytes, device_memory_limit. Zeros on the CPU."""
     def forward(self, video_rows: ArrayLike, audio_rows: ArrayLike, text: ArrayLike, *,
                 layout: Layout, timesteps: Timesteps, sigma: Optional[float] = None,
-                sample_sigmas: Optional[Sequence[float]] = None,
-                out: Optional[tuple[ArrayLike, ArrayLike]] = None, stream: Stream = None
-                ) -> tuple[Result, Result]:
+                sample_sigmas: Optional[Sequence[float]] = None, video_shift: float = 12.0,
+                audio_shift: float = 3.0, out: Optional[tuple[ArrayLike, ArrayLike]] = None,
+                stream: Stream = None) -> tuple[Result, Result]:
         """One forward on rows as h3rt packs them: video_rows [Nv, 96] (patchified, feature
         c*4 + iy*2 + ix), audio_rows [2N, 32] (row ch*N + j), text [L, text_dim] or
         [1, L, text_dim], float32. Returns the data-ward velocities [Nv, 96], [2N, 32].
-        sigma and sample_sigmas: the sampler's schedule, needed by PDD head banks only.
+        sigma and sample_sigmas: the sampler's schedule, needed by PDD head banks only (which
+        also weight their heads by video_shift and audio_shift).
 
         Device forward (a CUDA model, video_rows and audio_rows both CUDA arrays on the model's
         device, float32 or bfloat16, any strides): the rows are read in place when float32 and
@@ -67,11 +68,14 @@ class Model:
         tensor.record_stream or a synchronize)."""
     def forward_latents(self, video: ArrayLike, audio: ArrayLike, sigma: float,
                         text: ArrayLike, sample_sigmas: Optional[Sequence[float]] = None, *,
+                        video_shift: float = 12.0, audio_shift: float = 3.0,
                         out: Optional[tuple[ArrayLike, ArrayLike]] = None, stream: Stream = None
                         ) -> tuple[Result, Result]:
         """Velocities of ComfyUI-layout latents on the t2va layout: video [1, 24, T, H, W],
         audio [1, 32, 2, N], text [1, L, text_dim] or [L, text_dim], float32, at video sigma.
-        t_video = 1 - sigma, t_audio = 1 - audio_sigma_from_video(sigma) (shifts 12 -> 3).
+        t_video = 1 - sigma, t_audio = 1 - audio_sigma_from_video(sigma, video_shift,
+        audio_shift) (the reference's rounding: the audio sigma is rounded to float32 first;
+        forward_conditioned rounds as ComfyUI's _forward does, 1 - the sigma in float64).
         Returns (video [1, 24, T, H, W], audio [1, 32, 2, N]) velocities, data-ward:
         x0 = x + sigma * v. ComfyUI's MiniMaxH3Model._forward returns -v for the same inputs.
         CUDA latents (float32 or bfloat16, any strides) run a device forward as forward():
@@ -87,6 +91,7 @@ class Model:
                             visual_cond_noise_aug: float = 0.999,
                             audio_cond_noise_aug: float = 1.0, noise_seed: int = 0,
                             audio_scale: float = 1.0, mask_outputs: bool = True,
+                            video_shift: float = 12.0, audio_shift: float = 3.0,
                             out: Optional[tuple[ArrayLike, ArrayLike]] = None,
                             stream: Stream = None) -> tuple[Result, Result]:
         """ComfyUI's MiniMaxH3Model.forward with a minimax_payload (first/last-frame keyframes,
@@ -103,7 +108,9 @@ class Model:
         text_tags [L]: 1 text, 0 vision-block token. video_mask [T, H, W], audio_mask [2, N]
         (leading 1-axes allowed: ComfyUI's [1, 1, 2, N]). audio_scale != 1: the audio given is
         the sampler's carried variable (payload audio_scale). mask_outputs=False returns what
-        _forward returns (negated), before forward()'s mask multiply.
+        _forward returns (negated), before forward()'s mask multiply. video_shift, audio_shift:
+        the flow shifts _forward reads from transformer_options (ComfyUI's MiniMaxH3SigmaShift
+        node; finite and > 0): the audio timestep, the carry and PDD head weights follow them.
         CUDA latents run a device forward as forward_latents (condition items, masks and text
         are read on the host: CUDA ones are copied); audio_scale must then be 1 and
         mask_outputs False when masks are given (those steps run on host arrays only)."""

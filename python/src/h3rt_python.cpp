@@ -253,10 +253,21 @@ Outputs device_forward(Model& m, const SequenceLayout& l, const TimestepPlan& pl
   return {r.video.obj, r.audio.obj};
 }
 
+// The video_shift / audio_shift keywords (ValueError naming them when not finite and > 0).
+FlowShifts flow_shifts(double video, double audio) {
+  const FlowShifts s{video, audio};
+  try {
+    check_flow_shifts(s);
+  } catch (const Error& e) {
+    raise_value(e.what());
+  }
+  return s;
+}
+
 Outputs forward(Model& m, nb::handle video_rows, nb::handle audio_rows, nb::handle text_arg,
                 const nb::dict& layout, const nb::dict& timesteps, std::optional<float> sigma,
-                std::optional<std::vector<float>> sample_sigmas, nb::handle out,
-                nb::handle stream) {
+                std::optional<std::vector<float>> sample_sigmas, const FlowShifts& shifts,
+                nb::handle out, nb::handle stream) {
   const H3Config& c = m.config();
   const SequenceLayout l = layout_of(layout);
   const TimestepPlan plan = plan_of(timesteps, l.seq_len());
@@ -280,7 +291,8 @@ Outputs forward(Model& m, nb::handle video_rows, nb::handle audio_rows, nb::hand
     raise_value(("text: " + std::to_string(L) + " tokens, the layout has text_len " +
                  std::to_string(l.text_len))
                     .c_str());
-  SigmaSchedule schedule{sigma.value_or(0.0f), sample_sigmas.value_or(std::vector<float>{})};
+  SigmaSchedule schedule{sigma.value_or(0.0f), sample_sigmas.value_or(std::vector<float>{}),
+                         shifts.video, shifts.audio};
   if (sample_sigmas && !sigma) raise_value("sample_sigmas needs sigma (this step's)");
   const SigmaSchedule* sched = sample_sigmas ? &schedule : nullptr;
   if (dev) return device_forward(m, l, plan, *dev, t, sched, call, out);
@@ -363,8 +375,8 @@ Outputs device_request(Model& m, Request& r, const Target& t, float sigma, EvalO
 }
 
 Outputs forward_latents(Model& m, nb::handle video, nb::handle audio, float sigma, nb::handle text,
-                        std::optional<std::vector<float>> sample_sigmas, nb::handle out,
-                        nb::handle stream) {
+                        std::optional<std::vector<float>> sample_sigmas, const FlowShifts& shifts,
+                        nb::handle out, nb::handle stream) {
   Target t = target_of(m, video, audio, text, stream);
   check_out_needs_device(t.dev.has_value(), out);
   const SequenceLayout l = make_t2va_layout(t.L, t.N, t.T, t.H, t.W);
@@ -374,13 +386,14 @@ Outputs forward_latents(Model& m, nb::handle video, nb::handle audio, float sigm
     r.text = std::move(t.text);
     EvalOptions o;
     o.sample_sigmas = sample_sigmas.value_or(std::vector<float>{});
+    o.shifts = shifts;
     return device_request(m, r, t, sigma, o, out);
   }
   ForwardOutputs o;
   {
     nb::gil_scoped_release release;
     o = forward_at_sigma(*m.denoiser, l, t.video_rows.data(), t.audio_rows.data(), t.text.data(),
-                         sigma, sample_sigmas.value_or(std::vector<float>{}));
+                         sigma, sample_sigmas.value_or(std::vector<float>{}), shifts);
   }
   return comfy_outputs(m.config(), t, o);
 }
@@ -390,7 +403,7 @@ Outputs forward_latents(Model& m, nb::handle video, nb::handle audio, float sigm
 Outputs forward_conditioned(Model& m, nb::handle video, nb::handle audio, float sigma,
                             nb::handle text, std::optional<std::vector<float>> sample_sigmas,
                             const ConditioningArgs& args, float audio_scale, bool mask_outputs,
-                            nb::handle out, nb::handle stream) {
+                            const FlowShifts& shifts, nb::handle out, nb::handle stream) {
   Target t = target_of(m, video, audio, text, stream);
   check_out_needs_device(t.dev.has_value(), out);
   if (!(sigma >= 0.0f && sigma <= 1.0f))
@@ -424,6 +437,7 @@ Outputs forward_conditioned(Model& m, nb::handle video, nb::handle audio, float 
   o.sample_sigmas = sample_sigmas.value_or(std::vector<float>{});
   o.audio_scale = audio_scale;
   o.mask_outputs = mask_outputs;
+  o.shifts = shifts;
   if (t.dev) return device_request(m, r, t, sigma, o, out);
   ForwardOutputs v;
   {
@@ -692,33 +706,56 @@ NB_MODULE(_h3rt, m) {
             return nb::module_::import_("json").attr("loads")(j);
           },
           "How device_memory_limit placed the block weights (the reports' weight_streaming).")
-      .def("forward", &forward, arg("video_rows"), arg("audio_rows"), arg("text"), nb::kw_only(),
-           arg("layout"), arg("timesteps"), arg("sigma") = nb::none(),
-           arg("sample_sigmas") = nb::none(), arg("out").none() = nb::none(),
-           arg("stream").none() = nb::none(), "Low-level forward on packed rows (see the .pyi).")
-      .def("forward_latents", &forward_latents, arg("video"), arg("audio"), arg("sigma"),
-           arg("text"), arg("sample_sigmas") = nb::none(), nb::kw_only(),
-           arg("out").none() = nb::none(), arg("stream").none() = nb::none(),
-           "Velocities of ComfyUI-layout latents at video sigma (see the .pyi).")
+      .def(
+          "forward",
+          [](Model& m, nb::handle video_rows, nb::handle audio_rows, nb::handle text,
+             const nb::dict& layout, const nb::dict& timesteps, std::optional<float> sigma,
+             std::optional<std::vector<float>> sample_sigmas, double video_shift,
+             double audio_shift, nb::handle out, nb::handle stream) {
+            return forward(m, video_rows, audio_rows, text, layout, timesteps, sigma,
+                           std::move(sample_sigmas), flow_shifts(video_shift, audio_shift), out,
+                           stream);
+          },
+          arg("video_rows"), arg("audio_rows"), arg("text"), nb::kw_only(), arg("layout"),
+          arg("timesteps"), arg("sigma") = nb::none(), arg("sample_sigmas") = nb::none(),
+          arg("video_shift") = double(h3rt::kVideoShift),
+          arg("audio_shift") = double(h3rt::kAudioShift), arg("out").none() = nb::none(),
+          arg("stream").none() = nb::none(), "Low-level forward on packed rows (see the .pyi).")
+      .def(
+          "forward_latents",
+          [](Model& m, nb::handle video, nb::handle audio, float sigma, nb::handle text,
+             std::optional<std::vector<float>> sample_sigmas, double video_shift,
+             double audio_shift, nb::handle out, nb::handle stream) {
+            return forward_latents(m, video, audio, sigma, text, std::move(sample_sigmas),
+                                   flow_shifts(video_shift, audio_shift), out, stream);
+          },
+          arg("video"), arg("audio"), arg("sigma"), arg("text"), arg("sample_sigmas") = nb::none(),
+          nb::kw_only(), arg("video_shift") = double(h3rt::kVideoShift),
+          arg("audio_shift") = double(h3rt::kAudioShift), arg("out").none() = nb::none(),
+          arg("stream").none() = nb::none(),
+          "Velocities of ComfyUI-layout latents at video sigma (see the .pyi).")
       .def(
           "forward_conditioned",
           [](Model& m, nb::handle video, nb::handle audio, float sigma, nb::handle text,
              std::optional<std::vector<float>> sample_sigmas, nb::list keyframes, nb::list refs,
              std::optional<AnyArray> text_tags, std::optional<AnyArray> video_mask,
              std::optional<AnyArray> audio_mask, double visual_aug, double audio_aug,
-             uint64_t noise_seed, float audio_scale, bool mask_outputs, nb::handle out,
-             nb::handle stream) {
+             uint64_t noise_seed, float audio_scale, bool mask_outputs, double video_shift,
+             double audio_shift, nb::handle out, nb::handle stream) {
             const ConditioningArgs a{keyframes,  refs,       text_tags, video_mask,
                                      audio_mask, visual_aug, audio_aug, noise_seed};
             return forward_conditioned(m, video, audio, sigma, text, std::move(sample_sigmas), a,
-                                       audio_scale, mask_outputs, out, stream);
+                                       audio_scale, mask_outputs,
+                                       flow_shifts(video_shift, audio_shift), out, stream);
           },
           arg("video"), arg("audio"), arg("sigma"), arg("text"), arg("sample_sigmas") = nb::none(),
           nb::kw_only(), arg("keyframes") = nb::list(), arg("refs") = nb::list(),
           arg("text_tags") = nb::none(), arg("video_mask") = nb::none(),
           arg("audio_mask") = nb::none(), arg("visual_cond_noise_aug") = h3rt::kVisualCondTimestep,
           arg("audio_cond_noise_aug") = h3rt::kAudioCondTimestep, arg("noise_seed") = 0,
-          arg("audio_scale") = 1.0f, arg("mask_outputs") = true, arg("out").none() = nb::none(),
+          arg("audio_scale") = 1.0f, arg("mask_outputs") = true,
+          arg("video_shift") = double(h3rt::kVideoShift),
+          arg("audio_shift") = double(h3rt::kAudioShift), arg("out").none() = nb::none(),
           arg("stream").none() = nb::none(),
           "ComfyUI's forward with a conditioning payload, on ComfyUI-layout latents (.pyi).");
 

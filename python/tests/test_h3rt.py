@@ -123,6 +123,36 @@ def test_forward_latents_reproduces_comfyui_t2va(model):
     assert rel_max_err(-patchify(vel_v), ref_v) > 1.0
 
 
+def test_flow_shifts_set_the_audio_timestep(model, golden):
+    """video_shift / audio_shift (ComfyUI's MiniMaxH3SigmaShift): t_audio = 1 - the video sigma
+    mapped from one shift to the other in float64, written out here, then the plain forward."""
+    video = golden["input/video_latents"]
+    audio = golden["input/audio_latents"]                          # [2, 32, N]
+    text = golden["input/text_embeds"]
+    s = float(np.float32(0.7))
+    base = s / (5.0 + s * (1.0 - 5.0))
+    sigma_a = np.float32(2.5 * base / (1.0 + 1.5 * base))
+    one = np.float32(1.0)
+    layout = h3rt.t2va_layout(10, 9, 7, 8, 12)
+    plan = h3rt.timestep_plan(layout, float(one - np.float32(s)), float(one - sigma_a))
+    want_v, want_a = model.forward(patchify(video), audio.transpose(0, 2, 1).reshape(-1, 32), text,
+                                   layout=layout, timesteps=plan)
+    comfy_audio = audio.transpose(1, 0, 2)[None]
+    got_v, got_a = model.forward_latents(video, comfy_audio, 0.7, text, video_shift=5.0,
+                                         audio_shift=2.5)
+    np.testing.assert_array_equal(patchify(got_v).view(np.uint32), want_v.view(np.uint32))
+    rows_a = got_a[0].transpose(1, 2, 0).reshape(-1, 32)
+    np.testing.assert_array_equal(rows_a.view(np.uint32), want_a.view(np.uint32))
+    assert not np.array_equal(model.forward_latents(video, comfy_audio, 0.7, text)[1], got_a)
+    cond = model.forward_conditioned(video, comfy_audio, 0.7, text, video_shift=5.0,
+                                     audio_shift=2.5)
+    assert not np.array_equal(model.forward_conditioned(video, comfy_audio, 0.7, text)[1], cond[1])
+    with pytest.raises(ValueError, match="video_shift must be a finite number > 0, got 0"):
+        model.forward_latents(video, comfy_audio, 0.7, text, video_shift=0.0)
+    with pytest.raises(ValueError, match="audio_shift must be a finite number > 0, got nan"):
+        model.forward_conditioned(video, comfy_audio, 0.7, text, audio_shift=float("nan"))
+
+
 def test_bad_inputs_name_the_argument(model, golden):
     video = golden["input/video_latents"]
     audio = golden["input/audio_latents"].transpose(1, 0, 2)[None]

@@ -45,7 +45,7 @@ PddSpan pdd_span(int64_t n, const SigmaSchedule& s) {
   }
   const float next = sig[std::min(i + 1, sig.size() - 1)];
   auto head = [&](float sigma) {  // Python round(): half to even (the default rounding mode)
-    const float u = fp::sub(1.0f, pdd_base_sigma(sigma, s.shift_video));
+    const float u = fp::sub(1.0f, pdd_base_sigma(sigma, static_cast<float>(s.shift_video)));
     return static_cast<int64_t>(std::nearbyint(static_cast<double>(u) * static_cast<double>(n)));
   };
   PddSpan span;

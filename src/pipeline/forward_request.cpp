@@ -32,6 +32,13 @@ void check_device_request(const Request& r, const EvalOptions& o) {
 
 }  // namespace
 
+void check_flow_shifts(const FlowShifts& s) {
+  H3RT_CHECK(std::isfinite(s.video) && s.video > 0, "video_shift must be a finite number > 0, got ",
+             s.video);
+  H3RT_CHECK(std::isfinite(s.audio) && s.audio > 0, "audio_shift must be a finite number > 0, got ",
+             s.audio);
+}
+
 void condition_request(Request& r, const H3Config& config, Conditioning c) {
   const SequenceLayout& old = r.layout;
   const LayoutSpec spec =
@@ -46,20 +53,25 @@ ForwardOutputs forward_request(Denoiser& d, const Request& r, float sigma, const
   H3RT_CHECK(std::isfinite(sigma) && sigma >= 0.0f && sigma <= 1.0f,
              "sigma must lie in [0, 1], got ", sigma);
   const bool carried = o.audio_scale != 1.0f;
+  check_flow_shifts(o.shifts);
   if (o.device) check_device_request(r, o);
   if (!r.comfy && !carried && !o.device)
     return forward_at_sigma(d, r.layout, r.video_rows.data(), r.audio_rows.data(), r.text.data(),
-                            sigma, o.sample_sigmas);
+                            sigma, o.sample_sigmas, o.shifts);
   const H3Config& c = d.config();
-  const AudioCarry carry = audio_carry(sigma, o.audio_scale);
+  const double sv = o.shifts.video, sa = o.shifts.audio;
+  // ComfyUI's forward carries the audio in float32 tensor ops: the shifts as float32 there.
+  const AudioCarry carry =
+      audio_carry(sigma, o.audio_scale, static_cast<float>(sv), static_cast<float>(sa));
   FloatVec audio_net = r.audio_rows;
   if (carried) carry_audio_input(audio_net.data(), static_cast<int64_t>(audio_net.size()), carry);
 
   const TimestepPlan plan =
-      r.comfy ? make_conditioned_plan(r.layout, comfy_eval_times(sigma), r.conditioning.aug,
+      r.comfy ? make_conditioned_plan(r.layout, comfy_eval_times(sigma, sv, sa), r.conditioning.aug,
                                       row_masks(r.conditioning, r.layout))
-              : make_timestep_plan(r.layout, 1.0f - sigma, 1.0f - audio_sigma_from_video(sigma));
-  const SigmaSchedule schedule{sigma, o.sample_sigmas};
+              : make_timestep_plan(r.layout, 1.0f - sigma,
+                                   1.0f - audio_sigma_from_video(sigma, sv, sa));
+  const SigmaSchedule schedule{sigma, o.sample_sigmas, sv, sa};
   ForwardInputs in{r.layout,
                    plan,
                    o.device ? nullptr : r.video_rows.data(),

@@ -329,12 +329,14 @@ SampleResult sample(Denoiser& denoiser, Request req, const SampleOptions& o) {
 
 ForwardOutputs forward_at_sigma(Denoiser& denoiser, const SequenceLayout& layout,
                                 const float* video_rows, const float* audio_rows, const float* text,
-                                float sigma, const std::vector<float>& sample_sigmas) {
+                                float sigma, const std::vector<float>& sample_sigmas,
+                                const FlowShifts& shifts) {
   H3RT_CHECK(std::isfinite(sigma) && sigma >= 0.0f && sigma <= 1.0f,
              "sigma must lie in [0, 1], got ", sigma);
-  const float sigma_a = audio_sigma_from_video(sigma);
+  check_flow_shifts(shifts);
+  const float sigma_a = audio_sigma_from_video(sigma, shifts.video, shifts.audio);
   const TimestepPlan plan = make_timestep_plan(layout, 1.0f - sigma, 1.0f - sigma_a);
-  const SigmaSchedule schedule{sigma, sample_sigmas};
+  const SigmaSchedule schedule{sigma, sample_sigmas, shifts.video, shifts.audio};
   const ForwardInputs in{layout,     plan, video_rows,
                          audio_rows, text, sample_sigmas.empty() ? nullptr : &schedule};
   return denoiser.forward(in);

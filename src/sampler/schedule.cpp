@@ -45,7 +45,7 @@ std::vector<float> timesteps_from_sigmas(const std::vector<float>& sigmas) {
   return t;
 }
 
-float audio_sigma_from_video(float sigma_video, float video_shift, float audio_shift) {
+float audio_sigma_from_video(float sigma_video, double video_shift, double audio_shift) {
   const double sv = sigma_video, svs = video_shift, sas = audio_shift;
   const double b = sv / (svs - (svs - 1.0) * sv);
   return static_cast<float>(sas * b / (1.0 + (sas - 1.0) * b));

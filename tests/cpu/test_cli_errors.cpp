@@ -181,6 +181,9 @@ TEST(CliErrors, BadOptionValues) {
   expect_error("forward --checkpoint " + kWeights + " --inputs " + kGolden + " --out " +
                    tmp("f.st") + " --sigma 2",
                "--sigma: must be a number in [0, 1], got 2");
+  expect_error("forward --checkpoint " + kWeights + " --inputs " + kGolden + " --out " +
+                   tmp("f.st") + " --audio-shift 0",
+               "--audio-shift: must be a finite number > 0, got 0");
   expect_error("quantize-checkpoint --in " + kWeights + " --out " + tmp("q.st") + " --format int4",
                "--format");
   expect_error("quantize-checkpoint --in " + kWeights + " --out " + tmp("q.st") +

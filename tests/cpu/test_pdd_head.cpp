@@ -9,6 +9,7 @@
 
 #include "golden_inputs.h"
 #include "h3rt/model.h"
+#include "h3rt/pipeline.h"
 #include "h3rt/safetensors.h"
 #include "h3rt/sampler.h"
 #include "model/pdd_head.h"
@@ -148,6 +149,36 @@ TEST(PddHead, ForwardUsesTheStepsEffectiveHeads) {
       EXPECT_NE(forward_cpu(m, in, Precision::fp32).video_velocity, got.video_velocity);
     }
   }
+}
+
+// The flow shifts of a forward request (ComfyUI: transformer_options' sigma shifts) pick the span
+// (video shift) and weight each stream's heads by its own shift, as the schedule's do.
+TEST(PddHead, ForwardRequestShiftsReachTheHeads) {
+  pdd_model();  // writes pdd4.safetensors in this process's folder
+  ModelSource src;
+  src.checkpoint = tmp("pdd4.safetensors");
+  auto d = Denoiser::create(src);
+  const Request r = make_request(d->config(), RequestOptions{});
+  EvalOptions o;
+  o.sample_sigmas = sigma_grid(4, 5.0f);  // 3 steps at shift 5
+  o.shifts = {5.0, 2.5};
+  const float sigma = o.sample_sigmas[1];
+  const SigmaSchedule s{sigma, o.sample_sigmas, 5.0, 2.5};
+  const ForwardOutputs got = forward_request(*d, r, sigma, o);
+  const TimestepPlan plan =
+      make_timestep_plan(r.layout, 1.0f - sigma, 1.0f - audio_sigma_from_video(sigma, 5.0, 2.5));
+  const ForwardOutputs want =
+      d->forward({r.layout, plan, r.video_rows.data(), r.audio_rows.data(), r.text.data(), &s});
+  test::expect_same_bits(got.video_velocity, want.video_velocity, "video");
+  test::expect_same_bits(got.audio_velocity, want.audio_velocity, "audio");
+  // The heads' weights follow the shifts: default shifts on the same grid differ.
+  EXPECT_NE(model::pdd_weights(4, model::pdd_span(4, s), 2.5),
+            model::pdd_weights(4, model::pdd_span(4, s), 3.0));
+  const SigmaSchedule plain{sigma, o.sample_sigmas};
+  EXPECT_NE(
+      d->forward({r.layout, plan, r.video_rows.data(), r.audio_rows.data(), r.text.data(), &plain})
+          .audio_velocity,
+      got.audio_velocity);
 }
 
 TEST(PddHead, ForwardWithoutScheduleIsAClearError) {

@@ -135,6 +135,50 @@ TEST(Pipeline, ForwardWithoutAudioRows) {
   EXPECT_GT(test::rel_l2(none.video_velocity, full.video_velocity), 1e-4);
 }
 
+// ComfyUI's MiniMaxH3SigmaShift node changes the flow shifts, which _forward reads per call: the
+// audio timestep is 1 - time_shift_sigma(sigma, video shift, audio shift) in float64 (here written
+// out), on both the t2va reference path and ComfyUI's conditioned path; bad shifts are refused.
+TEST(Pipeline, FlowShiftsSetTheAudioTimestep) {
+  auto d = Denoiser::create(ModelSource{});
+  const H3Config& c = d->config();
+  Request r = make_request(c, RequestOptions{});
+  const float sigma = 0.7f;
+  const double sv = sigma, base = sv / (5.0 + sv * (1.0 - 5.0));
+  const double sigma_a = 2.5 * base / (1.0 + 1.5 * base);  // video shift 5 -> audio shift 2.5
+  EvalOptions o;
+  o.shifts = {5.0, 2.5};
+  auto forward_with = [&](const Request& q, const TimestepPlan& plan) {
+    return d->forward({q.layout, plan, q.video_rows.data(), q.audio_rows.data(), q.text.data()});
+  };
+  const TimestepPlan t2va =
+      make_timestep_plan(r.layout, 1.0f - sigma, 1.0f - static_cast<float>(sigma_a));
+  const ForwardOutputs got = forward_request(*d, r, sigma, o);
+  const ForwardOutputs want = forward_with(r, t2va);
+  test::expect_same_bits(got.video_velocity, want.video_velocity, "t2va video");
+  test::expect_same_bits(got.audio_velocity, want.audio_velocity, "t2va audio");
+  EXPECT_NE(forward_request(*d, r, sigma).audio_velocity, got.audio_velocity);  // 12 -> 3
+
+  Request comfy = r;
+  condition_request(comfy, c, Conditioning{});
+  const EvalTimes times{sv, 1.0 - sv, 1.0 - sigma_a};
+  const ForwardOutputs got_c = forward_request(*d, comfy, sigma, o);
+  const ForwardOutputs want_c = forward_with(comfy, make_conditioned_plan(comfy.layout, times));
+  test::expect_same_bits(got_c.video_velocity, want_c.video_velocity, "comfy video");
+  test::expect_same_bits(got_c.audio_velocity, want_c.audio_velocity, "comfy audio");
+
+  o.shifts = {0.0, 3.0};
+  EXPECT_NE(test::error_of([&] {
+              forward_request(*d, r, sigma, o);
+            }).find("video_shift must be a finite number > 0, got 0"),
+            std::string::npos);
+  o.shifts = {12.0, std::nan("")};
+  EXPECT_NE(test::error_of([&] {
+              forward_at_sigma(*d, r.layout, r.video_rows.data(), r.audio_rows.data(),
+                               r.text.data(), sigma, {}, o.shifts);
+            }).find("audio_shift must be a finite number > 0, got nan"),
+            std::string::npos);
+}
+
 TEST(Pipeline, RejectsSageOnCpuAndBadWords) {
   DenoiserOptions o;
   o.attention = Attention::sage;

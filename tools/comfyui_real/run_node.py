@@ -279,15 +279,23 @@ def tiny_suite(h3, node, args):
         c for c in manifest["cases"] if c != "t2va_diffusers")
     if not args.cases:
         cases += [c + "+video_mask" for c in ("t2va", "fl2va_first", "audio_mask")]
+        cases += [c + "+shift" for c in ("t2va", "fl2va_first", "audio_mask", "t2va_audio_carry")]
     for name in cases:
-        golden, _, masked = name.partition("+")
+        golden, _, variant = name.partition("+")
+        masked = variant == "video_mask"
         f = load_file(str(comfy_dir / f"{golden}.safetensors"))
         x, ts, text, make_payload, extra = golden_case(h3, f, manifest["cases"][golden])
         if masked:
             extra["denoise_mask"] = video_mask(x[0])
+        b, p = (shifted(base), shifted(patched)) if variant == "shift" else (base, patched)
         before = dict(wrapper.calls)
-        ref = sampler_step(base, x, ts, text, make_payload, **extra)
-        got = sampler_step(patched, x, ts, text, make_payload, **extra)
+        ref = sampler_step(b, x, ts, text, make_payload, **extra)
+        got = sampler_step(p, x, ts, text, make_payload, **extra)
+        if variant == "shift":  # the shifts must matter, far past the tolerance
+            plain = sampler_step(base, x, ts, text, make_payload, **extra)
+            effect = max(rel_err(ref[0], plain[0]), rel_err(ref[1], plain[1]))
+            check(effect > 100 * TOL, f"{name}: the shifts changed ComfyUI's output by only "
+                  f"{effect:.2e}")
         ran_h3rt = wrapper.calls["h3rt"] == before["h3rt"] + 1
         ev, ea = rel_err(got[0], ref[0]), rel_err(got[1], ref[1])
         # ComfyUI's own forward against what ComfyUI computed when the golden set was made
@@ -304,14 +312,16 @@ def tiny_suite(h3, node, args):
                "golden_audio_matched": ga_key,
                "dtype_shape_ok": all(g.dtype == r.dtype and g.shape == r.shape
                                      for g, r in zip(got, ref))}
-        if masked:  # the golden set has no video masks (its ComfyUI commit raised on them)
+        if variant:  # no golden: video masks (its ComfyUI commit raised on them), other shifts
             gv = ga = None
-            ga_key = "none: no golden for video masks"
+            ga_key = ("none: no golden for video masks" if masked else
+                      f"none: no golden at shifts {SHIFTS}; they change ComfyUI's output by "
+                      f"{effect:.2e}")
             row.update(comfy_vs_golden_video=None, comfy_vs_golden_audio=None,
                        golden_audio_matched=ga_key)
         ok = (check(ran_h3rt, f"{name}: the node fell back") & check(ev <= TOL, f"{name}: video")
               & check(ea <= TOL, f"{name}: audio") & check(row["dtype_shape_ok"], f"{name}: dtype")
-              & check(bool(masked) or (gv <= TOL and ga <= TOL), f"{name}: ComfyUI vs golden"))
+              & check(bool(variant) or (gv <= TOL and ga <= TOL), f"{name}: ComfyUI vs golden"))
         row["ok"] = bool(ok)
         results.append(row)
         gold = f"{gv:.2e} {ga:.2e} ({ga_key})" if gv is not None else ga_key
@@ -322,6 +332,18 @@ def tiny_suite(h3, node, args):
     logging.getLogger("h3rt").removeHandler(log)
     return {"cases": results, "fallbacks": fallbacks, "failures": failures,
             "wrapper_calls": dict(wrapper.calls)}
+
+
+# Flow shifts as ComfyUI's MiniMaxH3SigmaShift node sets them (Python floats, neither exact in
+# float32), on a clone of the patcher.
+SHIFTS = (6.37, 2.9)
+
+
+def shifted(patcher):
+    m = patcher.clone()
+    to = m.model_options["transformer_options"] = dict(m.model_options["transformer_options"])
+    to["minimax_h3_sigma_shift_video"], to["minimax_h3_sigma_shift_audio"] = SHIFTS
+    return m
 
 
 def video_mask(video):

@@ -120,17 +120,17 @@ class FakeEngine:
     device, precision = "cpu", "fp32"
 
     def __init__(self, config=TINY, fail=False):
-        self.config, self.fail, self.calls = dict(config), fail, []
+        self.config, self.fail, self.calls, self.shifts = dict(config), fail, [], []
 
-    def forward_latents(self, video, audio, sigma, text, sample_sigmas=None):
-        self.calls.append((video, audio, sigma, text, sample_sigmas))
+    # The node runs every call through forward_conditioned (_forward's timesteps); this engine
+    # has no forward_latents, so a call there would fail.
+    def forward_conditioned(self, video, audio, sigma, text, sample_sigmas=None, *, video_shift,
+                            audio_shift, **kw):
+        self.calls.append((video, audio, sigma, text, sample_sigmas, kw))
+        self.shifts.append((video_shift, audio_shift))
         if self.fail:
             raise RuntimeError("h3rt: simulated failure")
         return 2.0 * video, 3.0 * audio  # distinct per stream, so swaps and signs show
-
-    def forward_conditioned(self, video, audio, sigma, text, sample_sigmas=None, **kw):
-        self.calls.append((video, audio, sigma, text, sample_sigmas, kw))
-        return 4.0 * video, 5.0 * audio
 
 
 class DeviceArray(np.ndarray):
@@ -173,8 +173,9 @@ class CudaEngine(FakeEngine):
     """A CUDA h3rt engine: device forwards return float32 CUDA arrays."""
     device, precision = "NVIDIA H200 (sm_90)", "bf16"
 
-    def forward_latents(self, video, audio, sigma, text, sample_sigmas=None):
-        self.calls.append((video, audio, sigma, text, sample_sigmas))
+    def forward_conditioned(self, video, audio, sigma, text, sample_sigmas=None, **kw):
+        self.calls.append((video, audio, sigma, text, sample_sigmas, kw))
+        self.shifts.append((kw.pop("video_shift"), kw.pop("audio_shift")))
         return ((2.0 * video).astype(np.float32).view(DeviceArray),
                 (3.0 * audio).astype(np.float32).view(DeviceArray))
 
@@ -253,7 +254,9 @@ def test_h3rt_path_call_order_and_contract():
     assert base.model.diffusion_model.forward_calls == []  # ComfyUI's _forward did not run
     assert len(loader.calls) == 1 and isinstance(loader.calls[0][0], dict)
     assert loader.calls[0][1] == {"device": "cpu", "attention": "bf16", "cuda_graphs": True}
-    (video, audio, sigma, text, sample_sigmas), = loader.engine.calls
+    (video, audio, sigma, text, sample_sigmas, kw), = loader.engine.calls
+    assert kw["mask_outputs"] is False and kw["keyframes"] == [] and kw["refs"] == []
+    assert "video_mask" not in kw and "audio_mask" not in kw
     np.testing.assert_array_equal(video, x[0])
     np.testing.assert_array_equal(audio, x[1])
     np.testing.assert_array_equal(text, ctx)
@@ -268,6 +271,26 @@ def test_h3rt_path_call_order_and_contract():
     sample_call(out.clone(), x, ts, ctx, minimax_payload=t2va_payload())
     assert len(loader.calls) == 1 and len(loader.engine.calls) == 2
     assert wrapper.calls == {"h3rt": 2, "comfyui": 0}
+
+
+def test_flow_shifts_reach_h3rt_per_call():
+    # ComfyUI's MiniMaxH3SigmaShift node sets both options; _forward reads them per call, else the
+    # model's sigma_shift_video / sigma_shift_audio, else 12 and 3.
+    loader = Loader()
+    base, out, wrapper = patched(loader)
+    x, ts, ctx = inputs()
+    shifted = {"minimax_h3_sigma_shift_video": 5.0, "minimax_h3_sigma_shift_audio": 2.5}
+    sample_call(out, x, ts, ctx, minimax_payload=t2va_payload(), extra_options=shifted)
+    sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+    base.model.diffusion_model.sigma_shift_video = 7.0
+    sample_call(out, x, ts, ctx, minimax_payload=t2va_payload(),
+                extra_options={"minimax_h3_sigma_shift_audio": 4.0})
+    mask = np.full((1, 1, 5, 8, 8), 0.5, np.float32)
+    sample_call(out, x, ts, ctx, minimax_payload=t2va_payload(), denoise_mask=mask,
+                extra_options=shifted)
+    assert loader.engine.shifts == [(5.0, 2.5), (12.0, 3.0), (7.0, 4.0), (5.0, 2.5)]
+    assert "video_mask" in loader.engine.calls[3][5]
+    assert wrapper.calls == {"h3rt": 4, "comfyui": 0}
 
 
 def test_output_dtype_follows_the_inputs():
@@ -285,7 +308,7 @@ def test_cuda_engine_takes_device_latents_without_host_copies():
     x = [a.view(DeviceArray) for a in x]
     ctx = ctx.view(DeviceContext)
     res = sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
-    (video, audio, _, text, _), = loader.engine.calls
+    (video, audio, _, text, _, _), = loader.engine.calls
     assert video is x[0] and audio is x[1]  # as ComfyUI holds them
     assert type(text) is np.ndarray and text.dtype == np.float32  # h3rt reads text on the host
     np.testing.assert_array_equal(text, ctx.astype(np.float32))
@@ -395,7 +418,6 @@ FALLBACKS = [
      "patches_replace"),
     ("attention override", lambda o: {"opts": {"optimized_attention_override": print}},
      "attention override"),
-    ("shift", lambda o: {"opts": {"minimax_h3_sigma_shift_video": 5.0}}, "shift_video"),
     ("inner wrapper", lambda o: _inner_wrapper(o) or {}, "another DIFFUSION_MODEL wrapper"),
     ("lowvram lora", lambda o: setattr(o.model, "lowvram_patch_counter", 3) or {},
      "patched on the fly"),
@@ -623,6 +645,38 @@ def test_node_reproduces_comfyui_t2va_forward():
     assert rel_max_err(-res[0], ref_v) > 1.0  # the sign is checked, not only magnitudes
 
 
+def test_node_takes_comfyuis_timesteps_and_shifts_in_h3rt():
+    """The real engine: a plain t2va call gives forward_conditioned's bits (_forward's audio
+    timestep, rounded once), which forward_latents' reference timestep misses at this sigma, and
+    MiniMaxH3SigmaShift's options reach h3rt's numbers."""
+    h3rt = pytest.importorskip("h3rt")
+    case = read_safetensors(COMFY / "t2va.safetensors")
+    base = FakePatcher(FakeH3(read_safetensors(WEIGHTS)))
+    (out,) = h3rt_node.H3rtPatchModel().patch(base, device="cpu")
+    video = case["input/video_latents"]
+    audio = case["input/audio_latents"].transpose(1, 0, 2)[None]
+    text = case["input/text_embeds"]
+    payload = dict(t2va_payload(), text_token_tags=case["input/text_token_tags"])
+    engine = h3rt.load(str(WEIGHTS))
+    sigma = np.float32(0.85)  # audio sigma 0.34: 1 - f32(0.34..) != f32(1 - 0.34..)
+    base_sigma = float(sigma) / (12.0 - 11.0 * float(sigma))
+    sigma_a = 3.0 * base_sigma / (1.0 + 2.0 * base_sigma)
+    assert np.float32(1) - np.float32(sigma_a) != np.float32(1.0 - sigma_a)
+    ts = np.array([sigma * np.float32(1000)], np.float32)
+    for shifts in ({}, {"minimax_h3_sigma_shift_video": 5.0, "minimax_h3_sigma_shift_audio": 2.5}):
+        res = sample_call(out, [video, audio], ts, text, minimax_payload=payload,
+                          extra_options=shifts)
+        kw = {"video_shift": 5.0, "audio_shift": 2.5} if shifts else {}
+        want = engine.forward_conditioned(video, audio, float(sigma), text, **kw)
+        for r, w in zip(res, want):
+            np.testing.assert_array_equal(r.view(np.uint32), np.negative(w).view(np.uint32))
+        if not shifts:
+            latents = engine.forward_latents(video, audio, float(sigma), text)
+            assert not np.array_equal(latents[1], want[1])
+            plain = res
+    assert not np.array_equal(plain[1], res[1])  # the shifts change the audio velocity
+
+
 def test_file_path_weights_refuse_a_model_with_lora_patches(tmp_path):
     ckpt = tmp_path / "h3.safetensors"
     ckpt.write_bytes(b"")
@@ -657,7 +711,7 @@ def test_conditioned_calls_run_in_h3rt_with_the_payload():
         h3rt_node.comfy_noise = real
     assert wrapper.calls == {"h3rt": 1, "comfyui": 0}
     video, audio, sigma, text, _, kw = loader.engine.calls[0]
-    assert np.array_equal(res[0], -4.0 * x[0]) and np.array_equal(res[1], -5.0 * x[1])
+    assert np.array_equal(res[0], -2.0 * x[0]) and np.array_equal(res[1], -3.0 * x[1])
     assert kw["mask_outputs"] is False and kw["noise_seed"] == 5
     assert kw["keyframes"][0]["frame_index"] == 0
     assert np.array_equal(kw["keyframes"][0]["latent"], key)
@@ -687,11 +741,11 @@ def test_video_denoise_mask_runs_in_h3rt():
     assert kw["mask_outputs"] is False and "audio_mask" not in kw
     np.testing.assert_array_equal(kw["video_mask"], mask[0, 0])
     assert kw["keyframes"] == [] and kw["refs"] == []
-    np.testing.assert_array_equal(res[0], -4.0 * x[0])  # forward_conditioned's result
+    np.testing.assert_array_equal(res[0], -2.0 * x[0])
     # A mask that generates everything is no mask: the plain forward.
     sample_call(out, x, ts, ctx, minimax_payload=t2va_payload(),
                 denoise_mask=np.ones((1, 1, 5, 8, 8), np.float32))
-    assert len(loader.engine.calls[1]) == 5  # forward_latents' arguments
+    assert "video_mask" not in loader.engine.calls[1][5]
 
 
 def _comfy_payload(f, entry):
