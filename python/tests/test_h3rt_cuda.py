@@ -146,6 +146,20 @@ def test_device_latents_equal_host_latents(cuda_model):
         same_bits(x, y)
 
 
+def test_flow_shifts_on_device_latents(cuda_model):
+    """video_shift / audio_shift reach the device forward as they reach the host one."""
+    video, audio, text = golden_inputs()
+    dv, da = torch.from_numpy(video).cuda(), torch.from_numpy(audio).cuda()
+    shifts = {"video_shift": 6.37, "audio_shift": 2.9}
+    for forward in (cuda_model.forward_latents, cuda_model.forward_conditioned):
+        want = forward(video, audio, 0.7, text, **shifts)
+        got = forward(dv, da, 0.7, text, **shifts)
+        for x, y in zip(got, want):
+            same_bits(x, y)
+        plain = forward(dv, da, 0.7, text)
+        assert not torch.equal(plain[1], got[1])
+
+
 def test_bf16_and_strided_device_latents(cuda_model):
     video, audio, text = golden_inputs()
     bv = torch.from_numpy(video).cuda().to(torch.bfloat16)

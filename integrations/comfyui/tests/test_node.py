@@ -677,6 +677,38 @@ def test_node_takes_comfyuis_timesteps_and_shifts_in_h3rt():
     assert not np.array_equal(plain[1], res[1])  # the shifts change the audio velocity
 
 
+def test_cuda_node_runs_torch_latents_with_shifts_in_h3rt():
+    """A CUDA engine with ComfyUI's CUDA tensors (torch): results stay on the device and equal
+    forward_conditioned's on the same tensors, at the default and at MiniMaxH3SigmaShift's
+    shifts (skipped without torch on a GPU or a CUDA build of h3rt)."""
+    h3rt = pytest.importorskip("h3rt")
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device for torch")
+    try:
+        engine = h3rt.load(str(WEIGHTS), device="cuda", attention="bf16")
+    except RuntimeError as e:
+        pytest.skip(f"h3rt without CUDA: {e}")
+    case = read_safetensors(COMFY / "t2va.safetensors")
+    base = FakePatcher(FakeH3(read_safetensors(WEIGHTS)))
+    (out,) = h3rt_node.H3rtPatchModel().patch(base, device="cuda", attention="bf16")
+    wrapper = out.wrappers["diffusion_model"]["h3rt"][0]
+    video = torch.from_numpy(case["input/video_latents"]).cuda()
+    audio = torch.from_numpy(case["input/audio_latents"].transpose(1, 0, 2)[None].copy()).cuda()
+    text = case["input/text_embeds"]
+    ts = torch.tensor([850.0], device="cuda")
+    sigma = float(np.float32(850.0) / np.float32(1000.0))
+    for shifts in ({}, {"minimax_h3_sigma_shift_video": 6.37, "minimax_h3_sigma_shift_audio": 2.9}):
+        res = sample_call(out, [video, audio], ts, torch.from_numpy(text).cuda(),
+                          minimax_payload=t2va_payload(), extra_options=shifts)
+        kw = {"video_shift": 6.37, "audio_shift": 2.9} if shifts else {}
+        want = engine.forward_conditioned(video, audio, sigma, text, **kw)
+        for r, w in zip(res, want):
+            assert r.is_cuda and r.dtype == torch.float32
+            assert torch.equal(r, -w)
+    assert wrapper.calls == {"h3rt": 2, "comfyui": 0}
+
+
 def test_file_path_weights_refuse_a_model_with_lora_patches(tmp_path):
     ckpt = tmp_path / "h3.safetensors"
     ckpt.write_bytes(b"")
