@@ -179,9 +179,11 @@ def _partial(mask):
 
 def _conditioning(payload, kwargs):
     """forward_conditioned's keywords for this call. Every call takes that route, plain t2va
-    included: it computes _forward's layout and timesteps (t_audio = float32(1 - the mapped sigma,
-    in float64)); forward_latents' reference timesteps round the audio sigma first, one float32
-    ulp apart at 224 of the sigmas k/1000 (bench/RESULTS.md, session 31)."""
+    included, so that all calls share _forward's layout and timestep arithmetic as the golden
+    set's ComfyUI has it (t_audio = float32(1 - the mapped sigma in float64); forward_latents
+    rounds the audio sigma first, one ulp apart at 224 of the sigmas k/1000). ComfyUI 2d2a8ae7
+    maps the sigma in float32 tensor ops instead (one ulp off float64 at 308 of them):
+    bench/RESULTS.md, session 31."""
     tags = payload.get("text_token_tags")
     vmask = _partial(kwargs.get("denoise_mask"))
     amask = _partial(kwargs.get("audio_denoise_mask"))
