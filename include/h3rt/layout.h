@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "h3rt/memory.h"
@@ -105,6 +106,18 @@ SequenceLayout make_t2va_layout(int64_t text_len, int64_t audio_len, int64_t fra
 // positions may differ from it in the last float64 bit (ComfyUI's ratio/n against diffusers'
 // linspace form), never after the float32 cast RoPE uses for the shapes tested.
 SequenceLayout make_layout(const LayoutSpec& spec);
+
+// A caller's packed layout (ComfyUI's PackedLayout: its segment table and float64 position_ids
+// [S, 3]) against h3rt's: "" when the segments (start, stop, kind name) and every position are
+// equal, else where they first differ. A ComfyUI whose layout was changed (a custom node that
+// patches PackedLayout) is told apart from the one h3rt computes.
+struct NamedSegment {
+  int64_t start = 0, stop = 0;
+  std::string kind;
+};
+std::string layout_difference(const SequenceLayout& layout,
+                              const std::vector<NamedSegment>& segments,
+                              const std::vector<double>& position_ids);
 
 // Per-row timesteps: `timestep` holds the distinct values sorted ascending, and
 // `timestep_indices[r]` each row's index into it (text and video rows: t_video, audio: t_audio).

@@ -12,6 +12,7 @@ Imports neither torch nor comfy at module level: the tests run it against stand-
 """
 import logging
 import os
+import sys
 
 import numpy as np
 
@@ -33,6 +34,16 @@ def flow_shifts(options, model):
 # _forward gives masked rows per-row timesteps, video per 2x2 patch from the patch's maximum:
 # h3rt's forward_conditioned(video_mask=, audio_mask=) computes the same).
 MASK_FULL = 1.0 - 1e-3
+# The minimax_payload keys _forward reads, as ComfyUI's model_base.MiniMaxH3.extra_conds builds
+# them (plus _forward's own cache of the tags), and those of its keyframes and reference blocks.
+# A payload with other keys comes from a ComfyUI (or a custom node) whose _forward means more
+# than h3rt computes: such calls run ComfyUI's forward rather than silently differ.
+PAYLOAD_KEYS = {"layout", "keyframes", "refs", "text_token_tags", "_text_token_tags_list",
+                "cond_video_latents", "cond_audio_latents", "visual_cond_noise_aug",
+                "audio_cond_noise_aug", "seed", "audio_scale"}
+ITEM_KEYS = {"keyframes": {"resolved_frame_index", "latent", "audio_latent"},
+             "refs": {"kind", "picture_index", "latent_t", "latent_h", "latent_w", "ref_audio_t",
+                      "latent", "audio_latent"}}
 
 
 class Fallback(Exception):
@@ -58,6 +69,32 @@ def _host_f32(t):
     if _is_torch(t):
         return t.detach().float().cpu().contiguous().numpy()
     return np.ascontiguousarray(t, dtype=np.float32)
+
+
+def _comfy_layout(model, payload, x, context):
+    """The PackedLayout _forward would use for this call: the payload's prebuilt one where its
+    signature matches the call, else one built by the model's own module (so a custom node that
+    replaced PackedLayout there is seen); None where the model has none (stand-ins)."""
+    video, audio = x[0], x[1]
+    sig = tuple(int(n) for n in (context.shape[1], *video.shape[2:5], audio.shape[-1]))
+    layout = payload.get("layout")
+    if layout is not None and tuple(getattr(layout, "signature", ())) == sig:
+        return layout
+    packed = getattr(sys.modules.get(type(model).__module__), "PackedLayout", None)
+    if packed is None:
+        return None
+    return packed(*sig, keyframes=payload.get("keyframes"), refs=payload.get("refs"))
+
+
+def _expected_layout(layout):
+    """forward_conditioned's expect_layout for a PackedLayout (its segments and float64
+    position_ids), or None for an object without them."""
+    if layout is None or not hasattr(layout, "position_ids"):
+        return None
+    pos = layout.position_ids
+    pos = pos.detach().cpu().numpy() if _is_torch(pos) else np.asarray(pos, np.float64)
+    return {"segments": [(int(a), int(b), str(k)) for a, b, k in layout.segments],
+            "position_ids": np.ascontiguousarray(pos, dtype=np.float64)}
 
 
 def _like(a, ref):
@@ -177,6 +214,18 @@ def _partial(mask):
     return _host_f32(mask[0, 0])
 
 
+def _check_payload_keys(payload):
+    unknown = sorted(set(payload) - PAYLOAD_KEYS)
+    if unknown:
+        raise Fallback(f"minimax_payload has keys h3rt does not compute: {unknown}")
+    for field, known in ITEM_KEYS.items():
+        for i, item in enumerate(payload.get(field) or ()):
+            extra = sorted(set(item) - known)
+            if extra:
+                raise Fallback(f"minimax_payload {field}[{i}] has keys h3rt does not compute: "
+                               f"{extra}")
+
+
 def _conditioning(payload, kwargs):
     """forward_conditioned's keywords for this call. Every call takes that route, plain t2va
     included, so that all calls share _forward's layout and timestep arithmetic as the golden
@@ -232,6 +281,8 @@ class H3rtWrapper:
         self.engine = None
         self.engine_key = None
         self.host_text = HostText()  # a CUDA engine's text, copied once per distinct context
+        # ComfyUI's layouts checked against h3rt's: id -> (layout, None or why they differ)
+        self.layouts = {}
         self.logged = set()
         self.calls = {"h3rt": 0, "comfyui": 0}
 
@@ -273,6 +324,7 @@ class H3rtWrapper:
         if hidden is not None and context.shape[-1] == hidden:
             self._refined(hidden)
         payload = kwargs.get("minimax_payload") or {}
+        _check_payload_keys(payload)
         conds = len(payload.get("keyframes") or ()) + len(payload.get("refs") or ())
         for key in ("cond_video_latents", "cond_audio_latents"):
             if payload.get(key) and not conds:
@@ -343,12 +395,33 @@ class H3rtWrapper:
             args = (video, audio, sigma, text, sample_sigmas)
         else:
             args = (_host_f32(video), _host_f32(audio), sigma, _host_f32(context), sample_sigmas)
+        payload = kwargs.get("minimax_payload") or {}
+        layout = _comfy_layout(getattr(executor, "class_obj", None), payload, x, context)
+        checked = self.layouts.get(id(layout))
+        if checked is not None and checked[0] is layout and checked[1]:
+            raise Fallback(checked[1])
+        expect = None if checked is not None and checked[0] is layout else _expected_layout(layout)
         # _forward's output: forward() around this wrapper applies the masks and the carry.
-        vel_v, vel_a = engine.forward_conditioned(*args, mask_outputs=False, **shifts, **cond)
+        try:
+            vel_v, vel_a = engine.forward_conditioned(*args, mask_outputs=False, expect_layout=expect,
+                                                      **shifts, **cond)
+        except ValueError as e:
+            if expect is None or not str(e).startswith("expect_layout differs"):
+                raise
+            why = str(e).split(": ", 1)[1]
+            self._remember_layout(layout, f"ComfyUI's packed layout differs from h3rt's: {why}")
+            raise Fallback(self.layouts[id(layout)][1]) from None
+        if expect is not None:
+            self._remember_layout(layout, None)
         # h3rt: data-ward (x0 = x + sigma v); _forward returns -v.
         if on_device:
             return [_device_result(vel_v, video), _device_result(vel_a, audio)]
         return [_like(np.negative(vel_v), video), _like(np.negative(vel_a), audio)]
+
+    def _remember_layout(self, layout, why):
+        if len(self.layouts) >= 8:  # one or two per sampling run; keep the table small
+            self.layouts.clear()
+        self.layouts[id(layout)] = (layout, why)
 
     # ---- the engine ----
     def _weights_key(self, diffusion_model):

@@ -92,6 +92,7 @@ class Model:
                             audio_cond_noise_aug: float = 1.0, noise_seed: int = 0,
                             audio_scale: float = 1.0, mask_outputs: bool = True,
                             video_shift: float = 12.0, audio_shift: float = 3.0,
+                            expect_layout: Optional[Mapping[str, Any]] = None,
                             out: Optional[tuple[ArrayLike, ArrayLike]] = None,
                             stream: Stream = None) -> tuple[Result, Result]:
         """ComfyUI's MiniMaxH3Model.forward with a minimax_payload (first/last-frame keyframes,
@@ -111,6 +112,10 @@ class Model:
         _forward returns (negated), before forward()'s mask multiply. video_shift, audio_shift:
         the flow shifts _forward reads from transformer_options (ComfyUI's MiniMaxH3SigmaShift
         node; finite and > 0): the audio timestep, the carry and PDD head weights follow them.
+        expect_layout: {"segments": (start, stop, kind) triples, "position_ids": float64
+        [S, 3]}, the layout the caller's model would use (ComfyUI's PackedLayout); ValueError
+        "expect_layout differs from h3rt's layout: ..." naming the first difference when h3rt's
+        segments or positions (compared bit for bit) are not those.
         CUDA latents run a device forward as forward_latents (condition items, masks and text
         are read on the host: CUDA ones are copied); audio_scale must then be 1 and
         mask_outputs False when masks are given (those steps run on host arrays only)."""

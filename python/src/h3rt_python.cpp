@@ -398,12 +398,46 @@ Outputs forward_latents(Model& m, nb::handle video, nb::handle audio, float sigm
   return comfy_outputs(m.config(), t, o);
 }
 
+// expect_layout (a mapping: "segments", (start, stop, kind) triples, and "position_ids" [S, 3]
+// float64, as ComfyUI's PackedLayout holds them) against the request's layout: ValueError naming
+// the first difference.
+void check_expected_layout(nb::handle expect, const SequenceLayout& l) {
+  if (expect.is_none()) return;
+  std::vector<NamedSegment> segs;
+  std::vector<double> pos;
+  bool bad = false;
+  try {
+    for (nb::handle s : expect["segments"]) {
+      nb::sequence t = nb::cast<nb::sequence>(s);
+      if (nb::len(t) != 3) raise_value("expect_layout['segments']: expected (start, stop, kind)");
+      segs.push_back(
+          {nb::cast<int64_t>(t[0]), nb::cast<int64_t>(t[1]), nb::cast<std::string>(t[2])});
+    }
+    const AnyArray p = nb::cast<AnyArray>(expect["position_ids"]);
+    const Shape d = dims(p);
+    if (d.size() != 2 || d[1] != 3)
+      raise_value("expect_layout['position_ids']: expected shape [S, 3], got " + shape_str(d));
+    pos = host_f64(p, "expect_layout['position_ids']", d[0] * 3);
+  } catch (const nb::cast_error&) {
+    bad = true;
+  } catch (const nb::python_error&) {  // a missing key, a segment that is not a sequence
+    bad = true;
+  }
+  if (bad)
+    raise_value(
+        "expect_layout: expected a mapping with 'segments' ((start, stop, kind) triples) "
+        "and 'position_ids' (a float64 array [S, 3])");
+  const std::string diff = layout_difference(l, segs, pos);
+  if (!diff.empty()) raise_value("expect_layout differs from h3rt's layout: " + diff);
+}
+
 // ComfyUI's MiniMaxH3Model.forward with a payload: its layout, timesteps, condition rows, masks
 // and audio carry (forward_request), on ComfyUI-layout latents.
 Outputs forward_conditioned(Model& m, nb::handle video, nb::handle audio, float sigma,
                             nb::handle text, std::optional<std::vector<float>> sample_sigmas,
                             const ConditioningArgs& args, float audio_scale, bool mask_outputs,
-                            const FlowShifts& shifts, nb::handle out, nb::handle stream) {
+                            const FlowShifts& shifts, nb::handle expect_layout, nb::handle out,
+                            nb::handle stream) {
   Target t = target_of(m, video, audio, text, stream);
   check_out_needs_device(t.dev.has_value(), out);
   if (!(sigma >= 0.0f && sigma <= 1.0f))
@@ -433,6 +467,7 @@ Outputs forward_conditioned(Model& m, nb::handle video, nb::handle audio, float 
   } catch (const Error& e) {
     raise_value(e.what());
   }
+  check_expected_layout(expect_layout, r.layout);
   EvalOptions o;
   o.sample_sigmas = sample_sigmas.value_or(std::vector<float>{});
   o.audio_scale = audio_scale;
@@ -741,12 +776,12 @@ NB_MODULE(_h3rt, m) {
              std::optional<AnyArray> text_tags, std::optional<AnyArray> video_mask,
              std::optional<AnyArray> audio_mask, double visual_aug, double audio_aug,
              uint64_t noise_seed, float audio_scale, bool mask_outputs, double video_shift,
-             double audio_shift, nb::handle out, nb::handle stream) {
+             double audio_shift, nb::handle expect_layout, nb::handle out, nb::handle stream) {
             const ConditioningArgs a{keyframes,  refs,       text_tags, video_mask,
                                      audio_mask, visual_aug, audio_aug, noise_seed};
-            return forward_conditioned(m, video, audio, sigma, text, std::move(sample_sigmas), a,
-                                       audio_scale, mask_outputs,
-                                       flow_shifts(video_shift, audio_shift), out, stream);
+            return forward_conditioned(
+                m, video, audio, sigma, text, std::move(sample_sigmas), a, audio_scale,
+                mask_outputs, flow_shifts(video_shift, audio_shift), expect_layout, out, stream);
           },
           arg("video"), arg("audio"), arg("sigma"), arg("text"), arg("sample_sigmas") = nb::none(),
           nb::kw_only(), arg("keyframes") = nb::list(), arg("refs") = nb::list(),
@@ -755,8 +790,8 @@ NB_MODULE(_h3rt, m) {
           arg("audio_cond_noise_aug") = h3rt::kAudioCondTimestep, arg("noise_seed") = 0,
           arg("audio_scale") = 1.0f, arg("mask_outputs") = true,
           arg("video_shift") = double(h3rt::kVideoShift),
-          arg("audio_shift") = double(h3rt::kAudioShift), arg("out").none() = nb::none(),
-          arg("stream").none() = nb::none(),
+          arg("audio_shift") = double(h3rt::kAudioShift), arg("expect_layout").none() = nb::none(),
+          arg("out").none() = nb::none(), arg("stream").none() = nb::none(),
           "ComfyUI's forward with a conditioning payload, on ComfyUI-layout latents (.pyi).");
 
   m.def("_load_path", &load_path, arg("path"), arg("device"), arg("precision").none(),

@@ -81,13 +81,24 @@ def condition(f, entry):
     return kw
 
 
+KINDS = ("text", "cond", "cond_audio", "ref_img", "ref_audio", "audio", "video")  # golden codes
+
+
+def comfy_layout(f):
+    """ComfyUI's PackedLayout as the golden file captured it: expect_layout's mapping."""
+    return {"segments": [(int(a), int(b), KINDS[k]) for a, b, k in f["layout/segments"]],
+            "position_ids": f["layout/position_ids"]}
+
+
 @pytest.mark.parametrize("case", sorted(MANIFEST["cases"]))
 def test_forward_conditioned_matches_comfy_golden(model, case):
     f = read_safetensors(COMFY / f"{case}.safetensors")
     video = f["input/video_latents"]
     _, c, t, h, w = video.shape
+    # expect_layout: h3rt's layout is ComfyUI's captured one, segments and float64 positions.
     vv, va = model.forward_conditioned(video, comfy_audio(f["input/audio_latents"]),
                                        float(f["input/sigma_video"][0]), f["input/text_embeds"],
+                                       expect_layout=comfy_layout(f),
                                        **condition(f, MANIFEST["cases"][case]))
     ref_v = unpatchify_rows(f["video_velocity"][0], c, t, h, w)
     ref_a = comfy_audio(f["audio_velocity"][0].reshape(2, -1, va.shape[1]).transpose(0, 2, 1))
@@ -95,6 +106,25 @@ def test_forward_conditioned_matches_comfy_golden(model, case):
         assert got.shape == ref.shape, name
         err = np.abs(got.astype(np.float64) - ref).max() / np.abs(ref).max()
         assert err <= 1e-5, f"{case} {name}: relative max error {err:.3g}"
+
+
+def test_a_layout_h3rt_does_not_compute_is_refused_by_name(model):
+    f = read_safetensors(COMFY / "fl2va_first.safetensors")
+    args = (f["input/video_latents"], comfy_audio(f["input/audio_latents"]),
+            float(f["input/sigma_video"][0]), f["input/text_embeds"])
+    kw = condition(f, MANIFEST["cases"]["fl2va_first"])
+    moved = comfy_layout(f)
+    moved["position_ids"] = moved["position_ids"].copy()
+    moved["position_ids"][40, 0] += 0.5
+    with pytest.raises(ValueError, match=r"expect_layout differs from h3rt's layout: "
+                                         r"position_ids row 40: the caller's \("):
+        model.forward_conditioned(*args, expect_layout=moved, **kw)
+    renamed = comfy_layout(f)
+    renamed["segments"][1] = (renamed["segments"][1][0], renamed["segments"][1][1], "ref_img")
+    with pytest.raises(ValueError, match=r"segment 1: the caller's \(ref_img, 12, "):
+        model.forward_conditioned(*args, expect_layout=renamed, **kw)
+    with pytest.raises(ValueError, match=r"expect_layout: expected a mapping"):
+        model.forward_conditioned(*args, expect_layout={"segments": []}, **kw)
 
 
 def test_forward_conditioned_errors_name_the_argument(model):

@@ -3,6 +3,8 @@
 // operation for operation, so that position_ids matches it bit for bit.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <string>
 
 #include "h3rt/check.h"
 #include "h3rt/layout.h"
@@ -180,6 +182,39 @@ bool is_video_kind(SegmentKind k) {
 const char* reference_kind_name(ReferenceKind k) {
   static const char* names[] = {"image", "video", "audio"};
   return names[static_cast<int32_t>(k)];
+}
+
+std::string layout_difference(const SequenceLayout& l, const std::vector<NamedSegment>& segs,
+                              const std::vector<double>& pos) {
+  auto seg_str = [](const std::string& kind, int64_t a, int64_t b) {
+    return "(" + kind + ", " + std::to_string(a) + ", " + std::to_string(b) + ")";
+  };
+  if (segs.size() != l.segments.size())
+    return "the caller's layout has " + std::to_string(segs.size()) + " segments, h3rt's " +
+           std::to_string(l.segments.size());
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const Segment& s = l.segments[i];
+    if (segs[i].start != s.start || segs[i].stop != s.stop ||
+        segs[i].kind != segment_kind_name(s.kind))
+      return "segment " + std::to_string(i) + ": the caller's " +
+             seg_str(segs[i].kind, segs[i].start, segs[i].stop) + ", h3rt's " +
+             seg_str(segment_kind_name(s.kind), s.start, s.stop);
+  }
+  if (pos.size() != l.position_ids.size())
+    return "position_ids: the caller's has " + std::to_string(pos.size() / 3) + " rows, h3rt's " +
+           std::to_string(l.position_ids.size() / 3);
+  for (size_t i = 0; i < pos.size(); ++i)
+    if (pos[i] != l.position_ids[i]) {  // bit equality but for the sign of a zero
+      const size_t r = i / 3;
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "position_ids row %zu: the caller's (%.17g, %.17g, %.17g), ",
+                    r, pos[3 * r], pos[3 * r + 1], pos[3 * r + 2]);
+      std::string m = buf;
+      std::snprintf(buf, sizeof buf, "h3rt's (%.17g, %.17g, %.17g)", l.position_ids[3 * r],
+                    l.position_ids[3 * r + 1], l.position_ids[3 * r + 2]);
+      return m + buf;
+    }
+  return "";
 }
 
 SequenceLayout make_layout(const LayoutSpec& s) {

@@ -182,6 +182,26 @@ TEST(LayoutPacked, LayoutChecksItsSpec) {
 
 // ---- denoise masks ----------------------------------------------------------------------
 
+// A caller's layout (ComfyUI's PackedLayout) against h3rt's: equal, or the first difference in
+// the segment table or the positions, named.
+TEST(LayoutPacked, LayoutDifferenceNamesTheFirstDifference) {
+  const SequenceLayout l = make_layout(target());
+  std::vector<NamedSegment> segs{{0, 3, "text"}, {3, 7, "audio"}, {7, 15, "video"}};
+  std::vector<double> pos = l.position_ids;
+  EXPECT_EQ(layout_difference(l, segs, pos), "");
+  pos[3 * 11 + 0] += 0.5;
+  EXPECT_EQ(layout_difference(l, segs, pos),
+            "position_ids row 11: the caller's (5.166666666666667, 0, 0), h3rt's "
+            "(4.666666666666667, 0, 0)");
+  pos.resize(3 * 14);
+  EXPECT_EQ(layout_difference(l, segs, pos), "position_ids: the caller's has 14 rows, h3rt's 15");
+  segs[1].kind = "cond_audio";
+  EXPECT_EQ(layout_difference(l, segs, pos),
+            "segment 1: the caller's (cond_audio, 3, 7), h3rt's (audio, 3, 7)");
+  segs.pop_back();
+  EXPECT_EQ(layout_difference(l, segs, pos), "the caller's layout has 2 segments, h3rt's 3");
+}
+
 TEST(Masks, VideoMaskRowsArePatchMaxima) {
   // T = 1, 4 x 4 latent: patch (0, 0) holds {0, 0.25, 0, 0}; the others 1, 0.5, 0.
   std::vector<float> m(16, 0.0f);

@@ -34,6 +34,7 @@ and writes --json. --config tiny --device cpu runs the same code at the tiny con
       --size 864x480 --size 1344x768 --frames 124 --json out.json
 """
 import argparse
+import copy
 import hashlib
 import json
 import logging
@@ -369,20 +370,32 @@ def fallback_suite(h3, node, base, patched, wrapper, log, manifest, comfy_dir, c
         "dit": {("double_block", 0): lambda args, extra: extra["original_block"](args)}}
     odd = [x[0][..., :7].contiguous(), x[1]]
     b2 = [torch.cat([x[0]] * 2), torch.cat([x[1]] * 2)]
+
+    def moved_layout(context):  # as a custom node that changes PackedLayout's positions does
+        payload = make_payload(context)
+        layout = copy.copy(payload["layout"])
+        layout.position_ids = layout.position_ids.clone()
+        a, b, _ = next(s for s in layout.segments if s[2] == "video")
+        layout.position_ids[a:b, 0] += 1.0  # the target video one step later in time
+        payload["layout"] = layout
+        return payload
+
     cases = [
         ("batch 2", patched, b2, torch.cat([text] * 2), {}, "batch size > 1"),
         ("odd width", patched, odd, text, {}, "odd latent height or width"),
         ("patches_replace dit", patched_dit, x, text, {}, "patches_replace['dit']"),
         ("refine in ComfyUI", in_comfy, x, text, {}, "refined text states"),
+        ("changed layout", patched, x, text, {}, "packed layout differs", moved_layout),
     ]
     out = []
-    for name, p, xx, tt, extra, reason in cases:
+    for name, p, xx, tt, extra, reason, *mk in cases:
+        mk = mk[0] if mk else make_payload
         w = p.wrappers["diffusion_model"]["h3rt"][0]
         n0, calls0 = len(log.lines), dict(w.calls)
         results = []
         for patcher in (base, p, p):  # ComfyUI alone, then the node twice
             try:
-                results.append(sampler_step(patcher, xx, ts, tt, make_payload, **extra))
+                results.append(sampler_step(patcher, xx, ts, tt, mk, **extra))
             except Exception as e:  # ComfyUI's own answer to this call (batch 2: it raises)
                 results.append(f"{type(e).__name__}: {e}")
         lines = [m for m in log.lines[n0:] if reason in m]

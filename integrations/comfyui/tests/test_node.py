@@ -411,6 +411,16 @@ FALLBACKS = [
      "['cond']"),
     ("mask rank", lambda o: {"kw": {"denoise_mask": np.full((1, 5, 8, 8), 0.5, np.float32)}},
      "denoise_mask of shape (1, 5, 8, 8)"),
+    ("payload key", lambda o: {"payload": {"temporal_stretch": 30.0}},
+     "minimax_payload has keys h3rt does not compute: ['temporal_stretch']"),
+    ("keyframe key", lambda o: {"payload": {"keyframes": [
+        {"resolved_frame_index": 0, "latent": np.ones((1, 24, 1, 8, 8), np.float32),
+         "kind": "context", "num_frames": 1}]}},
+     "keyframes[0] has keys h3rt does not compute: ['kind', 'num_frames']"),
+    ("ref key", lambda o: {"payload": {"refs": [
+        {"kind": "audio", "ref_audio_t": 3, "audio_latent": np.ones((1, 32, 2, 3), np.float32),
+         "strength": 0.5}]}},
+     "refs[0] has keys h3rt does not compute: ['strength']"),
     ("refined text", lambda o: {"x": inputs(width=192)}, "refined text states"),
     ("other width", lambda o: {"x": inputs(width=32)}, "neither text_dim"),
     ("odd size", lambda o: {"x": inputs(h=7)}, "odd latent"),
@@ -675,6 +685,43 @@ def test_node_takes_comfyuis_timesteps_and_shifts_in_h3rt():
             assert not np.array_equal(latents[1], want[1])
             plain = res
     assert not np.array_equal(plain[1], res[1])  # the shifts change the audio velocity
+
+
+def test_a_changed_comfyui_layout_runs_comfyui(caplog):
+    """The payload's PackedLayout (ComfyUI's, captured in the golden file) is checked against
+    h3rt's once per layout object: equal, h3rt runs; one whose positions a custom node moved
+    runs ComfyUI's forward, with one log line naming the first difference."""
+    h3rt = pytest.importorskip("h3rt")  # noqa: F841
+    case = read_safetensors(COMFY / "t2va.safetensors")
+    base = FakePatcher(FakeH3(read_safetensors(WEIGHTS)))
+    (out,) = h3rt_node.H3rtPatchModel().patch(base, device="cpu")
+    wrapper = out.wrappers["diffusion_model"]["h3rt"][0]
+    video = case["input/video_latents"]
+    audio = case["input/audio_latents"].transpose(1, 0, 2)[None]
+    kinds = ("text", "cond", "cond_audio", "ref_img", "ref_audio", "audio", "video")
+
+    def layout(moved):
+        pos = case["layout/position_ids"].copy()
+        if moved:
+            pos[40, 0] += 1.0  # a video row one step later in time
+        return types.SimpleNamespace(
+            signature=(12, *video.shape[2:], audio.shape[-1]), position_ids=pos,
+            segments=[(int(a), int(b), kinds[k]) for a, b, k in case["layout/segments"]])
+
+    caplog.set_level(logging.INFO, logger="h3rt")
+    for moved in (False, True):
+        payload = dict(t2va_payload(), layout=layout(moved),
+                       text_token_tags=case["input/text_token_tags"])
+        for _ in range(2):
+            res = sample_call(out, [video, audio], case["input/timestep"],
+                              case["input/text_embeds"], minimax_payload=payload)
+        if not moved:
+            assert wrapper.calls == {"h3rt": 2, "comfyui": 0}
+    assert all(np.all(r == COMFY_MARK) for r in res)
+    assert wrapper.calls == {"h3rt": 2, "comfyui": 2}
+    lines = [r.getMessage() for r in caplog.records if "packed layout" in r.getMessage()]
+    assert lines == ["h3rt: running ComfyUI's forward: ComfyUI's packed layout differs from "
+                     "h3rt's: position_ids row 40: the caller's (13, 8, 16), h3rt's (12, 8, 16)"]
 
 
 def test_cuda_node_runs_torch_latents_with_shifts_in_h3rt():
