@@ -10,6 +10,7 @@ input layouts and dtypes, with _forward's sign (the negation of h3rt's data-ward
 
 Imports neither torch nor comfy at module level: the tests run it against stand-ins with numpy.
 """
+import json
 import logging
 import os
 import sys
@@ -49,6 +50,11 @@ ITEM_KEYS = {"keyframes": {"resolved_frame_index", "latent", "audio_latent"},
 class Fallback(Exception):
     """This call is not one h3rt computes identically: run ComfyUI's forward (the reason is logged
     once per distinct reason)."""
+
+
+class WeightsFallback(Fallback):
+    """The loaded model's weights cannot go to h3rt as they are: every call runs ComfyUI's
+    forward until they change (decided once, logged once)."""
 
 
 def _import_h3rt():
@@ -166,6 +172,44 @@ def _weight_for_h3rt(key, t, device):
             t = t.cpu()
         return t.contiguous()
     return np.ascontiguousarray(t)
+
+
+def _u8_text(t):
+    """A comfy_quant marker (uint8 tensor or array of JSON bytes) as text."""
+    a = t.detach().cpu().numpy() if _is_torch(t) else np.asarray(t)
+    return bytes(a.astype(np.uint8).reshape(-1)).decode("utf-8")
+
+
+def restore_quant_params(model, state):
+    """ComfyUI's state_dict() writes a quantized layer's comfy_quant as {"format": ...} alone
+    (comfy/ops.py); an int8 layer's Hadamard rotation (convrot, convrot_groupsize) is kept only
+    in its weight's layout parameters (comfy-kitchen's QuantizedTensor._params). Without it h3rt
+    would read the rotated weights of an int8_convrot checkpoint as plain tensorwise int8 and
+    compute something else. Returns state with each int8 layer's marker completed from its
+    weight, as the checkpoint file held it; WeightsFallback where that cannot be read."""
+    modules = dict(model.named_modules()) if hasattr(model, "named_modules") else {}
+    out = dict(state)
+    for key in [k for k in state if k.endswith(".comfy_quant")]:
+        conf = json.loads(_u8_text(state[key]))
+        nested = conf.get("params") if isinstance(conf.get("params"), dict) else {}
+        fmt = str(conf.get("format", nested.get("format", "")))
+        if not fmt.startswith("int8"):
+            continue
+        name = key[: -len(".comfy_quant")]
+        params = getattr(getattr(modules.get(name), "weight", None), "_params", None)
+        if params is None:
+            if "convrot" in conf or "convrot" in nested:  # the marker already says it
+                continue
+            raise WeightsFallback(f"int8 layer '{name}': its rotation (convrot) cannot be read "
+                                  "from the loaded model (use weights: from file path)")
+        if getattr(params, "transposed", False):
+            raise WeightsFallback(f"int8 layer '{name}' is held transposed")
+        full = {k: v for k, v in conf.items() if k not in ("convrot", "convrot_groupsize")}
+        full["convrot"] = bool(getattr(params, "convrot", False))
+        if full["convrot"]:
+            full["convrot_groupsize"] = int(params.convrot_groupsize)
+        out[key] = np.frombuffer(json.dumps(full).encode("utf-8"), np.uint8).copy()
+    return out
 
 
 def _min_value(m):
@@ -451,6 +495,10 @@ class H3rtWrapper:
         load = self.load or _import_h3rt().load
         try:
             self.engine = self._load(load, executor, key)
+        except WeightsFallback as e:
+            self.engine_key = ("failed",) + key
+            self._once(logging.WARNING, f"h3rt cannot take these weights: {e}")
+            raise Fallback("h3rt could not load these weights (logged above)") from None
         except Fallback:
             raise
         except Exception as e:
@@ -478,7 +526,7 @@ class H3rtWrapper:
             if progress is not None:  # reading a 20-66 GB file takes tens of seconds
                 opts["load_progress"] = progress
             return load(path, **opts)
-        orig = executor.class_obj.state_dict()
+        orig = restore_quant_params(executor.class_obj, executor.class_obj.state_dict())
         state = {k: _weight_for_h3rt(k, t, self.device) for k, t in orig.items()}
         moved = [k for k, t in orig.items() if _on_device(t) and not _on_device(state[k])]
         if moved:

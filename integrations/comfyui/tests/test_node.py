@@ -19,6 +19,7 @@ The stand-in, written here from ComfyUI's public behaviour (no ComfyUI code):
 The numeric test loads the tiny golden weights into h3rt through the node (a numpy state dict)
 and compares with ComfyUI's captured t2va forward; it skips when h3rt is not importable.
 """
+import json
 import logging
 import os
 import pathlib
@@ -478,6 +479,119 @@ def test_load_failure_is_not_retried(caplog):
         sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
     assert len(loader.calls) == 1 and len(base.model.diffusion_model.forward_calls) == 3
     assert len([r for r in caplog.records if "float8" in r.getMessage()]) == 1
+
+
+class QuantH3(FakeH3):
+    """A model holding int8 layers as ComfyUI does: state_dict() writes each comfy_quant as
+    {"format": ...} alone (comfy/ops.py), and the weight's layout parameters (comfy-kitchen's
+    QuantizedTensor._params: convrot, convrot_groupsize, transposed) sit on the module."""
+
+    def __init__(self, state, params):
+        super().__init__(state)
+        self.params = params  # layer name -> _params (None: a weight without them)
+
+    def named_modules(self):
+        for name, p in self.params.items():
+            weight = types.SimpleNamespace(**({} if p is None else {"_params": p}))
+            yield name, types.SimpleNamespace(weight=weight)
+
+
+def marker(conf):
+    return np.frombuffer(json.dumps(conf).encode(), np.uint8).copy()
+
+
+def convrot(g, transposed=False):
+    return types.SimpleNamespace(convrot=True, convrot_groupsize=g, transposed=transposed)
+
+
+def test_int8_rotation_is_restored_from_the_loaded_model():
+    # ComfyUI's state dict of an int8_convrot layer says only "int8_tensorwise": the rotation
+    # comes back from the weight's layout parameters, as the checkpoint file held it.
+    state = {"a.weight": np.zeros((4, 64), np.int8), "a.weight_scale": np.ones((4, 1), np.float32),
+             "a.comfy_quant": marker({"format": "int8_tensorwise"}),
+             "b.weight": np.zeros((4, 64), np.int8), "b.weight_scale": np.ones((4, 1), np.float32),
+             "b.comfy_quant": marker({"format": "int8_tensorwise"}),
+             "c.weight": np.zeros((4, 64), np.float32),
+             "d.comfy_quant": marker({"format": "float8_e4m3fn"})}
+    plain = types.SimpleNamespace(convrot=False, convrot_groupsize=256, transposed=False)
+    loader = Loader()
+    base = FakePatcher(QuantH3(state, {"a": convrot(64), "b": plain, "d": None}))
+    (out,) = h3rt_node.H3rtPatchModel().patch(base, device="cpu")
+    out.wrappers["diffusion_model"]["h3rt"][0].load = loader
+    x, ts, ctx = inputs()
+    sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+    got = loader.calls[0][0]
+
+    def conf(k):
+        return json.loads(bytes(got[k]).decode())
+    assert conf("a.comfy_quant") == {"format": "int8_tensorwise", "convrot": True,
+                                     "convrot_groupsize": 64}
+    assert conf("b.comfy_quant") == {"format": "int8_tensorwise", "convrot": False}
+    assert conf("d.comfy_quant") == {"format": "float8_e4m3fn"}  # not int8: as it was
+    assert got["a.weight"] is state["a.weight"] or np.array_equal(got["a.weight"], state["a.weight"])
+    assert json.loads(bytes(state["a.comfy_quant"]).decode()) == {"format": "int8_tensorwise"}
+
+
+@pytest.mark.parametrize("params,reason", [
+    (None, "int8 layer 'a': its rotation (convrot) cannot be read from the loaded model"),
+    (convrot(64, transposed=True), "int8 layer 'a' is held transposed")])
+def test_int8_layers_without_readable_rotation_run_comfyui(params, reason, caplog):
+    state = {"a.weight": np.zeros((4, 64), np.int8), "a.weight_scale": np.ones((4, 1), np.float32),
+             "a.comfy_quant": marker({"format": "int8_tensorwise"})}
+    loader = Loader()
+    base = FakePatcher(QuantH3(state, {"a": params}))
+    (out,) = h3rt_node.H3rtPatchModel().patch(base, device="cpu")
+    wrapper = out.wrappers["diffusion_model"]["h3rt"][0]
+    wrapper.load = loader
+    caplog.set_level(logging.INFO, logger="h3rt")
+    x, ts, ctx = inputs()
+    for _ in range(3):
+        res = sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+        assert all(np.all(r == COMFY_MARK) for r in res)
+    assert loader.calls == [] and wrapper.calls == {"h3rt": 0, "comfyui": 3}
+    assert len([r for r in caplog.records if reason in r.getMessage()]) == 1
+    # A marker that already carries the rotation needs nothing from the module.
+    state["a.comfy_quant"] = marker({"format": "int8_tensorwise", "convrot": True})
+    assert h3rt_node.restore_quant_params(QuantH3(state, {}), state) == state
+
+
+def test_int8_convrot_model_from_comfyui_gives_the_files_numbers(tmp_path):
+    """The real engine: an int8_convrot checkpoint (the CLI's, group 64) as ComfyUI's loaded
+    model hands it over (markers without the rotation, the rotation on the modules) gives the
+    bits of the file loaded by path; the same state without the rotation restored is another
+    model (the silent error this guards against)."""
+    h3rt = pytest.importorskip("h3rt")
+    import subprocess
+    from test_h3rt import find_cli
+    cli = find_cli()
+    if cli is None:
+        pytest.skip("no h3rt CLI next to this package (set H3RT_CLI)")
+    path = tmp_path / "int8_convrot.safetensors"
+    subprocess.run([cli, "quantize-checkpoint", "--in", str(WEIGHTS), "--out", str(path),
+                    "--format", "int8_convrot", "--group-size", "64"], check=True,
+                   capture_output=True)
+    state, params = {}, {}
+    for k, v in read_safetensors(path).items():
+        if k.endswith(".comfy_quant"):
+            conf = json.loads(bytes(v).decode())
+            params[k[:-len(".comfy_quant")]] = convrot(conf["convrot_groupsize"])
+            v = marker({"format": conf["format"]})  # what ComfyUI's state_dict() writes
+        state[k] = v
+    assert params
+    base = FakePatcher(QuantH3(state, params))
+    (out,) = h3rt_node.H3rtPatchModel().patch(base, device="cpu")
+    case = read_safetensors(COMFY / "t2va.safetensors")
+    video = case["input/video_latents"]
+    audio = case["input/audio_latents"].transpose(1, 0, 2)[None]
+    text = case["input/text_embeds"]
+    res = sample_call(out, [video, audio], np.array([700.0], np.float32), text,
+                      minimax_payload=t2va_payload())
+    sigma = float(np.float32(700.0) / np.float32(1000.0))
+    want = h3rt.load(str(path)).forward_conditioned(video, audio, sigma, text)
+    for r, w in zip(res, want):
+        np.testing.assert_array_equal(r.view(np.uint32), np.negative(w).view(np.uint32))
+    unrotated = h3rt.load(state).forward_conditioned(video, audio, sigma, text)
+    assert np.abs(unrotated[0] - want[0]).max() > 0.1 * np.abs(want[0]).max()
 
 
 def test_new_weight_patches_rebuild_the_engine():
