@@ -101,6 +101,11 @@ struct LinearWeight {
   // fp8_scaled without input_scale, opted in by set_fp8_activations(dynamic): the activation is
   // quantized to e4m3 with a scale computed per call (src/ops/fp8_quantize/fp8_quantize.h).
   bool fp8_dynamic_activations = false;
+  // The marker's "full_precision_matrix_mult": true (Comfy-Org's scaled-fp8 convention): ComfyUI
+  // multiplies in the compute dtype with the weight dequantized. An fp8 layer then runs dequantized
+  // (its input_scale unused, never dynamic activations); int8 / nvfp4 layers still run quantized
+  // (one warning line at load).
+  bool full_precision = false;
   int64_t int8_group = 0;  // int8: the convrot group size G, 0 for plain tensorwise int8
   bool has_bias() const { return !b.empty(); }
   bool quantized() const {

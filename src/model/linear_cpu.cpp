@@ -67,7 +67,7 @@ FloatVec int8_linear_rows(const LinearWeight& lw, const float* x, int64_t rows) 
 }
 
 bool is_fp8_projection_without_input_scale(const LinearWeight& lw) {
-  return lw.format == WeightFormat::fp8_scaled && !present(lw.input_scale);
+  return lw.format == WeightFormat::fp8_scaled && !present(lw.input_scale) && !lw.full_precision;
 }
 
 }  // namespace

@@ -113,6 +113,12 @@ const nlohmann::json* marker_field(const Marker& m, const char* name) {
   return nullptr;
 }
 
+// Whether a marker asks "full_precision_matrix_mult": true.
+bool full_precision_marker(const Marker& m) {
+  const nlohmann::json* f = marker_field(m, "full_precision_matrix_mult");
+  return f && f->is_boolean() && f->get<bool>();
+}
+
 // The convrot group size an int8 marker asks for: 0 without "convrot", else
 // "convrot_groupsize" (default 256). Sets `problem` for malformed fields.
 int64_t int8_group(const Marker& m, std::string* problem) {
@@ -295,7 +301,15 @@ class Assembler {
     lw.data = w.tensor;
     if (ends_with(name, ".qkv_proj") && w.qkv_layout == QkvLayout::per_head_interleaved)
       lw.data = per_head_to_thirds(w.tensor, c_.heads, c_.head_dim);  // not nvfp4 (validated)
-    if (auto s = src_.find(name + ".input_scale"); s != src_.end() && lw.quantized())
+    lw.full_precision = lw.quantized() && full_precision_marker(read_marker(src_, name));
+    if (lw.full_precision && lw.format != WeightFormat::fp8_scaled)
+      std::fprintf(stderr,
+                   "h3rt: warning: layer '%s' (%s) asks full_precision_matrix_mult; h3rt runs "
+                   "it quantized (ComfyUI multiplies it dequantized)\n",
+                   name.c_str(), weight_format_name(lw.format));
+    if (auto s = src_.find(name + ".input_scale");
+        s != src_.end() && lw.quantized() &&
+        !(lw.full_precision && lw.format == WeightFormat::fp8_scaled))
       lw.input_scale = s->second.tensor;
     switch (lw.format) {  // quantized: dense values only on demand (dense_weight)
       case WeightFormat::nvfp4:

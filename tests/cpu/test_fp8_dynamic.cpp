@@ -7,7 +7,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <vector>
 
@@ -249,6 +251,54 @@ TEST(Fp8Dynamic, TinyForwardStaysNearTheBf16Forward) {
     EXPECT_LT(ea, 0.08);
   }
   fs::remove_all(dir);
+}
+
+// "full_precision_matrix_mult": true in an fp8 layer's marker (Comfy-Org's scaled-fp8 convention:
+// ComfyUI multiplies dequantized): the layer runs dequantized whatever its input_scale says, and
+// never with dynamic activations. The same file without the flag runs the static scale instead.
+TEST(Fp8Dynamic, FullPrecisionMarkerRunsTheLayerDequantized) {
+  test::TempDir dir("h3rt_fp8_full_precision");
+  const std::string weights = test::golden_dir() + "/weights.safetensors";
+  const std::string plain = dir.file("fp8.safetensors");
+  QuantizeCheckpointOptions opt;
+  opt.format = WeightFormat::fp8_scaled;
+  quantize_checkpoint(weights, plain, opt);
+  const SafetensorsFile f = SafetensorsFile::open(plain);
+  const std::string flagged =
+      nlohmann::json{{"format", "float8_e4m3fn"}, {"full_precision_matrix_mult", true}}.dump();
+  auto variant = [&](const std::string& name, bool flag) {
+    NamedTensors t;
+    int layers = 0;
+    for (const auto& e : f.entries()) {
+      const std::string suffix = ".comfy_quant";
+      if (e.name.size() > suffix.size() && e.name.ends_with(suffix)) {
+        const std::string layer = e.name.substr(0, e.name.size() - suffix.size());
+        t.emplace_back(layer + ".input_scale", tensor_from_f32({0.02f}, {}));
+        ++layers;
+        if (flag) {
+          Tensor m = Tensor::zeros(DType::u8, {static_cast<int64_t>(flagged.size())});
+          std::memcpy(m.data(), flagged.data(), flagged.size());
+          t.emplace_back(e.name, m);
+          continue;
+        }
+      }
+      t.emplace_back(e.name, f.get(e.name));
+    }
+    EXPECT_GT(layers, 0);
+    write_safetensors(dir.file(name), t, f.metadata());
+    return dir.file(name);
+  };
+  const ForwardInputs in = test::golden_inputs().inputs();
+  const ForwardOutputs dequantized = forward_cpu(load_model(plain), in, Precision::fp32);
+  const ForwardOutputs stat =
+      forward_cpu(load_model(variant("static.safetensors", false)), in, Precision::fp32);
+  H3Model full = load_model(variant("full.safetensors", true));
+  const ForwardOutputs got = forward_cpu(full, in, Precision::fp32);
+  test::expect_same_bits(got.video_velocity, dequantized.video_velocity, "video");
+  test::expect_same_bits(got.audio_velocity, dequantized.audio_velocity, "audio");
+  EXPECT_NE(stat.video_velocity, dequantized.video_velocity) << "input_scale had no effect";
+  EXPECT_TRUE(full.weights.blocks[0].attn.qkv.full_precision);
+  EXPECT_EQ(set_fp8_activations(full, Fp8Activations::dynamic), 0);
 }
 
 // `h3rt forward --fp8-activations dynamic` on the CPU: the option reaches the model (the output
