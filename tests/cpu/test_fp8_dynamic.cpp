@@ -7,9 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <random>
 #include <vector>
 
@@ -21,6 +19,7 @@
 #include "model/forward_internal.h"
 #include "ops/fp8_quantize/fp8_quantize.h"
 #include "test_util.h"
+#include "variant_files.h"
 
 namespace h3rt {
 namespace {
@@ -263,29 +262,8 @@ TEST(Fp8Dynamic, FullPrecisionMarkerRunsTheLayerDequantized) {
   QuantizeCheckpointOptions opt;
   opt.format = WeightFormat::fp8_scaled;
   quantize_checkpoint(weights, plain, opt);
-  const SafetensorsFile f = SafetensorsFile::open(plain);
-  const std::string flagged =
-      nlohmann::json{{"format", "float8_e4m3fn"}, {"full_precision_matrix_mult", true}}.dump();
   auto variant = [&](const std::string& name, bool flag) {
-    NamedTensors t;
-    int layers = 0;
-    for (const auto& e : f.entries()) {
-      const std::string suffix = ".comfy_quant";
-      if (e.name.size() > suffix.size() && e.name.ends_with(suffix)) {
-        const std::string layer = e.name.substr(0, e.name.size() - suffix.size());
-        t.emplace_back(layer + ".input_scale", tensor_from_f32({0.02f}, {}));
-        ++layers;
-        if (flag) {
-          Tensor m = Tensor::zeros(DType::u8, {static_cast<int64_t>(flagged.size())});
-          std::memcpy(m.data(), flagged.data(), flagged.size());
-          t.emplace_back(e.name, m);
-          continue;
-        }
-      }
-      t.emplace_back(e.name, f.get(e.name));
-    }
-    EXPECT_GT(layers, 0);
-    write_safetensors(dir.file(name), t, f.metadata());
+    EXPECT_GT(test::write_fp8_variant(plain, dir.file(name), 0.02f, flag), 0);
     return dir.file(name);
   };
   const ForwardInputs in = test::golden_inputs().inputs();

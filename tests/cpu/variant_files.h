@@ -2,7 +2,9 @@
 // built here from their definitions (independently of prune-adaln). Shared by CPU and GPU tests.
 #pragma once
 
+#include <cstring>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -120,6 +122,36 @@ inline Request small_request(const H3Config& c) {
   r.frames = 5;
   r.text_tokens = 3;
   return make_request(c, r);
+}
+
+// `src` (a quantize-checkpoint fp8_scaled file) with a static input_scale beside every marked
+// layer, and, when `full_precision`, the marker {"format": "float8_e4m3fn",
+// "full_precision_matrix_mult": true} (Comfy-Org's scaled-fp8 convention). Returns the layers.
+inline int write_fp8_variant(const std::string& src, const std::string& dst, float input_scale,
+                             bool full_precision) {
+  const SafetensorsFile f = SafetensorsFile::open(src);
+  const std::string text =
+      nlohmann::json{{"format", "float8_e4m3fn"}, {"full_precision_matrix_mult", true}}.dump();
+  const std::string suffix = ".comfy_quant";
+  NamedTensors t;
+  int layers = 0;
+  for (const auto& e : f.entries()) {
+    if (!e.name.ends_with(suffix)) {
+      t.emplace_back(e.name, f.get(e.name));
+      continue;
+    }
+    ++layers;
+    t.emplace_back(e.name.substr(0, e.name.size() - suffix.size()) + ".input_scale",
+                   tensor_from_f32({input_scale}, {}));
+    Tensor m = f.get(e.name);
+    if (full_precision) {
+      m = Tensor::zeros(DType::u8, {static_cast<int64_t>(text.size())});
+      std::memcpy(m.data(), text.data(), text.size());
+    }
+    t.emplace_back(e.name, m);
+  }
+  write_safetensors(dst, t, f.metadata());
+  return layers;
 }
 
 }  // namespace h3rt::test

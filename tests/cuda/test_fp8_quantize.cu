@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../cpu/golden_inputs.h"
+#include "../cpu/variant_files.h"
 #include "cuda_test_util.h"
 #include "h3rt/layout.h"
 #include "h3rt/model.h"
@@ -236,6 +237,29 @@ TEST(Fp8Quantize, DynamicFp8CheckpointForwardTracksCpuReference) {
   model::DeviceModel dev_plain = model::upload_model(plain);
   EXPECT_FALSE(dev_plain.has_fp8());
   EXPECT_NE(model::forward_cuda(dev_plain, in).video_velocity, gpu.video_velocity);
+}
+
+// "full_precision_matrix_mult" fp8 layers with an input_scale upload dequantized, as layers without
+// one: the same GPU forward bit for bit; without the flag the static scale gives fp8 GEMMs.
+TEST(Fp8Quantize, FullPrecisionFp8LayersRunDequantizedOnTheGpu) {
+  H3RT_REQUIRE_GPU();
+  test::TempDir dir("h3rt_fp8_full_precision_cuda");
+  const std::string plain = dir.file("fp8.safetensors");
+  QuantizeCheckpointOptions opt;
+  opt.format = WeightFormat::fp8_scaled;
+  quantize_checkpoint(test::golden_dir() + "/weights.safetensors", plain, opt);
+  ASSERT_GT(test::write_fp8_variant(plain, dir.file("full.safetensors"), 0.02f, true), 0);
+  ASSERT_GT(test::write_fp8_variant(plain, dir.file("static.safetensors"), 0.02f, false), 0);
+  model::DeviceModel dev_plain = model::upload_model(load_model(plain));
+  model::DeviceModel dev_full = model::upload_model(load_model(dir.file("full.safetensors")));
+  model::DeviceModel dev_static = model::upload_model(load_model(dir.file("static.safetensors")));
+  EXPECT_FALSE(dev_full.has_fp8());
+  EXPECT_TRUE(dev_static.has_fp8());
+  const ForwardInputs in = test::golden_inputs().inputs();
+  const ForwardOutputs want = model::forward_cuda(dev_plain, in);
+  const ForwardOutputs got = model::forward_cuda(dev_full, in);
+  test::expect_same_bits(got.video_velocity, want.video_velocity, "video");
+  test::expect_same_bits(got.audio_velocity, want.audio_velocity, "audio");
 }
 
 // Graph-captured steps (amax + quantize inside the capture) bit-identical to eager forwards.
