@@ -186,24 +186,25 @@ def restore_quant_params(model, state):
     in its weight's layout parameters (comfy-kitchen's QuantizedTensor._params). Without it h3rt
     would read the rotated weights of an int8_convrot checkpoint as plain tensorwise int8 and
     compute something else. Returns state with each int8 layer's marker completed from its
-    weight, as the checkpoint file held it; WeightsFallback where that cannot be read."""
+    weight, as the checkpoint file held it; WeightsFallback where that cannot be read, or where a
+    quantized weight is held transposed (its stored bytes are then [in, out])."""
     modules = dict(model.named_modules()) if hasattr(model, "named_modules") else {}
     out = dict(state)
     for key in [k for k in state if k.endswith(".comfy_quant")]:
         conf = json.loads(_u8_text(state[key]))
         nested = conf.get("params") if isinstance(conf.get("params"), dict) else {}
         fmt = str(conf.get("format", nested.get("format", "")))
-        if not fmt.startswith("int8"):
-            continue
         name = key[: -len(".comfy_quant")]
         params = getattr(getattr(modules.get(name), "weight", None), "_params", None)
+        if getattr(params, "transposed", False):
+            raise WeightsFallback(f"{fmt} layer '{name}' is held transposed")
+        if not fmt.startswith("int8"):
+            continue
         if params is None:
             if "convrot" in conf or "convrot" in nested:  # the marker already says it
                 continue
             raise WeightsFallback(f"int8 layer '{name}': its rotation (convrot) cannot be read "
                                   "from the loaded model (use weights: from file path)")
-        if getattr(params, "transposed", False):
-            raise WeightsFallback(f"int8 layer '{name}' is held transposed")
         full = {k: v for k, v in conf.items() if k not in ("convrot", "convrot_groupsize")}
         full["convrot"] = bool(getattr(params, "convrot", False))
         if full["convrot"]:

@@ -532,12 +532,15 @@ def test_int8_rotation_is_restored_from_the_loaded_model():
     assert json.loads(bytes(state["a.comfy_quant"]).decode()) == {"format": "int8_tensorwise"}
 
 
-@pytest.mark.parametrize("params,reason", [
-    (None, "int8 layer 'a': its rotation (convrot) cannot be read from the loaded model"),
-    (convrot(64, transposed=True), "int8 layer 'a' is held transposed")])
-def test_int8_layers_without_readable_rotation_run_comfyui(params, reason, caplog):
+@pytest.mark.parametrize("fmt,params,reason", [
+    ("int8_tensorwise", None,
+     "int8 layer 'a': its rotation (convrot) cannot be read from the loaded model"),
+    ("int8_tensorwise", convrot(64, transposed=True), "int8_tensorwise layer 'a' is held transposed"),
+    ("float8_e4m3fn", types.SimpleNamespace(transposed=True),
+     "float8_e4m3fn layer 'a' is held transposed")])
+def test_quantized_layers_h3rt_cannot_read_run_comfyui(fmt, params, reason, caplog):
     state = {"a.weight": np.zeros((4, 64), np.int8), "a.weight_scale": np.ones((4, 1), np.float32),
-             "a.comfy_quant": marker({"format": "int8_tensorwise"})}
+             "a.comfy_quant": marker({"format": fmt})}
     loader = Loader()
     base = FakePatcher(QuantH3(state, {"a": params}))
     (out,) = h3rt_node.H3rtPatchModel().patch(base, device="cpu")
