@@ -316,8 +316,11 @@ class Assembler {
         lw.scale = src_.at(name + ".weight_scale").tensor;
         lw.scale_2 = src_.at(name + ".weight_scale_2").tensor;
         break;
-      case WeightFormat::fp8_scaled:
-        lw.scale = src_.at(name + ".weight_scale").tensor;
+      case WeightFormat::fp8_scaled:  // a plain e4m3 cast (no marker, no scale): scale 1
+        if (auto s = src_.find(name + ".weight_scale"); s != src_.end())
+          lw.scale = s->second.tensor;
+        else
+          lw.scale = tensor_from_f32({1.0f}, {});
         break;
       case WeightFormat::int8: {
         std::string unused;
@@ -463,10 +466,13 @@ class Assembler {
     check_scalar(layer + ".input_scale", w.file, false, true, what);
   }
 
+  // fp8: an e4m3 weight with its weight_scale; without a comfy_quant marker the scale may be
+  // absent, a plain cast (ComfyUI's weight_dtype fp8_e4m3fn, community fp8 files): scale 1, as
+  // ComfyUI upcasts it.
   void check_fp8(const WeightSpec& spec, const SourceTensor& w, const std::string& layer) {
     const std::string what = " (fp8_scaled layer '" + layer + "')";
     check_tensor(spec.key, w.file, spec.shape, {DType::e4m3}, "e4m3", what);
-    check_scalar(layer + ".weight_scale", w.file, true, false, what);
+    check_scalar(layer + ".weight_scale", w.file, read_marker(src_, layer).present, false, what);
     check_scalar(layer + ".input_scale", w.file, false, true, what);
   }
 

@@ -279,6 +279,41 @@ TEST(Fp8Dynamic, FullPrecisionMarkerRunsTheLayerDequantized) {
   EXPECT_EQ(set_fp8_activations(full, Fp8Activations::dynamic), 0);
 }
 
+// A plain e4m3 cast (no comfy_quant marker, no weight_scale: ComfyUI's weight_dtype fp8_e4m3fn,
+// community fp8 files) loads with scale 1, the bits of the same codes with weight_scale 1 stored;
+// a marked fp8 layer without its weight_scale stays an error naming the key.
+TEST(Fp8Dynamic, PlainFp8CastLoadsWithScaleOne) {
+  test::TempDir dir("h3rt_fp8_plain");
+  const std::string scaled = dir.file("fp8.safetensors");
+  QuantizeCheckpointOptions opt;
+  opt.format = WeightFormat::fp8_scaled;
+  quantize_checkpoint(test::golden_dir() + "/weights.safetensors", scaled, opt);
+  const SafetensorsFile f = SafetensorsFile::open(scaled);
+  NamedTensors plain, one, unscaled;
+  for (const auto& e : f.entries()) {
+    const bool marker = e.name.ends_with(".comfy_quant"), scale = e.name.ends_with(".weight_scale");
+    if (!marker && !scale) {
+      plain.emplace_back(e.name, f.get(e.name));
+      one.emplace_back(e.name, f.get(e.name));
+    }
+    if (!scale) unscaled.emplace_back(e.name, f.get(e.name));
+    if (scale) one.emplace_back(e.name, tensor_from_f32({1.0f}, {}));
+  }
+  write_safetensors(dir.file("plain.safetensors"), plain, f.metadata());
+  write_safetensors(dir.file("one.safetensors"), one, f.metadata());
+  write_safetensors(dir.file("unscaled.safetensors"), unscaled, f.metadata());
+  const ForwardInputs in = test::golden_inputs().inputs();
+  const H3Model m = load_model(dir.file("plain.safetensors"));
+  EXPECT_EQ(m.weights.blocks[0].attn.qkv.format, WeightFormat::fp8_scaled);
+  const ForwardOutputs got = forward_cpu(m, in, Precision::fp32);
+  const ForwardOutputs want =
+      forward_cpu(load_model(dir.file("one.safetensors")), in, Precision::fp32);
+  test::expect_same_bits(got.video_velocity, want.video_velocity, "video");
+  test::expect_same_bits(got.audio_velocity, want.audio_velocity, "audio");
+  const std::string e = test::error_of([&] { load_model(dir.file("unscaled.safetensors")); });
+  EXPECT_NE(e.find("missing key 'blocks.0.attn.qkv_proj.weight_scale'"), std::string::npos) << e;
+}
+
 // `h3rt forward --fp8-activations dynamic` on the CPU: the option reaches the model (the output
 // differs from the default's and is recorded in the file's metadata); a bad value is refused.
 TEST(Fp8Dynamic, CliForwardTakesTheOption) {
