@@ -71,8 +71,15 @@ std::string layer_group(const std::string& layer) {
 
 // How a layer of `label`'s format runs, on the CUDA backend and on the CPU reference
 // (`w8a8`: an int8 layer both backends run as W8A8: every one but the time embedder's, which
-// computes on the host from dense values in both).
-std::string runs_with(const std::string& label, bool projection, bool w8a8, bool input_scale) {
+// computes on the host from dense values in both; `full`: its marker asks
+// full_precision_matrix_mult).
+std::string runs_with(const std::string& label, bool projection, bool w8a8, bool input_scale,
+                      bool full) {
+  if (full && label == "fp8_scaled")
+    return "CUDA: dequantized to bf16 (full_precision_matrix_mult, as ComfyUI computes it)";
+  if (full)
+    return runs_with(label, projection, w8a8, input_scale, false) +
+           " (its full_precision_matrix_mult is not followed: quantized)";
   if (label.rfind("int8", 0) == 0)
     return w8a8 ? "CUDA: int8 W8A8 GEMM (activation rotated and quantized per call); CPU: "
                   "exact W8A8 reference"
@@ -99,7 +106,8 @@ void print_layer_groups(const H3Config& c, const model::TensorSource& src) {
         spec.key.find(".attn.") != std::string::npos || spec.key.find(".mlp.") != std::string::npos;
     const bool host = layer.rfind("time_embedder.", 0) == 0;
     how[group + "|" + label] =
-        runs_with(label, projection, !host, src.count(layer + ".input_scale") > 0);
+        runs_with(label, projection, !host, src.count(layer + ".input_scale") > 0,
+                  model::full_precision_layer(src, layer));
   }
   std::printf("layer groups:\n");
   for (const auto& [group, labels] : groups)
@@ -114,7 +122,8 @@ model::BlockStorage cuda_storage(const H3Config& c, const model::TensorSource& s
   model::LinearStorage s = model::LinearStorage::bf16;
   if (label.rfind("int8", 0) == 0) s = model::LinearStorage::int8;
   if (label == "nvfp4") s = model::LinearStorage::nvfp4;
-  if (label == "fp8_scaled" && src.count("blocks.0.attn.qkv_proj.input_scale"))
+  if (label == "fp8_scaled" && src.count("blocks.0.attn.qkv_proj.input_scale") &&
+      !model::full_precision_layer(src, "blocks.0.attn.qkv_proj"))
     s = model::LinearStorage::fp8;
   model::BlockStorage st = model::uniform_storage(c, s);
   if (!c.adaln_curve() &&

@@ -180,6 +180,10 @@ std::string linear_format_label(const TensorSource& src, const std::string& laye
   return g > 0 ? "int8_convrot G=" + std::to_string(g) : "int8";
 }
 
+bool full_precision_layer(const TensorSource& src, const std::string& layer) {
+  return full_precision_marker(read_marker(src, layer));
+}
+
 namespace {
 
 // Collects every problem so that one error lists them all.

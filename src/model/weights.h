@@ -51,6 +51,10 @@ WeightFormat detect_linear_format(const TensorSource& source, const std::string&
 // or "int8" (plain tensorwise).
 std::string linear_format_label(const TensorSource& source, const std::string& layer);
 
+// Whether the layer's marker asks "full_precision_matrix_mult": true
+// (LinearWeight::full_precision).
+bool full_precision_layer(const TensorSource& source, const std::string& layer);
+
 // Suffixes of the auxiliary tensors a quantized linear layer may carry besides ".weight".
 const std::vector<std::string>& quantized_aux_suffixes();
 

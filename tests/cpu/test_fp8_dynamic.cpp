@@ -277,6 +277,16 @@ TEST(Fp8Dynamic, FullPrecisionMarkerRunsTheLayerDequantized) {
   EXPECT_NE(stat.video_velocity, dequantized.video_velocity) << "input_scale had no effect";
   EXPECT_TRUE(full.weights.blocks[0].attn.qkv.full_precision);
   EXPECT_EQ(set_fp8_activations(full, Fp8Activations::dynamic), 0);
+  // `h3rt info` says how each file's projections run.
+  const test::CliRun info_full = test::run_cli("info " + dir.file("full.safetensors"));
+  EXPECT_NE(info_full.output.find("fp8_scaled x4 -> CUDA: dequantized to bf16 "
+                                  "(full_precision_matrix_mult"),
+            std::string::npos)
+      << info_full.output;
+  const test::CliRun info_static = test::run_cli("info " + dir.file("static.safetensors"));
+  EXPECT_NE(info_static.output.find("fp8_scaled x4 -> CUDA: fp8 e4m3 GEMM with the static"),
+            std::string::npos)
+      << info_static.output;
 }
 
 // A plain e4m3 cast (no comfy_quant marker, no weight_scale: ComfyUI's weight_dtype fp8_e4m3fn,
