@@ -448,8 +448,8 @@ class H3rtWrapper:
         expect = None if checked is not None and checked[0] is layout else _expected_layout(layout)
         # _forward's output: forward() around this wrapper applies the masks and the carry.
         try:
-            vel_v, vel_a = engine.forward_conditioned(*args, mask_outputs=False, expect_layout=expect,
-                                                      **shifts, **cond)
+            vel_v, vel_a = engine.forward_conditioned(*args, mask_outputs=False,
+                                                      expect_layout=expect, **shifts, **cond)
         except ValueError as e:
             if expect is None or not str(e).startswith("expect_layout differs"):
                 raise
