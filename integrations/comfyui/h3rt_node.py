@@ -38,10 +38,12 @@ MASK_FULL = 1.0 - 1e-3
 # The minimax_payload keys _forward reads, as ComfyUI's model_base.MiniMaxH3.extra_conds builds
 # them (plus _forward's own cache of the tags), and those of its keyframes and reference blocks.
 # A payload with other keys comes from a ComfyUI (or a custom node) whose _forward means more
-# than h3rt computes: such calls run ComfyUI's forward rather than silently differ.
+# than h3rt computes: such calls run ComfyUI's forward rather than silently differ. frame_count
+# (ComfyUI versions whose PackedLayout anchors a last-frame keyframe by it) acts through the
+# layout alone, which is checked against h3rt's bit for bit.
 PAYLOAD_KEYS = {"layout", "keyframes", "refs", "text_token_tags", "_text_token_tags_list",
                 "cond_video_latents", "cond_audio_latents", "visual_cond_noise_aug",
-                "audio_cond_noise_aug", "seed", "audio_scale"}
+                "audio_cond_noise_aug", "seed", "audio_scale", "frame_count"}
 ITEM_KEYS = {"keyframes": {"resolved_frame_index", "latent", "audio_latent"},
              "refs": {"kind", "picture_index", "latent_t", "latent_h", "latent_w", "ref_audio_t",
                       "latent", "audio_latent"}}

@@ -274,6 +274,16 @@ def test_h3rt_path_call_order_and_contract():
     assert wrapper.calls == {"h3rt": 2, "comfyui": 0}
 
 
+def test_frame_count_in_the_payload_runs_in_h3rt():
+    # ComfyUI versions whose PackedLayout anchors a last-frame keyframe by frame_count put it in
+    # the payload; it acts through the layout, which the node checks, so the call runs in h3rt.
+    loader = Loader()
+    _, out, wrapper = patched(loader)
+    x, ts, ctx = inputs()
+    sample_call(out, x, ts, ctx, minimax_payload=dict(t2va_payload(), frame_count=124))
+    assert wrapper.calls == {"h3rt": 1, "comfyui": 0}
+
+
 def test_flow_shifts_reach_h3rt_per_call():
     # ComfyUI's MiniMaxH3SigmaShift node sets both options; _forward reads them per call, else the
     # model's sigma_shift_video / sigma_shift_audio, else 12 and 3.
