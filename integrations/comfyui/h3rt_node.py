@@ -91,7 +91,8 @@ def _comfy_layout(model, payload, x, context):
     packed = getattr(sys.modules.get(type(model).__module__), "PackedLayout", None)
     if packed is None:
         return None
-    return packed(*sig, keyframes=payload.get("keyframes"), refs=payload.get("refs"))
+    extra = {"frame_count": payload["frame_count"]} if "frame_count" in payload else {}
+    return packed(*sig, keyframes=payload.get("keyframes"), refs=payload.get("refs"), **extra)
 
 
 def _expected_layout(layout):
