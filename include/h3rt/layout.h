@@ -108,9 +108,11 @@ SequenceLayout make_t2va_layout(int64_t text_len, int64_t audio_len, int64_t fra
 SequenceLayout make_layout(const LayoutSpec& spec);
 
 // A caller's packed layout (ComfyUI's PackedLayout: its segment table and float64 position_ids
-// [S, 3]) against h3rt's: "" when the segments (start, stop, kind name) and every position are
-// equal, else where they first differ. A ComfyUI whose layout was changed (a custom node that
-// patches PackedLayout) is told apart from the one h3rt computes.
+// [S, 3]) against h3rt's: "" when the segments (start, stop, kind name) are equal and every
+// position is after the float32 cast RoPE reads them through (both rope tables take
+// float32(position)), else where they first differ. A ComfyUI whose layout was changed (a custom
+// node that patches PackedLayout) is told apart from the one h3rt computes; a last-bit float64
+// difference of the same arithmetic written another way (ComfyUI versions differ so) is not.
 struct NamedSegment {
   int64_t start = 0, stop = 0;
   std::string kind;

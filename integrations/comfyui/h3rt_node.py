@@ -40,7 +40,7 @@ MASK_FULL = 1.0 - 1e-3
 # A payload with other keys comes from a ComfyUI (or a custom node) whose _forward means more
 # than h3rt computes: such calls run ComfyUI's forward rather than silently differ. frame_count
 # (ComfyUI versions whose PackedLayout anchors a last-frame keyframe by it) acts through the
-# layout alone, which is checked against h3rt's bit for bit.
+# layout alone, which is checked against h3rt's.
 PAYLOAD_KEYS = {"layout", "keyframes", "refs", "text_token_tags", "_text_token_tags_list",
                 "cond_video_latents", "cond_audio_latents", "visual_cond_noise_aug",
                 "audio_cond_noise_aug", "seed", "audio_scale", "frame_count"}

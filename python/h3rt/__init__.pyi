@@ -115,7 +115,8 @@ class Model:
         expect_layout: {"segments": (start, stop, kind) triples, "position_ids": float64
         [S, 3]}, the layout the caller's model would use (ComfyUI's PackedLayout); ValueError
         "expect_layout differs from h3rt's layout: ..." naming the first difference when h3rt's
-        segments or positions (compared bit for bit) are not those.
+        segments or positions (compared after the float32 cast RoPE reads them through) are
+        not those.
         CUDA latents run a device forward as forward_latents (condition items, masks and text
         are read on the host: CUDA ones are copied); audio_scale must then be 1 and
         mask_outputs False when masks are given (those steps run on host arrays only)."""

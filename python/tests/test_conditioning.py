@@ -117,7 +117,7 @@ def test_a_layout_h3rt_does_not_compute_is_refused_by_name(model):
     moved["position_ids"] = moved["position_ids"].copy()
     moved["position_ids"][40, 0] += 0.5
     with pytest.raises(ValueError, match=r"expect_layout differs from h3rt's layout: "
-                                         r"position_ids row 40: the caller's \("):
+                                         r"position_ids row 40 \(as float32\): the caller's"):
         model.forward_conditioned(*args, expect_layout=moved, **kw)
     renamed = comfy_layout(f)
     renamed["segments"][1] = (renamed["segments"][1][0], renamed["segments"][1][1], "ref_img")

@@ -204,11 +204,12 @@ std::string layout_difference(const SequenceLayout& l, const std::vector<NamedSe
     return "position_ids: the caller's has " + std::to_string(pos.size() / 3) + " rows, h3rt's " +
            std::to_string(l.position_ids.size() / 3);
   for (size_t i = 0; i < pos.size(); ++i)
-    if (pos[i] != l.position_ids[i]) {  // bit equality but for the sign of a zero
+    if (static_cast<float>(pos[i]) != static_cast<float>(l.position_ids[i])) {
       const size_t r = i / 3;
       char buf[160];
-      std::snprintf(buf, sizeof buf, "position_ids row %zu: the caller's (%.17g, %.17g, %.17g), ",
-                    r, pos[3 * r], pos[3 * r + 1], pos[3 * r + 2]);
+      std::snprintf(buf, sizeof buf,
+                    "position_ids row %zu (as float32): the caller's (%.17g, %.17g, %.17g), ", r,
+                    pos[3 * r], pos[3 * r + 1], pos[3 * r + 2]);
       std::string m = buf;
       std::snprintf(buf, sizeof buf, "h3rt's (%.17g, %.17g, %.17g)", l.position_ids[3 * r],
                     l.position_ids[3 * r + 1], l.position_ids[3 * r + 2]);

@@ -189,9 +189,13 @@ TEST(LayoutPacked, LayoutDifferenceNamesTheFirstDifference) {
   std::vector<NamedSegment> segs{{0, 3, "text"}, {3, 7, "audio"}, {7, 15, "video"}};
   std::vector<double> pos = l.position_ids;
   EXPECT_EQ(layout_difference(l, segs, pos), "");
-  pos[3 * 11 + 0] += 0.5;
+  // The same value by another float64 route (a last-bit difference) is what RoPE reads: equal.
+  pos[3 * 11 + 0] = std::nextafter(pos[3 * 11 + 0], 100.0);
+  EXPECT_NE(pos[3 * 11 + 0], l.position_ids[3 * 11 + 0]);
+  EXPECT_EQ(layout_difference(l, segs, pos), "");
+  pos[3 * 11 + 0] = l.position_ids[3 * 11 + 0] + 0.5;
   EXPECT_EQ(layout_difference(l, segs, pos),
-            "position_ids row 11: the caller's (5.166666666666667, 0, 0), h3rt's "
+            "position_ids row 11 (as float32): the caller's (5.166666666666667, 0, 0), h3rt's "
             "(4.666666666666667, 0, 0)");
   pos.resize(3 * 14);
   EXPECT_EQ(layout_difference(l, segs, pos), "position_ids: the caller's has 14 rows, h3rt's 15");

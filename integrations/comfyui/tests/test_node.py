@@ -849,7 +849,8 @@ def test_a_changed_comfyui_layout_runs_comfyui(caplog):
     assert wrapper.calls == {"h3rt": 2, "comfyui": 2}
     lines = [r.getMessage() for r in caplog.records if "packed layout" in r.getMessage()]
     assert lines == ["h3rt: running ComfyUI's forward: ComfyUI's packed layout differs from "
-                     "h3rt's: position_ids row 40: the caller's (13, 8, 16), h3rt's (12, 8, 16)"]
+                     "h3rt's: position_ids row 40 (as float32): the caller's (13, 8, 16), "
+                     "h3rt's (12, 8, 16)"]
 
 
 def test_cuda_node_runs_torch_latents_with_shifts_in_h3rt():
