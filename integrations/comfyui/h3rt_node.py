@@ -31,6 +31,8 @@ def flow_shifts(options, model):
     """h3rt's video_shift / audio_shift keywords for one _forward call."""
     return {name: float(options.get(key, getattr(model, attr, default)))
             for key, attr, name, default in SHIFTS}
+
+
 # ComfyUI treats mask values at or above this as "generate everything" (model.py's 1 - 1e-3;
 # _forward gives masked rows per-row timesteps, video per 2x2 patch from the patch's maximum:
 # h3rt's forward_conditioned(video_mask=, audio_mask=) computes the same).
