@@ -19,8 +19,11 @@ sampler step through ComfyUI's MiniMaxH3Model.forward without the node, and one 
 (H3rtPatchModel.patch: the wrapper registered through the patcher, text kept raw by its object
 patch). Checks: the node ran h3rt (no fallback) and its output equals ComfyUI's within 1e-5 of
 max|ComfyUI| (the node tests' tolerance); ComfyUI's own output against the golden capture;
-fallbacks (batch 2, odd width, a video denoise mask, refine_text "in ComfyUI") log one line
-per reason and give ComfyUI's result. Exit status 1 when a check fails.
+three cases again with a video denoise mask and four at other flow shifts (set on the patcher as
+ComfyUI's MiniMaxH3SigmaShift node sets them; the shifts must change ComfyUI's output); fallbacks
+(batch 2, odd width, a dit block patch, refine_text "in ComfyUI", a payload layout whose
+positions a custom node moved) log one line per reason and give ComfyUI's result. Exit status 1
+when a check fails.
 
 Mode 2 (--size WxH, --frames N): one forward at a user shape, at the H3 release config
 (--config h3: 50 blocks, hidden 5376, 56 heads, ffn 14336, text 5120) with random bf16 weights
