@@ -305,7 +305,8 @@ class Assembler {
     lw.data = w.tensor;
     if (ends_with(name, ".qkv_proj") && w.qkv_layout == QkvLayout::per_head_interleaved)
       lw.data = per_head_to_thirds(w.tensor, c_.heads, c_.head_dim);  // not nvfp4 (validated)
-    lw.full_precision = lw.quantized() && full_precision_marker(read_marker(src_, name));
+    const Marker marker = read_marker(src_, name);
+    lw.full_precision = lw.quantized() && full_precision_marker(marker);
     if (lw.full_precision && lw.format != WeightFormat::fp8_scaled)
       std::fprintf(stderr,
                    "h3rt: warning: layer '%s' (%s) asks full_precision_matrix_mult; h3rt runs "
@@ -329,7 +330,7 @@ class Assembler {
       case WeightFormat::int8: {
         std::string unused;
         lw.scale = src_.at(name + ".weight_scale").tensor;
-        lw.int8_group = int8_group(read_marker(src_, name), &unused);
+        lw.int8_group = int8_group(marker, &unused);
         break;
       }
       default:  // bf16 in device memory, or dense copies not wanted: dense_weight on demand
@@ -443,7 +444,7 @@ class Assembler {
       case WeightFormat::nvfp4:
         return check_nvfp4(spec, w, layer);
       case WeightFormat::fp8_scaled:
-        return check_fp8(spec, w, layer);
+        return check_fp8(spec, w, layer, m.present);
       case WeightFormat::int8:
         return check_int8(spec, w, layer, int8_group(m, &m.problem));
       default:
@@ -473,10 +474,11 @@ class Assembler {
   // fp8: an e4m3 weight with its weight_scale; without a comfy_quant marker the scale may be
   // absent, a plain cast (ComfyUI's weight_dtype fp8_e4m3fn, community fp8 files): scale 1, as
   // ComfyUI upcasts it.
-  void check_fp8(const WeightSpec& spec, const SourceTensor& w, const std::string& layer) {
+  void check_fp8(const WeightSpec& spec, const SourceTensor& w, const std::string& layer,
+                 bool marked) {
     const std::string what = " (fp8_scaled layer '" + layer + "')";
     check_tensor(spec.key, w.file, spec.shape, {DType::e4m3}, "e4m3", what);
-    check_scalar(layer + ".weight_scale", w.file, read_marker(src_, layer).present, false, what);
+    check_scalar(layer + ".weight_scale", w.file, marked, false, what);
     check_scalar(layer + ".input_scale", w.file, false, true, what);
   }
 
