@@ -438,19 +438,20 @@ class H3rtWrapper:
         sample_sigmas = None
         if config["pdd_heads"] > 1:
             sample_sigmas = [float(s) for s in _host_f32(options["sample_sigmas"]).reshape(-1)]
-        cond = _conditioning(kwargs.get("minimax_payload") or {}, kwargs)
+        payload = kwargs.get("minimax_payload") or {}
+        # A layout already found to differ decides before any copy or noise draw below.
+        layout = _comfy_layout(getattr(executor, "class_obj", None), payload, x, context)
+        checked = self.layouts.get(id(layout))
+        if checked is not None and checked[0] is layout and checked[1]:
+            raise Fallback(checked[1])
+        expect = None if checked is not None and checked[0] is layout else _expected_layout(layout)
+        cond = _conditioning(payload, kwargs)
         shifts = flow_shifts(options, getattr(executor, "class_obj", None))
         if on_device:  # text: h3rt reads it on the host; an unchanged context is not recopied
             text = self.host_text.get(context) if _on_device(context) else _host_f32(context)
             args = (video, audio, sigma, text, sample_sigmas)
         else:
             args = (_host_f32(video), _host_f32(audio), sigma, _host_f32(context), sample_sigmas)
-        payload = kwargs.get("minimax_payload") or {}
-        layout = _comfy_layout(getattr(executor, "class_obj", None), payload, x, context)
-        checked = self.layouts.get(id(layout))
-        if checked is not None and checked[0] is layout and checked[1]:
-            raise Fallback(checked[1])
-        expect = None if checked is not None and checked[0] is layout else _expected_layout(layout)
         # _forward's output: forward() around this wrapper applies the masks and the carry.
         try:
             vel_v, vel_a = engine.forward_conditioned(*args, mask_outputs=False,
