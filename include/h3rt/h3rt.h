@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define H3RT_API_VERSION 4 /* bumped on any incompatible change of this header */
+#define H3RT_API_VERSION 5 /* bumped on any incompatible change of this header */
 
 typedef enum h3rt_status {
   H3RT_OK = 0,
@@ -28,6 +28,10 @@ int h3rt_api_version(void);     /* H3RT_API_VERSION of the library linked */
 const char* h3rt_last_error(void);
 
 typedef struct h3rt_model h3rt_model;
+
+/* Called as a CUDA model's n transformer blocks are placed: (0, n) first, then (i + 1, n) after
+ * block i (reading a 20-66 GB checkpoint takes tens of seconds). Not called on the CPU. */
+typedef void (*h3rt_load_progress_fn)(int done, int total, void* user);
 
 /* NULL strings take the default. */
 typedef struct h3rt_model_options {
@@ -44,6 +48,17 @@ typedef struct h3rt_model_options {
   const char* weight_stream_source; /* where they stream from: "auto" (default), "pinned" (a
                                        page-locked copy of every block) or "file" (read from the
                                        mapped checkpoint as needed) */
+  /* API version 5. LoRA files (ComfyUI key forms, e.g. the release's turbo LoRA) merged into the
+     weights once at load, in this order, as `h3rt sample --lora F:S`: num_loras paths, each at
+     lora_strengths[i] (NULL: 1.0 each). A pair that does not fit the model is an error naming
+     it, unless lora_skip_unmatched is nonzero: then it is skipped and listed by
+     h3rt_model_lora_report. */
+  const char* const* lora_paths;
+  const double* lora_strengths;
+  int num_loras;
+  int lora_skip_unmatched;
+  h3rt_load_progress_fn load_progress; /* may be NULL */
+  void* load_progress_user;
 } h3rt_model_options;
 void h3rt_model_options_init(h3rt_model_options* options);
 
@@ -62,6 +77,10 @@ typedef struct h3rt_config {
   int64_t adaln_curve_grid, adaln_curve_rank; /* > 0: curve-form (pruned) AdaLN */
 } h3rt_config;
 h3rt_status h3rt_model_config(const h3rt_model* model, h3rt_config* out);
+/* What the options' LoRAs changed (API version 5): pairs merged, layers changed, and the skipped
+ * pairs, one line each ("" when none; valid until the model is freed). Any pointer may be NULL. */
+h3rt_status h3rt_model_lora_report(const h3rt_model* model, int* pairs, int* layers,
+                                   const char** skipped);
 
 /* The packed [text | audio | video] layout of one request (batch 1). Sizes are latent sizes:
  * 2 * audio_len audio rows, frames * (height/2) * (width/2) video rows, S = text_len + both.
@@ -110,6 +129,15 @@ h3rt_status h3rt_forward_t2va(h3rt_model* model, int64_t text_len, int64_t audio
                               int64_t frames, int64_t height, int64_t width, float sigma,
                               const float* video_rows, const float* audio_rows, const float* text,
                               float* video_velocity, float* audio_velocity);
+/* h3rt_forward_t2va at other flow shifts (API version 5; ComfyUI's MiniMaxH3SigmaShift node,
+ * `h3rt forward --shift / --audio-shift`): the audio timestep, and a PDD bank's head weights,
+ * follow video_shift and audio_shift (> 0; 12 and 3 give h3rt_forward_t2va's bits). */
+h3rt_status h3rt_forward_t2va_shifted(h3rt_model* model, int64_t text_len, int64_t audio_len,
+                                      int64_t frames, int64_t height, int64_t width, float sigma,
+                                      double video_shift, double audio_shift,
+                                      const float* video_rows, const float* audio_rows,
+                                      const float* text, float* video_velocity,
+                                      float* audio_velocity);
 
 /* Returns 0 to cancel. Called before the first step (step 0) and after each step. */
 typedef int (*h3rt_progress_fn)(int step, int steps, double seconds, void* user);
@@ -146,6 +174,16 @@ typedef struct h3rt_sample_request {
      turns the (block, head) pairs whose relative L1 reaches the bound dense (h3rt/hybrid.h). */
   int sparse_check;          /* 0: off */
   double sparse_check_bound; /* 0.05 */
+  /* API version 5. The sigma shifts, as `h3rt sample --shift / --audio-shift` (> 0; 0: 12 and
+     3). Resumable runs, as `h3rt sample --checkpoint-file / --checkpoint-every / --resume`: the
+     loop state is written to checkpoint_file every checkpoint_every steps (0: never) and when the
+     progress callback cancels; resume continues from such a file (one from another model or
+     request is refused, naming the difference). checkpoint_file NULL: resume's path, else none
+     (checkpoint_every must then be 0, and a cancel writes nothing). Files are left in place. */
+  double video_shift, audio_shift;
+  const char* checkpoint_file;
+  int checkpoint_every;
+  const char* resume;
 } h3rt_sample_request;
 void h3rt_sample_request_init(h3rt_sample_request* request);
 

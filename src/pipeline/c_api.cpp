@@ -1,5 +1,6 @@
 // The C API (h3rt/h3rt.h) over the C++ pipeline: every entry point catches everything and
 // turns it into a status plus the thread's last-error message.
+#include <cmath>
 #include <cstring>
 #include <new>
 #include <string>
@@ -9,6 +10,8 @@
 
 struct h3rt_model {
   std::unique_ptr<h3rt::Denoiser> denoiser;
+  std::string identity;  // model_identity(): recorded in resume files, checked on resume
+  std::string lora_skipped;
 };
 
 namespace {
@@ -70,7 +73,42 @@ h3rt::DenoiserOptions options_of(const h3rt_model_options* o) {
     throw InvalidArgument(e.what());
   }
   d.cuda_graphs = o->cuda_graphs != 0;
+  C_CHECK(o->num_loras >= 0 && (o->num_loras == 0 || o->lora_paths),
+          "options.num_loras: need >= 0, with options.lora_paths holding that many paths");
+  for (int i = 0; i < o->num_loras; ++i) {
+    const std::string at = "options.lora_paths[" + std::to_string(i) + "]";
+    C_CHECK(o->lora_paths[i] && *o->lora_paths[i], at + ": a null or empty path");
+    const double strength = o->lora_strengths ? o->lora_strengths[i] : 1.0;
+    C_CHECK(std::isfinite(strength), at + ": its strength is not finite");
+    d.loras.push_back({o->lora_paths[i], strength});
+  }
+  d.lora_skip_unmatched = o->lora_skip_unmatched != 0;
+  if (o->load_progress) {
+    const h3rt_load_progress_fn fn = o->load_progress;
+    void* user = o->load_progress_user;
+    d.load_progress = [fn, user](int done, int total) { fn(done, total, user); };
+  }
   return d;
+}
+
+h3rt_model* new_model(const h3rt::ModelSource& s, const h3rt_model_options* options) {
+  const h3rt::DenoiserOptions d = options_of(options);
+  auto* m = new h3rt_model{h3rt::Denoiser::create(s, d), h3rt::model_identity(s, d), {}};
+  for (const std::string& w : m->denoiser->lora_report().warnings) m->lora_skipped += w + "\n";
+  return m;
+}
+
+// The flow shifts of a C call: 0 takes the default (12 or 3); others must be positive.
+h3rt::FlowShifts shifts_of(double video, double audio, const char* what) {
+  h3rt::FlowShifts f;
+  if (video != 0) f.video = video;
+  if (audio != 0) f.audio = audio;
+  try {
+    h3rt::check_flow_shifts(f);
+  } catch (const h3rt::Error& e) {
+    throw InvalidArgument(std::string(what) + ": " + e.what());
+  }
+  return f;
 }
 
 h3rt::SequenceLayout layout_of(const h3rt_layout& l) {
@@ -150,7 +188,9 @@ const char* h3rt_last_error(void) {
 }
 
 void h3rt_model_options_init(h3rt_model_options* o) {
-  if (o) *o = h3rt_model_options{nullptr, nullptr, nullptr, 1, nullptr, nullptr, nullptr, nullptr};
+  if (!o) return;
+  *o = h3rt_model_options{};
+  o->cuda_graphs = 1;
 }
 
 h3rt_status h3rt_model_create(const char* path, const h3rt_model_options* options,
@@ -160,7 +200,7 @@ h3rt_status h3rt_model_create(const char* path, const h3rt_model_options* option
     *out = nullptr;
     h3rt::ModelSource s;
     s.checkpoint = path;
-    *out = new h3rt_model{h3rt::Denoiser::create(s, options_of(options))};
+    *out = new_model(s, options);
   });
 }
 
@@ -172,7 +212,7 @@ h3rt_status h3rt_model_create_preset(const char* preset, uint64_t weights_seed,
     h3rt::ModelSource s;
     s.preset = preset;
     s.weights_seed = weights_seed;
-    *out = new h3rt_model{h3rt::Denoiser::create(s, options_of(options))};
+    *out = new_model(s, options);
   });
 }
 
@@ -188,6 +228,17 @@ h3rt_status h3rt_model_config(const h3rt_model* m, h3rt_config* out) {
         c.hidden,   c.heads,          c.head_dim,    c.layers,           c.refiner_layers,
         c.ffn,      c.text_dim,       c.in_channels, c.audio_channels,   c.video_features(),
         c.freq_dim, c.time_embed_dim, c.pdd_heads,   c.adaln_curve_grid, c.adaln_curve_rank};
+  });
+}
+
+h3rt_status h3rt_model_lora_report(const h3rt_model* m, int* pairs, int* layers,
+                                   const char** skipped) {
+  return guarded([&] {
+    C_CHECK(m, "h3rt_model_lora_report: null model");
+    const h3rt::LoraMergeReport& r = m->denoiser->lora_report();
+    if (pairs) *pairs = r.pairs;
+    if (layers) *layers = r.layers;
+    if (skipped) *skipped = m->lora_skipped.c_str();
   });
 }
 
@@ -243,28 +294,46 @@ h3rt_status h3rt_forward_device(h3rt_model* m, const h3rt_layout* layout, const 
   });
 }
 
-h3rt_status h3rt_forward_t2va(h3rt_model* m, int64_t text_len, int64_t audio_len, int64_t frames,
-                              int64_t height, int64_t width, float sigma, const float* video_rows,
-                              const float* audio_rows, const float* text, float* video_velocity,
-                              float* audio_velocity) {
+h3rt_status h3rt_forward_t2va_shifted(h3rt_model* m, int64_t text_len, int64_t audio_len,
+                                      int64_t frames, int64_t height, int64_t width, float sigma,
+                                      double video_shift, double audio_shift,
+                                      const float* video_rows, const float* audio_rows,
+                                      const float* text, float* video_velocity,
+                                      float* audio_velocity) {
   return guarded([&] {
     C_CHECK(m && forward_buffers(audio_len, video_rows, audio_rows, text, video_velocity,
                                  audio_velocity),
             "h3rt_forward_t2va: null argument");
+    C_CHECK(video_shift > 0 && audio_shift > 0,
+            "h3rt_forward_t2va_shifted: video_shift and audio_shift must be > 0");
+    const h3rt::FlowShifts shifts = shifts_of(video_shift, audio_shift, "h3rt_forward_t2va");
     const h3rt_layout l{text_len, audio_len, frames,  height,  width,
                         nullptr,  nullptr,   nullptr, nullptr, nullptr};
-    const h3rt::ForwardOutputs v =
-        h3rt::forward_at_sigma(*m->denoiser, layout_of(l), video_rows, audio_rows, text, sigma);
+    const h3rt::ForwardOutputs v = h3rt::forward_at_sigma(*m->denoiser, layout_of(l), video_rows,
+                                                          audio_rows, text, sigma, {}, shifts);
     copy_out(v.video_velocity, video_velocity);
     copy_out(v.audio_velocity, audio_velocity);
   });
 }
 
+h3rt_status h3rt_forward_t2va(h3rt_model* m, int64_t text_len, int64_t audio_len, int64_t frames,
+                              int64_t height, int64_t width, float sigma, const float* video_rows,
+                              const float* audio_rows, const float* text, float* video_velocity,
+                              float* audio_velocity) {
+  return h3rt_forward_t2va_shifted(m, text_len, audio_len, frames, height, width, sigma,
+                                   h3rt::kVideoShift, h3rt::kAudioShift, video_rows, audio_rows,
+                                   text, video_velocity, audio_velocity);
+}
+
 void h3rt_sample_request_init(h3rt_sample_request* r) {
-  if (r)
-    *r = h3rt_sample_request{0,       0,   0,       0.0,     0,       440420, 8,
-                             nullptr, 0,   nullptr, nullptr, nullptr, 0.0f,   10,
-                             2,       0.0, 3,       nullptr, nullptr, 0,      0.05};
+  if (!r) return;
+  *r = h3rt_sample_request{};
+  r->seed = 440420;
+  r->steps = 8;
+  r->dense_steps = 10;
+  r->dense_blocks = 2;
+  r->step_cache_max = 3;
+  r->sparse_check_bound = 0.05;
 }
 
 h3rt_status h3rt_sample_shapes(const h3rt_model* m, const h3rt_sample_request* r,
@@ -294,6 +363,16 @@ h3rt_status h3rt_sample(h3rt_model* m, const h3rt_sample_request* r, float* vide
     h3rt::SampleOptions so;
     so.steps = r->steps;
     so.noise_seed = r->seed;  // as `h3rt sample --seed`: euler_ancestral's noise, sparse checks
+    const h3rt::FlowShifts shifts = shifts_of(r->video_shift, r->audio_shift, "request");
+    so.video_shift = shifts.video;
+    so.audio_shift = shifts.audio;
+    C_CHECK(r->checkpoint_every >= 0, "request.checkpoint_every must be >= 0");
+    so.checkpoint_every = r->checkpoint_every;
+    so.resume_path = r->resume ? r->resume : "";
+    so.checkpoint_path = r->checkpoint_file ? r->checkpoint_file : so.resume_path;
+    C_CHECK(so.checkpoint_every == 0 || !so.checkpoint_path.empty(),
+            "request.checkpoint_every needs request.checkpoint_file (or request.resume)");
+    so.model_identity = m->identity;
     try {  // options of the request: H3RT_ERROR_INVALID_ARGUMENT, naming the field
       if (r->sampler) so.sampler = h3rt::parse_sampler(r->sampler, "sampler");
       if (r->scheduler) so.scheduler = h3rt::parse_scheduler(r->scheduler, "scheduler");

@@ -214,6 +214,11 @@ std::string model_identity(const ModelSource& s, const DenoiserOptions& o) {
                ? " group " +
                      std::to_string(synthetic_int8_group(*config_preset(s.preset), o.int8_group))
                : "");
+  // LoRAs change the weights: each file's identity and strength, in merge order (nothing without
+  // any, so the identity files had before stays).
+  for (const LoraSpec& l : o.loras)
+    id += "; lora " + resume::header_identity(l.path) + " strength " + resume::f64_text(l.strength);
+  if (!o.loras.empty() && o.lora_skip_unmatched) id += "; lora pairs that do not fit skipped";
   return id;
 }
 
