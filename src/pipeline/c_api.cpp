@@ -98,11 +98,11 @@ h3rt_model* new_model(const h3rt::ModelSource& s, const h3rt_model_options* opti
   return m;
 }
 
-// The flow shifts of a C call: 0 takes the default (12 or 3); others must be positive.
-h3rt::FlowShifts shifts_of(double video, double audio, const char* what) {
+// The flow shifts of a C call, checked (finite, > 0); with zero_default, 0 takes 12 or 3.
+h3rt::FlowShifts shifts_of(double video, double audio, const char* what, bool zero_default) {
   h3rt::FlowShifts f;
-  if (video != 0) f.video = video;
-  if (audio != 0) f.audio = audio;
+  if (video != 0 || !zero_default) f.video = video;
+  if (audio != 0 || !zero_default) f.audio = audio;
   try {
     h3rt::check_flow_shifts(f);
   } catch (const h3rt::Error& e) {
@@ -304,9 +304,8 @@ h3rt_status h3rt_forward_t2va_shifted(h3rt_model* m, int64_t text_len, int64_t a
     C_CHECK(m && forward_buffers(audio_len, video_rows, audio_rows, text, video_velocity,
                                  audio_velocity),
             "h3rt_forward_t2va: null argument");
-    C_CHECK(video_shift > 0 && audio_shift > 0,
-            "h3rt_forward_t2va_shifted: video_shift and audio_shift must be > 0");
-    const h3rt::FlowShifts shifts = shifts_of(video_shift, audio_shift, "h3rt_forward_t2va");
+    const h3rt::FlowShifts shifts =
+        shifts_of(video_shift, audio_shift, "h3rt_forward_t2va_shifted", false);
     const h3rt_layout l{text_len, audio_len, frames,  height,  width,
                         nullptr,  nullptr,   nullptr, nullptr, nullptr};
     const h3rt::ForwardOutputs v = h3rt::forward_at_sigma(*m->denoiser, layout_of(l), video_rows,
@@ -363,7 +362,7 @@ h3rt_status h3rt_sample(h3rt_model* m, const h3rt_sample_request* r, float* vide
     h3rt::SampleOptions so;
     so.steps = r->steps;
     so.noise_seed = r->seed;  // as `h3rt sample --seed`: euler_ancestral's noise, sparse checks
-    const h3rt::FlowShifts shifts = shifts_of(r->video_shift, r->audio_shift, "request");
+    const h3rt::FlowShifts shifts = shifts_of(r->video_shift, r->audio_shift, "request", true);
     so.video_shift = shifts.video;
     so.audio_shift = shifts.audio;
     C_CHECK(r->checkpoint_every >= 0, "request.checkpoint_every must be >= 0");
