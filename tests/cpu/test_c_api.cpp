@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "c_api_test_util.h"
 #include "h3rt/h3rt.h"
 #include "h3rt/pipeline.h"
 #include "h3rt/safetensors.h"
@@ -245,18 +246,8 @@ TEST(CApi, SampleGivesTheCppBitsAndCancels) {
   h3rt_model_free(m);
 }
 
-// h3rt_sample of `req` into buffers of the default request's size (video [1, 24, 7, 8, 12], audio
-// [2, 32, 37]: SampleGivesTheCppBitsAndCancels checks those shapes).
-struct CSample {
-  h3rt_status status;
-  FloatVec video, audio;
-};
-CSample run_c_sample(h3rt_model* m, const h3rt_sample_request& req) {
-  CSample c{H3RT_OK, FloatVec(24 * 7 * 8 * 12), FloatVec(2 * 32 * 37)};
-  c.status = h3rt_sample(m, &req, c.video.data(), static_cast<int64_t>(c.video.size()),
-                         c.audio.data(), static_cast<int64_t>(c.audio.size()));
-  return c;
-}
+using test::CSample;
+using test::run_c_sample;
 
 // The request's seed seeds the sampler's own noise too (euler_ancestral), as `h3rt sample --seed`.
 TEST(CApi, SeedReachesTheAncestralNoise) {

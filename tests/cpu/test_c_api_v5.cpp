@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <string>
 
+#include "c_api_test_util.h"
 #include "h3rt/h3rt.h"
 #include "h3rt/lora.h"
 #include "h3rt/pipeline.h"
@@ -164,18 +165,8 @@ TEST(CApiV5, ShiftsReachTheForward) {
   h3rt_model_free(m);
 }
 
-// h3rt_sample into buffers of the default request's size (video [1, 24, 7, 8, 12], audio
-// [2, 32, 37]).
-struct CSample {
-  h3rt_status status;
-  FloatVec video, audio;
-};
-CSample c_sample(h3rt_model* m, const h3rt_sample_request& req) {
-  CSample c{H3RT_OK, FloatVec(24 * 7 * 8 * 12), FloatVec(2 * 32 * 37)};
-  c.status = h3rt_sample(m, &req, c.video.data(), static_cast<int64_t>(c.video.size()),
-                         c.audio.data(), static_cast<int64_t>(c.audio.size()));
-  return c;
-}
+using test::CSample;
+using test::run_c_sample;
 
 TEST(CApiV5, ShiftsReachTheSampler) {
   h3rt_model* m = nullptr;
@@ -185,10 +176,10 @@ TEST(CApiV5, ShiftsReachTheSampler) {
   EXPECT_EQ(req.video_shift, 0.0);
   EXPECT_EQ(req.checkpoint_file, nullptr);
   req.steps = 2;
-  const CSample plain = c_sample(m, req);
+  const CSample plain = run_c_sample(m, req);
   req.video_shift = 6.0;
   req.audio_shift = 2.0;
-  const CSample got = c_sample(m, req);
+  const CSample got = run_c_sample(m, req);
   ASSERT_EQ(got.status, H3RT_OK) << h3rt_last_error();
   auto d = Denoiser::create(ModelSource{});
   SampleOptions o;
@@ -200,7 +191,7 @@ TEST(CApiV5, ShiftsReachTheSampler) {
   test::expect_same_bits(got.audio, want.audio_latents, "shifted audio_latents");
   EXPECT_TRUE(differs(got.video, plain.video)) << "the shifts changed nothing";
   req.audio_shift = -2.0;
-  EXPECT_EQ(c_sample(m, req).status, H3RT_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(run_c_sample(m, req).status, H3RT_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(h3rt_last_error()).find("request: audio_shift"), std::string::npos)
       << h3rt_last_error();
   h3rt_model_free(m);
@@ -220,15 +211,15 @@ TEST(CApiV5, CancelledRunsResumeToTheSameBits) {
   req.steps = 3;
   req.sampler = "res_multistep";  // a sampler with state carried across steps
   req.scheduler = "simple";
-  const CSample whole = c_sample(m, req);
+  const CSample whole = run_c_sample(m, req);
   ASSERT_EQ(whole.status, H3RT_OK) << h3rt_last_error();
   req.checkpoint_every = 1;  // without a file
-  EXPECT_EQ(c_sample(m, req).status, H3RT_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(run_c_sample(m, req).status, H3RT_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(h3rt_last_error()).find("request.checkpoint_file"), std::string::npos);
   req.checkpoint_every = 0;
   req.checkpoint_file = file.c_str();
   req.progress = cancel_after_step_1;
-  EXPECT_EQ(c_sample(m, req).status, H3RT_ERROR_CANCELLED);
+  EXPECT_EQ(run_c_sample(m, req).status, H3RT_ERROR_CANCELLED);
   EXPECT_NE(std::string(h3rt_last_error()).find(file), std::string::npos) << h3rt_last_error();
   ASSERT_TRUE(std::filesystem::exists(file));
   // Another model's run: refused, naming the model key.
@@ -238,11 +229,11 @@ TEST(CApiV5, CancelledRunsResumeToTheSameBits) {
   resume.progress = nullptr;
   resume.checkpoint_file = nullptr;
   resume.resume = file.c_str();
-  EXPECT_EQ(c_sample(other, resume).status, H3RT_ERROR_RUNTIME);
+  EXPECT_EQ(run_c_sample(other, resume).status, H3RT_ERROR_RUNTIME);
   EXPECT_NE(std::string(h3rt_last_error()).find("weights seed 1"), std::string::npos)
       << h3rt_last_error();
   h3rt_model_free(other);
-  const CSample resumed = c_sample(m, resume);
+  const CSample resumed = run_c_sample(m, resume);
   ASSERT_EQ(resumed.status, H3RT_OK) << h3rt_last_error();
   test::expect_same_bits(resumed.video, whole.video, "resumed video_latents");
   test::expect_same_bits(resumed.audio, whole.audio, "resumed audio_latents");
