@@ -310,12 +310,14 @@ void add_info_command(CLI::App& app) {
   cmd->add_option("file", *path, "a .safetensors file")->required();
   cmd->add_option("--device-memory-limit", *limit,
                   "H3 checkpoints: also say whether under this limit (as `sample "
-                  "--device-memory-limit`: 24GB, 24GiB or bytes) the block weights would stream "
+                  "--device-memory-limit`: 24GB, 24GiB, bytes, or auto on this GPU) the block "
+                  "weights would stream "
                   "at 864x480, 124 frames, the device bytes planned, and what the load puts "
                   "on the device")
       ->capture_default_str();
   cmd->callback([path, limit] {
-    const int64_t bytes = parse_memory_size(*limit, "--device-memory-limit");
+    const int64_t bytes =
+        resolve_device_memory_limit(parse_memory_size(*limit, "--device-memory-limit"));
     SafetensorsFile f = SafetensorsFile::open(*path);
     std::printf("%s\n", path->c_str());
     for (const auto& [k, v] : f.metadata())

@@ -31,7 +31,8 @@ void add_device_memory_limit(CLI::App* cmd, std::string& size) {
   cmd->add_option("--device-memory-limit", size,
                   "CUDA: the device bytes for the weights and a step's activations together; 0 "
                   "(the default) is no limit. SIZE is bytes (2.5e10) or with a unit: GB/MB "
-                  "(powers of 1000, 24GB = 24e9 bytes) or GiB/MiB (powers of 1024). When the "
+                  "(powers of 1000, 24GB = 24e9 bytes) or GiB/MiB (powers of 1024), or auto "
+                  "(the GPU's free memory at load less max(1.5 GiB, 5% of the card)). When the "
                   "resident model and the request's activations exceed it, the transformer "
                   "blocks' weight matrices stay in host memory (--weight-stream-source) and "
                   "stream into two device slots, each block's copy overlapped with the compute "

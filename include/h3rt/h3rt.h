@@ -43,7 +43,9 @@ typedef struct h3rt_model_options {
   const char* check_finite;         /* NaN/Inf checks: "first" (default: the first forward), "all"
                                        (every forward, and the weights once) or "off" */
   const char* device_memory_limit;  /* cuda: device bytes for weights + activations, "24GB",
-                                       "24GiB" or "2.5e10"; NULL or "0" (default): no limit.
+                                       "24GiB", "2.5e10" or "auto" (the GPU's free memory at
+                                       create less a reserve, API version 5); NULL or "0"
+                                       (default): no limit.
                                        Above it the block weights stream from host memory */
   const char* weight_stream_source; /* where they stream from: "auto" (default), "pinned" (a
                                        page-locked copy of every block) or "file" (read from the

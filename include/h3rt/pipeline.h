@@ -57,6 +57,16 @@ const char* weight_stream_source_name(WeightStreamSource s);  // "auto", "pinned
 WeightStreamSource parse_weight_stream_source(const std::string& s,
                                               const char* what = "weight_stream_source");
 
+// DenoiserOptions::device_memory_limit "auto" (parse_memory_size): resolved by create().
+constexpr int64_t kDeviceMemoryAuto = -1;
+// The limit "auto" gives a GPU with `free_bytes` free of `total_bytes`: free less a reserve of
+// max(1.5 GiB, 5% of total) for what the plan does not count (CUDA context, library workspaces,
+// graph memory, fragmentation); at least 1 byte.
+int64_t auto_device_memory_limit(int64_t free_bytes, int64_t total_bytes);
+// kDeviceMemoryAuto resolved on the current GPU (auto_device_memory_limit of its memory now);
+// other values as given. Throws for auto without a CUDA device.
+int64_t resolve_device_memory_limit(int64_t limit);
+
 struct DenoiserOptions {
   Device device = Device::cpu;
   std::optional<Precision> precision;     // default: fp32 on the CPU, bf16 on CUDA (its only one)
@@ -69,7 +79,9 @@ struct DenoiserOptions {
   std::vector<LoraSpec> loras;
   bool lora_skip_unmatched = false;
   CheckFinite check_finite = CheckFinite::first_step;
-  // CUDA: the device bytes (weights + a forward's activations) to stay within; 0 = no limit.
+  // CUDA: the device bytes (weights + a forward's activations) to stay within; 0 = no limit;
+  // kDeviceMemoryAuto: the GPU's free memory at create() less a reserve (auto_device_memory_limit;
+  // on the CPU it means no limit).
   // Where the resident model and a request's activations exceed it, the transformer blocks'
   // weight matrices stream from host memory (weight_stream_source) into two device slots, each
   // block's copy overlapped with the previous block's compute (same bits as resident). When the
@@ -91,7 +103,8 @@ struct DenoiserOptions {
 
 // Whether and how a CUDA denoiser streams its block weights (Denoiser::weight_streaming).
 struct WeightStreaming {
-  int64_t limit = 0;      // device_memory_limit (0: none)
+  int64_t limit = 0;        // device_memory_limit (0: none), resolved when set to auto
+  bool limit_auto = false;  // the limit came from "auto" (the GPU's free memory at create())
   bool streamed = false;  // the block weights stream from host memory into device slots
   std::string source;     // streamed: "pinned" or "file" (WeightStreamSource)
   int slots = 0;          // device slots of one block's weights
@@ -188,7 +201,7 @@ Fp8Activations parse_fp8_activations(const std::string& s, const char* what = "f
 CheckFinite parse_check_finite(const std::string& s,
                                const char* what = "check_finite");  // off|first|all
 // A size in bytes: "2.5e10" (bytes), "24GB" (10^9), "24GiB" (2^30), also B, KB, MB, TB, KiB,
-// MiB, TiB (units case-insensitive); "0" is 0 (no limit).
+// MiB, TiB (units case-insensitive); "0" is 0 (no limit); "auto" is kDeviceMemoryAuto.
 int64_t parse_memory_size(const std::string& s, const char* what = "device_memory_limit");
 SyntheticGemm parse_synthetic_gemm(const std::string& s, const char* what = "gemm");
 const char* synthetic_gemm_name(SyntheticGemm g);  // bf16|fp8|int8|nvfp4

@@ -59,7 +59,8 @@ def load(path_or_state_dict, device="cpu", precision=None, attention="bf16", cud
     forward ("first", default), on every forward plus the weights once ("all"), or "off"; a
     check that fails raises RuntimeError naming what holds the value (as --check-finite).
     device_memory_limit (device="cuda"): device bytes for the weights and a step's activations,
-    bytes (int/float) or a string "24GB" / "24GiB"; 0: none. Over it the blocks' weights stream
+    bytes (int/float) or a string "24GB" / "24GiB"; 0: none; "auto": the GPU's free memory at
+    load less a reserve (max(1.5 GiB, 5% of the card)). Over it the blocks' weights stream
     from host memory (same bits; as --device-memory-limit); a model that cannot fit it at all
     loads its blocks straight into host memory, never whole on the GPU. weight_stream_source:
     where they stream from, "pinned" (a page-locked copy of every block), "file" (read from the

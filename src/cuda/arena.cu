@@ -38,9 +38,11 @@ void DeviceArena::fail_allocation(size_t bytes, cudaError_t err) const {
   if (err != cudaErrorMemoryAllocation) H3RT_FAIL("cudaMalloc ", head, " failed", sizes, device);
   throw OutOfMemory(detail::concat(
       "out of device memory ", head, sizes, device,
-      ". Less is needed with a quantized checkpoint (h3rt quantize-checkpoint --format "
-      "fp8|int8_convrot|nvfp4: 1 byte or less per weight instead of 2) or fewer frames or "
-      "pixels (--frames, --width, --height)"));
+      ". A model larger than the GPU runs with its blocks' weights streamed from host memory "
+      "(--device-memory-limit auto, or a size; device_memory_limit=\"auto\" in Python, the C "
+      "API and the ComfyUI node). Less is needed with a quantized checkpoint (h3rt "
+      "quantize-checkpoint --format fp8|int8_convrot|nvfp4: 1 byte or less per weight instead "
+      "of 2) or fewer frames or pixels (--frames, --width, --height)"));
 }
 
 DeviceArena::~DeviceArena() {

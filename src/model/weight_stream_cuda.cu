@@ -26,6 +26,7 @@ int64_t LoadMeter::peak() const {
 }
 
 WeightStreaming with_load(WeightStreaming w, const WeightStreaming& load) {
+  w.limit_auto = load.limit_auto;
   w.streamed_at_load = load.streamed_at_load;
   w.load_peak_device_bytes = load.load_peak_device_bytes;
   w.caller_device_bytes = load.caller_device_bytes;

@@ -304,6 +304,7 @@ namespace h3rt {
 
 nlohmann::json to_json(const WeightStreaming& w) {
   return {{"device_memory_limit", w.limit},
+          {"device_memory_limit_auto", w.limit_auto},
           {"streamed", w.streamed},
           {"source", w.source},
           {"slots", w.slots},

@@ -61,12 +61,14 @@ std::optional<model::LoadPlan> load_plan(const H3Config& c, const model::BlockSt
 
 // The weight_streaming report of a model as loaded (the first forward's plan adds the rest).
 WeightStreaming load_report(const model::DeviceModel& m, const std::optional<model::LoadPlan>& lp,
-                            const DenoiserOptions& o, const model::LoadMeter& meter) {
+                            const DenoiserOptions& o, const model::LoadMeter& meter,
+                            bool auto_limit) {
   WeightStreaming w;
   if (m.streamed)
     w = model::weight_streaming_of(model::with_source(lp->plan, m.streamed->source),
                                    o.device_memory_limit);
   w.limit = o.device_memory_limit;
+  w.limit_auto = auto_limit;
   w.streamed_at_load = m.streamed != nullptr;
   w.load_peak_device_bytes = meter.peak();
   w.caller_device_bytes = m.caller_block_bytes;
@@ -187,12 +189,13 @@ Precision precision_for(const DenoiserOptions& o) {
 }
 
 void check_options(const DenoiserOptions& o) {
-  H3RT_CHECK(o.device_memory_limit >= 0,
-             "device_memory_limit must be >= 0 bytes (0: no limit), got ", o.device_memory_limit);
-  H3RT_CHECK(o.weight_stream_source == WeightStreamSource::automatic || o.device_memory_limit > 0,
+  H3RT_CHECK(o.device_memory_limit >= 0 || o.device_memory_limit == kDeviceMemoryAuto,
+             "device_memory_limit must be >= 0 bytes (0: no limit) or kDeviceMemoryAuto, got ",
+             o.device_memory_limit);
+  H3RT_CHECK(o.weight_stream_source == WeightStreamSource::automatic || o.device_memory_limit != 0,
              "weight_stream_source ", weight_stream_source_name(o.weight_stream_source),
              " applies when the block weights stream, under a device_memory_limit; none is set");
-  H3RT_CHECK(o.device_memory_limit == 0 || o.device == Device::cuda,
+  H3RT_CHECK(o.device_memory_limit <= 0 || o.device == Device::cuda,
              "device_memory_limit applies to device cuda (the CPU backend holds its weights in "
              "host memory)");
   H3RT_CHECK(o.attention == Attention::bf16 || o.device == Device::cuda,
@@ -214,6 +217,16 @@ void check_options(const DenoiserOptions& o) {
   H3RT_CHECK(o.device != Device::cuda,
              "device cuda: this h3rt was built without CUDA (configure with nvcc available)");
 #endif
+}
+
+// The options with device_memory_limit auto resolved: none on the CPU, else from the GPU's
+// free memory now.
+DenoiserOptions resolve_auto_limit(const DenoiserOptions& o) {
+  DenoiserOptions r = o;
+  if (o.device_memory_limit == kDeviceMemoryAuto)
+    r.device_memory_limit =
+        o.device == Device::cuda ? resolve_device_memory_limit(kDeviceMemoryAuto) : 0;
+  return r;
 }
 
 double host_memory_bytes() {
@@ -263,7 +276,8 @@ LoraMergeReport merge_option_loras(H3Model& m, const DenoiserOptions& o) {
   return merge_loras(m, read_loras(o), lora_options(o)).report;  // originals not needed again
 }
 
-std::unique_ptr<Denoiser> place(H3Model m, const DenoiserOptions& o) {
+std::unique_ptr<Denoiser> place(H3Model m, const DenoiserOptions& o,
+                                [[maybe_unused]] bool auto_limit) {
   LoraMergeReport lora = merge_option_loras(m, o);
   if (o.check_finite == CheckFinite::every_step) check_weights_finite(m);
   const int fp8_dynamic = set_fp8_activations(m, o.fp8_activations);
@@ -274,7 +288,7 @@ std::unique_ptr<Denoiser> place(H3Model m, const DenoiserOptions& o) {
   const model::LoadMeter meter;
   std::optional<model::LoadPlan> lp;
   model::DeviceModel d = upload_for(m, o, lp);
-  const WeightStreaming load = load_report(d, lp, o, meter);
+  const WeightStreaming load = load_report(d, lp, o, meter, auto_limit);
   return std::make_unique<CudaDenoiser>(std::move(d), o, fp8_dynamic, std::move(lora), load);
 #else
   H3RT_FAIL("unreachable: device cuda without CUDA");
@@ -316,13 +330,31 @@ ForwardOutputs Denoiser::run_checked(const ForwardInputs& in,
   }
 }
 
+int64_t resolve_device_memory_limit(int64_t limit) {
+  if (limit != kDeviceMemoryAuto) return limit;
+#ifdef H3RT_HAVE_CUDA
+  H3RT_CHECK(cuda::cuda_device_available(),
+             "device_memory_limit auto reads the GPU's free memory, and no CUDA device is "
+             "available: give a size (e.g. 24GB)");
+  size_t free_b = 0, total_b = 0;
+  H3RT_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return auto_device_memory_limit(static_cast<int64_t>(free_b), static_cast<int64_t>(total_b));
+#else
+  H3RT_FAIL(
+      "device_memory_limit auto reads the GPU's free memory, and this h3rt was built "
+      "without CUDA: give a size (e.g. 24GB)");
+#endif
+}
+
 std::string ModelSource::describe() const {
   if (!checkpoint.empty()) return checkpoint;
   return preset + " (synthetic, seed " + std::to_string(weights_seed) + ")";
 }
 
-std::unique_ptr<Denoiser> Denoiser::create(const ModelSource& s, const DenoiserOptions& o) {
-  check_options(o);
+std::unique_ptr<Denoiser> Denoiser::create(const ModelSource& s, const DenoiserOptions& given) {
+  check_options(given);
+  const DenoiserOptions o = resolve_auto_limit(given);
+  [[maybe_unused]] const bool auto_limit = given.device_memory_limit == kDeviceMemoryAuto;
   H3RT_CHECK(o.synthetic_gemm == SyntheticGemm::bf16 || s.checkpoint.empty(), "gemm ",
              synthetic_gemm_name(o.synthetic_gemm),
              " applies to the synthetic presets; checkpoint ", s.checkpoint,
@@ -348,17 +380,18 @@ std::unique_ptr<Denoiser> Denoiser::create(const ModelSource& s, const DenoiserO
         *config, s.weights_seed, o.synthetic_gemm, group, stream ? &lp->slot : nullptr,
         loras ? &*loras : nullptr, model::load_stream_source(lp, o.weight_stream_source),
         block_progress(o));
-    const WeightStreaming load = load_report(m, lp, o, meter);
+    const WeightStreaming load = load_report(m, lp, o, meter, auto_limit);
     LoraMergeReport lora = loras ? loras->report() : LoraMergeReport{};
     return std::make_unique<CudaDenoiser>(std::move(m), o, 0, std::move(lora), load);
   }
 #endif
-  return place(load_host_model(s, o.device), o);
+  return place(load_host_model(s, o.device), o, auto_limit);
 }
 
 std::unique_ptr<Denoiser> Denoiser::create(const std::map<std::string, Tensor>& tensors,
-                                           const DenoiserOptions& o, QkvLayout qkv_layout) {
-  check_options(o);
+                                           const DenoiserOptions& given, QkvLayout qkv_layout) {
+  check_options(given);
+  const DenoiserOptions o = resolve_auto_limit(given);
   if (o.device == Device::cpu)
     for (const auto& [key, t] : tensors)
       H3RT_CHECK(t.device() == Device::cpu, "tensor '", key,
@@ -370,7 +403,7 @@ std::unique_ptr<Denoiser> Denoiser::create(const std::map<std::string, Tensor>& 
              synthetic_gemm_name(o.synthetic_gemm),
              " applies to the synthetic presets; a state dict runs each layer in the format it "
              "holds");
-  return place(load_model(tensors, opts), o);
+  return place(load_model(tensors, opts), o, given.device_memory_limit == kDeviceMemoryAuto);
 }
 
 }  // namespace h3rt

@@ -1,4 +1,5 @@
 // Option words shared by the CLI, the C API and Python.
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -72,6 +73,7 @@ int64_t parse_memory_size(const std::string& s, const char* what) {
                {"mib", 1048576.0},
                {"gib", 1073741824.0},
                {"tib", 1099511627776.0}};
+  if (s == "auto") return kDeviceMemoryAuto;
   const char* begin = s.c_str();
   char* end = nullptr;
   const double v = std::strtod(begin, &end);
@@ -82,11 +84,17 @@ int64_t parse_memory_size(const std::string& s, const char* what) {
     if (!number || unit != u.unit) continue;
     const double bytes = v * u.scale;
     H3RT_CHECK(std::isfinite(bytes) && bytes >= 0 && bytes < 9.2e18, what,
-               " must be a size >= 0 (0: no limit), got '", s, "'");
+               " must be a size >= 0 (0: no limit) or auto, got '", s, "'");
     return static_cast<int64_t>(std::llround(bytes));
   }
   H3RT_FAIL(what, " must be a size: a number of bytes (2.5e10) or with a unit GB/MB/TB (powers ",
-            "of 1000) or GiB/MiB/TiB (powers of 1024), e.g. 24GB or 24GiB; got '", s, "'");
+            "of 1000) or GiB/MiB/TiB (powers of 1024), e.g. 24GB or 24GiB, or auto (the GPU's ",
+            "free memory); got '", s, "'");
+}
+
+int64_t auto_device_memory_limit(int64_t free_bytes, int64_t total_bytes) {
+  const int64_t reserve = std::max<int64_t>(int64_t(3) << 29, total_bytes / 20);
+  return std::max<int64_t>(1, free_bytes - reserve);
 }
 
 namespace {

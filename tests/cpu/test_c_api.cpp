@@ -70,6 +70,9 @@ TEST(CApi, DeviceMemoryLimitOption) {
   o.device_memory_limit = "0";
   ASSERT_EQ(h3rt_model_create(kWeights.c_str(), &o, &m), H3RT_OK) << h3rt_last_error();
   h3rt_model_free(m);
+  o.device_memory_limit = "auto";  // on the CPU: no limit
+  ASSERT_EQ(h3rt_model_create(kWeights.c_str(), &o, &m), H3RT_OK) << h3rt_last_error();
+  h3rt_model_free(m);
 }
 
 TEST(CApi, WeightStreamSourceOption) {

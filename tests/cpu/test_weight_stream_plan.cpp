@@ -29,6 +29,31 @@ TEST(WeightStreamPlan, ParsesSizesInBothUnitSystems) {
   EXPECT_EQ(parse_memory_size("1.5TB"), 1500000000000);
   EXPECT_EQ(parse_memory_size("4096B"), 4096);
   EXPECT_EQ(parse_memory_size("0"), 0);
+  EXPECT_EQ(parse_memory_size("auto"), kDeviceMemoryAuto);
+}
+
+// "auto": the free memory less max(1.5 GiB, 5% of the card), never below one byte.
+TEST(WeightStreamPlan, AutoLimitLeavesAReserve) {
+  const int64_t GiB = int64_t(1) << 30;
+  EXPECT_EQ(auto_device_memory_limit(80 * GiB, 80 * GiB), 76 * GiB);
+  EXPECT_EQ(auto_device_memory_limit(20 * GiB, 24 * GiB), 20 * GiB - 3 * GiB / 2);
+  EXPECT_EQ(auto_device_memory_limit(GiB, 24 * GiB), 1);
+  EXPECT_EQ(resolve_device_memory_limit(24 * GiB), 24 * GiB);
+  EXPECT_EQ(resolve_device_memory_limit(0), 0);
+}
+
+// On the CPU "auto" means no limit (a front end's default works there); a CUDA model resolves it
+// from its GPU (CApiV5Cuda, AutoDeviceMemoryLimit*).
+TEST(WeightStreamPlan, AutoLimitOnTheCpuIsNone) {
+  ModelSource s;
+  DenoiserOptions o;
+  o.device_memory_limit = kDeviceMemoryAuto;
+  auto d = Denoiser::create(s, o);
+  EXPECT_EQ(d->weight_streaming().limit, 0);
+  EXPECT_FALSE(d->weight_streaming().streamed);
+  o.device_memory_limit = -2;
+  EXPECT_NE(error_of([&] { Denoiser::create(s, o); }).find("device_memory_limit must be >= 0"),
+            std::string::npos);
 }
 
 TEST(WeightStreamPlan, RejectsMalformedSizesNamingTheOption) {
@@ -36,6 +61,7 @@ TEST(WeightStreamPlan, RejectsMalformedSizesNamingTheOption) {
     const std::string e = error_of([&] { parse_memory_size(bad, "--device-memory-limit"); });
     EXPECT_NE(e.find("--device-memory-limit"), std::string::npos) << bad << ": " << e;
     EXPECT_NE(e.find(std::string("'") + bad + "'"), std::string::npos) << bad << ": " << e;
+    EXPECT_NE(e.find("or auto"), std::string::npos) << bad << ": " << e;
   }
 }
 

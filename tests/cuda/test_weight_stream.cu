@@ -610,5 +610,54 @@ TEST(WeightStreamLoad, LoadProgressCountsEveryBlock) {
   }
 }
 
+// device_memory_limit auto: read from the GPU's free memory at create(). With most of the GPU
+// taken by another allocation, so that auto gives a limit between what streaming needs and what
+// the resident model needs, the Denoiser streams (the same bits); with the memory back, it does
+// not.
+TEST(WeightStream, AutoLimitFollowsTheFreeMemory) {
+  H3RT_REQUIRE_GPU();
+  const auto weights = state_dict(twelve_blocks(), test::fresh_seed());
+  DenoiserOptions o;
+  o.device = Device::cuda;
+  const auto resident = Denoiser::create(weights, o);
+  const H3Config& c = resident->config();
+  const ConstantRequest req(c);
+  const ForwardInputs in = req.inputs();
+  const ForwardOutputs want = resident->forward(in);
+  const model::BlockStorage st = model::uniform_storage(c, model::LinearStorage::bf16);
+  const int64_t slot = model::block_slot_layout(c, st).bytes;
+  const int64_t work =
+      model::estimate_working_set_bytes(c, st, false, model::forward_shape(req.layout));
+  const int64_t stream_need = model::model_weight_bytes(c, st) - (c.layers - 2) * slot + work;
+  const int64_t resident_need = model::model_weight_bytes(c, st) + work;
+  ASSERT_GT(resident_need - stream_need, int64_t(8) << 20);  // room for the GPU's 2 MiB pages
+
+  o.device_memory_limit = kDeviceMemoryAuto;
+  const auto roomy = Denoiser::create(weights, o);
+  roomy->forward(in);
+  EXPECT_TRUE(roomy->weight_streaming().limit_auto);
+  EXPECT_GT(roomy->weight_streaming().limit, resident_need);
+  EXPECT_FALSE(roomy->weight_streaming().streamed);
+
+  cuda::default_arena().release_cached();
+  size_t free_b = 0, total_b = 0;
+  H3RT_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const int64_t target = (stream_need + resident_need) / 2;
+  const int64_t reserve =
+      int64_t(free_b) - auto_device_memory_limit(int64_t(free_b), int64_t(total_b));
+  void* taken = nullptr;
+  H3RT_CUDA_CHECK(cudaMalloc(&taken, size_t(int64_t(free_b) - reserve - target)));
+  const int64_t limit = resolve_device_memory_limit(kDeviceMemoryAuto);
+  EXPECT_NEAR(double(limit), double(target), double(int64_t(4) << 20));
+  const auto tight = Denoiser::create(weights, o);
+  const ForwardOutputs got = tight->forward(in);
+  const WeightStreaming w = tight->weight_streaming();
+  H3RT_CUDA_CHECK(cudaFree(taken));
+  EXPECT_TRUE(w.limit_auto);
+  EXPECT_TRUE(w.streamed) << "auto limit " << w.limit << ", resident needs " << resident_need;
+  expect_same_bits(got.video_velocity, want.video_velocity, "video");
+  expect_same_bits(got.audio_velocity, want.audio_velocity, "audio");
+}
+
 }  // namespace
 }  // namespace h3rt
