@@ -130,6 +130,18 @@ TEST(CliErrors, GpuVerbsOfACpuBuild) {
 }
 #endif
 
+// device memory limit auto: bench step times a given size and refuses it before any work (on any
+// machine); info resolves it on a GPU and, without one, asks for a size.
+TEST(CliErrors, DeviceMemoryLimitAuto) {
+#ifdef H3RT_HAVE_CUDA
+  expect_error("bench step --preset tiny --device-memory-limit auto",
+               "--device-memory-limit auto: bench step times a given limit; give a size");
+#endif
+  if (cuda_current_device() >= 0) GTEST_SKIP() << "a CUDA device is present: auto resolves";
+  expect_error("info " + test::golden_dir() + "/weights.safetensors --device-memory-limit auto",
+               "give a size (e.g. 24GB)");
+}
+
 // bench step --device-io (the C++ figure of tools/device/py_overhead.py): --help says what it
 // times and the report keys it adds; without a CUDA device (a CPU build, or a CUDA build on a
 // machine without a GPU) it fails naming the need, before any work.
