@@ -44,7 +44,8 @@ class Model:
         they loaded, never whole on the GPU), load_peak_device_bytes (the load's peak in h3rt's
         device pool), caller_device_bytes (block weights used in place from CUDA tensors you
         passed), slots, slot_bytes, host_bytes, h2d_bytes_per_step, resident_weight_bytes,
-        planned_device_bytes, device_memory_limit. Zeros on the CPU."""
+        planned_device_bytes, device_memory_limit, device_memory_limit_auto (the limit came from
+        "auto": the GPU's free memory at load less a reserve). Zeros on the CPU."""
     def forward(self, video_rows: ArrayLike, audio_rows: ArrayLike, text: ArrayLike, *,
                 layout: Layout, timesteps: Timesteps, sigma: Optional[float] = None,
                 sample_sigmas: Optional[Sequence[float]] = None, video_shift: float = 12.0,
