@@ -112,9 +112,9 @@ bench::StepBenchOptions to_bench(const Opts& o) {
   b.sage_attention = o.attention == "sage";
   b.seed = o.seed;
   b.weights_seed = o.weights_seed;
-  b.device_memory_limit = parse_memory_size(o.device_memory_limit, "--device-memory-limit");
-  H3RT_CHECK(b.device_memory_limit != kDeviceMemoryAuto,
-             "--device-memory-limit auto: bench step times a given limit; give a size (e.g. 24GB)");
+  // auto: the GPU's free memory now, before the model loads (as create() resolves it).
+  b.device_memory_limit = resolve_device_memory_limit(
+      parse_memory_size(o.device_memory_limit, "--device-memory-limit"));
   b.weight_stream_source =
       parse_weight_stream_source(o.weight_stream_source, "--weight-stream-source");
   b.compare_resident = o.compare_resident;

@@ -130,16 +130,17 @@ TEST(CliErrors, GpuVerbsOfACpuBuild) {
 }
 #endif
 
-// device memory limit auto: bench step times a given size and refuses it before any work (on any
-// machine); info resolves it on a GPU and, without one, asks for a size.
+// device memory limit auto: info and the bench verbs resolve it from the GPU's free memory
+// when they read their options; without a GPU they ask for a size.
 TEST(CliErrors, DeviceMemoryLimitAuto) {
-#ifdef H3RT_HAVE_CUDA
-  expect_error("bench step --preset tiny --device-memory-limit auto",
-               "--device-memory-limit auto: bench step times a given limit; give a size");
-#endif
   if (cuda_current_device() >= 0) GTEST_SKIP() << "a CUDA device is present: auto resolves";
   expect_error("info " + test::golden_dir() + "/weights.safetensors --device-memory-limit auto",
                "give a size (e.g. 24GB)");
+#ifdef H3RT_HAVE_CUDA
+  for (const char* verb : {"step", "sample"})
+    expect_error(std::string("bench ") + verb + " --preset tiny --device-memory-limit auto",
+                 "no CUDA device is available: give a size");
+#endif
 }
 
 // bench step --device-io (the C++ figure of tools/device/py_overhead.py): --help says what it
