@@ -63,9 +63,10 @@ constexpr int64_t kDeviceMemoryAuto = -1;
 // max(1.5 GiB, 5% of total) for what the plan does not count (CUDA context, library workspaces,
 // graph memory, fragmentation); at least 1 byte.
 int64_t auto_device_memory_limit(int64_t free_bytes, int64_t total_bytes);
-// kDeviceMemoryAuto resolved on the current GPU (auto_device_memory_limit of its memory now);
-// other values as given. Throws for auto without a CUDA device.
-int64_t resolve_device_memory_limit(int64_t limit);
+// kDeviceMemoryAuto resolved on the current GPU (auto_device_memory_limit of its memory now, the
+// caller's device tensors that the model will use in place counted as free: the plan counts them
+// as the model's); other values as given. Throws for auto without a CUDA device.
+int64_t resolve_device_memory_limit(int64_t limit, int64_t in_place_bytes = 0);
 
 struct DenoiserOptions {
   Device device = Device::cpu;

@@ -221,12 +221,21 @@ void check_options(const DenoiserOptions& o) {
 
 // The options with device_memory_limit auto resolved: none on the CPU, else from the GPU's
 // free memory now.
-DenoiserOptions resolve_auto_limit(const DenoiserOptions& o) {
+DenoiserOptions resolve_auto_limit(const DenoiserOptions& o, int64_t in_place_bytes = 0) {
   DenoiserOptions r = o;
   if (o.device_memory_limit == kDeviceMemoryAuto)
-    r.device_memory_limit =
-        o.device == Device::cuda ? resolve_device_memory_limit(kDeviceMemoryAuto) : 0;
+    r.device_memory_limit = o.device == Device::cuda
+                                ? resolve_device_memory_limit(kDeviceMemoryAuto, in_place_bytes)
+                                : 0;
   return r;
+}
+
+// Bytes of a state dict's tensors already in device memory (used in place by a CUDA model).
+int64_t device_tensor_bytes(const std::map<std::string, Tensor>& tensors) {
+  int64_t n = 0;
+  for (const auto& [key, t] : tensors)
+    if (t.device() == Device::cuda) n += t.nbytes();
+  return n;
 }
 
 double host_memory_bytes() {
@@ -330,7 +339,7 @@ ForwardOutputs Denoiser::run_checked(const ForwardInputs& in,
   }
 }
 
-int64_t resolve_device_memory_limit(int64_t limit) {
+int64_t resolve_device_memory_limit(int64_t limit, [[maybe_unused]] int64_t in_place_bytes) {
   if (limit != kDeviceMemoryAuto) return limit;
 #ifdef H3RT_HAVE_CUDA
   H3RT_CHECK(cuda::cuda_device_available(),
@@ -338,7 +347,8 @@ int64_t resolve_device_memory_limit(int64_t limit) {
              "available: give a size (e.g. 24GB)");
   size_t free_b = 0, total_b = 0;
   H3RT_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  return auto_device_memory_limit(static_cast<int64_t>(free_b), static_cast<int64_t>(total_b));
+  return auto_device_memory_limit(static_cast<int64_t>(free_b) + in_place_bytes,
+                                  static_cast<int64_t>(total_b));
 #else
   H3RT_FAIL(
       "device_memory_limit auto reads the GPU's free memory, and this h3rt was built "
@@ -391,7 +401,7 @@ std::unique_ptr<Denoiser> Denoiser::create(const ModelSource& s, const DenoiserO
 std::unique_ptr<Denoiser> Denoiser::create(const std::map<std::string, Tensor>& tensors,
                                            const DenoiserOptions& given, QkvLayout qkv_layout) {
   check_options(given);
-  const DenoiserOptions o = resolve_auto_limit(given);
+  const DenoiserOptions o = resolve_auto_limit(given, device_tensor_bytes(tensors));
   if (o.device == Device::cpu)
     for (const auto& [key, t] : tensors)
       H3RT_CHECK(t.device() == Device::cpu, "tensor '", key,

@@ -659,5 +659,61 @@ TEST(WeightStream, AutoLimitFollowsTheFreeMemory) {
   expect_same_bits(got.audio_velocity, want.audio_velocity, "audio");
 }
 
+// auto with the caller's device weights (the ComfyUI node's "weights from the loaded model"):
+// they are already taken from the GPU's free memory and used in place, so auto counts them as
+// free. With the free memory set so that only that makes the resident model fit, the model loads
+// resident and runs (without it, the plan would stream the caller's tensors: refused).
+TEST(WeightStreamLoad, AutoLimitCountsTheCallersDeviceWeightsAsFree) {
+  H3RT_REQUIRE_GPU();
+  const H3Config c = twelve_blocks();
+  auto weights = state_dict(c, test::fresh_seed());
+  int64_t on_device = 0;
+  for (auto& [key, t] : weights)
+    if (key.rfind("blocks.", 0) == 0 && key.ends_with(".weight") && t.dim() == 2 &&
+        t.dtype() == DType::bf16) {
+      t = cuda::to_device(t);
+      on_device += t.nbytes();
+    }
+  ASSERT_GT(on_device, int64_t(8) << 20);  // room for the GPU's 2 MiB pages
+  const model::BlockStorage st = model::uniform_storage(c, model::LinearStorage::bf16);
+  const SequenceLayout layout = make_t2va_layout(10, 9, 7, 8, 12);
+  const int64_t need =
+      model::model_weight_bytes(c, st) +
+      model::estimate_working_set_bytes(c, st, false, model::forward_shape(layout));
+  cuda::default_arena().release_cached();
+  size_t free_b = 0, total_b = 0;
+  H3RT_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const int64_t reserve =
+      int64_t(free_b) - auto_device_memory_limit(int64_t(free_b), int64_t(total_b));
+  // Free memory at which auto, counting the caller's weights as free, gives need + on_device / 2.
+  const int64_t target_free = need + on_device / 2 - on_device + reserve;
+  void* taken = nullptr;
+  H3RT_CUDA_CHECK(cudaMalloc(&taken, size_t(int64_t(free_b) - target_free)));
+  DenoiserOptions o;
+  o.device = Device::cuda;
+  o.device_memory_limit = kDeviceMemoryAuto;
+  std::unique_ptr<Denoiser> d;
+  std::string error;
+  try {
+    d = Denoiser::create(weights, o);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  H3RT_CUDA_CHECK(cudaFree(taken));
+  ASSERT_TRUE(d) << error;
+  const WeightStreaming w = d->weight_streaming();
+  EXPECT_TRUE(w.limit_auto);
+  EXPECT_FALSE(w.streamed_at_load);
+  EXPECT_NEAR(double(w.limit), double(need + on_device / 2), double(int64_t(3) << 20));
+  EXPECT_EQ(w.caller_device_bytes, on_device);
+  std::vector<float> video(layout.video_rows() * c.video_features(), 0.25f);
+  std::vector<float> audio(layout.audio_rows() * c.audio_channels, -0.5f);
+  std::vector<float> text(layout.text_len * c.text_dim, 0.125f);
+  const TimestepPlan plan = make_timestep_plan(layout, 0.5f, 0.4f);
+  const ForwardOutputs out = d->forward({layout, plan, video.data(), audio.data(), text.data()});
+  EXPECT_FALSE(d->weight_streaming().streamed);
+  EXPECT_EQ(out.video_velocity.size(), size_t(layout.video_rows() * c.video_features()));
+}
+
 }  // namespace
 }  // namespace h3rt
