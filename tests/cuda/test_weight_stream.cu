@@ -413,10 +413,9 @@ TEST(WeightStreamLoad, HostStateDictLoadsStreamedWithoutTheBlocksOnTheDevice) {
 // A caller's block weights already in device memory are used in place; streaming them would
 // free none of it, so a limit that needs streaming is an error naming the option and what to
 // do, at load (the model cannot fit at all) or at the first forward (this request's shape).
-TEST(WeightStreamLoad, CallerDeviceBlockWeightsAreNotStreamed) {
-  H3RT_REQUIRE_GPU();
-  const H3Config c = twelve_blocks();
-  auto weights = state_dict(c, test::fresh_seed());
+// Moves a state dict's 2-D bf16 block weights to device memory, as a caller's CUDA tensors (the
+// ComfyUI node's weights from the loaded model); returns their bytes.
+int64_t blocks_bf16_weights_to_device(std::map<std::string, Tensor>& weights) {
   int64_t on_device = 0;
   for (auto& [key, t] : weights)
     if (key.rfind("blocks.", 0) == 0 && key.ends_with(".weight") && t.dim() == 2 &&
@@ -424,6 +423,14 @@ TEST(WeightStreamLoad, CallerDeviceBlockWeightsAreNotStreamed) {
       t = cuda::to_device(t);
       on_device += t.nbytes();
     }
+  return on_device;
+}
+
+TEST(WeightStreamLoad, CallerDeviceBlockWeightsAreNotStreamed) {
+  H3RT_REQUIRE_GPU();
+  const H3Config c = twelve_blocks();
+  auto weights = state_dict(c, test::fresh_seed());
+  const int64_t on_device = blocks_bf16_weights_to_device(weights);
   ASSERT_GT(on_device, 0);
   const model::BlockStorage st = model::uniform_storage(c, model::LinearStorage::bf16);
   const int64_t w = model::model_weight_bytes(c, st);
@@ -667,13 +674,7 @@ TEST(WeightStreamLoad, AutoLimitCountsTheCallersDeviceWeightsAsFree) {
   H3RT_REQUIRE_GPU();
   const H3Config c = twelve_blocks();
   auto weights = state_dict(c, test::fresh_seed());
-  int64_t on_device = 0;
-  for (auto& [key, t] : weights)
-    if (key.rfind("blocks.", 0) == 0 && key.ends_with(".weight") && t.dim() == 2 &&
-        t.dtype() == DType::bf16) {
-      t = cuda::to_device(t);
-      on_device += t.nbytes();
-    }
+  const int64_t on_device = blocks_bf16_weights_to_device(weights);
   ASSERT_GT(on_device, int64_t(8) << 20);  // room for the GPU's 2 MiB pages
   const model::BlockStorage st = model::uniform_storage(c, model::LinearStorage::bf16);
   const SequenceLayout layout = make_t2va_layout(10, 9, 7, 8, 12);
