@@ -81,6 +81,25 @@ def test_bf16_weights_on_the_device_are_used_in_place():
     expect_used_in_place(state, on_device, WEIGHTS)
 
 
+def test_auto_limit_with_the_callers_device_weights(int8_file):
+    # device_memory_limit="auto" over weights already on the GPU (the node's "weights from the
+    # loaded model"): resolved from the free memory, those weights used in place, not streamed,
+    # and the bits of the file loaded with no limit.
+    state = {k: torch.from_numpy(v.copy()) for k, v in read_safetensors(int8_file).items()}
+    on_device = {k for k, v in state.items() if v.dtype == torch.int8 and k.endswith(".weight")}
+    state = {k: v.cuda() if k in on_device else v for k, v in state.items()}
+    block_bytes = sum(state[k].numel() for k in on_device if k.startswith("blocks."))
+    m = h3rt.load(state, device="cuda", device_memory_limit="auto")
+    w = m.weight_streaming
+    assert w["device_memory_limit_auto"] is True and w["device_memory_limit"] > 0
+    assert w["streamed_at_load"] is False and w["caller_device_bytes"] == block_bytes
+    video, audio, text = golden_inputs()
+    ref = h3rt.load(int8_file, device="cuda")
+    for a, b in zip(m.forward_latents(video, audio, 0.7, text),
+                    ref.forward_latents(video, audio, 0.7, text)):
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
 def test_device_tensors_for_a_cpu_model_move_to_the_host(int8_file):
     state = {k: torch.from_numpy(v.copy()).cuda() for k, v in read_safetensors(int8_file).items()}
     video, audio, text = golden_inputs()

@@ -99,6 +99,32 @@ void upload_int8(const LinearWeight& l, DeviceLinear& d, const Place& place) {
   d.int8_group = static_cast<int>(l.int8_group);
 }
 
+DType upload_dtype(const LinearWeight& l, LinearPath path) {
+  return path == LinearPath::f32_island && l.format != WeightFormat::int8 ? DType::f32
+                                                                          : DType::bf16;
+}
+
+// fp8 block projections with a static input scale, or marked dynamic, run on the fp8 GEMMs from
+// their stored bytes; other fp8 layers run dequantized.
+bool fp8_as_stored(const LinearWeight& l, LinearPath path) {
+  return path == LinearPath::projection && l.format == WeightFormat::fp8_scaled &&
+         (l.input_scale.data() != nullptr || l.fp8_dynamic_activations);
+}
+
+bool bf16_as_stored(const LinearWeight& l, LinearPath path) {
+  return l.format == WeightFormat::bf16 && l.data.dtype() == DType::bf16 &&
+         upload_dtype(l, path) == DType::bf16 && l.data.is_contiguous() && l.w.empty();
+}
+
+// The stored tensors upload_linear keeps as they are (CUDA ones: used in place); none where it
+// computes the layer's values.
+std::vector<const Tensor*> stored_as_is(const LinearWeight& l, LinearPath path) {
+  if (l.format == WeightFormat::nvfp4) return {&l.data, &l.scale};
+  if (l.format == WeightFormat::int8 || fp8_as_stored(l, path) || bf16_as_stored(l, path))
+    return {&l.data};
+  return {};
+}
+
 DeviceLinear upload_linear(const LinearWeight& l, LinearPath path, const Place& place = {}) {
   const MemoryScope scope("the weights of layer " + l.name);
   H3RT_CHECK(l.format != WeightFormat::nvfp4 || path == LinearPath::projection, "layer '", l.name,
@@ -106,7 +132,7 @@ DeviceLinear upload_linear(const LinearWeight& l, LinearPath path, const Place& 
              "fc2) only");
   // int8 layers run as W8A8 on every path (bf16 bias: the epilogue's, h3rt::int8_linear's).
   const bool int8 = l.format == WeightFormat::int8;
-  const DType t = path == LinearPath::f32_island && !int8 ? DType::f32 : DType::bf16;
+  const DType t = upload_dtype(l, path);
   DeviceLinear d;
   d.out = l.out;
   d.in = l.in;
@@ -119,20 +145,17 @@ DeviceLinear upload_linear(const LinearWeight& l, LinearPath path, const Place& 
     upload_int8(l, d, place);
     return d;
   }
-  const bool static_scale = l.input_scale.data() != nullptr;
-  if (path == LinearPath::projection && l.format == WeightFormat::fp8_scaled &&
-      (static_scale || l.fp8_dynamic_activations)) {
+  if (fp8_as_stored(l, path)) {
     H3RT_CHECK(l.data.dtype() == DType::e4m3 && l.data.is_contiguous(), "layer '", l.name,
                "': fp8 weight is not a contiguous e4m3 tensor");
     d.w8 = place(l.data);
     d.w_scale = device_scalar(l.scale, l.name + ".weight_scale");
-    if (static_scale) d.x_scale = device_scalar(l.input_scale, l.name + ".input_scale");
+    if (l.input_scale.data()) d.x_scale = device_scalar(l.input_scale, l.name + ".input_scale");
     return d;
   }
   // Stored bf16 on a bf16 path: the bytes as stored (the caller's device memory used in place,
   // a host view uploaded, or streamed), never through f32 values (round_bf16(float(b)) = b).
-  if (l.format == WeightFormat::bf16 && l.data.dtype() == DType::bf16 && t == DType::bf16 &&
-      l.data.is_contiguous() && l.w.empty()) {
+  if (bf16_as_stored(l, path)) {
     d.w = place(l.data);
     return d;
   }
@@ -333,12 +356,48 @@ std::vector<Tensor> sources_of(DeviceBlock& b, const std::map<const void*, Tenso
 
 }  // namespace
 
+namespace {
+
+// The curve form's AdaLN layers compute in float32 (adaln_curve_linear_cuda).
+LinearPath adaln_path(const H3Config& c) {
+  return c.adaln_curve() ? LinearPath::f32_island : LinearPath::adaln;
+}
+
+}  // namespace
+
+int64_t in_place_device_bytes(const H3Model& m) {
+  const H3Weights& w = m.weights;
+  int64_t n = 0;
+  const auto add = [&n](const LinearWeight& l, LinearPath path) {
+    for (const Tensor* t : stored_as_is(l, path))
+      if (t->data() && t->device() == Device::cuda) n += t->nbytes();
+  };
+  const auto add_block = [&add](const RefinerBlockWeights& b) {
+    for (const LinearWeight* l : {&b.attn.qkv, &b.attn.out, &b.mlp.fc1, &b.mlp.fc2})
+      add(*l, LinearPath::projection);
+  };
+  // As upload_model places them (a PDD bank's heads are combined on the host).
+  add(w.video_in, LinearPath::f32_island);
+  add(w.audio_in, LinearPath::f32_island);
+  add(w.text_in, LinearPath::bf16);
+  add(w.final_adaln, adaln_path(m.config));
+  if (m.config.pdd_heads == 1) {
+    add(w.video_out, LinearPath::f32_island);
+    add(w.audio_out, LinearPath::f32_island);
+  }
+  for (const RefinerBlockWeights& b : w.refiner) add_block(b);
+  for (const BlockWeights& b : w.blocks) {
+    add_block(b);
+    add(b.adaln, adaln_path(m.config));
+  }
+  return n;
+}
+
 DeviceModel upload_model(const H3Model& m, BlockImageWriter* stream, bool keep_block_sources,
                          const BlockProgress& progress) {
   const H3Weights& w = m.weights;
   const H3Config& c = m.config;
-  // The curve form's AdaLN layers compute in float32 (adaln_curve_linear_cuda).
-  const LinearPath adaln = c.adaln_curve() ? LinearPath::f32_island : LinearPath::adaln;
+  const LinearPath adaln = adaln_path(c);
   DeviceModel d;
   d.config = c;
   d.video_in = upload_linear(w.video_in, LinearPath::f32_island);

@@ -81,6 +81,11 @@ using BlockProgress = std::function<void(int64_t done, int64_t total)>;
 DeviceModel upload_model(const H3Model& model, BlockImageWriter* stream = nullptr,
                          bool keep_block_sources = false, const BlockProgress& progress = {});
 
+// Bytes of the model's weights that are CUDA tensors upload_model uses in place (a state dict of
+// the caller's device tensors): device memory the caller already holds, of which the upload
+// makes no copy. Layers it converts (fp8 run dequantized, float32 islands) are not counted.
+int64_t in_place_device_bytes(const H3Model& model);
+
 // The same synthetic weights as make_synthetic_model (bit-identical values), generated directly
 // on the GPU, so the release-sized preset needs no host copy of its 33B parameters.
 // `each_block(i, block)`, when given, runs on each transformer block as soon as it is made,

@@ -219,24 +219,15 @@ void check_options(const DenoiserOptions& o) {
 #endif
 }
 
-// The options with device_memory_limit auto resolved: none on the CPU, else from the GPU's
-// free memory now.
+#ifdef H3RT_HAVE_CUDA
+// The options of a CUDA model with device_memory_limit auto resolved from the GPU's free memory
+// now (plus `in_place_bytes`: the caller's tensors the model uses in place).
 DenoiserOptions resolve_auto_limit(const DenoiserOptions& o, int64_t in_place_bytes = 0) {
   DenoiserOptions r = o;
-  if (o.device_memory_limit == kDeviceMemoryAuto)
-    r.device_memory_limit = o.device == Device::cuda
-                                ? resolve_device_memory_limit(kDeviceMemoryAuto, in_place_bytes)
-                                : 0;
+  r.device_memory_limit = resolve_device_memory_limit(o.device_memory_limit, in_place_bytes);
   return r;
 }
-
-// Bytes of a state dict's tensors already in device memory (used in place by a CUDA model).
-int64_t device_tensor_bytes(const std::map<std::string, Tensor>& tensors) {
-  int64_t n = 0;
-  for (const auto& [key, t] : tensors)
-    if (t.device() == Device::cuda) n += t.nbytes();
-  return n;
-}
+#endif
 
 double host_memory_bytes() {
   return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
@@ -285,15 +276,18 @@ LoraMergeReport merge_option_loras(H3Model& m, const DenoiserOptions& o) {
   return merge_loras(m, read_loras(o), lora_options(o)).report;  // originals not needed again
 }
 
-std::unique_ptr<Denoiser> place(H3Model m, const DenoiserOptions& o,
-                                [[maybe_unused]] bool auto_limit) {
-  LoraMergeReport lora = merge_option_loras(m, o);
-  if (o.check_finite == CheckFinite::every_step) check_weights_finite(m);
-  const int fp8_dynamic = set_fp8_activations(m, o.fp8_activations);
-  if (o.device == Device::cpu)
-    return std::make_unique<CpuDenoiser>(std::move(m), precision_for(o), fp8_dynamic,
-                                         o.check_finite, std::move(lora));
+std::unique_ptr<Denoiser> place(H3Model m, const DenoiserOptions& given) {
+  LoraMergeReport lora = merge_option_loras(m, given);
+  if (given.check_finite == CheckFinite::every_step) check_weights_finite(m);
+  const int fp8_dynamic = set_fp8_activations(m, given.fp8_activations);
+  if (given.device == Device::cpu)
+    return std::make_unique<CpuDenoiser>(std::move(m), precision_for(given), fp8_dynamic,
+                                         given.check_finite, std::move(lora));
 #ifdef H3RT_HAVE_CUDA
+  // auto: the caller's CUDA tensors this model uses in place count as free memory (they are
+  // already allocated, and the plan counts them as the model's), after the LoRAs merged.
+  const bool auto_limit = given.device_memory_limit == kDeviceMemoryAuto;
+  const DenoiserOptions o = resolve_auto_limit(given, model::in_place_device_bytes(m));
   const model::LoadMeter meter;
   std::optional<model::LoadPlan> lp;
   model::DeviceModel d = upload_for(m, o, lp);
@@ -363,15 +357,15 @@ std::string ModelSource::describe() const {
 
 std::unique_ptr<Denoiser> Denoiser::create(const ModelSource& s, const DenoiserOptions& given) {
   check_options(given);
-  const DenoiserOptions o = resolve_auto_limit(given);
-  [[maybe_unused]] const bool auto_limit = given.device_memory_limit == kDeviceMemoryAuto;
+  const DenoiserOptions& o = given;
   H3RT_CHECK(o.synthetic_gemm == SyntheticGemm::bf16 || s.checkpoint.empty(), "gemm ",
              synthetic_gemm_name(o.synthetic_gemm),
              " applies to the synthetic presets; checkpoint ", s.checkpoint,
              " runs each layer in the format it stores (quantize-checkpoint converts a file)");
 #ifdef H3RT_HAVE_CUDA
   // Synthetic release-size weights are generated on the device, never held on the host.
-  if (o.device == Device::cuda && s.checkpoint.empty()) {
+  if (given.device == Device::cuda && s.checkpoint.empty()) {
+    const DenoiserOptions o = resolve_auto_limit(given);
     H3RT_CHECK(s.qkv_override.empty(), "qkv_override needs a checkpoint");
     const std::optional<H3Config> config = config_preset(s.preset);
     H3RT_CHECK(config, "unknown preset '", s.preset, "' (tiny or h3)");
@@ -390,18 +384,19 @@ std::unique_ptr<Denoiser> Denoiser::create(const ModelSource& s, const DenoiserO
         *config, s.weights_seed, o.synthetic_gemm, group, stream ? &lp->slot : nullptr,
         loras ? &*loras : nullptr, model::load_stream_source(lp, o.weight_stream_source),
         block_progress(o));
-    const WeightStreaming load = load_report(m, lp, o, meter, auto_limit);
+    const WeightStreaming load =
+        load_report(m, lp, o, meter, given.device_memory_limit == kDeviceMemoryAuto);
     LoraMergeReport lora = loras ? loras->report() : LoraMergeReport{};
     return std::make_unique<CudaDenoiser>(std::move(m), o, 0, std::move(lora), load);
   }
 #endif
-  return place(load_host_model(s, o.device), o, auto_limit);
+  return place(load_host_model(s, o.device), given);
 }
 
 std::unique_ptr<Denoiser> Denoiser::create(const std::map<std::string, Tensor>& tensors,
                                            const DenoiserOptions& given, QkvLayout qkv_layout) {
   check_options(given);
-  const DenoiserOptions o = resolve_auto_limit(given, device_tensor_bytes(tensors));
+  const DenoiserOptions& o = given;
   if (o.device == Device::cpu)
     for (const auto& [key, t] : tensors)
       H3RT_CHECK(t.device() == Device::cpu, "tensor '", key,
@@ -413,7 +408,7 @@ std::unique_ptr<Denoiser> Denoiser::create(const std::map<std::string, Tensor>& 
              synthetic_gemm_name(o.synthetic_gemm),
              " applies to the synthetic presets; a state dict runs each layer in the format it "
              "holds");
-  return place(load_model(tensors, opts), o, given.device_memory_limit == kDeviceMemoryAuto);
+  return place(load_model(tensors, opts), given);
 }
 
 }  // namespace h3rt

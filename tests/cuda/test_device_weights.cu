@@ -15,6 +15,7 @@
 #include "h3rt/pipeline.h"
 #include "h3rt/quantize.h"
 #include "h3rt/safetensors.h"
+#include "model/model_cuda.h"
 
 namespace h3rt {
 namespace {
@@ -95,6 +96,52 @@ TEST(DeviceWeights, Bf16WeightsUsedInPlace) {
   }
   ASSERT_GT(in_place_bytes, 0);
   expect_used_in_place(host, mixed, in_place_bytes, "bf16 weights");
+}
+
+H3Model load_without_float_copies(const std::map<std::string, Tensor>& tensors) {
+  LoadOptions o;
+  o.dense_float_copies = false;  // as the CUDA model loads
+  return load_model(tensors, o);
+}
+
+// device_memory_limit auto counts as free the caller's device tensors the model uses in place,
+// and only those: a bf16 island (video_patch_proj, uploaded as float32) and fp8 layers without an
+// input_scale (run dequantized unless fp8 activations are dynamic) get h3rt's own copies.
+TEST(DeviceWeights, InPlaceBytesCountOnlyTheLayersUsedAsStored) {
+  H3RT_REQUIRE_GPU();
+  const SafetensorsFile f = SafetensorsFile::open(test::golden_dir() + "/weights.safetensors");
+  const std::string island = "video_patch_proj.weight";
+  std::map<std::string, Tensor> bf16;
+  int64_t used_bf16 = 0;
+  for (const auto& e : f.entries()) {
+    Tensor t = f.get(e.name);
+    if (e.name == island) t = tensor_from_f32(t.to_f32(), t.shape(), DType::bf16);
+    const bool weight = t.dtype() == DType::bf16 && t.dim() == 2 && e.name.ends_with(".weight");
+    bf16[e.name] = weight ? cuda::to_device(t) : t;
+    if (weight && e.name != island) used_bf16 += t.nbytes();
+  }
+  ASSERT_GT(used_bf16, 0);
+  EXPECT_EQ(model::in_place_device_bytes(load_without_float_copies(bf16)), used_bf16);
+
+  const std::string file = ::testing::TempDir() + "/h3rt_device_weights_fp8.safetensors";
+  QuantizeCheckpointOptions opt;
+  opt.format = WeightFormat::fp8_scaled;
+  quantize_checkpoint(test::golden_dir() + "/weights.safetensors", file, opt);
+  const SafetensorsFile q = SafetensorsFile::open(file);
+  std::map<std::string, Tensor> fp8;
+  int64_t e4m3_bytes = 0;
+  for (const auto& e : q.entries()) {
+    if (e.name.ends_with(".input_scale")) continue;  // activations scaled per call, or not at all
+    const Tensor t = q.get(e.name);
+    const bool bytes = t.dtype() == DType::e4m3;
+    fp8[e.name] = bytes ? cuda::to_device(t) : t;
+    if (bytes) e4m3_bytes += t.nbytes();
+  }
+  ASSERT_GT(e4m3_bytes, 0);
+  H3Model m = load_without_float_copies(fp8);
+  EXPECT_EQ(model::in_place_device_bytes(m), 0);  // all dequantized: h3rt's bf16 copies
+  ASSERT_GT(set_fp8_activations(m, Fp8Activations::dynamic), 0);
+  EXPECT_EQ(model::in_place_device_bytes(m), e4m3_bytes);
 }
 
 // Device weight bytes for a CPU model: a clear error naming the tensor, not a crash.
