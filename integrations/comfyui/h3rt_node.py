@@ -480,7 +480,8 @@ class H3rtWrapper:
         if base is not None and getattr(base, "lowvram_patch_counter", 0):
             # LoRA applied per layer at call time: the stored weights lack it.
             raise Fallback("weights are patched on the fly (low-VRAM LoRA): the state dict "
-                           "lacks the patches")
+                           "lacks the patches; give the LoRA files to this node's 'loras' "
+                           "option instead of a LoRA loader node (h3rt merges them itself)")
         return (id(diffusion_model), getattr(base, "current_weight_patches_uuid", None))
 
     def _engine(self, executor):
