@@ -150,10 +150,10 @@ void print_load_plan(const H3Config& c, const model::BlockStorage& st, int64_t l
     const model::LoadPlan load = model::plan_load(c, st, st, limit, true);
     if (load.stream)
       std::printf(
-          "load: the blocks go from the file to host memory (pinned copies, or views of the "
+          "load: %zu blocks go from the file to host memory (pinned copies, or views of the "
           "file with --weight-stream-source file) as they are read; the load puts %.2f GB of "
           "weights on the device, never the whole model\n",
-          load.device_weight_bytes / 1e9);
+          load.plan.blocks.size(), load.device_weight_bytes / 1e9);
     else
       std::printf(
           "load: resident (%.2f GB of weights, within the limit); a request over the limit moves "
@@ -184,11 +184,16 @@ void print_device_plan(const H3Config& c, const model::TensorSource& src, int64_
   try {
     const model::WeightStreamPlan p = model::plan_weight_streaming(in);
     if (p.stream) {
+      const std::string which =
+          static_cast<int64_t>(p.blocks.size()) == in.blocks
+              ? "the weights of all " + std::to_string(in.blocks) + " blocks stream"
+              : "the weights of " + std::to_string(p.blocks.size()) + " of the " +
+                    std::to_string(in.blocks) + " blocks stream, the rest stay resident";
       std::printf(
-          "--device-memory-limit %.2f GB: the block weights stream (%.2f GB pinned host "
-          "memory, %d slots of %.3f GB, %.2f GB H2D per step, %.2f GB on the device)\n",
-          limit / 1e9, p.host_bytes / 1e9, p.slots, p.slot_bytes / 1e9, p.h2d_bytes_per_step / 1e9,
-          p.device_bytes / 1e9);
+          "--device-memory-limit %.2f GB: %s (%.2f GB pinned host memory, %d slots of %.3f GB, "
+          "%.2f GB H2D per step, %.2f GB on the device)\n",
+          limit / 1e9, which.c_str(), p.host_bytes / 1e9, p.slots, p.slot_bytes / 1e9,
+          p.h2d_bytes_per_step / 1e9, p.device_bytes / 1e9);
       print_stream_source(p);
     } else {
       std::printf("--device-memory-limit %.2f GB: the weights stay resident (%.2f GB)\n",

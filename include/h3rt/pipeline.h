@@ -108,9 +108,10 @@ struct WeightStreaming {
   bool limit_auto = false;  // the limit came from "auto" (the GPU's free memory at create())
   bool streamed = false;  // the block weights stream from host memory into device slots
   std::string source;     // streamed: "pinned" or "file" (WeightStreamSource)
-  int slots = 0;          // device slots of one block's weights
+  int64_t streamed_blocks = 0;  // how many of the transformer blocks stream (the rest resident)
+  int slots = 0;                // device slots of one block's weights
   int64_t slot_bytes = 0;
-  int64_t host_bytes = 0;  // pinned host bytes: every block's copy (pinned) or staging (file)
+  int64_t host_bytes = 0;  // pinned host bytes: each streamed block's copy (pinned) or staging
   int64_t h2d_bytes_per_step = 0;      // copied host -> device per forward
   int64_t resident_weight_bytes = 0;   // weights kept on the device
   int64_t planned_device_bytes = 0;    // the plan's estimate: weights + slots + activations

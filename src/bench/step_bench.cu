@@ -82,7 +82,7 @@ Setup setup(const StepBenchOptions& o, const char* verb, bool resident = false) 
   const auto t0 = Clock::now();
   const WeightStreamSource source = model::load_stream_source(lp, o.weight_stream_source);
   st.dev = model::make_synthetic_gemm_model(st.c, o.weights_seed, gemm, o.int8_group,
-                                            stream ? &lp->slot : nullptr, nullptr, source);
+                                            stream ? &*lp : nullptr, nullptr, source);
   H3RT_CUDA_CHECK(cudaDeviceSynchronize());
   st.model_s = seconds_since(t0);
   st.weight_bytes = cuda::default_arena().stats().current_allocated;
@@ -129,12 +129,13 @@ model::WeightStreamPlan apply_limit(const StepBenchOptions& o, Setup& st, const 
       stderr, "bench %s: --device-memory-limit %.2f GB: %s (planned %.2f GB on the device%s)\n",
       verb, o.device_memory_limit / 1e9,
       !p.stream                                ? "resident"
-      : p.source == WeightStreamSource::pinned ? "the block weights stream from pinned host memory"
-                                               : "the block weights stream from pageable host "
+      : p.source == WeightStreamSource::pinned ? "block weights stream from pinned host memory"
+                                               : "block weights stream from pageable host "
                                                  "memory through pinned staging (source file)",
       p.device_bytes / 1e9,
-      p.stream ? detail::concat(", ", p.slots, " slots of ", p.slot_bytes / 1e9, " GB, ",
-                                p.h2d_bytes_per_step / 1e9, " GB H2D per step")
+      p.stream ? detail::concat(", ", p.blocks.size(), " of ", st.dev.blocks.size(),
+                                " blocks streamed, ", p.slots, " slots of ", p.slot_bytes / 1e9,
+                                " GB, ", p.h2d_bytes_per_step / 1e9, " GB H2D per step")
                      .c_str()
                : "");
   return p;

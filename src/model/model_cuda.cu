@@ -412,19 +412,21 @@ DeviceModel upload_model(const H3Model& m, BlockImageWriter* stream, bool keep_b
   }
   for (const auto& b : w.refiner) d.refiner.push_back(upload_block(b));
   std::map<const void*, Tensor> kept;
-  const Place place{stream != nullptr, &d.caller_block_bytes,
-                    keep_block_sources && !stream ? &kept : nullptr};
   const int64_t n = static_cast<int64_t>(w.blocks.size());
   if (progress) progress(0, n);
   for (size_t i = 0; i < w.blocks.size(); ++i) {
+    const bool streams = stream && stream->streams(i);
+    const Place place{streams, &d.caller_block_bytes, keep_block_sources ? &kept : nullptr};
+    const int64_t caller_before = d.caller_block_bytes;
     d.blocks.push_back(upload_block(w.blocks[i], place));
     d.blocks.back().adaln = upload_linear(w.blocks[i].adaln, adaln, place);
+    d.caller_block.push_back(d.caller_block_bytes > caller_before);
     if (place.kept) {
       d.block_sources.push_back(sources_of(d.blocks.back(), kept));
       kept.clear();
     }
-    if (stream) {
-      H3RT_CHECK(d.caller_block_bytes == 0, "device_memory_limit: block ", i, " (blocks.", i,
+    if (streams) {
+      H3RT_CHECK(!d.caller_block.back(), "device_memory_limit: block ", i, " (blocks.", i,
                  ".*) holds weight matrices that are the caller's CUDA tensors, used in place; "
                  "streaming them would copy them to host memory and free none of their device "
                  "memory. Pass the state dict as CPU tensors (h3rt then streams them from pinned "

@@ -51,8 +51,10 @@ struct DeviceModel {
   // streaming from the file later (stream_block_weights, source file) reads them, not copies.
   std::vector<std::vector<Tensor>> block_sources;
   // Bytes of the blocks' streamable matrices used in place from the caller's device memory (a
-  // state dict of CUDA tensors): streaming them would free none of it, so it is refused.
+  // state dict of CUDA tensors), and per block whether it holds any: streaming those would free
+  // none of it, so such blocks stay resident.
   int64_t caller_block_bytes = 0;
+  std::vector<bool> caller_block;
 
   bool has_fp8() const;         // any block projection on the fp8 GEMM path
   bool has_nvfp4() const;       // any block projection on the NVFP4 GEMM path

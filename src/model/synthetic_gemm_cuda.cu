@@ -56,17 +56,18 @@ BlockStorage synthetic_block_storage(const H3Config& c, SyntheticGemm format) {
 }
 
 DeviceModel make_synthetic_gemm_model(const H3Config& c, uint64_t seed, SyntheticGemm format,
-                                      int int8_group, const SlotLayout* stream,
+                                      int int8_group, const LoadPlan* stream,
                                       BlockwiseLoraMergeCuda* lora, WeightStreamSource source,
                                       const BlockProgress& progress) {
   cuda::Stream s;
   std::optional<BlockImageWriter> images;
-  if (stream) images.emplace(*stream, static_cast<size_t>(c.layers), source);
+  if (stream)
+    images.emplace(stream->slot, static_cast<size_t>(c.layers), source, stream->plan.blocks);
   if (progress) progress(0, c.layers);
   DeviceModel m = make_synthetic_device_model(c, seed, [&](size_t i, DeviceBlock& b) {
     if (lora) lora->merge_block(i, b, s);
     quantize_synthetic_block(b, format, int8_group, s);
-    if (images) images->write(i, b);  // its device memory returns to the arena for the next
+    if (images && images->streams(i)) images->write(i, b);  // its device memory is freed
     if (progress) progress(static_cast<int64_t>(i) + 1, c.layers);
   });
   if (lora) lora->merge_rest(m, s);

@@ -28,15 +28,15 @@ class BlockwiseLoraMergeCuda;  // model/lora_cuda.h
 
 // make_synthetic_device_model, `lora` merged (as merge_loras_cuda), then
 // quantize_synthetic_blocks: the same bits, made block by block (each block merged and
-// converted before the next is made). With `stream` (a LoadPlan that streams: its slot layout)
-// each block is also written to its pinned image before the next is made: the device holds
-// the resident part and one block's bf16 weights and converted copy at most, never the model
-// (the cost: one device-to-host copy of each block's image, e.g. 50 x 0.9 GB for the int8 h3
-// preset).
+// converted before the next is made). With `stream` (a LoadPlan that streams) each block it
+// streams is also written to its pinned image before the next is made: the device holds the
+// resident part and one block's bf16 weights and converted copy at most, never the model (the
+// cost: one device-to-host copy of each streamed block's image, e.g. 0.9 GB per block for the
+// int8 h3 preset).
 // `source`: where the streamed blocks go (file: pageable host copies, which exercises the file
 // source's gather without a checkpoint).
 DeviceModel make_synthetic_gemm_model(const H3Config& c, uint64_t seed, SyntheticGemm format,
-                                      int int8_group, const SlotLayout* stream = nullptr,
+                                      int int8_group, const LoadPlan* stream = nullptr,
                                       BlockwiseLoraMergeCuda* lora = nullptr,
                                       WeightStreamSource source = WeightStreamSource::pinned,
                                       const BlockProgress& progress = {});

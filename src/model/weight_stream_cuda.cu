@@ -140,20 +140,55 @@ int64_t model_weight_bytes(const DeviceModel& m) {
   return n;
 }
 
+int64_t StreamedBlocks::ordinal(int64_t i) const {
+  const auto it = std::lower_bound(blocks.begin(), blocks.end(), i);
+  return it != blocks.end() && *it == i ? it - blocks.begin() : -1;
+}
+
 BlockImageWriter::BlockImageWriter(const SlotLayout& layout, size_t blocks,
-                                   WeightStreamSource source)
-    : st_(std::make_shared<StreamedBlocks>()), written_(blocks, false) {
+                                   WeightStreamSource source, const std::vector<int64_t>& streamed,
+                                   const StreamedBlocks* previous)
+    : st_(std::make_shared<StreamedBlocks>()), ordinal_(blocks, -1) {
   H3RT_CHECK(source != WeightStreamSource::automatic,
              "BlockImageWriter: choose the source first (choose_stream_source)");
+  H3RT_CHECK(!previous || (previous->source == source && same_layout(previous->layout, layout)),
+             "BlockImageWriter: more blocks stream with the source and layout of those before");
   const MemoryScope scope("the pinned host copies of the streamed block weights");
   st_->layout = layout;
   st_->source = source;
-  if (source == WeightStreamSource::file) {
-    st_->sources.resize(blocks);
-    return;
+  st_->blocks = streamed;
+  if (streamed.empty())
+    for (size_t i = 0; i < blocks; ++i) st_->blocks.push_back(static_cast<int64_t>(i));
+  const size_t n = st_->blocks.size();
+  for (size_t k = 0; k < n; ++k) {
+    const int64_t i = st_->blocks[k];
+    H3RT_CHECK(i >= 0 && static_cast<size_t>(i) < blocks && (k == 0 || i > st_->blocks[k - 1]),
+               "BlockImageWriter: streamed blocks out of range or order");
+    ordinal_[static_cast<size_t>(i)] = static_cast<int64_t>(k);
   }
-  for (size_t i = 0; i < blocks; ++i)
-    st_->images.push_back(pinned(static_cast<size_t>(layout.bytes), i, blocks));
+  written_.assign(n, false);
+  if (source == WeightStreamSource::file)
+    st_->sources.resize(n);
+  else
+    st_->images.resize(n);
+  if (previous)  // taken over as they are
+    for (size_t j = 0; j < previous->blocks.size(); ++j) {
+      const int64_t k = ordinal_.at(static_cast<size_t>(previous->blocks[j]));
+      H3RT_CHECK(k >= 0, "BlockImageWriter: block ", previous->blocks[j],
+                 " streams already and must stay streamed");
+      if (source == WeightStreamSource::file)
+        st_->sources[size_t(k)] = previous->sources[j];
+      else
+        st_->images[size_t(k)] = previous->images[j];
+      written_[size_t(k)] = true;
+    }
+  if (source == WeightStreamSource::pinned)  // all pinned up front: a short host fails early
+    for (size_t k = 0; k < n; ++k)
+      if (!written_[k]) st_->images[k] = pinned(static_cast<size_t>(layout.bytes), k, n);
+}
+
+bool BlockImageWriter::streams(size_t i) const {
+  return i < ordinal_.size() && ordinal_[i] >= 0;
 }
 
 namespace {
@@ -171,9 +206,10 @@ Tensor host_copy_of(const Tensor& t) {
 
 // File: the block's host tensors as they are (device ones replaced by their kept source or a
 // host copy); their device memory, if any, goes back to the arena.
-void BlockImageWriter::keep(size_t i, std::vector<std::pair<std::string, Tensor*>>& tensors,
+void BlockImageWriter::keep(size_t ord, std::vector<std::pair<std::string, Tensor*>>& tensors,
                             const std::vector<Tensor>* kept) {
-  std::vector<Tensor>& out = st_->sources[i];
+  std::vector<Tensor>& out = st_->sources[ord];
+  const int64_t i = st_->blocks[ord];
   for (size_t k = 0; k < tensors.size(); ++k) {
     Tensor& t = *tensors[k].second;
     H3RT_CHECK(t.is_contiguous(), "weight streaming: ", tensors[k].first, " of block ", i,
@@ -189,8 +225,9 @@ void BlockImageWriter::keep(size_t i, std::vector<std::pair<std::string, Tensor*
 }
 
 void BlockImageWriter::write(size_t i, DeviceBlock& b, const std::vector<Tensor>* kept) {
-  H3RT_CHECK(i < written_.size() && !written_[i], "BlockImageWriter: block ", i,
-             " out of range or written twice");
+  H3RT_CHECK(streams(i) && !written_[size_t(ordinal_[i])], "BlockImageWriter: block ", i,
+             " does not stream or was written twice");
+  const size_t ord = static_cast<size_t>(ordinal_[i]);
   H3RT_CHECK(same_layout(block_slot_layout(b), st_->layout), "block ", i, " (blocks.", i,
              ".*) stores its linears in other formats or shapes than the streamed layout (",
              st_->layout.bytes,
@@ -204,11 +241,11 @@ void BlockImageWriter::write(size_t i, DeviceBlock& b, const std::vector<Tensor>
       break;
     }
   if (st_->source == WeightStreamSource::file) {
-    keep(i, tensors, kept);
-    written_[i] = true;
+    keep(ord, tensors, kept);
+    written_[ord] = true;
     return;
   }
-  const std::shared_ptr<void>& image = st_->images[i];
+  const std::shared_ptr<void>& image = st_->images[ord];
   char* base = static_cast<char*>(image.get());
   for (size_t k = 0; k < tensors.size(); ++k) {
     const Tensor& t = *tensors[k].second;
@@ -224,12 +261,12 @@ void BlockImageWriter::write(size_t i, DeviceBlock& b, const std::vector<Tensor>
     Tensor& t = *tensors[k].second;
     t = Tensor(base + layout.entries[k].offset, t.dtype(), t.shape(), image, Device::cpu);
   }
-  written_[i] = true;
+  written_[ord] = true;
 }
 
 std::shared_ptr<const StreamedBlocks> BlockImageWriter::finish() {
-  for (size_t i = 0; i < written_.size(); ++i)
-    H3RT_CHECK(written_[i], "BlockImageWriter: block ", i, " was never written");
+  for (size_t k = 0; k < written_.size(); ++k)
+    H3RT_CHECK(written_[k], "BlockImageWriter: block ", st_->blocks[k], " was never written");
   for (const auto& block : st_->sources)
     for (const Tensor& t : block)
       if (const void* f = mapping_of(t.data()))
@@ -249,21 +286,43 @@ void check_stream_sources(const DeviceModel& m) {
   }
 }
 
-void stream_block_weights(DeviceModel& m, WeightStreamSource source) {
-  if (m.streamed || m.blocks.empty()) return;
-  const SlotLayout layout = block_slot_layout(m.blocks[0]);
-  for (size_t i = 0; i < m.blocks.size(); ++i)
-    H3RT_CHECK(same_layout(block_slot_layout(m.blocks[i]), layout), "block ", i, " (blocks.", i,
+void stream_block_weights(DeviceModel& m, WeightStreamSource source,
+                          const std::vector<int64_t>& blocks) {
+  if (m.blocks.empty()) return;
+  std::vector<int64_t> want = blocks;
+  if (want.empty())
+    for (size_t i = 0; i < m.blocks.size(); ++i) want.push_back(static_cast<int64_t>(i));
+  if (m.streamed) {  // those already streamed stay, with their source
+    want.insert(want.end(), m.streamed->blocks.begin(), m.streamed->blocks.end());
+    std::sort(want.begin(), want.end());
+    want.erase(std::unique(want.begin(), want.end()), want.end());
+    if (want == m.streamed->blocks) return;
+    source = m.streamed->source;
+  }
+  const SlotLayout layout = m.streamed ? m.streamed->layout : block_slot_layout(m.blocks[0]);
+  for (int64_t i : want)
+    H3RT_CHECK(same_layout(block_slot_layout(m.blocks[size_t(i)]), layout), "block ", i,
+               " (blocks.", i,
                ".*) stores its linears in other formats or shapes than block 0; "
                "weight streaming (device_memory_limit) needs one layout for every block");
   H3RT_CUDA_CHECK(cudaDeviceSynchronize());  // whatever wrote the weights (other streams)
   // Pinned: all pinned first, so a failure leaves m as it was.
-  BlockImageWriter w(layout, m.blocks.size(), source);
-  for (size_t i = 0; i < m.blocks.size(); ++i)
-    w.write(i, m.blocks[i], i < m.block_sources.size() ? &m.block_sources[i] : nullptr);
+  BlockImageWriter w(layout, m.blocks.size(), source, want, m.streamed.get());
+  for (int64_t i : want) {
+    const size_t b = static_cast<size_t>(i);
+    if (m.streamed && m.streamed->ordinal(i) >= 0) continue;
+    w.write(b, m.blocks[b], b < m.block_sources.size() ? &m.block_sources[b] : nullptr);
+  }
   m.streamed = w.finish();
-  m.block_sources.clear();
+  if (m.streamed->blocks.size() == m.blocks.size()) m.block_sources.clear();  // none left to move
   cuda::default_arena().release_cached();  // the freed blocks go back to the driver
+}
+
+std::vector<int64_t> caller_blocks(const DeviceModel& m) {
+  std::vector<int64_t> v;
+  for (size_t i = 0; i < m.caller_block.size(); ++i)
+    if (m.caller_block[i]) v.push_back(static_cast<int64_t>(i));
+  return v;
 }
 
 WeightStreamPlan apply_weight_streaming(DeviceModel& m, const SequenceLayout& layout, int64_t limit,
@@ -277,19 +336,12 @@ WeightStreamPlan apply_weight_streaming(DeviceModel& m, const SequenceLayout& la
   BlockStorage storage = block_storage(m.blocks[0]);
   storage.int8_io = m.has_int8_io();
   w.working_set_bytes = estimate_working_set_bytes(m.config, storage, sage, forward_shape(layout));
-  w.streamed = m.streamed != nullptr;
+  if (m.streamed) w.streamed = m.streamed->blocks;
+  w.fixed = caller_blocks(m);
   const WeightStreamPlan p = plan_weight_streaming(w);
-  H3RT_CHECK(!p.stream || m.streamed || m.caller_block_bytes == 0, "device_memory_limit ",
-             limit / 1e9, " GB: this request needs the block weights streamed (",
-             p.device_bytes / 1e9, " GB on the device streamed, ",
-             (w.weight_bytes + w.working_set_bytes) / 1e9, " GB resident), but ",
-             m.caller_block_bytes / 1e9,
-             " GB of them are the caller's CUDA tensors, used in place: streaming would copy them "
-             "to host memory and free none of their device memory. Pass the state dict as CPU "
-             "tensors (h3rt then streams them from pinned host memory), or raise the limit");
   if (!p.stream) return p;
-  if (!m.streamed)
-    stream_block_weights(m, choose_stream_source(source, p.host_bytes, host_memory()));
+  if (!m.streamed || p.blocks != m.streamed->blocks)
+    stream_block_weights(m, choose_stream_source(source, p.host_bytes, host_memory()), p.blocks);
   return with_source(p, m.streamed->source);
 }
 
@@ -301,7 +353,9 @@ BlockWeightStream::BlockWeightStream(const DeviceModel& m, int slots) : streamed
   for (int k = 0; k < slots; ++k) slots_.push_back(cuda::device_empty(DType::u8, {layout_.bytes}));
   for (size_t i = 0; i < m.blocks.size(); ++i) {
     views_.push_back(m.blocks[i]);
-    char* base = static_cast<char*>(slots_[i % slots].data());
+    ordinal_.push_back(streamed_->ordinal(static_cast<int64_t>(i)));
+    if (ordinal_.back() < 0) continue;  // resident: the model's tensors
+    char* base = static_cast<char*>(slots_[size_t(ordinal_.back()) % slots_.size()].data());
     auto tensors = streamed_tensors(views_.back());
     for (size_t k = 0; k < tensors.size(); ++k) {
       Tensor& t = *tensors[k].second;
@@ -311,10 +365,10 @@ BlockWeightStream::BlockWeightStream(const DeviceModel& m, int slots) : streamed
   if (streamed_->source == WeightStreamSource::file) {
     for (int k = 0; k < slots; ++k)
       staging_.push_back(pinned(static_cast<size_t>(layout_.bytes), k, slots, true));
-    for (size_t i = 0; i < m.blocks.size(); ++i) {  // block i: its sources -> staging i % slots
-      Gather g{this, static_cast<int64_t>(i), {}};
-      char* dst = static_cast<char*>(staging_[i % staging_.size()].get());
-      const std::vector<Tensor>& src = streamed_->sources[i];
+    for (size_t o = 0; o < streamed_->blocks.size(); ++o) {  // its sources -> staging o % slots
+      Gather g{this, static_cast<int64_t>(o), {}};
+      char* dst = static_cast<char*>(staging_[o % staging_.size()].get());
+      const std::vector<Tensor>& src = streamed_->sources[o];
       for (size_t k = 0; k < src.size(); ++k)
         g.pieces.push_back({dst + layout_.entries[k].offset, src[k].data(), src[k].nbytes()});
       gathers_.push_back(std::move(g));
@@ -360,7 +414,7 @@ void BlockWeightStream::timer_end(int t) {
 
 void CUDART_CB BlockWeightStream::gather_host(void* g) {
   const Gather* task = static_cast<const Gather*>(g);
-  task->stream->gather(task->block);
+  task->stream->gather(task->ordinal);
 }
 
 namespace {
@@ -379,21 +433,21 @@ void read_ahead(const Tensor& t) {
 // Runs on the CUDA driver's callback thread: no CUDA calls, no exceptions out (parallel_copy
 // starts and joins its threads here). The next block's read-ahead is asked for after this
 // block's copy, so that on a cold file its I/O does not compete with the pages the GPU waits for.
-void BlockWeightStream::gather(int64_t block) noexcept {
-  parallel_copy(gathers_[static_cast<size_t>(block)].pieces);
+void BlockWeightStream::gather(int64_t o) noexcept {
+  parallel_copy(gathers_[static_cast<size_t>(o)].pieces);
   const std::vector<Tensor>& next =
-      streamed_->sources[static_cast<size_t>(block + 1) % streamed_->sources.size()];
+      streamed_->sources[static_cast<size_t>(o + 1) % streamed_->sources.size()];
   for (const Tensor& t : next) read_ahead(t);
 }
 
-void BlockWeightStream::copy(int64_t block, cudaEvent_t after) {
-  const size_t k = static_cast<size_t>(block) % slots_.size();
+void BlockWeightStream::copy(int64_t o, cudaEvent_t after) {
+  const size_t k = static_cast<size_t>(o) % slots_.size();
   const void* from = nullptr;
   if (staging_.empty()) {
-    from = streamed_->images[static_cast<size_t>(block)].get();
+    from = streamed_->images[static_cast<size_t>(o)].get();
   } else {  // gathered while the slot's previous block may still compute
     const int t = timer_begin();
-    H3RT_CUDA_CHECK(cudaLaunchHostFunc(copy_, &gather_host, &gathers_[static_cast<size_t>(block)]));
+    H3RT_CUDA_CHECK(cudaLaunchHostFunc(copy_, &gather_host, &gathers_[static_cast<size_t>(o)]));
     timer_end(t);
     from = staging_[k].get();
   }
@@ -411,21 +465,32 @@ void BlockWeightStream::begin(int64_t first, int64_t last, cudaStream_t s, bool 
   last_ = last;
   timed_ = timed;
   if (first == last) return;
+  // The range's first streamed block (its ordinal), and the first beyond the range.
+  const std::vector<int64_t>& b = streamed_->blocks;
+  const int64_t o0 = std::lower_bound(b.begin(), b.end(), first) - b.begin();
+  const int64_t end = std::lower_bound(b.begin(), b.end(), last) - b.begin();
+  if (o0 == end) return;  // only resident blocks: nothing to copy
   H3RT_CUDA_CHECK(cudaEventRecord(fork_, s));
   H3RT_CUDA_CHECK(cudaStreamWaitEvent(copy_, fork_, 0));
   const int64_t n = static_cast<int64_t>(slots_.size());
-  for (int64_t j = first; j < std::min(first + n, last); ++j) copy(j, nullptr);
+  for (int64_t o = o0; o < std::min(o0 + n, end); ++o) copy(o, nullptr);
 }
 
 const DeviceBlock& BlockWeightStream::acquire(int64_t i, cudaStream_t s) {
-  H3RT_CUDA_CHECK(cudaStreamWaitEvent(s, copied_[static_cast<size_t>(i) % slots_.size()], 0));
+  const int64_t o = ordinal_[static_cast<size_t>(i)];
+  if (o >= 0)
+    H3RT_CUDA_CHECK(cudaStreamWaitEvent(s, copied_[static_cast<size_t>(o) % slots_.size()], 0));
   return views_[static_cast<size_t>(i)];
 }
 
 void BlockWeightStream::release(int64_t i, cudaStream_t s) {
-  const size_t k = static_cast<size_t>(i) % slots_.size();
-  const int64_t next = i + static_cast<int64_t>(slots_.size());
-  if (next >= last_) return;  // nothing left for this slot in the range
+  const int64_t o = ordinal_[static_cast<size_t>(i)];
+  if (o < 0) return;  // resident
+  const size_t k = static_cast<size_t>(o) % slots_.size();
+  const int64_t next = o + static_cast<int64_t>(slots_.size());
+  const std::vector<int64_t>& b = streamed_->blocks;
+  if (next >= static_cast<int64_t>(b.size()) || b[size_t(next)] >= last_)
+    return;  // nothing left for this slot in the range
   H3RT_CUDA_CHECK(cudaEventRecord(done_[k], s));
   copy(next, done_[k]);
 }

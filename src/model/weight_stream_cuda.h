@@ -1,18 +1,20 @@
 // Block weights streamed from pinned host memory into device slots (the plan, what streams and
 // its cost: model/weight_stream_plan.h).
 //
-// stream_block_weights moves the streamed tensors of every transformer block into one pinned
-// host image per block (laid out as a slot) and frees their device memory; the DeviceBlocks
-// keep host views of them (Device::cpu), so formats and shapes read as before but no kernel
-// can take them. A forward session then holds a BlockWeightStream: `slots` device slots, a copy
-// stream and, per block, a DeviceBlock whose streamed tensors view its slot (the resident ones
-// as the model's). Per range of blocks [first, last) enqueued on the compute stream s:
+// stream_block_weights moves the streamed tensors of the plan's transformer blocks (some or
+// all) into one pinned host image per block (laid out as a slot) and frees their device memory;
+// those DeviceBlocks keep host views of them (Device::cpu), so formats and shapes read as before
+// but no kernel can take them. The other blocks stay resident. A forward session then holds a
+// BlockWeightStream: `slots` device slots, a copy stream and, per streamed block, a DeviceBlock
+// whose streamed tensors view its slot (the k-th streamed block: slot k % slots). Per range of
+// blocks [first, last) enqueued on the compute stream s:
 //   begin:   s records a fork event the copy stream waits on (this joins a graph capture and
-//            orders the copies after every earlier user of the slots), then copies the first
-//            `slots` blocks;
-//   acquire: s waits for block i's copy;
+//            orders the copies after every earlier user of the slots), then copies the range's
+//            first `slots` streamed blocks;
+//   acquire: s waits for block i's copy (a resident block: nothing);
 //   release: s records that block i's work is enqueued; the copy stream waits for it and copies
-//            block i + slots into the freed slot, overlapped with blocks i+1 .. i+slots-1.
+//            the range's streamed block `slots` after i into the freed slot, overlapped with the
+//            blocks between them (a resident block: nothing).
 // Every copy is waited on by an acquire on s, so a captured graph joins the copy stream again.
 // The bits are those of resident weights: the kernels read the same bytes from another address.
 // Source file (WeightStreamSource::file): a block's tensors stay where the load found them
@@ -44,9 +46,14 @@ namespace h3rt::model {
 struct StreamedBlocks {
   SlotLayout layout;  // the same for every block
   WeightStreamSource source = WeightStreamSource::pinned;
-  std::vector<std::shared_ptr<void>> images;  // pinned: per block, layout.bytes of pinned memory
-  std::vector<std::vector<Tensor>> sources;   // file: per block, host tensors in slot order
+  std::vector<int64_t> blocks;  // the streamed blocks, ascending (the rest are resident)
+  // Per streamed block (in `blocks` order): pinned, layout.bytes of pinned memory; file, its
+  // host tensors in slot order.
+  std::vector<std::shared_ptr<void>> images;
+  std::vector<std::vector<Tensor>> sources;
   std::vector<const void*> files;  // file: one address in each mapped file the sources view
+  // The position of block i in `blocks`, -1 when it is resident.
+  int64_t ordinal(int64_t i) const;
 };
 
 // Throws naming the checkpoint when a file the model's streamed blocks are read from (source
@@ -69,10 +76,16 @@ int64_t model_weight_bytes(const DeviceModel& m);
 // every image is pinned up front, so a host short of memory fails before any block is read.
 // File: host tensors are kept where they are; device ones (a resident model's, or a preset's
 // made on the device) get host copies, or their `kept` host source (DeviceModel::block_sources).
+// The blocks written are `streamed` (ascending; empty: all `blocks`); with `previous` (a model
+// that already streams some), those it streams are taken over as they are and `source` must be
+// its source.
 class BlockImageWriter {
  public:
   BlockImageWriter(const SlotLayout& layout, size_t blocks,
-                   WeightStreamSource source = WeightStreamSource::pinned);
+                   WeightStreamSource source = WeightStreamSource::pinned,
+                   const std::vector<int64_t>& streamed = {},
+                   const StreamedBlocks* previous = nullptr);
+  bool streams(size_t i) const;  // block i is to be written
   // Copies (pinned) or keeps (file) block i's streamed tensors and swaps them for host tensors
   // (their device memory, if any, goes back to the arena). `kept`: host tensors with the same
   // bytes as the device ones, in slot order, undefined where there is none. Throws naming the
@@ -80,10 +93,11 @@ class BlockImageWriter {
   void write(size_t i, DeviceBlock& b, const std::vector<Tensor>* kept = nullptr);
   std::shared_ptr<const StreamedBlocks> finish();  // after every block was written
  private:
-  void keep(size_t i, std::vector<std::pair<std::string, Tensor*>>& tensors,
+  void keep(size_t ord, std::vector<std::pair<std::string, Tensor*>>& tensors,
             const std::vector<Tensor>* kept);
   std::shared_ptr<StreamedBlocks> st_;
-  std::vector<bool> written_;
+  std::vector<int64_t> ordinal_;  // per block: its place in st_->blocks, -1 if resident
+  std::vector<bool> written_;     // per streamed block
 };
 
 // The device peak of one load: the default arena's reserved bytes above what it held when the
@@ -102,17 +116,20 @@ class LoadMeter {
 // load_peak_device_bytes, caller_device_bytes).
 WeightStreaming with_load(WeightStreaming w, const WeightStreaming& load);
 
-// Moves the blocks' streamed tensors to host memory (once; a no-op when streamed): pinned
+// Moves the streamed tensors of `blocks` (ascending; empty: every block) to host memory: pinned
 // copies, or for file the load's host sources (DeviceModel::block_sources) and host copies of
-// the rest. Throws when the blocks store their linears differently (one slot layout serves all).
-void stream_block_weights(DeviceModel& m, WeightStreamSource source = WeightStreamSource::pinned);
+// the rest. Blocks that already stream stay as they are (a model that streams keeps its source).
+// Throws when the blocks store their linears differently (one slot layout serves all).
+void stream_block_weights(DeviceModel& m, WeightStreamSource source = WeightStreamSource::pinned,
+                          const std::vector<int64_t>& blocks = {});
+// The blocks whose matrices are the caller's CUDA tensors (DeviceModel::caller_blocks).
+std::vector<int64_t> caller_blocks(const DeviceModel& m);
 
 // The plan for a session of `layout` on m under `limit` (m's weight bytes and block layout, the
-// shape's estimated working set); moves m's blocks to host memory when it says stream, from
-// choose_stream_source(`source`, ...) with the host's memory now. Throws as
-// plan_weight_streaming when the limit is too small, and when the plan streams but the blocks
-// are the caller's CUDA tensors (DeviceModel::caller_block_bytes): copying those out would free
-// none of their device memory.
+// shape's estimated working set); moves the blocks it streams to host memory, from
+// choose_stream_source(`source`, ...) with the host's memory now. Blocks that are the caller's
+// CUDA tensors never stream (copying them out would free none of their device memory). Throws as
+// plan_weight_streaming when the limit is too small.
 WeightStreamPlan apply_weight_streaming(DeviceModel& m, const SequenceLayout& layout, int64_t limit,
                                         bool sage_attention,
                                         WeightStreamSource source = WeightStreamSource::pinned);
@@ -137,13 +154,14 @@ class BlockWeightStream {
  private:
   struct Gather {  // a host function's argument: stable for the graphs that capture it
     BlockWeightStream* stream;
-    int64_t block;
+    int64_t ordinal;
     std::vector<CopyPiece> pieces;  // the block's sources into its slot's staging image
   };
   static void CUDART_CB gather_host(void* gather);
-  void gather(int64_t block) noexcept;  // file: block's tensors -> its slot's staging image
-  // Block into its slot on the copy stream, after `after` (the slot's previous block done).
-  void copy(int64_t block, cudaEvent_t after);
+  void gather(int64_t k) noexcept;  // file: streamed block k's tensors -> its staging image
+  // Streamed block `k` (ordinal) into its slot on the copy stream, after `after` (the slot's
+  // previous block done).
+  void copy(int64_t k, cudaEvent_t after);
   int timer_begin();  // an index into timing_ when timed_, else -1
   void timer_end(int t);
   // The model's streamed blocks (images or file sources), owned here too: the graphs' host and
@@ -152,8 +170,10 @@ class BlockWeightStream {
   SlotLayout layout_;
   std::vector<Tensor> slots_;
   std::vector<std::shared_ptr<void>> staging_;  // file: a pinned image per slot
-  std::vector<Gather> gathers_;                 // file: per block
-  std::vector<DeviceBlock> views_;  // per block, its streamed tensors in slot (block % slots)
+  std::vector<Gather> gathers_;                 // file: per streamed block
+  // Per block: the model's; a streamed one's tensors in its slot (ordinal % slots).
+  std::vector<DeviceBlock> views_;
+  std::vector<int64_t> ordinal_;  // per block: its place among the streamed, -1 if resident
   cudaStream_t copy_ = nullptr;
   cudaEvent_t fork_ = nullptr;
   std::vector<cudaEvent_t> copied_, done_;  // per slot

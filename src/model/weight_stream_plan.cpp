@@ -196,32 +196,79 @@ int64_t estimate_working_set_bytes(const H3Config& c, const BlockStorage& s, boo
   return b + kWorkingSetMarginBytes;
 }
 
+std::vector<int64_t> spread_blocks(int64_t n, int64_t count, const std::vector<int64_t>& already,
+                                   const std::vector<int64_t>& fixed) {
+  std::vector<char> taken(static_cast<size_t>(n), 0);
+  for (const std::vector<int64_t>* list : {&already, &fixed})
+    for (int64_t i : *list) {
+      H3RT_CHECK(i >= 0 && i < n, "weight streaming: block ", i, " out of range [0, ", n, ")");
+      taken[static_cast<size_t>(i)] = 1;
+    }
+  std::vector<int64_t> open;
+  for (int64_t i = 0; i < n; ++i)
+    if (!taken[static_cast<size_t>(i)]) open.push_back(i);
+  std::vector<int64_t> out = already;
+  const int64_t more = count - static_cast<int64_t>(already.size());
+  H3RT_CHECK(more <= static_cast<int64_t>(open.size()), "weight streaming: ", count,
+             " blocks should stream, but only ", open.size() + already.size(), " of ", n, " can");
+  const int64_t m = static_cast<int64_t>(open.size());
+  for (int64_t j = 0; j < more; ++j)  // the middle of each of `more` equal gaps
+    out.push_back(open[static_cast<size_t>((2 * j + 1) * m / (2 * more))]);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+namespace {
+
+// The fewest blocks whose streaming brings `in` within its limit (those already streamed kept).
+int64_t streamed_count(const WeightStreamInput& in) {
+  const int64_t already = static_cast<int64_t>(in.streamed.size());
+  const int64_t excess = in.weight_bytes + in.working_set_bytes - in.limit;
+  if (in.limit == 0 || excess <= 0) return already;
+  H3RT_CHECK(in.slot_bytes > 0, "weight streaming: the blocks hold no streamable weights");
+  return std::max(already, in.slots + (excess + in.slot_bytes - 1) / in.slot_bytes);
+}
+
+}  // namespace
+
 WeightStreamPlan plan_weight_streaming(const WeightStreamInput& in) {
   H3RT_CHECK(in.limit >= 0, "device_memory_limit must be >= 0 bytes (0: no limit), got ", in.limit);
   H3RT_CHECK(in.slots >= 2, "weight streaming needs >= 2 slots, got ", in.slots);
   WeightStreamPlan p;
-  const int64_t streamable = in.blocks * in.slot_bytes;
-  const int64_t resident_all = in.weight_bytes + in.working_set_bytes;
-  if (!in.streamed && (in.limit == 0 || resident_all <= in.limit)) {
+  const int64_t count = streamed_count(in);
+  if (count == 0) {
     p.resident_weight_bytes = in.weight_bytes;
-    p.device_bytes = resident_all;
+    p.device_bytes = in.weight_bytes + in.working_set_bytes;
     return p;
   }
+  const int64_t can = in.blocks - static_cast<int64_t>(in.fixed.size());
+  const auto device_bytes = [&](int64_t k) {
+    return std::max<int64_t>(0, in.weight_bytes - k * in.slot_bytes) + in.slots * in.slot_bytes +
+           in.working_set_bytes;
+  };
+  if (count > can) {
+    const int64_t least = device_bytes(can),
+                  resident = least - in.slots * in.slot_bytes - in.working_set_bytes;
+    const std::string fixed =
+        in.fixed.empty() ? std::string()
+                         : "; " + std::to_string(in.fixed.size()) +
+                               " blocks are the caller's CUDA tensors, used in place, and cannot "
+                               "stream (pass them as CPU tensors to let them)";
+    H3RT_FAIL("device_memory_limit ", gb(in.limit), " GB (", in.limit,
+              " bytes) is below what streaming the block weights needs: ", gb(least), " GB (",
+              least, " bytes: ", gb(resident), " GB of resident weights + ", in.slots, " slots of ",
+              gb(in.slot_bytes), " GB + ", gb(in.working_set_bytes),
+              " GB of activations and workspaces for this shape", fixed,
+              "); raise the limit or use a smaller shape");
+  }
   p.stream = true;
+  p.blocks = spread_blocks(in.blocks, count, in.streamed, in.fixed);
   p.slots = in.slots;
   p.slot_bytes = in.slot_bytes;
-  p.resident_weight_bytes = std::max<int64_t>(0, in.weight_bytes - streamable);
-  p.host_bytes = streamable;
-  p.h2d_bytes_per_step = streamable;
-  p.device_bytes = p.resident_weight_bytes + in.slots * in.slot_bytes + in.working_set_bytes;
-  H3RT_CHECK(in.limit == 0 || p.device_bytes <= in.limit, "device_memory_limit ", gb(in.limit),
-             " GB (", in.limit,
-             " bytes) is below what streaming the block weights needs: ", gb(p.device_bytes),
-             " GB (", p.device_bytes, " bytes: ", gb(p.resident_weight_bytes),
-             " GB of resident weights + ", in.slots, " slots of ", gb(in.slot_bytes), " GB + ",
-             gb(in.working_set_bytes),
-             " GB of activations and workspaces for this shape); raise the limit or use a "
-             "smaller shape");
+  p.resident_weight_bytes = std::max<int64_t>(0, in.weight_bytes - count * in.slot_bytes);
+  p.host_bytes = count * in.slot_bytes;
+  p.h2d_bytes_per_step = count * in.slot_bytes;
+  p.device_bytes = device_bytes(count);
   return p;
 }
 
@@ -264,7 +311,7 @@ WeightStreamPlan with_source(WeightStreamPlan p, WeightStreamSource s) {
 }
 
 LoadPlan plan_load(const H3Config& c, const BlockStorage& blocks, const BlockStorage& refiner,
-                   int64_t limit, bool sage) {
+                   int64_t limit, bool sage, const std::vector<int64_t>& fixed) {
   LoadPlan l;
   l.weight_bytes = model_weight_bytes(c, blocks, refiner);
   l.slot = block_slot_layout(c, blocks);
@@ -274,6 +321,7 @@ LoadPlan plan_load(const H3Config& c, const BlockStorage& blocks, const BlockSto
   in.slot_bytes = l.slot.bytes;
   in.blocks = c.layers;
   in.working_set_bytes = estimate_working_set_bytes(c, blocks, sage, ForwardShape{});
+  in.fixed = fixed;
   try {
     l.plan = plan_weight_streaming(in);
   } catch (const Error& e) {  // "this shape" is the smallest request here: say so
@@ -289,6 +337,7 @@ WeightStreaming weight_streaming_of(const WeightStreamPlan& p, int64_t limit) {
   w.limit = limit;
   w.streamed = p.stream;
   if (p.stream) w.source = weight_stream_source_name(p.source);
+  w.streamed_blocks = static_cast<int64_t>(p.blocks.size());
   w.slots = p.slots;
   w.slot_bytes = p.slot_bytes;
   w.host_bytes = p.host_bytes;
@@ -307,6 +356,7 @@ nlohmann::json to_json(const WeightStreaming& w) {
           {"device_memory_limit_auto", w.limit_auto},
           {"streamed", w.streamed},
           {"source", w.source},
+          {"streamed_blocks", w.streamed_blocks},
           {"slots", w.slots},
           {"slot_bytes", w.slot_bytes},
           {"host_bytes", w.host_bytes},

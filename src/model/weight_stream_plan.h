@@ -104,12 +104,18 @@ struct WeightStreamInput {
   int64_t blocks = 0;             // transformer blocks
   int64_t working_set_bytes = 0;  // the forward's (estimate_working_set_bytes)
   int slots = 2;
-  bool streamed = false;  // the blocks already stream (a model streams once it has)
+  // Blocks that already stream, ascending (a model streams them from then on; a plan may add
+  // more), and blocks that cannot (the caller's CUDA tensors, used in place).
+  std::vector<int64_t> streamed, fixed;
 };
 
 struct WeightStreamPlan {
   bool stream = false;
   WeightStreamSource source = WeightStreamSource::pinned;  // pinned or file (with_source)
+  // The streamed blocks, ascending: no more than the limit needs (each streamed block beyond the
+  // slots saves its image on the device), spread evenly over the model so that every copy has
+  // the resident blocks before it to overlap with; the others stay resident.
+  std::vector<int64_t> blocks;
   int slots = 0;
   int64_t slot_bytes = 0;
   int64_t resident_weight_bytes = 0;  // weights kept on the device
@@ -118,9 +124,15 @@ struct WeightStreamPlan {
   int64_t h2d_bytes_per_step = 0;     // every block's image, once per forward
 };
 
-// Resident when there is no limit or everything fits it; else the blocks stream. Throws naming
-// device_memory_limit, the bytes streaming needs and their parts when even that exceeds it.
+// Resident when there is no limit or everything fits it; else the fewest blocks stream that
+// bring the device bytes within it (at least slots + 1: fewer would save nothing), those already
+// streamed among them. Throws naming device_memory_limit, the bytes streaming needs and their
+// parts when even streaming every block that can exceeds it.
 WeightStreamPlan plan_weight_streaming(const WeightStreamInput& in);
+// `count` of the blocks [0, n) outside `fixed`, `already` among them, the rest spread evenly
+// over the gaps (ascending). Throws when fewer than `count` can stream.
+std::vector<int64_t> spread_blocks(int64_t n, int64_t count, const std::vector<int64_t>& already,
+                                   const std::vector<int64_t>& fixed);
 
 // The host's memory as /proc/meminfo gives it (MemAvailable, MemTotal; sysconf's physical
 // pages for both where that file cannot be read).
@@ -152,8 +164,9 @@ struct LoadPlan {
   SlotLayout slot;                  // a block's image
   WeightStreamPlan plan;            // for the smallest request
 };
+// `fixed`: blocks that cannot stream (WeightStreamInput::fixed).
 LoadPlan plan_load(const H3Config& c, const BlockStorage& blocks, const BlockStorage& refiner,
-                   int64_t limit, bool sage_attention);
+                   int64_t limit, bool sage_attention, const std::vector<int64_t>& fixed = {});
 
 // The source of a load planned as `lp` (none: no limit): choose_stream_source with this host's
 // memory now when it streams; pinned (no host side is written) otherwise.

@@ -53,10 +53,11 @@ class CpuDenoiser : public Denoiser {
 // Under a limit, the load's plan (model/weight_stream_plan.h, plan_load); none without one.
 std::optional<model::LoadPlan> load_plan(const H3Config& c, const model::BlockStorage& blocks,
                                          const model::BlockStorage& refiner,
-                                         const DenoiserOptions& o) {
+                                         const DenoiserOptions& o,
+                                         const std::vector<int64_t>& fixed = {}) {
   if (o.device_memory_limit == 0) return std::nullopt;
-  return model::plan_load(c, blocks, refiner, o.device_memory_limit,
-                          o.attention == Attention::sage);
+  return model::plan_load(c, blocks, refiner, o.device_memory_limit, o.attention == Attention::sage,
+                          fixed);
 }
 
 // The weight_streaming report of a model as loaded (the first forward's plan adds the rest).
@@ -75,14 +76,19 @@ WeightStreaming load_report(const model::DeviceModel& m, const std::optional<mod
   return w;
 }
 
-// Bytes of the blocks' streamable matrices that are the caller's CUDA tensors.
-int64_t caller_block_bytes(const H3Model& m) {
-  int64_t n = 0;
-  for (const BlockWeights& b : m.weights.blocks)
+// The blocks whose streamable matrices are (some of them) the caller's CUDA tensors: they stay
+// resident (streaming them would free none of their device memory).
+std::vector<int64_t> caller_blocks(const H3Model& m) {
+  std::vector<int64_t> v;
+  for (size_t i = 0; i < m.weights.blocks.size(); ++i) {
+    const BlockWeights& b = m.weights.blocks[i];
+    bool caller = false;
     for (const LinearWeight* l : {&b.attn.qkv, &b.attn.out, &b.mlp.fc1, &b.mlp.fc2, &b.adaln})
       for (const Tensor* t : {&l->data, &l->scale})
-        if (t->data() && t->device() == Device::cuda) n += t->nbytes();
-  return n;
+        caller = caller || (t->data() && t->device() == Device::cuda);
+    if (caller) v.push_back(static_cast<int64_t>(i));
+  }
+  return v;
 }
 
 // DenoiserOptions::load_progress as the model code calls it.
@@ -106,21 +112,15 @@ model::DeviceModel upload_for(const H3Model& m, const DenoiserOptions& o,
                                             : model::upload_storage(c, m.weights.refiner[0]);
     model::BlockStorage blocks = model::upload_storage(c, m.weights.blocks[0]);
     blocks.int8_io = model::int8_io_layers(m.weights);
-    lp = load_plan(c, blocks, refiner, o);
+    lp = load_plan(c, blocks, refiner, o, caller_blocks(m));
   }
-  if (!lp || !lp->stream)
-    return model::upload_model(
-        m, nullptr, lp && o.weight_stream_source != WeightStreamSource::pinned, block_progress(o));
-  const int64_t caller = caller_block_bytes(m);
-  H3RT_CHECK(caller == 0, "device_memory_limit ", o.device_memory_limit / 1e9, " GB: the model (",
-             lp->weight_bytes / 1e9, " GB of weights) must stream its block weights, but ",
-             caller / 1e9,
-             " GB of them are the caller's CUDA tensors, used in place: streaming would copy them "
-             "to host memory and free none of their device memory. Pass the state dict as CPU "
-             "tensors (h3rt then streams them from pinned host memory), or raise the limit");
+  // A later streaming from the file reads the resident blocks' mapped sources.
+  const bool keep_sources = lp && o.weight_stream_source != WeightStreamSource::pinned;
+  if (!lp || !lp->stream) return model::upload_model(m, nullptr, keep_sources, block_progress(o));
   model::BlockImageWriter images(lp->slot, m.weights.blocks.size(),
-                                 model::load_stream_source(lp, o.weight_stream_source));
-  return model::upload_model(m, &images, false, block_progress(o));
+                                 model::load_stream_source(lp, o.weight_stream_source),
+                                 lp->plan.blocks);
+  return model::upload_model(m, &images, keep_sources, block_progress(o));
 }
 
 class CudaDenoiser : public Denoiser {
@@ -381,7 +381,7 @@ std::unique_ptr<Denoiser> Denoiser::create(const ModelSource& s, const DenoiserO
     if (!o.loras.empty()) loras.emplace(*config, read_loras(o), lora_options(o));
     const bool stream = lp && lp->stream;
     model::DeviceModel m = model::make_synthetic_gemm_model(
-        *config, s.weights_seed, o.synthetic_gemm, group, stream ? &lp->slot : nullptr,
+        *config, s.weights_seed, o.synthetic_gemm, group, stream ? &*lp : nullptr,
         loras ? &*loras : nullptr, model::load_stream_source(lp, o.weight_stream_source),
         block_progress(o));
     const WeightStreaming load =

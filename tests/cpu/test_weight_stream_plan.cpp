@@ -152,21 +152,51 @@ TEST(WeightStreamPlan, NoLimitOrRoomKeepsWeightsResident) {
   EXPECT_EQ(p.h2d_bytes_per_step, 0);
 }
 
-TEST(WeightStreamPlan, OverTheLimitStreamsTheBlocks) {
+// Over the limit the fewest blocks stream that bring the device bytes within it: each block
+// beyond the two slots saves its 100 bytes. They are spread over the model.
+TEST(WeightStreamPlan, OverTheLimitStreamsTheFewestBlocksNeeded) {
   model::WeightStreamInput in = eight_blocks();
-  in.limit = 1499;
-  const model::WeightStreamPlan p = model::plan_weight_streaming(in);
+  in.limit = 1499;  // 1 byte over: 3 blocks
+  model::WeightStreamPlan p = model::plan_weight_streaming(in);
   EXPECT_TRUE(p.stream);
+  EXPECT_EQ(p.blocks, (std::vector<int64_t>{1, 4, 6}));
   EXPECT_EQ(p.slots, 2);
   EXPECT_EQ(p.slot_bytes, 100);
-  EXPECT_EQ(p.resident_weight_bytes, 200);
-  EXPECT_EQ(p.host_bytes, 800);
-  EXPECT_EQ(p.h2d_bytes_per_step, 800);
-  EXPECT_EQ(p.device_bytes, 200 + 2 * 100 + 500);
-  // A streamed model keeps streaming without a limit.
+  EXPECT_EQ(p.resident_weight_bytes, 700);
+  EXPECT_EQ(p.host_bytes, 300);
+  EXPECT_EQ(p.h2d_bytes_per_step, 300);
+  EXPECT_EQ(p.device_bytes, 700 + 2 * 100 + 500);
+  EXPECT_EQ(model::weight_streaming_of(p, in.limit).streamed_blocks, 3);
+  in.limit = 1100;  // 400 over: 6 blocks
+  EXPECT_EQ(model::plan_weight_streaming(in).blocks, (std::vector<int64_t>{0, 2, 3, 4, 6, 7}));
+  EXPECT_EQ(model::plan_weight_streaming(in).device_bytes, 1100);
+  in.limit = 900;  // every block
+  EXPECT_EQ(model::plan_weight_streaming(in).blocks.size(), 8u);
+  // A streamed model keeps its streamed blocks without a limit, and adds to them over one.
   in.limit = 0;
-  in.streamed = true;
-  EXPECT_TRUE(model::plan_weight_streaming(in).stream);
+  in.streamed = {1, 4, 6};
+  EXPECT_EQ(model::plan_weight_streaming(in).blocks, in.streamed);
+  in.limit = 1100;
+  p = model::plan_weight_streaming(in);
+  EXPECT_EQ(p.blocks, (std::vector<int64_t>{0, 1, 3, 4, 6, 7}));  // 1, 4 and 6 among them
+  EXPECT_EQ(p.h2d_bytes_per_step, 600);
+}
+
+// Blocks of the caller's CUDA tensors stay resident; the others stream in their place, and a
+// limit only they could meet is refused, saying why.
+TEST(WeightStreamPlan, TheCallersBlocksStayResident) {
+  model::WeightStreamInput in = eight_blocks();
+  in.fixed = {0, 1, 2, 3};
+  in.limit = 1300;  // 4 blocks
+  EXPECT_EQ(model::plan_weight_streaming(in).blocks, (std::vector<int64_t>{4, 5, 6, 7}));
+  in.limit = 1299;
+  const std::string e = error_of([&] { model::plan_weight_streaming(in); });
+  EXPECT_NE(e.find("(1300 bytes"), std::string::npos) << e;
+  EXPECT_NE(e.find("4 blocks are the caller's CUDA tensors"), std::string::npos) << e;
+  EXPECT_NE(error_of([] { model::spread_blocks(4, 1, {}, {7}); }).find("out of range"),
+            std::string::npos);
+  EXPECT_EQ(model::spread_blocks(5, 5, {2}, {}), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(model::spread_blocks(50, 1, {}, {}), (std::vector<int64_t>{25}));
 }
 
 // The source (WeightStreamSource): automatic pins while every block's copy fits the available
@@ -185,11 +215,11 @@ TEST(WeightStreamPlan, SourceChoiceAndTheFileSourcesPinnedBytes) {
   model::WeightStreamInput in = eight_blocks();
   in.limit = 1499;
   const model::WeightStreamPlan p = model::plan_weight_streaming(in);
-  EXPECT_EQ(model::with_source(p, S::pinned).host_bytes, 800);
+  EXPECT_EQ(model::with_source(p, S::pinned).host_bytes, 300);
   const model::WeightStreamPlan f = model::with_source(p, S::file);
   EXPECT_EQ(f.source, S::file);
   EXPECT_EQ(f.host_bytes, 2 * 100);
-  EXPECT_EQ(f.h2d_bytes_per_step, 800);
+  EXPECT_EQ(f.h2d_bytes_per_step, 300);
   EXPECT_EQ(f.device_bytes, p.device_bytes);
   const WeightStreaming w = model::weight_streaming_of(f, in.limit);
   EXPECT_EQ(w.source, "file");
@@ -248,7 +278,10 @@ TEST(WeightStreamPlan, PrunedInt8ReleaseAt864x480StreamsWithin24GB) {
   const model::WeightStreamPlan p = model::plan_weight_streaming(in);
   EXPECT_TRUE(p.stream);
   EXPECT_LE(p.device_bytes, in.limit);
-  EXPECT_EQ(p.h2d_bytes_per_step, 50 * p.slot_bytes);
+  EXPECT_GT(p.device_bytes + p.slot_bytes, in.limit);  // no block more than the limit needs
+  EXPECT_GE(p.blocks.size(), 3u);
+  EXPECT_LT(p.blocks.size(), 50u);
+  EXPECT_EQ(p.h2d_bytes_per_step, int64_t(p.blocks.size()) * p.slot_bytes);
 }
 
 // The load's decision (plan_load): resident while the weights and the smallest request's working
@@ -274,13 +307,14 @@ TEST(WeightStreamPlan, LoadStreamsOnlyWhenTheResidentModelCannotFitAtAll) {
   EXPECT_FALSE(p.stream);
   EXPECT_EQ(p.device_weight_bytes, w);
 
-  p = model::plan_load(c, blocks, refiner, w + least - 1, false);
+  p = model::plan_load(c, blocks, refiner, w + least - 1, false);  // 3 of the 5 blocks stream
   EXPECT_TRUE(p.stream);
   EXPECT_EQ(p.slot.bytes, slot);
-  EXPECT_EQ(p.device_weight_bytes, w - 5 * slot);
-  EXPECT_EQ(p.plan.resident_weight_bytes, w - 5 * slot);
-  EXPECT_EQ(p.plan.host_bytes, 5 * slot);
-  EXPECT_EQ(p.plan.device_bytes, w - 5 * slot + 2 * slot + least);
+  EXPECT_EQ(p.plan.blocks.size(), 3u);
+  EXPECT_EQ(p.device_weight_bytes, w - 3 * slot);
+  EXPECT_EQ(p.plan.resident_weight_bytes, w - 3 * slot);
+  EXPECT_EQ(p.plan.host_bytes, 3 * slot);
+  EXPECT_EQ(p.plan.device_bytes, w - 3 * slot + 2 * slot + least);
 
   const int64_t need = w - 3 * slot + least;  // the resident rest, 2 slots, no rows
   EXPECT_TRUE(model::plan_load(c, blocks, refiner, need, false).stream);
@@ -382,8 +416,9 @@ TEST(WeightStreamPlan, SyntheticInt8H3LoadsStreamedUnder24GB) {
   const model::LoadPlan p = model::plan_load(c, blocks, refiner, limit, true);
   EXPECT_GT(p.weight_bytes, limit);
   EXPECT_TRUE(p.stream);
-  EXPECT_LT(p.device_weight_bytes, int64_t(4e9));
-  EXPECT_EQ(p.device_weight_bytes + c.layers * p.slot.bytes, p.weight_bytes);
+  EXPECT_LE(p.plan.device_bytes, limit);
+  EXPECT_LT(p.plan.blocks.size(), size_t(c.layers));
+  EXPECT_EQ(p.device_weight_bytes + int64_t(p.plan.blocks.size()) * p.slot.bytes, p.weight_bytes);
   const LatentShape sh = latent_shape_for(864, 480, 124, {0, 0, 0, 0});
   const SequenceLayout L = make_t2va_layout(100, sh.audio, sh.frames, sh.height, sh.width);
   model::WeightStreamInput in;
@@ -393,8 +428,10 @@ TEST(WeightStreamPlan, SyntheticInt8H3LoadsStreamedUnder24GB) {
   in.blocks = c.layers;
   in.working_set_bytes =
       model::estimate_working_set_bytes(c, blocks, true, model::forward_shape(L));
-  in.streamed = true;
-  EXPECT_LE(model::plan_weight_streaming(in).device_bytes, limit);
+  in.streamed = p.plan.blocks;
+  const model::WeightStreamPlan step = model::plan_weight_streaming(in);
+  EXPECT_LE(step.device_bytes, limit);
+  EXPECT_GT(step.blocks.size(), p.plan.blocks.size());  // the step's activations need more
 }
 
 // `h3rt info --device-memory-limit`: the plan at 864x480 for a checkpoint, and the option's
@@ -430,12 +467,13 @@ TEST(WeightStreamPlan, InfoNamesTheSourceAutoTakesHere) {
   const LatentShape sh = latent_shape_for(864, 480, 124, {0, 0, 0, 0});
   const SequenceLayout L = make_t2va_layout(100, sh.audio, sh.frames, sh.height, sh.width);
   const int64_t slot = model::block_slot_layout(c, st).bytes;
-  const int64_t limit = model::model_weight_bytes(c, st) - 10 * slot +
+  const int64_t limit = model::model_weight_bytes(c, st) - 5 * slot +  // 7 blocks stream
                         model::estimate_working_set_bytes(c, st, true, model::forward_shape(L));
   const test::CliRun r =
       test::run_cli("info " + path + " --device-memory-limit " + std::to_string(limit), false);
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("the block weights stream"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the weights of 7 of the 12 blocks stream"), std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("--weight-stream-source auto takes pinned here"), std::string::npos)
       << r.output;  // 12 x ~0.5 MB fits any host
   char staging[64];

@@ -228,11 +228,14 @@ std::map<std::string, Tensor> state_dict(const H3Config& c, uint64_t seed) {
 
 // A small t2va request of constant rows for config c (layout 10 text, 9 audio, 7 x 8 x 12 video).
 struct ConstantRequest {
-  SequenceLayout layout = make_t2va_layout(10, 9, 7, 8, 12);
-  TimestepPlan plan = make_timestep_plan(layout, 0.5f, 0.4f);
+  SequenceLayout layout;
+  TimestepPlan plan;
   std::vector<float> video, audio, text;
-  explicit ConstantRequest(const H3Config& c)
-      : video(layout.video_rows() * c.video_features(), 0.25f),
+  explicit ConstantRequest(const H3Config& c,
+                           const SequenceLayout& l = make_t2va_layout(10, 9, 7, 8, 12))
+      : layout(l),
+        plan(make_timestep_plan(layout, 0.5f, 0.4f)),
+        video(layout.video_rows() * c.video_features(), 0.25f),
         audio(layout.audio_rows() * c.audio_channels, -0.5f),
         text(layout.text_len * c.text_dim, 0.125f) {}
   ForwardInputs inputs() const { return {layout, plan, video.data(), audio.data(), text.data()}; }
@@ -340,12 +343,15 @@ void expect_synthetic_load_streams(Gemm gemm, bool graphs) {
   const model::BlockStorage blocks = model::synthetic_block_storage(c, gemm);
   const model::BlockStorage refiner = model::synthetic_block_storage(c, Gemm::bf16);
   const int64_t least = model::estimate_working_set_bytes(c, blocks, false, {});
-  const int64_t limit = model::model_weight_bytes(c, blocks, refiner) + least - 1;
+  const int64_t slot = model::block_slot_layout(c, blocks).bytes;
+  // The least that streaming every block needs: the blocks' images less two slots over.
+  const int64_t limit = model::model_weight_bytes(c, blocks, refiner) + least - 10 * slot;
   const model::LoadPlan lp = model::plan_load(c, blocks, refiner, limit, false);
   ASSERT_TRUE(lp.stream);
+  ASSERT_EQ(lp.plan.blocks.size(), 12u);
   model::DeviceModel streamed;
   const int64_t peak =
-      load_peak([&] { streamed = model::make_synthetic_gemm_model(c, seed, gemm, 64, &lp.slot); });
+      load_peak([&] { streamed = model::make_synthetic_gemm_model(c, seed, gemm, 64, &lp); });
   ASSERT_TRUE(streamed.streamed);
   for (model::DeviceBlock& b : streamed.blocks)
     for (const auto& [name, t] : model::streamed_tensors(b))
@@ -395,7 +401,8 @@ TEST(WeightStreamLoad, HostStateDictLoadsStreamedWithoutTheBlocksOnTheDevice) {
   const WeightStreaming w = streamed->weight_streaming();
   EXPECT_TRUE(w.streamed_at_load);
   EXPECT_TRUE(w.streamed);
-  EXPECT_EQ(w.host_bytes, c.layers * lp.slot.bytes);
+  EXPECT_EQ(w.streamed_blocks, 3);  // 1 byte over: the fewest that fit, the rest resident
+  EXPECT_EQ(w.host_bytes, 3 * lp.slot.bytes);
   EXPECT_GT(w.load_peak_device_bytes, 0);
   EXPECT_LE(peak, lp.device_weight_bytes + (int64_t(1) << 20));  // + bucket rounding
   EXPECT_LT(peak, lp.device_weight_bytes + lp.slot.bytes);       // not one block on the device
@@ -482,7 +489,7 @@ TEST(WeightStreamLoad, SyntheticLoraMergedBlockByBlockBitIdentical) {
   ASSERT_TRUE(lp.stream);
   model::BlockwiseLoraMergeCuda blockwise(c, loras, {});
   const model::DeviceModel streamed =
-      model::make_synthetic_gemm_model(c, seed, Gemm::int8, 64, &lp.slot, &blockwise);
+      model::make_synthetic_gemm_model(c, seed, Gemm::int8, 64, &lp, &blockwise);
   ASSERT_TRUE(streamed.streamed);
   EXPECT_EQ(blockwise.report().pairs, merged.report.pairs);
   EXPECT_EQ(blockwise.report().layers, merged.report.layers);
@@ -576,7 +583,9 @@ TEST(WeightStreamFile, CheckpointDenoiserBitIdenticalToResident) {
     EXPECT_TRUE(ws.streamed);
     EXPECT_EQ(ws.source, "file");
     EXPECT_EQ(ws.host_bytes, 2 * slot);
-    EXPECT_EQ(ws.h2d_bytes_per_step, c.layers * slot);
+    EXPECT_GT(ws.streamed_blocks, 2);
+    EXPECT_LE(ws.streamed_blocks, c.layers);
+    EXPECT_EQ(ws.h2d_bytes_per_step, ws.streamed_blocks * slot);
   }
   // The file written on disk after the load: the next forward refuses, naming it.
   o.device_memory_limit = w + least - 1;
@@ -714,6 +723,99 @@ TEST(WeightStreamLoad, AutoLimitCountsTheCallersDeviceWeightsAsFree) {
   const ForwardOutputs out = d->forward({layout, plan, video.data(), audio.data(), text.data()});
   EXPECT_FALSE(d->weight_streaming().streamed);
   EXPECT_EQ(out.video_velocity.size(), size_t(layout.video_rows() * c.video_features()));
+}
+
+// ---- partial streaming: the fewest blocks the limit needs stream, the rest stay resident --
+
+// Forwards of `d` on `req` (eager, capture, replay) against `want`.
+void expect_forwards(Denoiser& d, const ConstantRequest& req, const ForwardOutputs& want,
+                     const std::string& what) {
+  for (int rep = 0; rep < 3; ++rep) {
+    const ForwardOutputs got = d.forward(req.inputs());
+    expect_same_bits(got.video_velocity, want.video_velocity,
+                     what + " video " + std::to_string(rep));
+    expect_same_bits(got.audio_velocity, want.audio_velocity,
+                     what + " audio " + std::to_string(rep));
+  }
+}
+
+// A limit one byte below the resident request: three of the twelve blocks stream (spread over
+// the model), the others stay resident, with the resident bits over eager, captured and replayed
+// forwards; a larger request streams more of them (and the first request, asked again, keeps
+// those), each with its resident bits.
+TEST(WeightStream, PartialStreamingKeepsTheRestResidentBitIdentical) {
+  H3RT_REQUIRE_GPU();
+  const H3Config c = twelve_blocks();
+  const auto weights = state_dict(c, test::fresh_seed());
+  DenoiserOptions o;
+  o.device = Device::cuda;
+  const auto resident = Denoiser::create(weights, o);
+  const ConstantRequest small(c), large(c, make_t2va_layout(10, 9, 9, 12, 16));
+  const ForwardOutputs want_small = resident->forward(small.inputs());
+  const ForwardOutputs want_large = resident->forward(large.inputs());
+
+  const model::BlockStorage st = model::uniform_storage(c, model::LinearStorage::bf16);
+  const int64_t slot = model::block_slot_layout(c, st).bytes;
+  const int64_t w = model::model_weight_bytes(c, st);
+  o.device_memory_limit =
+      w + model::estimate_working_set_bytes(c, st, false, model::forward_shape(small.layout)) - 1;
+  const auto d = Denoiser::create(weights, o);
+  EXPECT_FALSE(d->weight_streaming().streamed_at_load);
+  expect_forwards(*d, small, want_small, "small");
+  WeightStreaming ws = d->weight_streaming();
+  EXPECT_TRUE(ws.streamed);
+  EXPECT_EQ(ws.streamed_blocks, 3);
+  EXPECT_EQ(ws.h2d_bytes_per_step, 3 * slot);
+  EXPECT_EQ(ws.resident_weight_bytes, w - 3 * slot);
+  EXPECT_LE(ws.planned_device_bytes, o.device_memory_limit);
+
+  const int64_t large_ws =
+      model::estimate_working_set_bytes(c, st, false, model::forward_shape(large.layout));
+  const int64_t more = 2 + (w + large_ws - o.device_memory_limit + slot - 1) / slot;
+  ASSERT_GT(more, 3);
+  ASSERT_LE(more, c.layers);
+  expect_forwards(*d, large, want_large, "large");
+  EXPECT_EQ(d->weight_streaming().streamed_blocks, more);
+  expect_forwards(*d, small, want_small, "small again");
+  EXPECT_EQ(d->weight_streaming().streamed_blocks, more);  // streamed blocks stay streamed
+}
+
+// Half the blocks' weights the caller's CUDA tensors (a partly loaded ComfyUI model): those stay
+// resident and the other blocks stream in their place, at load and for a request, with the
+// resident bits; a limit that only streaming the caller's blocks could meet is refused, naming
+// them.
+TEST(WeightStreamLoad, CallerBlocksStayResidentWhileTheOthersStream) {
+  H3RT_REQUIRE_GPU();
+  const H3Config c = twelve_blocks();
+  auto weights = state_dict(c, test::fresh_seed());
+  DenoiserOptions o;
+  o.device = Device::cuda;
+  const ConstantRequest req(c);
+  const ForwardOutputs want = Denoiser::create(weights, o)->forward(req.inputs());
+  for (auto& [key, t] : weights)  // blocks 0-5: the caller's device tensors
+    if (key.rfind("blocks.", 0) == 0 && std::stoi(key.substr(7)) < 6 && key.ends_with(".weight") &&
+        t.dim() == 2 && t.dtype() == DType::bf16)
+      t = cuda::to_device(t);
+  const model::BlockStorage st = model::uniform_storage(c, model::LinearStorage::bf16);
+  const int64_t slot = model::block_slot_layout(c, st).bytes;
+  const int64_t w = model::model_weight_bytes(c, st);
+  const int64_t least = model::estimate_working_set_bytes(c, st, false, {});
+  o.device_memory_limit = w + least - 1;  // 3 blocks stream at load
+  const auto d = Denoiser::create(weights, o);
+  EXPECT_TRUE(d->weight_streaming().streamed_at_load);
+  EXPECT_EQ(d->weight_streaming().streamed_blocks, 3);
+  expect_forwards(*d, req, want, "caller");
+  EXPECT_GE(d->weight_streaming().streamed_blocks, 3);
+  EXPECT_LE(d->weight_streaming().streamed_blocks, 6);
+
+  o.device_memory_limit = w + least - 4 * slot - 1;  // 7 blocks: more than the caller leaves
+  try {
+    Denoiser::create(weights, o);
+    ADD_FAILURE() << "a limit that needs the caller's blocks streamed loaded";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("6 blocks are the caller's CUDA tensors"), std::string::npos) << m;
+  }
 }
 
 }  // namespace
