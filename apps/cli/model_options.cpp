@@ -33,11 +33,12 @@ void add_device_memory_limit(CLI::App* cmd, std::string& size) {
                   "(the default) is no limit. SIZE is bytes (2.5e10) or with a unit: GB/MB "
                   "(powers of 1000, 24GB = 24e9 bytes) or GiB/MiB (powers of 1024), or auto "
                   "(the GPU's free memory at load less max(1.5 GiB, 5% of the card)). When the "
-                  "resident model and the request's activations exceed it, the transformer "
-                  "blocks' weight matrices stay in host memory (--weight-stream-source) and "
+                  "resident model and the request's activations exceed it, the weight "
+                  "matrices of as many transformer blocks as it needs (spread over the model; "
+                  "the rest stay resident) stay in host memory (--weight-stream-source) and "
                   "stream into two device slots, each block's copy overlapped with the compute "
                   "of the blocks before it (the same bits). When the resident model cannot fit "
-                  "it at all, the blocks go to host memory as they load, never whole on the "
+                  "it at all, those blocks go to host memory as they load, never on the "
                   "device (the load's peak: weight_streaming.load_peak_device_bytes); below what "
                   "streaming needs, an error says how many bytes it needs")
       ->capture_default_str();

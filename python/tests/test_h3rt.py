@@ -409,6 +409,7 @@ def test_device_memory_limit_is_parsed_and_needs_cuda():
     assert w["streamed"] is False and w["streamed_at_load"] is False
     assert w["load_peak_device_bytes"] == 0 and w["device_memory_limit"] == 0
     assert set(w) >= {"slots", "host_bytes", "h2d_bytes_per_step", "caller_device_bytes"}
+    assert w["streamed_blocks"] == 0
     assert w["source"] == ""  # set ("pinned" or "file") only when the blocks stream
     a = h3rt.preset("tiny", device_memory_limit="auto").weight_streaming  # CPU: no limit
     assert a["device_memory_limit"] == 0 and a["device_memory_limit_auto"] is False

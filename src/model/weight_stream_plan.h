@@ -1,13 +1,15 @@
 // Weight streaming for GPUs smaller than the model (DenoiserOptions::device_memory_limit): the
 // plan, as pure arithmetic on a config and the formats the CUDA model stores its blocks in.
 //
-// Streamed: the weight matrices of each transformer block's five linears (qkv, out, fc1, fc2 and
-// the AdaLN projection): bf16/f32 `w`, fp8 `w8`, int8 `wi8`, nvfp4 `w4` and its block scales.
-// They live in host memory (pinned, one image per block laid out exactly as a device slot; or,
-// source file, where the load found them, gathered into a pinned staging image per slot); the
-// forward holds `slots` device slots of one image and copies block i+1 into a free slot on a copy
-// stream while block i computes (model/weight_stream_cuda.h). Resident: everything else (biases,
-// per-row and scalar scales, norms, the token refiner, patch projections, heads).
+// Streamed: the weight matrices of the five linears (qkv, out, fc1, fc2 and the AdaLN projection)
+// of the streamed transformer blocks, as few as the limit needs (WeightStreamPlan::blocks):
+// bf16/f32 `w`, fp8 `w8`, int8 `wi8`, nvfp4 `w4` and its block scales. They live in host memory
+// (pinned, one image per block laid out exactly as a device slot; or, source file, where the
+// load found them, gathered into a pinned staging image per slot); the forward holds `slots`
+// device slots of one image and copies the next streamed block into a free slot on a copy stream
+// while the blocks before it compute (model/weight_stream_cuda.h). Resident: the other blocks,
+// and everything else (biases, per-row and scalar scales, norms, the token refiner, patch
+// projections, heads).
 //
 // Cost (h3: hidden 5376, inner 7168, ffn 14336): a block's four projections hold 385M weights,
 // 0.385 GB in int8/fp8 and 0.77 GB in bf16; the full AdaLN [96768, 2688] adds 0.52 GB bf16 (the
