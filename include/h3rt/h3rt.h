@@ -46,7 +46,8 @@ typedef struct h3rt_model_options {
                                        "24GiB", "2.5e10" or "auto" (the GPU's free memory at
                                        create less a reserve, API version 5); NULL or "0"
                                        (default): no limit.
-                                       Above it the block weights stream from host memory */
+                                       Above it the weights of as many blocks as it needs
+                                       stream from host memory */
   const char* weight_stream_source; /* where they stream from: "auto" (default), "pinned" (a
                                        page-locked copy of every block) or "file" (read from the
                                        mapped checkpoint as needed) */

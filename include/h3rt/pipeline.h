@@ -83,12 +83,13 @@ struct DenoiserOptions {
   // CUDA: the device bytes (weights + a forward's activations) to stay within; 0 = no limit;
   // kDeviceMemoryAuto: the GPU's free memory at create() less a reserve (auto_device_memory_limit;
   // on the CPU it means no limit).
-  // Where the resident model and a request's activations exceed it, the transformer blocks'
-  // weight matrices stream from host memory (weight_stream_source) into two device slots, each
-  // block's copy overlapped with the previous block's compute (same bits as resident). When the
-  // resident model cannot fit the limit at all, the blocks go to host memory as they load, never
-  // whole on the device. Below what streaming needs, create() or forward() throws naming this
-  // option and the bytes needed.
+  // Where the resident model and a request's activations exceed it, the weight matrices of as
+  // many transformer blocks as it needs (spread over the model; the rest stay resident, and so do
+  // blocks of the caller's CUDA tensors) stream from host memory (weight_stream_source) into two
+  // device slots, each block's copy overlapped with the compute of the blocks before it (same
+  // bits as resident). When the resident model cannot fit the limit at all, those blocks go to
+  // host memory as they load, never onto the device. Below what streaming needs, create() or
+  // forward() throws naming this option and the bytes needed.
   int64_t device_memory_limit = 0;
   // CUDA: called as the transformer blocks are placed (uploaded, or written to host memory
   // when they stream): (0, n) first, then (i + 1, n) after block i. Reading a 20-66 GB file

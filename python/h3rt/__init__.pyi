@@ -40,7 +40,8 @@ class Model:
     @property
     def weight_streaming(self) -> dict[str, Any]:
         """How device_memory_limit placed the block weights, as the reports' weight_streaming:
-        streamed (the blocks live in host memory), source ("pinned" or "file"), streamed_at_load (they went there as
+        streamed (blocks live in host memory), streamed_blocks (how many: as few as the limit
+        needs, the rest resident), source ("pinned" or "file"), streamed_at_load (they went there as
         they loaded, never whole on the GPU), load_peak_device_bytes (the load's peak in h3rt's
         device pool), caller_device_bytes (block weights used in place from CUDA tensors you
         passed), slots, slot_bytes, host_bytes, h2d_bytes_per_step, resident_weight_bytes,

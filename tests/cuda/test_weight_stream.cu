@@ -75,21 +75,26 @@ void expect_same_bits(const FloatVec& got, const FloatVec& want, const std::stri
 }
 
 // Steps with changing timesteps (table heights 2, 2, 1, 2) on a resident and a streamed copy of
-// the same model: the same velocities bit for bit (and the graph steps replayed).
+// the same model (`blocks` streamed; empty: all): the same velocities bit for bit (and the graph
+// steps replayed).
 void expect_streamed_equals_resident(Gemm gemm, bool graphs, bool step_cache,
                                      ops::AttentionKernel attention,
-                                     WeightStreamSource source = WeightStreamSource::pinned) {
+                                     WeightStreamSource source = WeightStreamSource::pinned,
+                                     const std::vector<int64_t>& blocks = {}) {
   H3RT_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   const H3Config c = five_blocks();
   model::DeviceModel resident = make_model(c, seed, gemm);
   model::DeviceModel streamed = make_model(c, seed, gemm);
-  model::stream_block_weights(streamed, source);
+  model::stream_block_weights(streamed, source, blocks);
   ASSERT_TRUE(streamed.streamed);
   EXPECT_EQ(streamed.streamed->source, source);
-  for (const auto& [name, t] : model::streamed_tensors(streamed.blocks[0]))
-    EXPECT_EQ(t->device(), Device::cpu) << name;
+  for (size_t i = 0; i < streamed.blocks.size(); ++i) {
+    const bool host = blocks.empty() || streamed.streamed->ordinal(int64_t(i)) >= 0;
+    for (const auto& [name, t] : model::streamed_tensors(streamed.blocks[i]))
+      EXPECT_EQ(t->device(), host ? Device::cpu : Device::cuda) << "block " << i << " " << name;
+  }
   const SequenceLayout layout = make_t2va_layout(10, 9, 7, 8, 12);
   model::ForwardSessionOptions o;
   o.cuda_graph = graphs;
@@ -156,6 +161,15 @@ TEST(WeightStream, Nvfp4GraphsBitIdenticalToResident) {
 TEST(WeightStream, StepCacheRangesBitIdenticalToResident) {
   expect_streamed_equals_resident(Gemm::int8, true, true, ops::AttentionKernel::flash_bf16);
   expect_streamed_equals_resident(Gemm::bf16, false, true, ops::AttentionKernel::flash_bf16);
+}
+// Some blocks streamed, the others resident, over the step cache's ranges 0..1 (no streamed
+// block in it for {1, 3, 4}) and 1..5 (three streamed blocks, two slots), from pinned images and
+// from the file source's staging.
+TEST(WeightStream, PartialStepCacheRangesBitIdenticalToResident) {
+  expect_streamed_equals_resident(Gemm::int8, true, true, ops::AttentionKernel::sage_8bit,
+                                  WeightStreamSource::pinned, {1, 3, 4});
+  expect_streamed_equals_resident(Gemm::bf16, false, true, ops::AttentionKernel::flash_bf16,
+                                  WeightStreamSource::file, {0, 2, 4});
 }
 
 TEST(WeightStream, SlotLayoutIsThePlannersAndDeviceMemoryIsFreed) {
