@@ -13,7 +13,8 @@
 extern "C" {
 #endif
 
-#define H3RT_API_VERSION 5 /* bumped on any incompatible change of this header */
+#define H3RT_API_VERSION 6 /* bumped on any incompatible change of this header, and on additions \
+                            */
 
 typedef enum h3rt_status {
   H3RT_OK = 0,
@@ -84,6 +85,21 @@ h3rt_status h3rt_model_config(const h3rt_model* model, h3rt_config* out);
  * pairs, one line each ("" when none; valid until the model is freed). Any pointer may be NULL. */
 h3rt_status h3rt_model_lora_report(const h3rt_model* model, int* pairs, int* layers,
                                    const char** skipped);
+/* How options.device_memory_limit placed the transformer blocks' weights (API version 6), as of
+ * the latest forward (before one: the load's plan). All zero without a limit and on the CPU. */
+typedef struct h3rt_weight_streaming {
+  int64_t device_memory_limit; /* bytes, "auto" resolved at create; 0: none */
+  int limit_auto;              /* 1: the limit came from "auto" */
+  int streamed;                /* 1: some blocks' weights stream from host memory each step */
+  int streamed_at_load;        /* 1: they went to host memory as they loaded */
+  int slots;                   /* device slots of one block's weights */
+  int64_t streamed_blocks;     /* how many blocks stream (as few as the limit needs) */
+  int64_t slot_bytes, host_bytes, h2d_bytes_per_step, resident_weight_bytes;
+  int64_t planned_device_bytes;   /* the plan's estimate: resident weights + slots + activations */
+  int64_t load_peak_device_bytes; /* the load's peak in h3rt's device pool */
+  const char* source;             /* "pinned", "file", or "" when nothing streams (static) */
+} h3rt_weight_streaming;
+h3rt_status h3rt_model_weight_streaming(const h3rt_model* model, h3rt_weight_streaming* out);
 
 /* The packed [text | audio | video] layout of one request (batch 1). Sizes are latent sizes:
  * 2 * audio_len audio rows, frames * (height/2) * (width/2) video rows, S = text_len + both.

@@ -242,6 +242,28 @@ h3rt_status h3rt_model_lora_report(const h3rt_model* m, int* pairs, int* layers,
   });
 }
 
+h3rt_status h3rt_model_weight_streaming(const h3rt_model* m, h3rt_weight_streaming* out) {
+  return guarded([&] {
+    C_CHECK(m, "h3rt_model_weight_streaming: null model");
+    C_CHECK(out, "h3rt_model_weight_streaming: null out");
+    const h3rt::WeightStreaming w = m->denoiser->weight_streaming();
+    *out = h3rt_weight_streaming{};
+    out->device_memory_limit = w.limit;
+    out->limit_auto = w.limit_auto;
+    out->streamed = w.streamed;
+    out->streamed_at_load = w.streamed_at_load;
+    out->slots = w.slots;
+    out->streamed_blocks = w.streamed_blocks;
+    out->slot_bytes = w.slot_bytes;
+    out->host_bytes = w.host_bytes;
+    out->h2d_bytes_per_step = w.h2d_bytes_per_step;
+    out->resident_weight_bytes = w.resident_weight_bytes;
+    out->planned_device_bytes = w.planned_device_bytes;
+    out->load_peak_device_bytes = w.load_peak_device_bytes;
+    out->source = w.source == "pinned" ? "pinned" : w.source == "file" ? "file" : "";
+  });
+}
+
 namespace {
 
 // h3rt_forward and h3rt_forward_device: host rows, or `io` (device rows and velocities, in
