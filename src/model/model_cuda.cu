@@ -365,32 +365,50 @@ LinearPath adaln_path(const H3Config& c) {
 
 }  // namespace
 
+namespace {
+
+// Bytes of l's CUDA tensors that upload_linear uses in place on `path`.
+int64_t in_place_bytes(const LinearWeight& l, LinearPath path) {
+  int64_t n = 0;
+  for (const Tensor* t : stored_as_is(l, path))
+    if (t->data() && t->device() == Device::cuda) n += t->nbytes();
+  return n;
+}
+
+int64_t in_place_bytes(const RefinerBlockWeights& b) {
+  int64_t n = 0;
+  for (const LinearWeight* l : {&b.attn.qkv, &b.attn.out, &b.mlp.fc1, &b.mlp.fc2})
+    n += in_place_bytes(*l, LinearPath::projection);
+  return n;
+}
+
+int64_t in_place_bytes(const BlockWeights& b, const H3Config& c) {
+  return in_place_bytes(static_cast<const RefinerBlockWeights&>(b)) +
+         in_place_bytes(b.adaln, adaln_path(c));
+}
+
+}  // namespace
+
 int64_t in_place_device_bytes(const H3Model& m) {
   const H3Weights& w = m.weights;
-  int64_t n = 0;
-  const auto add = [&n](const LinearWeight& l, LinearPath path) {
-    for (const Tensor* t : stored_as_is(l, path))
-      if (t->data() && t->device() == Device::cuda) n += t->nbytes();
-  };
-  const auto add_block = [&add](const RefinerBlockWeights& b) {
-    for (const LinearWeight* l : {&b.attn.qkv, &b.attn.out, &b.mlp.fc1, &b.mlp.fc2})
-      add(*l, LinearPath::projection);
-  };
   // As upload_model places them (a PDD bank's heads are combined on the host).
-  add(w.video_in, LinearPath::f32_island);
-  add(w.audio_in, LinearPath::f32_island);
-  add(w.text_in, LinearPath::bf16);
-  add(w.final_adaln, adaln_path(m.config));
-  if (m.config.pdd_heads == 1) {
-    add(w.video_out, LinearPath::f32_island);
-    add(w.audio_out, LinearPath::f32_island);
-  }
-  for (const RefinerBlockWeights& b : w.refiner) add_block(b);
-  for (const BlockWeights& b : w.blocks) {
-    add_block(b);
-    add(b.adaln, adaln_path(m.config));
-  }
+  int64_t n = in_place_bytes(w.video_in, LinearPath::f32_island) +
+              in_place_bytes(w.audio_in, LinearPath::f32_island) +
+              in_place_bytes(w.text_in, LinearPath::bf16) +
+              in_place_bytes(w.final_adaln, adaln_path(m.config));
+  if (m.config.pdd_heads == 1)
+    n += in_place_bytes(w.video_out, LinearPath::f32_island) +
+         in_place_bytes(w.audio_out, LinearPath::f32_island);
+  for (const RefinerBlockWeights& b : w.refiner) n += in_place_bytes(b);
+  for (const BlockWeights& b : w.blocks) n += in_place_bytes(b, m.config);
   return n;
+}
+
+std::vector<int64_t> in_place_blocks(const H3Model& m) {
+  std::vector<int64_t> v;
+  for (size_t i = 0; i < m.weights.blocks.size(); ++i)
+    if (in_place_bytes(m.weights.blocks[i], m.config) > 0) v.push_back(static_cast<int64_t>(i));
+  return v;
 }
 
 DeviceModel upload_model(const H3Model& m, BlockImageWriter* stream, bool keep_block_sources,
@@ -420,13 +438,14 @@ DeviceModel upload_model(const H3Model& m, BlockImageWriter* stream, bool keep_b
     const int64_t caller_before = d.caller_block_bytes;
     d.blocks.push_back(upload_block(w.blocks[i], place));
     d.blocks.back().adaln = upload_linear(w.blocks[i].adaln, adaln, place);
-    d.caller_block.push_back(d.caller_block_bytes > caller_before);
+    const bool caller = d.caller_block_bytes > caller_before;
+    if (caller) d.caller_blocks.push_back(static_cast<int64_t>(i));
     if (place.kept) {
       d.block_sources.push_back(sources_of(d.blocks.back(), kept));
       kept.clear();
     }
     if (streams) {
-      H3RT_CHECK(!d.caller_block.back(), "device_memory_limit: block ", i, " (blocks.", i,
+      H3RT_CHECK(!caller, "device_memory_limit: block ", i, " (blocks.", i,
                  ".*) holds weight matrices that are the caller's CUDA tensors, used in place; "
                  "streaming them would copy them to host memory and free none of their device "
                  "memory. Pass the state dict as CPU tensors (h3rt then streams them from pinned "

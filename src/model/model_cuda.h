@@ -51,10 +51,10 @@ struct DeviceModel {
   // streaming from the file later (stream_block_weights, source file) reads them, not copies.
   std::vector<std::vector<Tensor>> block_sources;
   // Bytes of the blocks' streamable matrices used in place from the caller's device memory (a
-  // state dict of CUDA tensors), and per block whether it holds any: streaming those would free
-  // none of it, so such blocks stay resident.
+  // state dict of CUDA tensors), and the blocks holding any (ascending): streaming those would
+  // free none of it, so such blocks stay resident.
   int64_t caller_block_bytes = 0;
-  std::vector<bool> caller_block;
+  std::vector<int64_t> caller_blocks;
 
   bool has_fp8() const;         // any block projection on the fp8 GEMM path
   bool has_nvfp4() const;       // any block projection on the NVFP4 GEMM path
@@ -87,6 +87,9 @@ DeviceModel upload_model(const H3Model& model, BlockImageWriter* stream = nullpt
 // the caller's device tensors): device memory the caller already holds, of which the upload
 // makes no copy. Layers it converts (fp8 run dequantized, float32 islands) are not counted.
 int64_t in_place_device_bytes(const H3Model& model);
+// The transformer blocks holding such tensors (ascending): upload_model's caller_blocks, known
+// before the upload (they stay resident under a limit).
+std::vector<int64_t> in_place_blocks(const H3Model& model);
 
 // The same synthetic weights as make_synthetic_model (bit-identical values), generated directly
 // on the GPU, so the release-sized preset needs no host copy of its 33B parameters.

@@ -318,13 +318,6 @@ void stream_block_weights(DeviceModel& m, WeightStreamSource source,
   cuda::default_arena().release_cached();  // the freed blocks go back to the driver
 }
 
-std::vector<int64_t> caller_blocks(const DeviceModel& m) {
-  std::vector<int64_t> v;
-  for (size_t i = 0; i < m.caller_block.size(); ++i)
-    if (m.caller_block[i]) v.push_back(static_cast<int64_t>(i));
-  return v;
-}
-
 WeightStreamPlan apply_weight_streaming(DeviceModel& m, const SequenceLayout& layout, int64_t limit,
                                         bool sage, WeightStreamSource source) {
   H3RT_CHECK(!m.blocks.empty(), "weight streaming: the model has no transformer blocks");
@@ -337,7 +330,7 @@ WeightStreamPlan apply_weight_streaming(DeviceModel& m, const SequenceLayout& la
   storage.int8_io = m.has_int8_io();
   w.working_set_bytes = estimate_working_set_bytes(m.config, storage, sage, forward_shape(layout));
   if (m.streamed) w.streamed = m.streamed->blocks;
-  w.fixed = caller_blocks(m);
+  w.fixed = m.caller_blocks;
   const WeightStreamPlan p = plan_weight_streaming(w);
   if (!p.stream) return p;
   if (!m.streamed || p.blocks != m.streamed->blocks)

@@ -122,8 +122,6 @@ WeightStreaming with_load(WeightStreaming w, const WeightStreaming& load);
 // Throws when the blocks store their linears differently (one slot layout serves all).
 void stream_block_weights(DeviceModel& m, WeightStreamSource source = WeightStreamSource::pinned,
                           const std::vector<int64_t>& blocks = {});
-// The blocks whose matrices are the caller's CUDA tensors (DeviceModel::caller_blocks).
-std::vector<int64_t> caller_blocks(const DeviceModel& m);
 
 // The plan for a session of `layout` on m under `limit` (m's weight bytes and block layout, the
 // shape's estimated working set); moves the blocks it streams to host memory, from

@@ -76,21 +76,6 @@ WeightStreaming load_report(const model::DeviceModel& m, const std::optional<mod
   return w;
 }
 
-// The blocks whose streamable matrices are (some of them) the caller's CUDA tensors: they stay
-// resident (streaming them would free none of their device memory).
-std::vector<int64_t> caller_blocks(const H3Model& m) {
-  std::vector<int64_t> v;
-  for (size_t i = 0; i < m.weights.blocks.size(); ++i) {
-    const BlockWeights& b = m.weights.blocks[i];
-    bool caller = false;
-    for (const LinearWeight* l : {&b.attn.qkv, &b.attn.out, &b.mlp.fc1, &b.mlp.fc2, &b.adaln})
-      for (const Tensor* t : {&l->data, &l->scale})
-        caller = caller || (t->data() && t->device() == Device::cuda);
-    if (caller) v.push_back(static_cast<int64_t>(i));
-  }
-  return v;
-}
-
 // DenoiserOptions::load_progress as the model code calls it.
 model::BlockProgress block_progress(const DenoiserOptions& o) {
   if (!o.load_progress) return {};
@@ -112,7 +97,7 @@ model::DeviceModel upload_for(const H3Model& m, const DenoiserOptions& o,
                                             : model::upload_storage(c, m.weights.refiner[0]);
     model::BlockStorage blocks = model::upload_storage(c, m.weights.blocks[0]);
     blocks.int8_io = model::int8_io_layers(m.weights);
-    lp = load_plan(c, blocks, refiner, o, caller_blocks(m));
+    lp = load_plan(c, blocks, refiner, o, model::in_place_blocks(m));
   }
   // A later streaming from the file reads the resident blocks' mapped sources.
   const bool keep_sources = lp && o.weight_stream_source != WeightStreamSource::pinned;
@@ -357,9 +342,8 @@ std::string ModelSource::describe() const {
 
 std::unique_ptr<Denoiser> Denoiser::create(const ModelSource& s, const DenoiserOptions& given) {
   check_options(given);
-  const DenoiserOptions& o = given;
-  H3RT_CHECK(o.synthetic_gemm == SyntheticGemm::bf16 || s.checkpoint.empty(), "gemm ",
-             synthetic_gemm_name(o.synthetic_gemm),
+  H3RT_CHECK(given.synthetic_gemm == SyntheticGemm::bf16 || s.checkpoint.empty(), "gemm ",
+             synthetic_gemm_name(given.synthetic_gemm),
              " applies to the synthetic presets; checkpoint ", s.checkpoint,
              " runs each layer in the format it stores (quantize-checkpoint converts a file)");
 #ifdef H3RT_HAVE_CUDA
@@ -390,22 +374,21 @@ std::unique_ptr<Denoiser> Denoiser::create(const ModelSource& s, const DenoiserO
     return std::make_unique<CudaDenoiser>(std::move(m), o, 0, std::move(lora), load);
   }
 #endif
-  return place(load_host_model(s, o.device), given);
+  return place(load_host_model(s, given.device), given);
 }
 
 std::unique_ptr<Denoiser> Denoiser::create(const std::map<std::string, Tensor>& tensors,
                                            const DenoiserOptions& given, QkvLayout qkv_layout) {
   check_options(given);
-  const DenoiserOptions& o = given;
-  if (o.device == Device::cpu)
+  if (given.device == Device::cpu)
     for (const auto& [key, t] : tensors)
       H3RT_CHECK(t.device() == Device::cpu, "tensor '", key,
                  "' is in device memory; a CPU model reads its weights from host memory");
   LoadOptions opts;
   opts.qkv_layout = qkv_layout;
-  opts.dense_float_copies = o.device == Device::cpu;
-  H3RT_CHECK(o.synthetic_gemm == SyntheticGemm::bf16, "gemm ",
-             synthetic_gemm_name(o.synthetic_gemm),
+  opts.dense_float_copies = given.device == Device::cpu;
+  H3RT_CHECK(given.synthetic_gemm == SyntheticGemm::bf16, "gemm ",
+             synthetic_gemm_name(given.synthetic_gemm),
              " applies to the synthetic presets; a state dict runs each layer in the format it "
              "holds");
   return place(load_model(tensors, opts), given);
