@@ -28,7 +28,7 @@ struct StepRepetition {
   double host_prepare_ms = 0;              // host work before the device work
   double host_finish_ms = 0;               // wait for the device + velocities out of staging
   std::map<std::string, double> stage_ms;  // eager steps only
-  double weight_copy_ms = 0;               // eager steps of a streamed model: copy stream busy
+  double weight_copy_ms = 0;               // eager steps of a streamed model: copy + gather busy
   float t_video = 0, t_audio = 0;
   Checksum video, audio;  // of the velocities
 };

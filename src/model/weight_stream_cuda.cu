@@ -369,27 +369,38 @@ BlockWeightStream::BlockWeightStream(const DeviceModel& m, int slots) : streamed
   }
   H3RT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
   H3RT_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
-  copied_.resize(slots);
-  done_.resize(slots);
-  for (int k = 0; k < slots; ++k) {
-    H3RT_CUDA_CHECK(cudaEventCreateWithFlags(&copied_[k], cudaEventDisableTiming));
-    H3RT_CUDA_CHECK(cudaEventCreateWithFlags(&done_[k], cudaEventDisableTiming));
+  for (auto* list : {&copied_, &done_}) {
+    list->resize(slots);
+    for (cudaEvent_t& e : *list)
+      H3RT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
+  if (staging_.empty()) return;
+  H3RT_CUDA_CHECK(cudaStreamCreateWithFlags(&gather_, cudaStreamNonBlocking));
+  H3RT_CUDA_CHECK(cudaEventCreateWithFlags(&copy_tail_, cudaEventDisableTiming));
+  for (auto* list : {&gathered_, &uploaded_}) {
+    list->resize(staging_.size());
+    for (cudaEvent_t& e : *list)
+      H3RT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  uploading_.assign(staging_.size(), false);
 }
 
 BlockWeightStream::~BlockWeightStream() {
+  if (gather_) cudaStreamSynchronize(gather_);
   if (copy_) cudaStreamSynchronize(copy_);
-  for (auto* list : {&copied_, &done_})
+  for (auto* list : {&copied_, &done_, &gathered_, &uploaded_})
     for (cudaEvent_t e : *list) cudaEventDestroy(e);
   for (auto& [a, b] : timing_) {
     cudaEventDestroy(a);
     cudaEventDestroy(b);
   }
   if (fork_) cudaEventDestroy(fork_);
+  if (copy_tail_) cudaEventDestroy(copy_tail_);
+  if (gather_) cudaStreamDestroy(gather_);
   if (copy_) cudaStreamDestroy(copy_);
 }
 
-int BlockWeightStream::timer_begin() {
+int BlockWeightStream::timer_begin(cudaStream_t s) {
   if (!timed_) return -1;
   if (timing_used_ == timing_.size()) {
     cudaEvent_t a, b;
@@ -397,12 +408,12 @@ int BlockWeightStream::timer_begin() {
     H3RT_CUDA_CHECK(cudaEventCreate(&b));
     timing_.push_back({a, b});
   }
-  H3RT_CUDA_CHECK(cudaEventRecord(timing_[timing_used_].first, copy_));
+  H3RT_CUDA_CHECK(cudaEventRecord(timing_[timing_used_].first, s));
   return static_cast<int>(timing_used_++);
 }
 
-void BlockWeightStream::timer_end(int t) {
-  if (t >= 0) H3RT_CUDA_CHECK(cudaEventRecord(timing_[static_cast<size_t>(t)].second, copy_));
+void BlockWeightStream::timer_end(int t, cudaStream_t s) {
+  if (t >= 0) H3RT_CUDA_CHECK(cudaEventRecord(timing_[static_cast<size_t>(t)].second, s));
 }
 
 void CUDART_CB BlockWeightStream::gather_host(void* g) {
@@ -433,22 +444,35 @@ void BlockWeightStream::gather(int64_t o) noexcept {
   for (const Tensor& t : next) read_ahead(t);
 }
 
+void BlockWeightStream::stage(int64_t o) {
+  const size_t k = static_cast<size_t>(o) % staging_.size();
+  if (uploading_[k]) H3RT_CUDA_CHECK(cudaStreamWaitEvent(gather_, uploaded_[k], 0));
+  const int t = timer_begin(gather_);
+  H3RT_CUDA_CHECK(cudaLaunchHostFunc(gather_, &gather_host, &gathers_[static_cast<size_t>(o)]));
+  timer_end(t, gather_);
+  H3RT_CUDA_CHECK(cudaEventRecord(gathered_[k], gather_));
+  H3RT_CUDA_CHECK(cudaStreamWaitEvent(copy_, gathered_[k], 0));
+}
+
 void BlockWeightStream::copy(int64_t o, cudaEvent_t after) {
   const size_t k = static_cast<size_t>(o) % slots_.size();
   const void* from = nullptr;
   if (staging_.empty()) {
     from = streamed_->images[static_cast<size_t>(o)].get();
-  } else {  // gathered while the slot's previous block may still compute
-    const int t = timer_begin();
-    H3RT_CUDA_CHECK(cudaLaunchHostFunc(copy_, &gather_host, &gathers_[static_cast<size_t>(o)]));
-    timer_end(t);
-    from = staging_[k].get();
+  } else {  // gathered while the slot's previous block may still compute and copy
+    stage(o);
+    from = staging_[static_cast<size_t>(o) % staging_.size()].get();
   }
   if (after) H3RT_CUDA_CHECK(cudaStreamWaitEvent(copy_, after, 0));
-  const int t = timer_begin();
+  const int t = timer_begin(copy_);
   H3RT_CUDA_CHECK(
       cudaMemcpyAsync(slots_[k].data(), from, layout_.bytes, cudaMemcpyHostToDevice, copy_));
-  timer_end(t);
+  timer_end(t, copy_);
+  if (!staging_.empty()) {
+    const size_t g = static_cast<size_t>(o) % staging_.size();
+    H3RT_CUDA_CHECK(cudaEventRecord(uploaded_[g], copy_));
+    uploading_[g] = true;
+  }
   H3RT_CUDA_CHECK(cudaEventRecord(copied_[k], copy_));
 }
 
@@ -465,6 +489,11 @@ void BlockWeightStream::begin(int64_t first, int64_t last, cudaStream_t s, bool 
   if (o0 == end) return;  // only resident blocks: nothing to copy
   H3RT_CUDA_CHECK(cudaEventRecord(fork_, s));
   H3RT_CUDA_CHECK(cudaStreamWaitEvent(copy_, fork_, 0));
+  if (gather_) {  // after every copy queued so far (a range that threw may have left some)
+    H3RT_CUDA_CHECK(cudaEventRecord(copy_tail_, copy_));
+    H3RT_CUDA_CHECK(cudaStreamWaitEvent(gather_, copy_tail_, 0));
+    uploading_.assign(uploading_.size(), false);
+  }
   const int64_t n = static_cast<int64_t>(slots_.size());
   for (int64_t o = o0; o < std::min(o0 + n, end); ++o) copy(o, nullptr);
 }

@@ -139,13 +139,15 @@ class BlockWeightStream {
   BlockWeightStream(const BlockWeightStream&) = delete;
   BlockWeightStream& operator=(const BlockWeightStream&) = delete;
 
-  // `timed` (eager steps only): events around each copy, summed by copy_ms().
+  // `timed` (eager steps only): events around each copy and gather, summed by copy_ms().
   void begin(int64_t first, int64_t last, cudaStream_t s, bool timed);
   const DeviceBlock& acquire(int64_t i, cudaStream_t s);
   void release(int64_t i, cudaStream_t s);
 
   void reset_timing();
-  double copy_ms() const;  // copy stream busy time of the timed ranges (after they finished)
+  // Busy time of the copy and gather streams in the timed ranges, summed (after they finished;
+  // the file source's gathers overlap the copies, so this can exceed the step).
+  double copy_ms() const;
   int slots() const { return static_cast<int>(slots_.size()); }
   int64_t slot_bytes() const { return layout_.bytes; }
 
@@ -158,10 +160,13 @@ class BlockWeightStream {
   static void CUDART_CB gather_host(void* gather);
   void gather(int64_t k) noexcept;  // file: streamed block k's tensors -> its staging image
   // Streamed block `k` (ordinal) into its slot on the copy stream, after `after` (the slot's
-  // previous block done).
+  // previous block done); file: gathered first on the gather stream.
   void copy(int64_t k, cudaEvent_t after);
-  int timer_begin();  // an index into timing_ when timed_, else -1
-  void timer_end(int t);
+  // File: block k's gather into its staging image, on the gather stream once the image's last
+  // copy to the device is done, so that it overlaps the copy of the block before it.
+  void stage(int64_t k);
+  int timer_begin(cudaStream_t s);  // an index into timing_ when timed_, else -1
+  void timer_end(int t, cudaStream_t s);
   // The model's streamed blocks (images or file sources), owned here too: the graphs' host and
   // copy nodes read them for as long as this stream lives, whatever becomes of the model's.
   std::shared_ptr<const StreamedBlocks> streamed_;
@@ -173,8 +178,14 @@ class BlockWeightStream {
   std::vector<DeviceBlock> views_;
   std::vector<int64_t> ordinal_;  // per block: its place among the streamed, -1 if resident
   cudaStream_t copy_ = nullptr;
+  cudaStream_t gather_ = nullptr;  // file: the host gathers, apart from the copies
   cudaEvent_t fork_ = nullptr;
+  cudaEvent_t copy_tail_ = nullptr;         // file: the gathers of a range follow its copies
   std::vector<cudaEvent_t> copied_, done_;  // per slot
+  // File, per staging image: gathered into it, copied out of it; and whether a copy out of it
+  // is queued in this range (the next gather into it waits for that copy).
+  std::vector<cudaEvent_t> gathered_, uploaded_;
+  std::vector<bool> uploading_;
   int64_t last_ = 0;
   bool timed_ = false;
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> timing_;  // per timed copy
