@@ -112,6 +112,7 @@ StepRepetition repetition(const model::ForwardStepTimes& t, const ForwardOutputs
   r.host_finish_ms = t.host_finish_ms;
   r.stage_ms = t.stage_ms;
   r.weight_copy_ms = t.weight_copy_ms;
+  r.weight_gather_ms = t.weight_gather_ms;
   r.t_video = step.t_video;
   r.t_audio = step.t_audio;
   r.video = checksum(v.video_velocity.data(), static_cast<int64_t>(v.video_velocity.size()));

@@ -72,8 +72,9 @@ bool same_velocities(const std::vector<StepRepetition>& a, const std::vector<Ste
   return same;
 }
 
-// The plan and, for a streamed model, the eager steps' copy time against the compute stream's
-// wait for it (the copies are hidden when that wait is a small part of them).
+// The plan and, for a streamed model, the eager steps' copy (and file gather) time against the
+// compute stream's wait for them (hidden when that wait is a small part of the longer of the
+// two, which run side by side).
 nlohmann::json streaming_json(const StepMeasurements& m) {
   nlohmann::json j = to_json(m.weight_streaming);
   if (!m.weight_streaming.streamed) return j;
@@ -83,11 +84,18 @@ nlohmann::json streaming_json(const StepMeasurements& m) {
     wait.push_back(it == r.stage_ms.end() ? 0.0 : it->second);
   }
   const double copy = median(field(m.eager, &StepRepetition::weight_copy_ms));
+  const double gather = median(field(m.eager, &StepRepetition::weight_gather_ms));
   const double waited = median(wait);
+  const double bytes = static_cast<double>(m.weight_streaming.h2d_bytes_per_step);
   j["copy_ms_p50_eager"] = copy;
-  j["h2d_gb_per_s_eager"] = copy > 0 ? m.weight_streaming.h2d_bytes_per_step / copy / 1e6 : 0.0;
+  j["h2d_gb_per_s_eager"] = copy > 0 ? bytes / copy / 1e6 : 0.0;
+  if (m.weight_streaming.source == "file") {
+    j["gather_ms_p50_eager"] = gather;
+    j["gather_gb_per_s_eager"] = gather > 0 ? bytes / gather / 1e6 : 0.0;
+  }
   j["compute_waited_ms_p50_eager"] = waited;
-  j["copy_hidden_fraction"] = copy > 0 ? std::max(0.0, 1.0 - waited / copy) : 0.0;
+  const double busy = std::max(copy, gather);
+  j["copy_hidden_fraction"] = busy > 0 ? std::max(0.0, 1.0 - waited / busy) : 0.0;
   return j;
 }
 

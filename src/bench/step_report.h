@@ -28,7 +28,8 @@ struct StepRepetition {
   double host_prepare_ms = 0;              // host work before the device work
   double host_finish_ms = 0;               // wait for the device + velocities out of staging
   std::map<std::string, double> stage_ms;  // eager steps only
-  double weight_copy_ms = 0;               // eager steps of a streamed model: copy + gather busy
+  double weight_copy_ms = 0;               // eager steps of a streamed model: H2D copies busy
+  double weight_gather_ms = 0;             // and the file source's host gathers busy
   float t_video = 0, t_audio = 0;
   Checksum video, audio;  // of the velocities
 };

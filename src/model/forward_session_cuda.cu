@@ -724,6 +724,7 @@ struct ForwardSessionCuda::Impl {
     if (weights) {
       times.weights_streamed = true;
       times.weight_copy_ms = weights->copy_ms();
+      times.weight_gather_ms = weights->gather_ms();
     }
     times.wall_ms = ms_since(t_start);
     return out;

@@ -82,10 +82,12 @@ struct ForwardStepTimes {
   // Eager steps with stage_timing: GPU time per stage ("inputs", "adaln_tables", "blocks",
   // "final_heads"), summed over the step.
   std::map<std::string, double> stage_ms;
-  // Streamed block weights (DeviceModel::streamed): the copy stream's busy time of the eager
-  // timed parts (stage_ms["weight_wait"] is how long the compute stream waited for it).
+  // Streamed block weights (DeviceModel::streamed): the busy time of the eager timed parts'
+  // host-to-device copies and (file source) host gathers, which overlap each other
+  // (stage_ms["weight_wait"] is how long the compute stream waited for them).
   bool weights_streamed = false;
   double weight_copy_ms = 0;
+  double weight_gather_ms = 0;
 };
 
 class ForwardSessionCuda {

@@ -390,9 +390,9 @@ BlockWeightStream::~BlockWeightStream() {
   if (copy_) cudaStreamSynchronize(copy_);
   for (auto* list : {&copied_, &done_, &gathered_, &uploaded_})
     for (cudaEvent_t e : *list) cudaEventDestroy(e);
-  for (auto& [a, b] : timing_) {
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
+  for (const Timer& t : timing_) {
+    cudaEventDestroy(t.begin);
+    cudaEventDestroy(t.end);
   }
   if (fork_) cudaEventDestroy(fork_);
   if (copy_tail_) cudaEventDestroy(copy_tail_);
@@ -400,20 +400,21 @@ BlockWeightStream::~BlockWeightStream() {
   if (copy_) cudaStreamDestroy(copy_);
 }
 
-int BlockWeightStream::timer_begin(cudaStream_t s) {
+int BlockWeightStream::timer_begin(cudaStream_t s, bool gather) {
   if (!timed_) return -1;
   if (timing_used_ == timing_.size()) {
-    cudaEvent_t a, b;
-    H3RT_CUDA_CHECK(cudaEventCreate(&a));
-    H3RT_CUDA_CHECK(cudaEventCreate(&b));
-    timing_.push_back({a, b});
+    Timer t{};
+    H3RT_CUDA_CHECK(cudaEventCreate(&t.begin));
+    H3RT_CUDA_CHECK(cudaEventCreate(&t.end));
+    timing_.push_back(t);
   }
-  H3RT_CUDA_CHECK(cudaEventRecord(timing_[timing_used_].first, s));
+  timing_[timing_used_].gather = gather;
+  H3RT_CUDA_CHECK(cudaEventRecord(timing_[timing_used_].begin, s));
   return static_cast<int>(timing_used_++);
 }
 
 void BlockWeightStream::timer_end(int t, cudaStream_t s) {
-  if (t >= 0) H3RT_CUDA_CHECK(cudaEventRecord(timing_[static_cast<size_t>(t)].second, s));
+  if (t >= 0) H3RT_CUDA_CHECK(cudaEventRecord(timing_[static_cast<size_t>(t)].end, s));
 }
 
 void CUDART_CB BlockWeightStream::gather_host(void* g) {
@@ -447,7 +448,7 @@ void BlockWeightStream::gather(int64_t o) noexcept {
 void BlockWeightStream::stage(int64_t o) {
   const size_t k = static_cast<size_t>(o) % staging_.size();
   if (uploading_[k]) H3RT_CUDA_CHECK(cudaStreamWaitEvent(gather_, uploaded_[k], 0));
-  const int t = timer_begin(gather_);
+  const int t = timer_begin(gather_, true);
   H3RT_CUDA_CHECK(cudaLaunchHostFunc(gather_, &gather_host, &gathers_[static_cast<size_t>(o)]));
   timer_end(t, gather_);
   H3RT_CUDA_CHECK(cudaEventRecord(gathered_[k], gather_));
@@ -464,7 +465,7 @@ void BlockWeightStream::copy(int64_t o, cudaEvent_t after) {
     from = staging_[static_cast<size_t>(o) % staging_.size()].get();
   }
   if (after) H3RT_CUDA_CHECK(cudaStreamWaitEvent(copy_, after, 0));
-  const int t = timer_begin(copy_);
+  const int t = timer_begin(copy_, false);
   H3RT_CUDA_CHECK(
       cudaMemcpyAsync(slots_[k].data(), from, layout_.bytes, cudaMemcpyHostToDevice, copy_));
   timer_end(t, copy_);
@@ -521,14 +522,23 @@ void BlockWeightStream::reset_timing() {
   timing_used_ = 0;
 }
 
-double BlockWeightStream::copy_ms() const {
+double BlockWeightStream::timed_ms(bool gather) const {
   double total = 0;
   for (size_t j = 0; j < timing_used_; ++j) {
+    if (timing_[j].gather != gather) continue;
     float ms = 0;
-    H3RT_CUDA_CHECK(cudaEventElapsedTime(&ms, timing_[j].first, timing_[j].second));
+    H3RT_CUDA_CHECK(cudaEventElapsedTime(&ms, timing_[j].begin, timing_[j].end));
     total += ms;
   }
   return total;
+}
+
+double BlockWeightStream::copy_ms() const {
+  return timed_ms(false);
+}
+
+double BlockWeightStream::gather_ms() const {
+  return timed_ms(true);
 }
 
 }  // namespace h3rt::model

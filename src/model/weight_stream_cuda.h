@@ -145,9 +145,10 @@ class BlockWeightStream {
   void release(int64_t i, cudaStream_t s);
 
   void reset_timing();
-  // Busy time of the copy and gather streams in the timed ranges, summed (after they finished;
-  // the file source's gathers overlap the copies, so this can exceed the step).
+  // Busy time in the timed ranges (after they finished) of the host-to-device copies, and of
+  // the file source's gathers into the staging images (they overlap the copies).
   double copy_ms() const;
+  double gather_ms() const;
   int slots() const { return static_cast<int>(slots_.size()); }
   int64_t slot_bytes() const { return layout_.bytes; }
 
@@ -165,8 +166,9 @@ class BlockWeightStream {
   // File: block k's gather into its staging image, on the gather stream once the image's last
   // copy to the device is done, so that it overlaps the copy of the block before it.
   void stage(int64_t k);
-  int timer_begin(cudaStream_t s);  // an index into timing_ when timed_, else -1
+  int timer_begin(cudaStream_t s, bool gather);  // an index into timing_ when timed_, else -1
   void timer_end(int t, cudaStream_t s);
+  double timed_ms(bool gather) const;
   // The model's streamed blocks (images or file sources), owned here too: the graphs' host and
   // copy nodes read them for as long as this stream lives, whatever becomes of the model's.
   std::shared_ptr<const StreamedBlocks> streamed_;
@@ -188,7 +190,11 @@ class BlockWeightStream {
   std::vector<bool> uploading_;
   int64_t last_ = 0;
   bool timed_ = false;
-  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> timing_;  // per timed copy
+  struct Timer {
+    cudaEvent_t begin, end;
+    bool gather;
+  };
+  std::vector<Timer> timing_;  // per timed copy or gather
   size_t timing_used_ = 0;
 };
 

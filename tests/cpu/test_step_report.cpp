@@ -118,6 +118,7 @@ TEST(StepReport, WeightStreamingAndResidentComparison) {
     streamed.eager[i].stage_ms["weight_wait"] = 3.0 * (i + 1);  // median 6
   }
   const nlohmann::json r = bench::step_comparison_report(c, layout, streamed, resident);
+  EXPECT_FALSE(r.at("weight_streaming").contains("gather_ms_p50_eager"));  // pinned
   const auto& w = r.at("weight_streaming");
   EXPECT_TRUE(w.at("streamed").get<bool>());
   EXPECT_EQ(w.at("device_memory_limit").get<int64_t>(), 24000000000);
@@ -126,6 +127,16 @@ TEST(StepReport, WeightStreamingAndResidentComparison) {
   EXPECT_DOUBLE_EQ(w.at("compute_waited_ms_p50_eager").get<double>(), 6.0);
   EXPECT_DOUBLE_EQ(w.at("copy_hidden_fraction").get<double>(), 0.8);
   EXPECT_DOUBLE_EQ(w.at("h2d_gb_per_s_eager").get<double>(), 2000000 / 30.0 / 1e6);
+  // The file source: its gathers run beside the copies; the longer of the two is what the
+  // compute's wait is set against.
+  streamed.weight_streaming.source = "file";
+  const double gathers[] = {50, 70, 60};
+  for (int i = 0; i < 3; ++i) streamed.eager[i].weight_gather_ms = gathers[i];
+  const nlohmann::json f = bench::step_report(c, layout, streamed).at("weight_streaming");
+  EXPECT_DOUBLE_EQ(f.at("gather_ms_p50_eager").get<double>(), 60.0);
+  EXPECT_DOUBLE_EQ(f.at("gather_gb_per_s_eager").get<double>(), 2000000 / 60.0 / 1e6);
+  EXPECT_DOUBLE_EQ(f.at("copy_ms_p50_eager").get<double>(), 30.0);
+  EXPECT_DOUBLE_EQ(f.at("copy_hidden_fraction").get<double>(), 0.9);
   const auto& cmp = r.at("streamed_vs_resident");
   EXPECT_DOUBLE_EQ(cmp.at("eager_step_ratio").get<double>(), 1.25);
   EXPECT_DOUBLE_EQ(cmp.at("cuda_graph_step_ratio").get<double>(), 1.25);
