@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/env.h"
 #include "core/parallel.h"
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
@@ -356,6 +357,7 @@ BlockWeightStream::BlockWeightStream(const DeviceModel& m, int slots) : streamed
     }
   }
   if (streamed_->source == WeightStreamSource::file) {
+    gather_threads_ = env_count("H3RT_GATHER_THREADS", 8, 1, 64);
     for (int k = 0; k < slots; ++k)
       staging_.push_back(pinned(static_cast<size_t>(layout_.bytes), k, slots, true));
     for (size_t o = 0; o < streamed_->blocks.size(); ++o) {  // its sources -> staging o % slots
@@ -439,7 +441,7 @@ void read_ahead(const Tensor& t) {
 // starts and joins its threads here). The next block's read-ahead is asked for after this
 // block's copy, so that on a cold file its I/O does not compete with the pages the GPU waits for.
 void BlockWeightStream::gather(int64_t o) noexcept {
-  parallel_copy(gathers_[static_cast<size_t>(o)].pieces);
+  parallel_copy(gathers_[static_cast<size_t>(o)].pieces, gather_threads_);
   const std::vector<Tensor>& next =
       streamed_->sources[static_cast<size_t>(o + 1) % streamed_->sources.size()];
   for (const Tensor& t : next) read_ahead(t);

@@ -176,6 +176,7 @@ class BlockWeightStream {
   std::vector<Tensor> slots_;
   std::vector<std::shared_ptr<void>> staging_;  // file: a pinned image per slot
   std::vector<Gather> gathers_;                 // file: per streamed block
+  int gather_threads_ = 8;                      // file: H3RT_GATHER_THREADS (side by side runs)
   // Per block: the model's; a streamed one's tensors in its slot (ordinal % slots).
   std::vector<DeviceBlock> views_;
   std::vector<int64_t> ordinal_;  // per block: its place among the streamed, -1 if resident

@@ -86,6 +86,30 @@ TEST(Core, EnvSwitchAcceptsZeroOneOrUnset) {
   ::unsetenv(name);
 }
 
+// A count switch: unset or empty keep the default; a number in range is taken; anything else
+// (not a number, trailing text, out of range) is an error naming the variable and the range.
+TEST(Core, EnvCountAcceptsANumberInRangeOrUnset) {
+  const char* name = "H3RT_TEST_ENV_COUNT";
+  ::unsetenv(name);
+  EXPECT_EQ(env_count(name, 8, 1, 64), 8);
+  ::setenv(name, "", 1);
+  EXPECT_EQ(env_count(name, 8, 1, 64), 8);
+  ::setenv(name, "16", 1);
+  EXPECT_EQ(env_count(name, 8, 1, 64), 16);
+  for (const char* bad : {"0", "65", "8x", "many", "-3"}) {
+    ::setenv(name, bad, 1);
+    try {
+      env_count(name, 8, 1, 64);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(std::string("H3RT_TEST_ENV_COUNT=") + bad), std::string::npos) << what;
+      EXPECT_NE(what.find("from 1 to 64"), std::string::npos) << what;
+    }
+  }
+  ::unsetenv(name);
+}
+
 // H3RT_INT8_ROTATE picks the rotation form where the caller left kAuto, and only there.
 TEST(Core, Int8RotateEnvOverridesOnlyAuto) {
   using ops::Int8RotateMath;
