@@ -19,12 +19,14 @@
 // The bits are those of resident weights: the kernels read the same bytes from another address.
 // Source file (WeightStreamSource::file): a block's tensors stay where the load found them
 // (views of the mapped checkpoint or the caller's host tensors; host copies of converted ones)
-// and a copy is two steps on the copy stream: a host function gathers the block into the
-// slot's pinned staging image (memcpy on several threads, which reads the file's pages, and
-// asks the kernel to read ahead the next block's), then the H2D copy. The gather is ordered
-// after the staging image's previous copy and before the wait for the slot's previous block,
-// so it overlaps that block's compute. Host functions are captured as graph nodes: replays
-// gather again (the file is read every step).
+// and a copy is two steps: a host function on a gather stream of its own gathers the block into
+// the slot's pinned staging image (memcpy on several threads, which reads the file's pages, and
+// asks the kernel to read ahead the next block's), then the copy stream waits for it and makes
+// the H2D copy. A gather waits only for the last copy out of its staging image (and a range's
+// first gathers for every copy queued before the range), so it overlaps the copy of the block
+// before it and the compute of the slot's previous block; the gathers are the bound where the
+// host copies slower than PCIe. Host functions are captured as graph nodes: replays gather
+// again (the file is read every step).
 #pragma once
 
 #ifdef H3RT_HAVE_CUDA
