@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "core/env.h"
@@ -358,6 +359,9 @@ BlockWeightStream::BlockWeightStream(const DeviceModel& m, int slots) : streamed
   }
   if (streamed_->source == WeightStreamSource::file) {
     gather_threads_ = env_count("H3RT_GATHER_THREADS", 8, 1, 64);
+    if (env_switch("H3RT_STREAM_REGISTER", false)) register_sources();
+  }
+  if (streamed_->source == WeightStreamSource::file && !registration_) {
     for (int k = 0; k < slots; ++k)
       staging_.push_back(pinned(static_cast<size_t>(layout_.bytes), k, slots, true));
     for (size_t o = 0; o < streamed_->blocks.size(); ++o) {  // its sources -> staging o % slots
@@ -447,6 +451,23 @@ void BlockWeightStream::gather(int64_t o) noexcept {
   for (const Tensor& t : next) read_ahead(t);
 }
 
+void BlockWeightStream::register_sources() {
+  std::vector<HostRange> pieces;
+  for (const std::vector<Tensor>& block : streamed_->sources)
+    for (const Tensor& t : block) {
+      const auto a = reinterpret_cast<uintptr_t>(t.data());
+      pieces.push_back({a, a + static_cast<uintptr_t>(t.nbytes())});
+    }
+  std::string why;
+  registration_ = cuda::HostRegistration::make(
+      page_ranges(std::move(pieces), static_cast<uintptr_t>(sysconf(_SC_PAGE_SIZE))), why);
+  if (!registration_)
+    std::fprintf(stderr,
+                 "h3rt: warning: H3RT_STREAM_REGISTER=1: %s; the streamed blocks are gathered "
+                 "into pinned staging instead\n",
+                 why.c_str());
+}
+
 void BlockWeightStream::stage(int64_t o) {
   const size_t k = static_cast<size_t>(o) % staging_.size();
   if (uploading_[k]) H3RT_CUDA_CHECK(cudaStreamWaitEvent(gather_, uploaded_[k], 0));
@@ -460,6 +481,19 @@ void BlockWeightStream::stage(int64_t o) {
 void BlockWeightStream::copy(int64_t o, cudaEvent_t after) {
   const size_t k = static_cast<size_t>(o) % slots_.size();
   const void* from = nullptr;
+  if (registration_) {  // straight from the registered host tensors
+    if (after) H3RT_CUDA_CHECK(cudaStreamWaitEvent(copy_, after, 0));
+    const std::vector<Tensor>& src = streamed_->sources[static_cast<size_t>(o)];
+    char* slot = static_cast<char*>(slots_[k].data());
+    const int t = timer_begin(copy_, false);
+    for (size_t j = 0; j < src.size(); ++j)
+      H3RT_CUDA_CHECK(cudaMemcpyAsync(slot + layout_.entries[j].offset, src[j].data(),
+                                      static_cast<size_t>(src[j].nbytes()), cudaMemcpyHostToDevice,
+                                      copy_));
+    timer_end(t, copy_);
+    H3RT_CUDA_CHECK(cudaEventRecord(copied_[k], copy_));
+    return;
+  }
   if (staging_.empty()) {
     from = streamed_->images[static_cast<size_t>(o)].get();
   } else {  // gathered while the slot's previous block may still compute and copy

@@ -618,6 +618,66 @@ TEST(WeightStreamFile, CheckpointDenoiserBitIdenticalToResident) {
   }
 }
 
+// H3RT_STREAM_REGISTER=1 for the test's scope (the file source's registration experiment).
+struct RegisterInPlace {
+  RegisterInPlace() { setenv("H3RT_STREAM_REGISTER", "1", 1); }
+  ~RegisterInPlace() { unsetenv("H3RT_STREAM_REGISTER"); }
+};
+
+// The file source registered in place (pageable host copies of a model made on the device):
+// the stream copies straight from the host tensors, bit-identical to resident over eager,
+// graph and step-cache steps.
+TEST(WeightStreamFile, RegisteredInPlaceBitIdenticalToResident) {
+  H3RT_REQUIRE_GPU();
+  const RegisterInPlace on;
+  model::DeviceModel m = make_model(five_blocks(), test::fresh_seed(), Gemm::int8);
+  model::stream_block_weights(m, WeightStreamSource::file, {1, 2, 4});
+  EXPECT_TRUE(model::BlockWeightStream(m).registered());
+  expect_streamed_equals_resident(Gemm::int8, true, true, ops::AttentionKernel::sage_8bit,
+                                  WeightStreamSource::file, {1, 2, 4});
+  expect_streamed_equals_resident(Gemm::bf16, false, false, ops::AttentionKernel::flash_bf16,
+                                  WeightStreamSource::file);
+}
+
+// A checkpoint's blocks are views of the file mapped read-only: registered read-only where the
+// device supports it (else the stream warns and gathers), the Denoiser's bits those of the
+// resident one either way.
+TEST(WeightStreamFile, CheckpointRegisteredInPlaceBitIdenticalToResident) {
+  H3RT_REQUIRE_GPU();
+  const H3Config c = twelve_blocks();
+  test::TempDir dir("h3rt_stream_file");
+  ModelSource src;
+  src.checkpoint = write_checkpoint(dir, c, test::fresh_seed());
+  DenoiserOptions o;
+  o.device = Device::cuda;
+  const auto resident = Denoiser::create(src, o);
+  const ConstantRequest req(c);
+  const ForwardInputs in = req.inputs();
+  const ForwardOutputs want = resident->forward(in);
+  const RegisterInPlace on;
+  int ro = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&ro, cudaDevAttrHostRegisterReadOnlySupported, 0), cudaSuccess);
+  LoadOptions lo;
+  lo.dense_float_copies = false;
+  const H3Model host = load_model(src.checkpoint, lo);
+  const model::SlotLayout slot =
+      model::block_slot_layout(c, model::uniform_storage(c, model::LinearStorage::bf16));
+  model::BlockImageWriter writer(slot, host.weights.blocks.size(), WeightStreamSource::file);
+  const model::DeviceModel at_load = model::upload_model(host, &writer);
+  EXPECT_EQ(model::BlockWeightStream(at_load).registered(), ro != 0);
+  const model::BlockStorage st = model::uniform_storage(c, model::LinearStorage::bf16);
+  o.weight_stream_source = WeightStreamSource::file;
+  o.device_memory_limit =
+      model::model_weight_bytes(c, st) + model::estimate_working_set_bytes(c, st, false, {}) - 1;
+  const auto streamed = Denoiser::create(src, o);
+  for (int rep = 0; rep < 3; ++rep) {  // eager, capture, replay
+    const ForwardOutputs got = streamed->forward(in);
+    expect_same_bits(got.video_velocity, want.video_velocity, "video " + std::to_string(rep));
+    expect_same_bits(got.audio_velocity, want.audio_velocity, "audio " + std::to_string(rep));
+  }
+  EXPECT_TRUE(streamed->weight_streaming().streamed);
+}
+
 // DenoiserOptions::load_progress: (0, n), then once per block in order, resident and streamed
 // at load (the blocks written to host memory).
 TEST(WeightStreamLoad, LoadProgressCountsEveryBlock) {
