@@ -36,7 +36,9 @@ std::unique_ptr<HostRegistration> HostRegistration::make(const std::vector<HostR
   for (const HostRange& h : ranges) {
     void* p = reinterpret_cast<void*>(h.begin);
     const size_t n = static_cast<size_t>(h.end - h.begin);
-    if (already_pinned(p)) continue;  // the caller's pinned tensors: copies already run as DMA
+    // The caller's pinned tensors: copies already run as DMA (a range that is pinned at one end
+    // only is registered, and fails, so that nothing is copied from pageable memory).
+    if (already_pinned(p) && already_pinned(static_cast<char*>(p) + n - 1)) continue;
     cudaError_t err = cudaHostRegister(p, n, cudaHostRegisterDefault);
     if (err != cudaSuccess && read_only) {  // e.g. a file mapped read-only
       cudaGetLastError();
