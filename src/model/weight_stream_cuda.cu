@@ -360,18 +360,7 @@ BlockWeightStream::BlockWeightStream(const DeviceModel& m, int slots) : streamed
   if (streamed_->source == WeightStreamSource::file) {
     gather_threads_ = env_count("H3RT_GATHER_THREADS", 8, 1, 64);
     if (env_switch("H3RT_STREAM_REGISTER", false)) register_sources();
-  }
-  if (streamed_->source == WeightStreamSource::file && !registration_) {
-    for (int k = 0; k < slots; ++k)
-      staging_.push_back(pinned(static_cast<size_t>(layout_.bytes), k, slots, true));
-    for (size_t o = 0; o < streamed_->blocks.size(); ++o) {  // its sources -> staging o % slots
-      Gather g{this, static_cast<int64_t>(o), {}};
-      char* dst = static_cast<char*>(staging_[o % staging_.size()].get());
-      const std::vector<Tensor>& src = streamed_->sources[o];
-      for (size_t k = 0; k < src.size(); ++k)
-        g.pieces.push_back({dst + layout_.entries[k].offset, src[k].data(), src[k].nbytes()});
-      gathers_.push_back(std::move(g));
-    }
+    if (!registration_) make_staging(slots);
   }
   H3RT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
   H3RT_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
@@ -388,7 +377,19 @@ BlockWeightStream::BlockWeightStream(const DeviceModel& m, int slots) : streamed
     for (cudaEvent_t& e : *list)
       H3RT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
-  uploading_.assign(staging_.size(), false);
+}
+
+void BlockWeightStream::make_staging(int slots) {
+  for (int k = 0; k < slots; ++k)
+    staging_.push_back(pinned(static_cast<size_t>(layout_.bytes), k, slots, true));
+  for (size_t o = 0; o < streamed_->blocks.size(); ++o) {  // its sources -> staging o % slots
+    Gather g{this, static_cast<int64_t>(o), {}};
+    char* dst = static_cast<char*>(staging_[o % staging_.size()].get());
+    const std::vector<Tensor>& src = streamed_->sources[o];
+    for (size_t k = 0; k < src.size(); ++k)
+      g.pieces.push_back({dst + layout_.entries[k].offset, src[k].data(), src[k].nbytes()});
+    gathers_.push_back(std::move(g));
+  }
 }
 
 BlockWeightStream::~BlockWeightStream() {
@@ -470,7 +471,9 @@ void BlockWeightStream::register_sources() {
 
 void BlockWeightStream::stage(int64_t o) {
   const size_t k = static_cast<size_t>(o) % staging_.size();
-  if (uploading_[k]) H3RT_CUDA_CHECK(cudaStreamWaitEvent(gather_, uploaded_[k], 0));
+  // The image's last copy in this range (ordinals are copied in order within a range).
+  if (o - static_cast<int64_t>(staging_.size()) >= range_first_)
+    H3RT_CUDA_CHECK(cudaStreamWaitEvent(gather_, uploaded_[k], 0));
   const int t = timer_begin(gather_, true);
   H3RT_CUDA_CHECK(cudaLaunchHostFunc(gather_, &gather_host, &gathers_[static_cast<size_t>(o)]));
   timer_end(t, gather_);
@@ -480,36 +483,25 @@ void BlockWeightStream::stage(int64_t o) {
 
 void BlockWeightStream::copy(int64_t o, cudaEvent_t after) {
   const size_t k = static_cast<size_t>(o) % slots_.size();
-  const void* from = nullptr;
+  char* slot = static_cast<char*>(slots_[k].data());
+  // File: gathered while the slot's previous block may still compute and copy.
+  if (!staging_.empty()) stage(o);
+  if (after) H3RT_CUDA_CHECK(cudaStreamWaitEvent(copy_, after, 0));
+  const int t = timer_begin(copy_, false);
   if (registration_) {  // straight from the registered host tensors
-    if (after) H3RT_CUDA_CHECK(cudaStreamWaitEvent(copy_, after, 0));
     const std::vector<Tensor>& src = streamed_->sources[static_cast<size_t>(o)];
-    char* slot = static_cast<char*>(slots_[k].data());
-    const int t = timer_begin(copy_, false);
     for (size_t j = 0; j < src.size(); ++j)
       H3RT_CUDA_CHECK(cudaMemcpyAsync(slot + layout_.entries[j].offset, src[j].data(),
                                       static_cast<size_t>(src[j].nbytes()), cudaMemcpyHostToDevice,
                                       copy_));
-    timer_end(t, copy_);
-    H3RT_CUDA_CHECK(cudaEventRecord(copied_[k], copy_));
-    return;
+  } else {
+    const void* from = staging_.empty() ? streamed_->images[static_cast<size_t>(o)].get()
+                                        : staging_[static_cast<size_t>(o) % staging_.size()].get();
+    H3RT_CUDA_CHECK(cudaMemcpyAsync(slot, from, layout_.bytes, cudaMemcpyHostToDevice, copy_));
   }
-  if (staging_.empty()) {
-    from = streamed_->images[static_cast<size_t>(o)].get();
-  } else {  // gathered while the slot's previous block may still compute and copy
-    stage(o);
-    from = staging_[static_cast<size_t>(o) % staging_.size()].get();
-  }
-  if (after) H3RT_CUDA_CHECK(cudaStreamWaitEvent(copy_, after, 0));
-  const int t = timer_begin(copy_, false);
-  H3RT_CUDA_CHECK(
-      cudaMemcpyAsync(slots_[k].data(), from, layout_.bytes, cudaMemcpyHostToDevice, copy_));
   timer_end(t, copy_);
-  if (!staging_.empty()) {
-    const size_t g = static_cast<size_t>(o) % staging_.size();
-    H3RT_CUDA_CHECK(cudaEventRecord(uploaded_[g], copy_));
-    uploading_[g] = true;
-  }
+  if (!staging_.empty())
+    H3RT_CUDA_CHECK(cudaEventRecord(uploaded_[static_cast<size_t>(o) % staging_.size()], copy_));
   H3RT_CUDA_CHECK(cudaEventRecord(copied_[k], copy_));
 }
 
@@ -526,10 +518,10 @@ void BlockWeightStream::begin(int64_t first, int64_t last, cudaStream_t s, bool 
   if (o0 == end) return;  // only resident blocks: nothing to copy
   H3RT_CUDA_CHECK(cudaEventRecord(fork_, s));
   H3RT_CUDA_CHECK(cudaStreamWaitEvent(copy_, fork_, 0));
+  range_first_ = o0;
   if (gather_) {  // after every copy queued so far (a range that threw may have left some)
     H3RT_CUDA_CHECK(cudaEventRecord(copy_tail_, copy_));
     H3RT_CUDA_CHECK(cudaStreamWaitEvent(gather_, copy_tail_, 0));
-    uploading_.assign(uploading_.size(), false);
   }
   const int64_t n = static_cast<int64_t>(slots_.size());
   for (int64_t o = o0; o < std::min(o0 + n, end); ++o) copy(o, nullptr);

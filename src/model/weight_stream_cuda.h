@@ -176,6 +176,7 @@ class BlockWeightStream {
   // copy to the device is done, so that it overlaps the copy of the block before it.
   void stage(int64_t k);
   void register_sources();                       // registration_, or a warning and the gathers
+  void make_staging(int slots);  // file: the pinned staging images and each block's gather
   int timer_begin(cudaStream_t s, bool gather);  // an index into timing_ when timed_, else -1
   void timer_end(int t, cudaStream_t s);
   double timed_ms(bool gather) const;
@@ -196,10 +197,10 @@ class BlockWeightStream {
   cudaEvent_t fork_ = nullptr;
   cudaEvent_t copy_tail_ = nullptr;         // file: the gathers of a range follow its copies
   std::vector<cudaEvent_t> copied_, done_;  // per slot
-  // File, per staging image: gathered into it, copied out of it; and whether a copy out of it
-  // is queued in this range (the next gather into it waits for that copy).
+  // File, per staging image: gathered into it, copied out of it (the next gather into it in the
+  // same range waits for that copy).
   std::vector<cudaEvent_t> gathered_, uploaded_;
-  std::vector<bool> uploading_;
+  int64_t range_first_ = 0;  // the range's first streamed block (ordinal)
   int64_t last_ = 0;
   bool timed_ = false;
   struct Timer {
