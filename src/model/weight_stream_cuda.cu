@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 
 #include "core/env.h"
@@ -359,8 +358,7 @@ BlockWeightStream::BlockWeightStream(const DeviceModel& m, int slots) : streamed
   }
   if (streamed_->source == WeightStreamSource::file) {
     gather_threads_ = env_count("H3RT_GATHER_THREADS", 8, 1, 64);
-    if (env_switch("H3RT_STREAM_REGISTER", false)) register_sources();
-    if (!registration_) make_staging(slots);
+    make_staging(slots);
   }
   H3RT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
   H3RT_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
@@ -452,23 +450,6 @@ void BlockWeightStream::gather(int64_t o) noexcept {
   for (const Tensor& t : next) read_ahead(t);
 }
 
-void BlockWeightStream::register_sources() {
-  std::vector<HostRange> pieces;
-  for (const std::vector<Tensor>& block : streamed_->sources)
-    for (const Tensor& t : block) {
-      const auto a = reinterpret_cast<uintptr_t>(t.data());
-      pieces.push_back({a, a + static_cast<uintptr_t>(t.nbytes())});
-    }
-  std::string why;
-  registration_ = cuda::HostRegistration::make(
-      page_ranges(std::move(pieces), static_cast<uintptr_t>(sysconf(_SC_PAGE_SIZE))), why);
-  if (!registration_)
-    std::fprintf(stderr,
-                 "h3rt: warning: H3RT_STREAM_REGISTER=1: %s; the streamed blocks are gathered "
-                 "into pinned staging instead\n",
-                 why.c_str());
-}
-
 void BlockWeightStream::stage(int64_t o) {
   const size_t k = static_cast<size_t>(o) % staging_.size();
   // The image's last copy in this range (ordinals are copied in order within a range).
@@ -488,17 +469,9 @@ void BlockWeightStream::copy(int64_t o, cudaEvent_t after) {
   if (!staging_.empty()) stage(o);
   if (after) H3RT_CUDA_CHECK(cudaStreamWaitEvent(copy_, after, 0));
   const int t = timer_begin(copy_, false);
-  if (registration_) {  // straight from the registered host tensors
-    const std::vector<Tensor>& src = streamed_->sources[static_cast<size_t>(o)];
-    for (size_t j = 0; j < src.size(); ++j)
-      H3RT_CUDA_CHECK(cudaMemcpyAsync(slot + layout_.entries[j].offset, src[j].data(),
-                                      static_cast<size_t>(src[j].nbytes()), cudaMemcpyHostToDevice,
-                                      copy_));
-  } else {
-    const void* from = staging_.empty() ? streamed_->images[static_cast<size_t>(o)].get()
-                                        : staging_[static_cast<size_t>(o) % staging_.size()].get();
-    H3RT_CUDA_CHECK(cudaMemcpyAsync(slot, from, layout_.bytes, cudaMemcpyHostToDevice, copy_));
-  }
+  const void* from = staging_.empty() ? streamed_->images[static_cast<size_t>(o)].get()
+                                      : staging_[static_cast<size_t>(o) % staging_.size()].get();
+  H3RT_CUDA_CHECK(cudaMemcpyAsync(slot, from, layout_.bytes, cudaMemcpyHostToDevice, copy_));
   timer_end(t, copy_);
   if (!staging_.empty())
     H3RT_CUDA_CHECK(cudaEventRecord(uploaded_[static_cast<size_t>(o) % staging_.size()], copy_));

@@ -26,10 +26,7 @@
 // first gathers for every copy queued before the range), so it overlaps the copy of the block
 // before it and the compute of the slot's previous block; the gathers are the bound where the
 // host copies slower than PCIe. Host functions are captured as graph nodes: replays gather
-// again (the file is read every step). With H3RT_STREAM_REGISTER=1 (an experiment, not yet
-// measured) the sources' pages are registered with CUDA in place instead and each tensor is
-// copied from there (no gather, no staging; the pages stay locked while the stream lives; a
-// failed registration warns and gathers).
+// again (the file is read every step).
 #pragma once
 
 #ifdef H3RT_HAVE_CUDA
@@ -42,7 +39,6 @@
 #include <vector>
 
 #include "core/parallel.h"
-#include "cuda/host_register.h"
 #include "model/model_cuda.h"
 #include "model/weight_stream_plan.h"
 
@@ -156,9 +152,6 @@ class BlockWeightStream {
   double copy_ms() const;
   double gather_ms() const;
   int slots() const { return static_cast<int>(slots_.size()); }
-  // File source with H3RT_STREAM_REGISTER=1 (an experiment, off by default): the blocks' host
-  // tensors are registered with CUDA in place and copied from there, no gather or staging.
-  bool registered() const { return registration_ != nullptr; }
   int64_t slot_bytes() const { return layout_.bytes; }
 
  private:
@@ -175,7 +168,6 @@ class BlockWeightStream {
   // File: block k's gather into its staging image, on the gather stream once the image's last
   // copy to the device is done, so that it overlaps the copy of the block before it.
   void stage(int64_t k);
-  void register_sources();                       // registration_, or a warning and the gathers
   void make_staging(int slots);  // file: the pinned staging images and each block's gather
   int timer_begin(cudaStream_t s, bool gather);  // an index into timing_ when timed_, else -1
   void timer_end(int t, cudaStream_t s);
@@ -188,7 +180,6 @@ class BlockWeightStream {
   std::vector<std::shared_ptr<void>> staging_;  // file: a pinned image per slot
   std::vector<Gather> gathers_;                 // file: per streamed block
   int gather_threads_ = 8;                      // file: H3RT_GATHER_THREADS (side by side runs)
-  std::unique_ptr<cuda::HostRegistration> registration_;  // file: the sources, in place
   // Per block: the model's; a streamed one's tensors in its slot (ordinal % slots).
   std::vector<DeviceBlock> views_;
   std::vector<int64_t> ordinal_;  // per block: its place among the streamed, -1 if resident

@@ -3,7 +3,6 @@
 #include <cstdlib>
 
 #include "core/env.h"
-#include "core/host_ranges.h"
 #include "h3rt/check.h"
 #include "h3rt/memory.h"
 #include "h3rt/tensor.h"
@@ -109,29 +108,6 @@ TEST(Core, EnvCountAcceptsANumberInRangeOrUnset) {
     }
   }
   ::unsetenv(name);
-}
-
-// Pieces rounded out to whole pages and merged where they overlap or touch (tensors packed in
-// one mapped file share edge pages); empty pieces dropped; the result ascending and disjoint.
-TEST(Core, PageRangesRoundOutAndMerge) {
-  const uintptr_t P = 4096;
-  const std::vector<HostRange> got =
-      page_ranges({{5 * P + 10, 6 * P + 1},  // pages 5-6, shares page 6 with the next
-                   {6 * P + 100, 7 * P},     // page 6
-                   {P, 2 * P},               // page 1 exactly
-                   {2 * P, 2 * P},           // empty
-                   {2 * P, 3 * P - 1},       // page 2: touches page 1's range
-                   {9 * P + 1, 9 * P + 2}},  // within page 9
-                  P);
-  ASSERT_EQ(got.size(), 3u);
-  EXPECT_EQ(got[0].begin, P);
-  EXPECT_EQ(got[0].end, 3 * P);
-  EXPECT_EQ(got[1].begin, 5 * P);
-  EXPECT_EQ(got[1].end, 7 * P);
-  EXPECT_EQ(got[2].begin, 9 * P);
-  EXPECT_EQ(got[2].end, 10 * P);
-  EXPECT_TRUE(page_ranges({}, P).empty());
-  EXPECT_THROW(page_ranges({{0, 1}}, 3000), Error);
 }
 
 // H3RT_INT8_ROTATE picks the rotation form where the caller left kAuto, and only there.

@@ -12,7 +12,6 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
-#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -563,18 +562,12 @@ TEST(WeightStreamFile, CheckpointBlocksAreViewsOfTheMappedFile) {
   expect_views_of(later, host);
 }
 
-// H3RT_STREAM_REGISTER=1 for the test's scope (the file source's registration experiment).
-struct RegisterInPlace {
-  RegisterInPlace() { setenv("H3RT_STREAM_REGISTER", "1", 1); }
-  ~RegisterInPlace() { unsetenv("H3RT_STREAM_REGISTER"); }
-};
-
 // The Denoiser from a checkpoint with the file source: streamed at load and streamed at the
 // first forward (a limit the model fits but this request does not), both bit-identical to the
 // resident Denoiser over three forwards (eager, capture, replay), pinning only two staging
-// images. `in_place`: H3RT_STREAM_REGISTER=1, the blocks' views of the file (mapped read-only)
-// registered read-only where the device supports it (else the stream warns and gathers).
-void checkpoint_denoiser_bit_identical(bool in_place) {
+// images.
+TEST(WeightStreamFile, CheckpointDenoiserBitIdenticalToResident) {
+  H3RT_REQUIRE_GPU();
   const H3Config c = twelve_blocks();
   test::TempDir dir("h3rt_stream_file");
   ModelSource src;
@@ -585,21 +578,6 @@ void checkpoint_denoiser_bit_identical(bool in_place) {
   const ConstantRequest req(c);
   const ForwardInputs in = req.inputs();
   const ForwardOutputs want = resident->forward(in);
-  std::optional<RegisterInPlace> on;
-  if (in_place) {
-    on.emplace();
-    int ro = 0;
-    ASSERT_EQ(cudaDeviceGetAttribute(&ro, cudaDevAttrHostRegisterReadOnlySupported, 0),
-              cudaSuccess);
-    LoadOptions lo;
-    lo.dense_float_copies = false;
-    const H3Model host = load_model(src.checkpoint, lo);
-    model::BlockImageWriter writer(
-        model::block_slot_layout(c, model::uniform_storage(c, model::LinearStorage::bf16)),
-        host.weights.blocks.size(), WeightStreamSource::file);
-    const model::DeviceModel at_load = model::upload_model(host, &writer);
-    EXPECT_EQ(model::BlockWeightStream(at_load).registered(), ro != 0);
-  }
   const model::BlockStorage st = model::uniform_storage(c, model::LinearStorage::bf16);
   const int64_t slot = model::block_slot_layout(c, st).bytes;
   const int64_t w = model::model_weight_bytes(c, st);
@@ -638,31 +616,6 @@ void checkpoint_denoiser_bit_identical(bool in_place) {
     EXPECT_NE(m.find(src.checkpoint), std::string::npos) << m;
     EXPECT_NE(m.find("weight_stream_source file"), std::string::npos) << m;
   }
-}
-
-TEST(WeightStreamFile, CheckpointDenoiserBitIdenticalToResident) {
-  H3RT_REQUIRE_GPU();
-  checkpoint_denoiser_bit_identical(false);
-}
-
-TEST(WeightStreamFile, CheckpointRegisteredInPlaceBitIdenticalToResident) {
-  H3RT_REQUIRE_GPU();
-  checkpoint_denoiser_bit_identical(true);
-}
-
-// The file source registered in place (pageable host copies of a model made on the device):
-// the stream copies straight from the host tensors, bit-identical to resident over eager,
-// graph and step-cache steps.
-TEST(WeightStreamFile, RegisteredInPlaceBitIdenticalToResident) {
-  H3RT_REQUIRE_GPU();
-  const RegisterInPlace on;
-  model::DeviceModel m = make_model(five_blocks(), test::fresh_seed(), Gemm::int8);
-  model::stream_block_weights(m, WeightStreamSource::file, {1, 2, 4});
-  EXPECT_TRUE(model::BlockWeightStream(m).registered());
-  expect_streamed_equals_resident(Gemm::int8, true, true, ops::AttentionKernel::sage_8bit,
-                                  WeightStreamSource::file, {1, 2, 4});
-  expect_streamed_equals_resident(Gemm::bf16, false, false, ops::AttentionKernel::flash_bf16,
-                                  WeightStreamSource::file);
 }
 
 // DenoiserOptions::load_progress: (0, n), then once per block in order, resident and streamed
