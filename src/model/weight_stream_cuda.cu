@@ -465,16 +465,16 @@ void BlockWeightStream::stage(int64_t o) {
 void BlockWeightStream::copy(int64_t o, cudaEvent_t after) {
   const size_t k = static_cast<size_t>(o) % slots_.size();
   char* slot = static_cast<char*>(slots_[k].data());
-  // File: gathered while the slot's previous block may still compute and copy.
-  if (!staging_.empty()) stage(o);
+  // File: one staging image per slot, gathered while the slot's previous block may still
+  // compute and copy.
+  const bool file = !staging_.empty();
+  if (file) stage(o);
   if (after) H3RT_CUDA_CHECK(cudaStreamWaitEvent(copy_, after, 0));
   const int t = timer_begin(copy_, false);
-  const void* from = staging_.empty() ? streamed_->images[static_cast<size_t>(o)].get()
-                                      : staging_[static_cast<size_t>(o) % staging_.size()].get();
+  const void* from = file ? staging_[k].get() : streamed_->images[static_cast<size_t>(o)].get();
   H3RT_CUDA_CHECK(cudaMemcpyAsync(slot, from, layout_.bytes, cudaMemcpyHostToDevice, copy_));
   timer_end(t, copy_);
-  if (!staging_.empty())
-    H3RT_CUDA_CHECK(cudaEventRecord(uploaded_[static_cast<size_t>(o) % staging_.size()], copy_));
+  if (file) H3RT_CUDA_CHECK(cudaEventRecord(uploaded_[k], copy_));
   H3RT_CUDA_CHECK(cudaEventRecord(copied_[k], copy_));
 }
 
