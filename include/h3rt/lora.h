@@ -42,10 +42,13 @@
 
 namespace h3rt {
 
-// A LoRA to apply: a file and its strength.
+// A LoRA to apply: a file and its strength, or tensors in memory under the file's keys (e.g.
+// the adapters ComfyUI holds as weight patches); `path` then only names them in messages.
 struct LoraSpec {
   std::string path;
   double strength = 1.0;
+  // Host tensors, contiguous, read as a file's; they must outlive the load that merges them.
+  std::shared_ptr<const std::map<std::string, Tensor>> tensors = nullptr;
 };
 // "F" or "F:strength" (the strength after the last ':' when it parses as a number).
 LoraSpec parse_lora_spec(const std::string& arg);
@@ -69,11 +72,11 @@ struct Lora {
   // Keys of adapter kinds h3rt does not merge (DoRA, LoHa, LoKr, diff/diff_b, ...), one line
   // each: like a pair that does not fit, an error at merge time unless skip_unmatched.
   std::vector<std::string> unsupported;
-  std::shared_ptr<const SafetensorsFile> file;  // keeps the views alive
+  std::shared_ptr<const void> keep;  // the file or tensor map the views point into
 };
 
-// Reads and validates a LoRA file (key forms, pairs, ranks, alpha, dtypes); one Error lists
-// every problem, naming the file and keys.
+// Reads and validates a LoRA file or a spec's tensors (key forms, pairs, ranks, alpha, dtypes);
+// one Error lists every problem, naming the file and keys.
 Lora read_lora(const LoraSpec& spec);
 // The same on a file already open (spec.path names it in messages; the fuzz target's entry).
 Lora read_lora(std::shared_ptr<const SafetensorsFile> file, const LoraSpec& spec);

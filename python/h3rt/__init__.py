@@ -28,15 +28,38 @@ __all__ = ["Cancelled", "Model", "load", "preset", "sample", "t2va_layout", "tim
 
 
 def _lora_list(loras):
-    """[(path, strength)] from paths or (path, strength) pairs."""
+    """[(path or name, tensors or None, strength)] from paths, (path, strength) pairs and
+    (mapping, strength) pairs."""
     out = []
-    for item in loras:
+    for i, item in enumerate(loras):
         if isinstance(item, (str, os.PathLike)):
-            out.append((os.fspath(item), 1.0))
+            out.append((os.fspath(item), None, 1.0))
+        elif isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], Mapping):
+            out.append((f"loras[{i}] (in-memory tensors)", _lora_tensors(i, item[0]),
+                        float(item[1])))
         elif isinstance(item, (tuple, list)) and len(item) == 2:
-            out.append((os.fspath(item[0]), float(item[1])))
+            out.append((os.fspath(item[0]), None, float(item[1])))
         else:
-            raise TypeError("loras: expected paths or (path, strength) pairs, got " + repr(item))
+            raise TypeError("loras: expected paths, (path, strength) or (mapping, strength) "
+                            "pairs, got " + repr(item))
+    return out
+
+
+def _lora_tensors(i, mapping):
+    """A LoRA's tensors as the library reads them: host, contiguous (torch tensors on a device
+    are copied to the host; they are small beside the model)."""
+    out = {}
+    for key, v in mapping.items():
+        if not isinstance(key, str):
+            raise TypeError(f"loras[{i}]: keys must be strings, got {key!r}")
+        if hasattr(v, "detach"):  # torch
+            v = v.detach()
+            v = v.cpu() if getattr(v.device, "type", "cpu") != "cpu" else v
+            v = v.contiguous()
+        else:
+            import numpy as np
+            v = np.ascontiguousarray(v)
+        out[key] = v
     return out
 
 
@@ -53,9 +76,9 @@ def load(path_or_state_dict, device="cpu", precision=None, attention="bf16", cud
     projections, output heads, time embedder, curve AdaLN), which it copies with one warning
     line each; other CUDA tensors are copied to the host first (h3rt keeps its own device copy
     of those). The config is inferred from the
-    shapes. loras: LoRA files (ComfyUI key forms) as paths or (path, strength) pairs, merged in
-    order after loading; pairs that do not fit raise unless lora_skip_unmatched (then a warning
-    each). check_finite: NaN/Inf checks of the inputs and every stage's output on the first
+    shapes. loras: LoRA files (ComfyUI key forms) as paths or (path, strength) pairs, or a
+    LoRA's tensors in memory as (mapping of file key -> array, strength), merged in order after
+    loading; pairs that do not fit raise unless lora_skip_unmatched (then a warning each). check_finite: NaN/Inf checks of the inputs and every stage's output on the first
     forward ("first", default), on every forward plus the weights once ("all"), or "off"; a
     check that fails raises RuntimeError naming what holds the value (as --check-finite).
     device_memory_limit (device="cuda"): device bytes for the weights and a step's activations,

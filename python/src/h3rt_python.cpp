@@ -4,6 +4,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <cmath>
@@ -53,10 +54,24 @@ DenoiserOptions options(const std::string& device, const std::optional<std::stri
   return o;
 }
 
-using LoraList = std::vector<std::pair<std::string, double>>;
+// (path or name, None or a mapping of key -> host array, strength), as h3rt._lora_list makes.
+using LoraList = std::vector<std::tuple<std::string, nb::object, double>>;
 
 void add_loras(DenoiserOptions& o, const LoraList& loras, bool skip_unmatched) {
-  for (const auto& [path, strength] : loras) o.loras.push_back({path, strength});
+  for (const auto& [path, tensors, strength] : loras) {
+    LoraSpec spec{path, strength};
+    if (!tensors.is_none()) {
+      auto map = std::make_shared<std::map<std::string, Tensor>>();
+      for (auto [k, v] : nb::cast<nb::dict>(tensors)) {
+        const std::string key = nb::cast<std::string>(k);
+        AnyArray a;
+        if (!nb::try_cast(v, a)) raise_type((path + " '" + key + "': not an array").c_str());
+        (*map)[key] = tensor_view(a, path + " '" + key + "'", false);
+      }
+      spec.tensors = std::move(map);
+    }
+    o.loras.push_back(std::move(spec));
+  }
   o.lora_skip_unmatched = skip_unmatched;
 }
 

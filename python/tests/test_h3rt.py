@@ -342,6 +342,34 @@ def test_loras_merge_on_load_from_a_path_or_a_state_dict(golden, tmp_path):
         h3rt.load(WEIGHTS, loras=[1])
 
 
+def test_lora_tensors_in_memory_merge_as_the_file(golden, tmp_path):
+    rng = np.random.default_rng(4)
+    m = "diffusion_model.blocks.1.mlp.fc1"
+    tensors = {m + ".lora_up.weight": (rng.standard_normal((768, 4)) * 0.1).astype(np.float32),
+               m + ".lora_down.weight": (rng.standard_normal((4, 192)) * 0.1).astype(np.float32),
+               m + ".alpha": np.array([3.0], np.float32)}
+    lora = tmp_path / "lora.safetensors"
+    write_safetensors(lora, tensors)
+    video = golden["input/video_latents"]
+    audio = golden["input/audio_latents"].transpose(1, 0, 2)[None].copy()
+    text = golden["input/text_embeds"]
+    # Strided (transposed) arrays are made contiguous; the result is the file's bit for bit.
+    given = dict(tensors)
+    given[m + ".lora_up.weight"] = np.asfortranarray(tensors[m + ".lora_up.weight"])
+    a = h3rt.load(WEIGHTS, loras=[(given, 0.6)])
+    b = h3rt.load(WEIGHTS, loras=[(lora, 0.6)])
+    assert a.lora_report == b.lora_report and a.lora_report["pairs"] == 1
+    for x, y in zip(a.forward_latents(video, audio, 0.7, text),
+                    b.forward_latents(video, audio, 0.7, text)):
+        np.testing.assert_array_equal(x, y)
+    bad = {m + ".lora_up.weight": tensors[m + ".lora_up.weight"]}
+    with pytest.raises(RuntimeError, match=r"(?s)LoRA loras\[1\] \(in-memory tensors\).*"
+                                           r"not the other half of the pair"):
+        h3rt.load(WEIGHTS, loras=[(lora, 1.0), (bad, 1.0)])
+    with pytest.raises(TypeError, match="keys must be strings"):
+        h3rt.load(WEIGHTS, loras=[({1: tensors[m + ".alpha"]}, 1.0)])
+
+
 def test_sample_hybrid_equals_cli_and_reports_steps(tmp_path):
     opts = dict(steps=4, seed=7, sparse_attention=1.0, dense_steps=2, dense_blocks=1,
                 step_cache=50.0, step_cache_max=1)

@@ -61,6 +61,36 @@ def test_int8_weight_bytes_on_the_device_are_used_in_place(int8_file):
     expect_used_in_place(state, on_device, int8_file)
 
 
+def test_loras_merge_into_int8_bytes_used_in_place(int8_file, tmp_path):
+    """A LoRA whose layers are int8 bytes on the device (used in place) merges on a host copy of
+    those layers: the bits of the file loaded by path with the same LoRA, given as a file or as
+    in-memory tensors (torch CUDA tensors, as the ComfyUI node passes low-VRAM patches)."""
+    from safetensors_np import write_safetensors
+    rng = np.random.default_rng(8)
+    lora = {}
+    for m, out, inp in (("diffusion_model.blocks.0.attn.qkv_proj", 768, 192),
+                        ("diffusion_model.blocks.1.mlp.fc1", 768, 192)):
+        lora[m + ".lora_up.weight"] = (rng.standard_normal((out, 4)) * 0.1).astype(np.float32)
+        lora[m + ".lora_down.weight"] = (rng.standard_normal((4, inp)) * 0.1).astype(np.float32)
+        lora[m + ".alpha"] = np.array([2.0], np.float32)
+    path = tmp_path / "lora.safetensors"
+    write_safetensors(path, lora)
+    state = {k: torch.from_numpy(v.copy()) for k, v in read_safetensors(int8_file).items()}
+    state = {k: v.cuda() if v.dtype == torch.int8 and k.endswith(".weight") else v
+             for k, v in state.items()}
+    video, audio, text = golden_inputs()
+    want = h3rt.load(int8_file, device="cuda", loras=[(path, 0.5)]).forward_latents(
+        video, audio, 0.7, text)
+    plain = h3rt.load(int8_file, device="cuda").forward_latents(video, audio, 0.7, text)
+    on_gpu = {k: torch.from_numpy(v).cuda() for k, v in lora.items()}
+    for loras in ([(path, 0.5)], [(on_gpu, 0.5)]):
+        m = h3rt.load(state, device="cuda", loras=loras)
+        assert m.lora_report["pairs"] == 2
+        for a, b, p in zip(m.forward_latents(video, audio, 0.7, text), want, plain):
+            np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+            assert np.abs(a - p).max() > 0
+
+
 def test_fp8_weight_bytes_on_the_device_load_as_the_file(tmp_path):
     # ComfyUI's fp8_scaled weights as torch.float8_e4m3fn CUDA tensors: kept where they are (the
     # fp8 GEMM reads them there; without an input_scale h3rt runs a dequantized bf16 copy) and

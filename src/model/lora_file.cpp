@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <set>
 #include <sstream>
 
@@ -124,7 +125,7 @@ class Problems {
   void throw_if_any(const std::string& path) const {
     if (lines_.empty()) return;
     std::ostringstream os;
-    os << "invalid LoRA file " << path << ": " << lines_.size() << " problem(s)";
+    os << "invalid LoRA " << path << ": " << lines_.size() << " problem(s)";
     for (const auto& l : lines_) os << "\n  " << l;
     throw Error(os.str());
   }
@@ -204,38 +205,48 @@ bool is_lora_file(const SafetensorsFile& f) {
   return false;
 }
 
-Lora read_lora(const LoraSpec& spec) {
-  H3RT_CHECK(std::isfinite(spec.strength), "LoRA ", spec.path, ": strength ", spec.strength,
-             " is not finite");
-  return read_lora(std::make_shared<const SafetensorsFile>(SafetensorsFile::open(spec.path)),
-                   spec);
+namespace {
+
+// The tensors of a LoRA by key, from a file or from memory.
+struct LoraSource {
+  std::vector<std::string> keys;  // in the order pairs are read
+  std::function<Tensor(const std::string&)> get;
+  std::shared_ptr<const void> keep;  // keeps get()'s views alive
+};
+
+// In-memory tensors must be what a file would give: host, dense.
+LoraSource memory_source(const LoraSpec& spec) {
+  const auto& tensors = spec.tensors;
+  for (const auto& [key, t] : *tensors)
+    H3RT_CHECK(t.device() == Device::cpu && t.is_contiguous(), "LoRA ", spec.path, ": tensor '",
+               key, "' must be a contiguous host tensor");
+  LoraSource src{{}, [tensors](const std::string& k) { return tensors->at(k); }, tensors};
+  for (const auto& kv : *tensors) src.keys.push_back(kv.first);
+  return src;
 }
 
-Lora read_lora(std::shared_ptr<const SafetensorsFile> file, const LoraSpec& spec) {
-  H3RT_CHECK(file, "read_lora: no file");
-  H3RT_CHECK(std::isfinite(spec.strength), "LoRA ", spec.path, ": strength ", spec.strength,
-             " is not finite");
+Lora read_pairs(const LoraSource& source, const LoraSpec& spec) {
   Problems problems;
   std::vector<std::string> unsupported;
   std::map<std::string, Keys> modules;
   std::vector<std::string> order;  // modules in the order of their first key
-  for (const auto& e : file->entries()) {
-    if (const char* kind = unsupported_kind(e.name)) {
-      unsupported.push_back(detail::concat("key '", e.name, "': ", kind,
+  for (const std::string& name : source.keys) {
+    if (const char* kind = unsupported_kind(name)) {
+      unsupported.push_back(detail::concat("key '", name, "': ", kind,
                                            " are not supported (LoRA up/down pairs only)"));
       continue;
     }
-    const Suffix* s = suffix_of(e.name);
+    const Suffix* s = suffix_of(name);
     if (!s) {
-      problems.add("key '", e.name, "' is not a LoRA key (expected <module>.lora_A.weight / ",
+      problems.add("key '", name, "' is not a LoRA key (expected <module>.lora_A.weight / ",
                    "lora_B.weight, lora_down.weight / lora_up.weight or .alpha)");
       continue;
     }
-    const std::string module = e.name.substr(0, e.name.size() - std::string(s->text).size());
+    const std::string module = name.substr(0, name.size() - std::string(s->text).size());
     if (!modules.count(module)) order.push_back(module);
     Keys& k = modules[module];
     if (s->role == Role::alpha) {
-      k.alpha = e.name;
+      k.alpha = name;
       continue;
     }
     if (k.form && std::string(k.form) != s->form) {
@@ -243,9 +254,9 @@ Lora read_lora(std::shared_ptr<const SafetensorsFile> file, const LoraSpec& spec
       continue;
     }
     k.form = s->form;
-    (s->role == Role::up ? k.up : k.down) = e.name;
+    (s->role == Role::up ? k.up : k.down) = name;
   }
-  Lora lora{spec.path, spec.strength, {}, std::move(unsupported), file};
+  Lora lora{spec.path, spec.strength, {}, std::move(unsupported), source.keep};
   std::map<std::string, std::string> by_target;  // target -> module
   for (const auto& module : order) {
     const Keys& k = modules[module];
@@ -262,10 +273,10 @@ Lora read_lora(std::shared_ptr<const SafetensorsFile> file, const LoraSpec& spec
     p.target = target_of(module);
     p.up_key = k.up;
     p.down_key = k.down;
-    p.up = file->get(k.up);
-    p.down = file->get(k.down);
+    p.up = source.get(k.up);
+    p.down = source.get(k.down);
     if (!k.alpha.empty()) {
-      const Tensor a = file->get(k.alpha);
+      const Tensor a = source.get(k.alpha);
       if (a.numel() != 1 || !is_float(a.dtype())) {
         problems.add("'", k.alpha, "' is ", dtype_name(a.dtype()), " ", shape_str(a.shape()),
                      ", expected one float value");
@@ -281,9 +292,27 @@ Lora read_lora(std::shared_ptr<const SafetensorsFile> file, const LoraSpec& spec
     lora.pairs.push_back(std::move(p));
   }
   problems.throw_if_any(spec.path);
-  H3RT_CHECK(!lora.pairs.empty() || !lora.unsupported.empty(), "LoRA file ", spec.path,
+  H3RT_CHECK(!lora.pairs.empty() || !lora.unsupported.empty(), "LoRA ", spec.path,
              " holds no LoRA pairs");
   return lora;
+}
+
+}  // namespace
+
+Lora read_lora(const LoraSpec& spec) {
+  H3RT_CHECK(std::isfinite(spec.strength), "LoRA ", spec.path, ": strength ", spec.strength,
+             " is not finite");
+  if (spec.tensors) return read_pairs(memory_source(spec), spec);
+  return read_lora(std::make_shared<const SafetensorsFile>(SafetensorsFile::open(spec.path)), spec);
+}
+
+Lora read_lora(std::shared_ptr<const SafetensorsFile> file, const LoraSpec& spec) {
+  H3RT_CHECK(file, "read_lora: no file");
+  H3RT_CHECK(std::isfinite(spec.strength), "LoRA ", spec.path, ": strength ", spec.strength,
+             " is not finite");
+  LoraSource src{{}, [f = file.get()](const std::string& k) { return f->get(k); }, file};
+  for (const auto& e : file->entries()) src.keys.push_back(e.name);
+  return read_pairs(src, spec);
 }
 
 std::vector<LoraTargetGroup> lora_target_groups(const Lora& lora) {

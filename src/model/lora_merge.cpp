@@ -12,6 +12,7 @@
 #include "h3rt/nvfp4.h"
 #include "h3rt/quantize.h"
 #include "model/lora_internal.h"
+#include "model/weights.h"
 
 namespace h3rt {
 
@@ -34,6 +35,15 @@ namespace {
 
 // The layer's working values (h3rt/lora.h): q * s for int8 (the stored basis), else `w`.
 std::vector<float> working_values(const LinearWeight& l) {
+  // Quantized bytes a CUDA model uses in place from the caller's device memory: merged on a
+  // host copy (the merged layer is h3rt's own, as every merged layer is). bf16 and fp8 layers
+  // are copied by dense_weight.
+  if (l.data.device() == Device::cuda &&
+      (l.format == WeightFormat::int8 || l.format == WeightFormat::nvfp4)) {
+    LinearWeight h = l;  // no f32 copy to duplicate: w stays empty for a layer used in place
+    h.data = model::host_copy(l.data, l.name + ".weight", "a LoRA merges into this layer");
+    return working_values(h);
+  }
   if (l.format != WeightFormat::int8) {
     const FloatVec& w = dense_weight(l);
     return std::vector<float>(w.begin(), w.end());

@@ -184,6 +184,15 @@ bool full_precision_layer(const TensorSource& src, const std::string& layer) {
   return full_precision_marker(read_marker(src, layer));
 }
 
+Tensor host_copy(const Tensor& t, const std::string& name, const char* why) {
+  H3RT_CHECK(t.is_contiguous(), "tensor '", name, "': a non-contiguous device tensor");
+  Tensor h = Tensor::zeros(t.dtype(), t.shape());
+  copy_to_host(h.data(), t.data(), static_cast<size_t>(t.nbytes()), 0);
+  std::fprintf(stderr, "h3rt: warning: '%s' (%s, device memory) copied to the host: %s\n",
+               name.c_str(), dtype_name(t.dtype()), why);
+  return h;
+}
+
 namespace {
 
 // Collects every problem so that one error lists them all.
@@ -217,18 +226,6 @@ std::string layer_of(const std::string& key) {
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// A host copy of a caller's device tensor (a bf16 '.weight' of a state dict) for a use that reads
-// it on the host, with one warning line naming it (the layers a CUDA model uses as stored stay
-// in place; see load_model).
-Tensor host_copy(const Tensor& t, const std::string& name, const char* why) {
-  H3RT_CHECK(t.is_contiguous(), "tensor '", name, "': a non-contiguous device tensor");
-  Tensor h = Tensor::zeros(t.dtype(), t.shape());
-  copy_to_host(h.data(), t.data(), static_cast<size_t>(t.nbytes()), 0);
-  std::fprintf(stderr, "h3rt: warning: '%s' (%s, device memory) copied to the host: %s\n",
-               name.c_str(), dtype_name(t.dtype()), why);
-  return h;
 }
 
 // Exact float32 values of an f32 or bf16 tensor.

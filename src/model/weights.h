@@ -26,6 +26,10 @@ bool is_adaln_curve_key(const H3Config& config, const std::string& key);
 // ignored by the dense forward.
 bool is_gate_compress_key(const H3Config& config, const std::string& key);
 
+// A host copy of a caller's device tensor (a '.weight' of a state dict a CUDA model uses in
+// place) for a use that reads it on the host, with one warning line naming it and `why`.
+Tensor host_copy(const Tensor& t, const std::string& name, const char* why);
+
 // A tensor offered to the assembly, and where it came from (named in error messages).
 struct SourceTensor {
   Tensor tensor;

@@ -198,6 +198,22 @@ LoopState read(const std::string& path, const RunKeys& keys, const Shape& video_
 }  // namespace h3rt::resume
 
 namespace h3rt {
+namespace {
+
+// In-memory LoRA tensors (LoraSpec::tensors): their keys, dtypes, shapes and bytes.
+std::string tensors_identity(const std::map<std::string, Tensor>& tensors) {
+  resume::Fnv f;
+  for (const auto& [key, t] : tensors) {
+    f.add(key.data(), key.size() + 1);
+    const int dtype = static_cast<int>(t.dtype());
+    f.add(&dtype, sizeof dtype);
+    f.add_vec(t.shape());
+    f.add(t.data(), static_cast<size_t>(t.nbytes()));
+  }
+  return "in-memory tensors fnv1a64 " + f.hex();
+}
+
+}  // namespace
 
 std::string model_identity(const ModelSource& s, const DenoiserOptions& o) {
   std::string id = s.checkpoint.empty()
@@ -217,7 +233,8 @@ std::string model_identity(const ModelSource& s, const DenoiserOptions& o) {
   // LoRAs change the weights: each file's identity and strength, in merge order (nothing without
   // any, so the identity files had before stays).
   for (const LoraSpec& l : o.loras)
-    id += "; lora " + resume::header_identity(l.path) + " strength " + resume::f64_text(l.strength);
+    id += "; lora " + (l.tensors ? tensors_identity(*l.tensors) : resume::header_identity(l.path)) +
+          " strength " + resume::f64_text(l.strength);
   if (!o.loras.empty() && o.lora_skip_unmatched) id += "; lora pairs that do not fit skipped";
   return id;
 }

@@ -462,6 +462,66 @@ TEST(Lora, DenoiserForwardEqualsTheMergedDenseCheckpoint) {
   }
 }
 
+// A LoRA's tensors given in memory (LoraSpec::tensors, as the Python API and the ComfyUI node
+// pass them) read and merge exactly as the same tensors in a file; they must be host and
+// contiguous, messages name the spec's path, and the resume identity covers their bytes.
+TEST(Lora, InMemoryTensorsMergeAsTheFile) {
+  TempDir dir;
+  PairFile f;
+  f.add("diffusion_model.blocks.0.attn.qkv_proj", 768, 192, 4, 12, 4.0);
+  f.add("diffusion_model.blocks.1.mlp.fc1", 768, 192, 4, 13, 4.0);
+  const std::string lp = f.write(dir, "l.safetensors");
+  const SafetensorsFile file = SafetensorsFile::open(lp);
+  auto tensors = std::make_shared<std::map<std::string, Tensor>>();
+  std::vector<std::vector<char>> copies;  // owned copies: not views of the file
+  for (const auto& e : file.entries()) {
+    const Tensor t = file.get(e.name);
+    copies.emplace_back(static_cast<const char*>(t.data()),
+                        static_cast<const char*>(t.data()) + t.nbytes());
+    (*tensors)[e.name] = Tensor(copies.back().data(), t.dtype(), t.shape());
+  }
+  const LoraSpec mem{"loras[0] (in-memory tensors)", 0.7, tensors};
+  const Lora a = read_lora(mem), b = read_lora({lp, 0.7});
+  ASSERT_EQ(a.pairs.size(), b.pairs.size());
+  for (size_t i = 0; i < a.pairs.size(); ++i) {
+    EXPECT_EQ(a.pairs[i].target, b.pairs[i].target);
+    EXPECT_EQ(a.pairs[i].scale(0.7), b.pairs[i].scale(0.7));
+    EXPECT_EQ(a.pairs[i].up.to_f32(), b.pairs[i].up.to_f32());
+  }
+  DenoiserOptions from_memory, from_file;
+  from_memory.loras = {mem};
+  from_file.loras = {{lp, 0.7}};
+  auto dm = Denoiser::create(source(kWeights), from_memory);
+  auto df = Denoiser::create(source(kWeights), from_file);
+  EXPECT_EQ(dm->lora_report().pairs, 2);
+  const Request req = make_request(dm->config(), {});
+  const auto run = [&](Denoiser& d) {
+    return forward_at_sigma(d, req.layout, req.video_rows.data(), req.audio_rows.data(),
+                            req.text.data(), 0.6f);
+  };
+  test::expect_same_bits(values(run(*dm).video_velocity), values(run(*df).video_velocity), "video");
+  const std::string id = model_identity(source(kWeights), from_memory);
+  EXPECT_NE(id.find("lora in-memory tensors fnv1a64 "), std::string::npos) << id;
+  copies[0][0] ^= 1;  // other bytes, another identity
+  EXPECT_NE(model_identity(source(kWeights), from_memory), id);
+
+  auto strided = std::make_shared<std::map<std::string, Tensor>>(*tensors);
+  const auto two_d = std::find_if(strided->begin(), strided->end(),
+                                  [](const auto& kv) { return kv.second.dim() == 2; });
+  ASSERT_NE(two_d, strided->end());
+  Tensor& up = two_d->second;  // its transpose, as a strided view
+  up = Tensor(up.data(), up.dtype(), Shape{up.size(1), up.size(0)}, Shape{1, up.size(1)}, nullptr,
+              Device::cpu);
+  std::string e = test::error_of([&] { read_lora({"mine", 1.0, strided}); });
+  EXPECT_NE(e.find("LoRA mine: tensor '" + two_d->first + "' must be a contiguous host tensor"),
+            std::string::npos)
+      << e;
+  auto bad = std::make_shared<std::map<std::string, Tensor>>(*tensors);
+  (*bad)["blocks.0.attn.qkv_proj.oops"] = tensors->begin()->second;
+  e = test::error_of([&] { read_lora({"mine", 1.0, bad}); });
+  EXPECT_NE(e.find("invalid LoRA mine: 1 problem(s)"), std::string::npos) << e;
+}
+
 TEST(Lora, CliInfoAndSample) {
   TempDir dir;
   PairFile f;
