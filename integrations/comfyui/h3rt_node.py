@@ -303,6 +303,105 @@ def _conditioning(payload, kwargs):
     return cond
 
 
+def _lora_adapter_weights(v):
+    """(up, down, alpha, mid, dora_scale, reshape) of a ComfyUI LoRA patch: a weight adapter
+    whose name is "lora" (comfy.weight_adapter) or the older ("lora", weights) tuple; else
+    None."""
+    if getattr(v, "name", None) == "lora" and hasattr(v, "weights"):
+        return tuple(v.weights)
+    if isinstance(v, tuple) and len(v) == 2 and v[0] == "lora":
+        return tuple(v[1])
+    return None
+
+
+def _alpha_value(a):
+    return float(a.item() if hasattr(a, "item") else a)
+
+
+def pending_lora_patches(diffusion_model, rows):
+    """ComfyUI's low-VRAM LoRA patches, which it applies to each layer's weight as the layer
+    runs (comfy.model_patcher.LowVramPatch in the module's weight_function), as h3rt.load's
+    loras: [(mapping of LoRA key -> tensor, 1.0)]. rows(key): the output rows of the layer a
+    patch key names. A layer's k-th patch goes to a mapping after its (k-1)-th one's, so each
+    layer's patches merge in ComfyUI's order. A patch's strength goes into its alpha (float32;
+    no alpha: strength x rank, ComfyUI's scale of 1). A patch of a row range (ComfyUI's offset on
+    dim 0, e.g. a to_q LoRA on a fused qkv) becomes a pair over all rows, zero outside the range.
+    Fallback names the first patch that is not a LoRA pair (DoRA, LoCon mid, strength_model, a
+    function, a column offset, a bias patch, another adapter kind)."""
+    modules = getattr(diffusion_model, "modules", None)
+    if modules is None:
+        raise Fallback("low-VRAM LoRA patches, but the model has no modules() to read them from")
+    slots = []  # mappings, in merge order
+    for m in modules():
+        if _weight_functions(m, "bias_function"):
+            raise Fallback("a low-VRAM patch of a bias (h3rt merges LoRA weight pairs only)")
+        for f in _weight_functions(m, "weight_function"):
+            key, patches = getattr(f, "key", None), getattr(f, "patches", None)
+            if not isinstance(key, str) or patches is None or key not in patches:
+                raise Fallback(f"a low-VRAM weight function h3rt cannot read ({type(f).__name__})")
+            if not key.endswith(".weight"):
+                raise Fallback(f"low-VRAM patch of '{key}': not a .weight")
+            module = key[: -len(".weight")]
+            last = -1  # the slot of this layer's previous patch
+            for i, p in enumerate(patches[key]):
+                up, down, alpha = _plain_lora(key, i, p, rows)
+                scale = float(p[0]) * (_alpha_value(alpha) if alpha is not None
+                                       else down.shape[0])
+                last = next((j for j in range(last + 1, len(slots))
+                             if module + ".lora_up.weight" not in slots[j]), len(slots))
+                if last == len(slots):
+                    slots.append({})
+                slots[last].update({module + ".lora_up.weight": up,
+                                    module + ".lora_down.weight": down,
+                                    module + ".alpha": np.array([scale], np.float32)})
+    return [(m, 1.0) for m in slots]
+
+
+def _weight_functions(module, name):
+    """A module's weight_function / bias_function as a list: ComfyUI sets a list of callables
+    (older versions: one callable, or None)."""
+    f = getattr(module, name, None)
+    if f is None:
+        return []
+    return list(f) if isinstance(f, (list, tuple)) else [f]
+
+
+def _plain_lora(key, i, p, rows):
+    """(up over all rows, down, alpha) of patch i of a layer, or Fallback naming what h3rt does
+    not merge."""
+    what = f"low-VRAM patch {i} of '{key}'"
+    if not isinstance(p, (tuple, list)) or len(p) < 2:
+        raise Fallback(f"{what}: not a (strength, adapter, ...) entry")
+    strength_model = p[2] if len(p) > 2 else 1.0
+    offset = p[3] if len(p) > 3 else None
+    function = p[4] if len(p) > 4 else None
+    if strength_model != 1.0 or function is not None:
+        raise Fallback(f"{what}: strength_model or function set (h3rt merges LoRA pairs)")
+    w = _lora_adapter_weights(p[1])
+    if w is None:
+        raise Fallback(f"{what}: a {type(p[1]).__name__} adapter (h3rt merges LoRA pairs only)")
+    up, down, alpha = w[0], w[1], w[2] if len(w) > 2 else None
+    if any(x is not None for x in w[3:6]):
+        raise Fallback(f"{what}: LoCon mid, DoRA or reshape (h3rt merges plain LoRA pairs)")
+    if len(getattr(up, "shape", ())) != 2 or len(getattr(down, "shape", ())) != 2:
+        raise Fallback(f"{what}: up/down are not matrices")
+    if offset is not None:
+        up = _rows_in(up, offset, rows(key), what)
+    return up, down, alpha
+
+
+def _rows_in(up, offset, total, what):
+    """up [size, rank] of rows offset = (0, start, size) placed in a zero [total, rank]."""
+    dim, start, size = offset
+    if dim != 0 or total is None or start < 0 or start + size > total or up.shape[0] != size:
+        raise Fallback(f"{what}: offset {tuple(offset)} is not a row range of the layer "
+                       f"({total} rows; h3rt merges row ranges only)")
+    out = up.new_zeros((total, up.shape[1])) if hasattr(up, "new_zeros") else \
+        np.zeros((total, up.shape[1]), up.dtype)
+    out[start:start + size] = up
+    return out
+
+
 def engine_attention(attention, device):
     """The attention h3rt runs: Sage is GPU-only, so the CPU engine (the float reference) runs
     bf16 whatever the node says."""
@@ -477,12 +576,12 @@ class H3rtWrapper:
     # ---- the engine ----
     def _weights_key(self, diffusion_model):
         base = self.base_model
-        if base is not None and getattr(base, "lowvram_patch_counter", 0):
-            # LoRA applied per layer at call time: the stored weights lack it.
-            raise Fallback("weights are patched on the fly (low-VRAM LoRA): the state dict "
-                           "lacks the patches; give the LoRA files to this node's 'loras' "
-                           "option instead of a LoRA loader node (h3rt merges them itself)")
         return (id(diffusion_model), getattr(base, "current_weight_patches_uuid", None))
+
+    def _lowvram_patched(self):
+        # LoRA applied per layer at call time (low-VRAM loads): the state dict lacks it.
+        return self.base_model is not None and getattr(self.base_model, "lowvram_patch_counter",
+                                                       0)
 
     def _engine(self, executor):
         if self.weights == "from file path":
@@ -516,6 +615,21 @@ class H3rtWrapper:
         self.engine_key = key
         return self.engine
 
+    def _pending_loras(self, diffusion_model, state):
+        def rows(key):
+            t = state.get(key[len("diffusion_model."):] if key.startswith("diffusion_model.")
+                          else key)
+            return None if t is None else int(t.shape[0])
+        try:
+            pending = pending_lora_patches(diffusion_model, rows)
+        except Fallback as e:
+            raise WeightsFallback(f"{e}; give the LoRA files to this node's 'loras' option "
+                                  "instead of a LoRA loader node (h3rt merges them itself)") \
+                from None
+        self._once(logging.INFO, f"merging {sum(len(m) // 3 for m, _ in pending)} low-VRAM LoRA "
+                   "patches of the model in h3rt (as its 'loras' option merges files)")
+        return pending
+
     def _load(self, load, executor, key):
         opts = dict(device=self.device, attention=engine_attention(self.attention, self.device),
                     cuda_graphs=self.cuda_graphs)
@@ -535,6 +649,8 @@ class H3rtWrapper:
                 opts["load_progress"] = progress
             return load(path, **opts)
         orig = restore_quant_params(executor.class_obj, executor.class_obj.state_dict())
+        if self._lowvram_patched():
+            opts["loras"] = self._pending_loras(executor.class_obj, orig) + list(self.loras)
         state = {k: _weight_for_h3rt(k, t, self.device) for k, t in orig.items()}
         moved = [k for k, t in orig.items() if _on_device(t) and not _on_device(state[k])]
         if moved:

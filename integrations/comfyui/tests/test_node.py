@@ -441,7 +441,7 @@ FALLBACKS = [
      "attention override"),
     ("inner wrapper", lambda o: _inner_wrapper(o) or {}, "another DIFFUSION_MODEL wrapper"),
     ("lowvram lora", lambda o: setattr(o.model, "lowvram_patch_counter", 3) or {},
-     "patched on the fly"),
+     "low-VRAM LoRA patches, but the model has no modules()"),
 ]
 
 
@@ -660,6 +660,158 @@ def test_loras_reach_h3rt_load_and_key_the_engine(tmp_path):
     _, out, _ = patched(loader)  # weights from the loaded model, no loras: none passed
     sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
     assert "loras" not in loader.calls[2][1]
+
+
+# ---- low-VRAM LoRA patches (comfy.model_patcher.LowVramPatch in modules' weight_function) ----
+class LowVramPatch:
+    """comfy.model_patcher.LowVramPatch: the weight key and the patcher's whole patches dict."""
+
+    def __init__(self, key, patches):
+        self.key, self.patches = key, patches
+
+
+class LoRAAdapter:
+    """comfy.weight_adapter.LoRAAdapter: name "lora", weights (up, down, alpha, mid, dora_scale,
+    reshape)."""
+    name = "lora"
+
+    def __init__(self, up, down, alpha=None, mid=None, dora=None, reshape=None):
+        self.weights = (up, down, alpha, mid, dora, reshape)
+
+
+class PatchedH3(FakeH3):
+    """A model loaded in low-VRAM mode: modules() yields layers whose weight_function holds one
+    LowVramPatch each, as ComfyUI sets them on layers it did not patch in place."""
+
+    def __init__(self, state, patches):
+        super().__init__(state)
+        self.patches = patches
+        self.bias_patch = False
+
+    def modules(self):
+        yield types.SimpleNamespace(weight_function=[], bias_function=None)  # the model itself
+        for i, key in enumerate(self.patches):
+            f = LowVramPatch(key, self.patches)  # older ComfyUI: the callable alone, not a list
+            yield types.SimpleNamespace(weight_function=[f] if i % 2 == 0 else f,
+                                        bias_function=[f] if self.bias_patch else [])
+
+
+def lowvram_patched(loader, state, patches, **node_opts):
+    base = FakePatcher(PatchedH3(state, patches))
+    base.model.lowvram_patch_counter = len(patches)
+    (out,) = h3rt_node.H3rtPatchModel().patch(base, device="cpu", **node_opts)
+    wrapper = out.wrappers["diffusion_model"]["h3rt"][0]
+    wrapper.load = loader
+    return base, out, wrapper
+
+
+def test_lowvram_lora_patches_reach_h3rt_as_tensors():
+    rng = np.random.default_rng(5)
+    qkv, fc1 = "diffusion_model.blocks.0.attn.qkv_proj", "diffusion_model.blocks.1.mlp.fc1"
+    a_up, a_down = rng.standard_normal((768, 4)), rng.standard_normal((4, 192))
+    b_up, b_down = rng.standard_normal((256, 2)), rng.standard_normal((2, 192))
+    c_up, c_down = rng.standard_normal((768, 3)), rng.standard_normal((3, 192))
+    patches = {
+        qkv + ".weight": [(0.5, LoRAAdapter(a_up, a_down, 8.0), 1.0, None, None),
+                          # a to_k LoRA on the fused qkv: rows [256, 512), the older tuple form
+                          (0.25, ("lora", (b_up, b_down, None, None, None)), 1.0,
+                           (0, 256, 256), None)],
+        fc1 + ".weight": [(2.0, LoRAAdapter(c_up, c_down, np.float32(6.0)), 1.0, None, None)]}
+    state = {"blocks.0.attn.qkv_proj.weight": np.zeros((768, 192), np.float32),
+             "blocks.1.mlp.fc1.weight": np.zeros((768, 192), np.float32)}
+    loader = Loader()
+    _, out, wrapper = lowvram_patched(loader, state, patches, loras="")
+    x, ts, ctx = inputs()
+    sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+    assert wrapper.calls == {"h3rt": 1, "comfyui": 0}
+    (first, s1), (second, s2) = loader.calls[0][1]["loras"]
+    assert s1 == s2 == 1.0
+    assert sorted(first) == sorted(f"{m}.{k}" for m in (qkv, fc1)
+                                   for k in ("lora_up.weight", "lora_down.weight", "alpha"))
+    assert first[qkv + ".lora_up.weight"] is a_up and first[qkv + ".lora_down.weight"] is a_down
+    assert first[qkv + ".alpha"].tolist() == [4.0]  # strength x alpha
+    assert first[fc1 + ".alpha"].tolist() == [12.0]
+    # The layer's second patch in the second mapping, its rows placed, zero elsewhere; no alpha:
+    # strength x rank (ComfyUI's scale of 1).
+    assert sorted(second) == [qkv + ".alpha", qkv + ".lora_down.weight", qkv + ".lora_up.weight"]
+    up = second[qkv + ".lora_up.weight"]
+    assert up.shape == (768, 2) and np.array_equal(up[256:512], b_up)
+    assert not up[:256].any() and not up[512:].any()
+    assert second[qkv + ".alpha"].tolist() == [0.5]
+
+
+LOWVRAM_REFUSED = [
+    ("dora", lambda u, d: (1.0, LoRAAdapter(u, d, None, None, np.ones(4))), "DoRA"),
+    ("mid", lambda u, d: (1.0, LoRAAdapter(u, d, None, np.ones((4, 4)))), "LoCon mid"),
+    ("strength_model", lambda u, d: (1.0, LoRAAdapter(u, d), 0.5, None, None), "strength_model"),
+    ("loha", lambda u, d: (1.0, ("loha", (u, d))), "a tuple adapter"),
+    ("column offset", lambda u, d: (1.0, LoRAAdapter(u, d), 1.0, (1, 0, 96), None),
+     "offset (1, 0, 96) is not a row range"),
+]
+
+
+@pytest.mark.parametrize("name,patch,reason", LOWVRAM_REFUSED, ids=[c[0] for c in LOWVRAM_REFUSED])
+def test_lowvram_patches_h3rt_cannot_merge_run_comfyui(name, patch, reason, caplog):
+    caplog.set_level(logging.INFO, logger="h3rt")
+    key = "diffusion_model.blocks.0.mlp.fc2.weight"
+    p = patch(np.ones((192, 4)), np.ones((4, 768)))
+    loader = Loader()
+    base, out, wrapper = lowvram_patched(loader, {"blocks.0.mlp.fc2.weight": np.zeros((192, 768))},
+                                         {key: [p]})
+    x, ts, ctx = inputs()
+    for _ in range(2):
+        sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+    assert loader.calls == [] and wrapper.calls == {"h3rt": 0, "comfyui": 2}
+    lines = [r.getMessage() for r in caplog.records if reason in r.getMessage()]
+    assert len(lines) == 1 and f"low-VRAM patch 0 of '{key}'" in lines[0], lines
+    assert "'loras' option" in lines[0]
+
+
+def test_lowvram_bias_patches_run_comfyui(caplog):
+    caplog.set_level(logging.INFO, logger="h3rt")
+    loader = Loader()
+    base, out, wrapper = lowvram_patched(loader, {}, {"diffusion_model.blocks.0.mlp.fc2.weight": [
+        (1.0, LoRAAdapter(np.ones((192, 4)), np.ones((4, 768))))]})
+    base.model.diffusion_model.bias_patch = True
+    x, ts, ctx = inputs()
+    sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+    assert loader.calls == [] and wrapper.calls == {"h3rt": 0, "comfyui": 1}
+    assert any("patch of a bias" in r.getMessage() for r in caplog.records)
+
+
+def test_lowvram_lora_gives_the_bits_of_the_file_through_loras():
+    """The real engine: the tiny model with a LoRA left as ComfyUI's low-VRAM patches gives the
+    bits of the same LoRA file given to the node's loras option, and differs from no LoRA."""
+    h3rt = pytest.importorskip("h3rt")
+    rng = np.random.default_rng(6)
+    m = "diffusion_model.blocks.1.attn.out_proj"
+    up = (rng.standard_normal((192, 4)) * 0.2).astype(np.float32)
+    down = (rng.standard_normal((4, 256)) * 0.2).astype(np.float32)  # out_proj: [192, 256]
+    state = read_safetensors(WEIGHTS)
+    case = read_safetensors(COMFY / "t2va.safetensors")
+    video = case["input/video_latents"]
+    audio = case["input/audio_latents"].transpose(1, 0, 2)[None]
+    text = case["input/text_embeds"]
+    sigma = float(np.float32(700.0) / np.float32(1000.0))
+    results = []
+    for patches in ({m + ".weight": [(0.5, LoRAAdapter(up, down, 2.0), 1.0, None, None)]}, {}):
+        base = FakePatcher(PatchedH3(state, patches))
+        base.model.lowvram_patch_counter = len(patches)
+        (out,) = h3rt_node.H3rtPatchModel().patch(base, device="cpu")
+        results.append(sample_call(out, [video, audio], np.array([700.0], np.float32), text,
+                                   minimax_payload=t2va_payload()))
+    path = pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / f"h3rt_lowvram_{os.getpid()}.st"
+    from safetensors_np import write_safetensors
+    write_safetensors(path, {m + ".lora_up.weight": up, m + ".lora_down.weight": down,
+                             m + ".alpha": np.array([2.0], np.float32)})
+    try:
+        want = h3rt.load(state, loras=[(str(path), 0.5)]).forward_conditioned(video, audio,
+                                                                              sigma, text)
+    finally:
+        path.unlink()
+    for r, w, plain in zip(results[0], want, results[1]):
+        np.testing.assert_array_equal(r.view(np.uint32), np.negative(w).view(np.uint32))
+        assert np.abs(r - plain).max() > 1e-4
 
 
 def test_options_that_would_drop_what_they_ask_for_are_refused_on_the_node(tmp_path):
