@@ -420,14 +420,19 @@ TEST(Lora, UnknownTargetsAndShapesAreNamed) {
       << e;
 }
 
+// A rank-4 LoRA file over the tiny model's blocks.0 qkv and blocks.1 fc1.
+std::string qkv_and_fc1_lora(const TempDir& dir) {
+  PairFile f;
+  f.add("diffusion_model.blocks.0.attn.qkv_proj", 768, 192, 4, 12, 4.0);
+  f.add("diffusion_model.blocks.1.mlp.fc1", 768, 192, 4, 13, 4.0);
+  return f.write(dir, "l.safetensors");
+}
+
 // The Denoiser with DenoiserOptions::loras runs the same forward as a checkpoint holding the
 // merged dense weights (bf16 and int8_convrot).
 TEST(Lora, DenoiserForwardEqualsTheMergedDenseCheckpoint) {
   TempDir dir;
-  PairFile f;
-  f.add("diffusion_model.blocks.0.attn.qkv_proj", 768, 192, 4, 12, 4.0);
-  f.add("diffusion_model.blocks.1.mlp.fc1", 768, 192, 4, 13, 4.0);
-  const std::string lp = f.write(dir, "l.safetensors");
+  const std::string lp = qkv_and_fc1_lora(dir);
   for (const bool int8 : {false, true}) {
     const std::string ck = int8 ? quantize_tiny(dir, WeightFormat::int8, 16) : kWeights;
     H3Model merged = load_model(ck);
@@ -467,10 +472,7 @@ TEST(Lora, DenoiserForwardEqualsTheMergedDenseCheckpoint) {
 // contiguous, messages name the spec's path, and the resume identity covers their bytes.
 TEST(Lora, InMemoryTensorsMergeAsTheFile) {
   TempDir dir;
-  PairFile f;
-  f.add("diffusion_model.blocks.0.attn.qkv_proj", 768, 192, 4, 12, 4.0);
-  f.add("diffusion_model.blocks.1.mlp.fc1", 768, 192, 4, 13, 4.0);
-  const std::string lp = f.write(dir, "l.safetensors");
+  const std::string lp = qkv_and_fc1_lora(dir);
   const SafetensorsFile file = SafetensorsFile::open(lp);
   auto tensors = std::make_shared<std::map<std::string, Tensor>>();
   std::vector<std::vector<char>> copies;  // owned copies: not views of the file
