@@ -318,20 +318,15 @@ def _alpha_value(a):
     return float(a.item() if hasattr(a, "item") else a)
 
 
-def pending_lora_patches(diffusion_model, rows):
-    """ComfyUI's low-VRAM LoRA patches, which it applies to each layer's weight as the layer
-    runs (comfy.model_patcher.LowVramPatch in the module's weight_function), as h3rt.load's
-    loras: [(mapping of LoRA key -> tensor, 1.0)]. rows(key): the output rows of the layer a
-    patch key names. A layer's k-th patch goes to a mapping after its (k-1)-th one's, so each
-    layer's patches merge in ComfyUI's order. A patch's strength goes into its alpha (float32;
-    no alpha: strength x rank, ComfyUI's scale of 1). A patch of a row range (ComfyUI's offset on
-    dim 0, e.g. a to_q LoRA on a fused qkv) becomes a pair over all rows, zero outside the range.
-    Fallback names the first patch that is not a LoRA pair (DoRA, LoCon mid, strength_model, a
-    function, a column offset, a bias patch, another adapter kind)."""
+def lowvram_patches(diffusion_model):
+    """ComfyUI's low-VRAM patches, which it applies to each layer's weight as the layer runs
+    (comfy.model_patcher.LowVramPatch in the module's weight_function: the weight key and the
+    patcher's patches dict), as (key, patch list) pairs; Fallback for bias patches and weight
+    functions of another kind."""
     modules = getattr(diffusion_model, "modules", None)
     if modules is None:
         raise Fallback("low-VRAM LoRA patches, but the model has no modules() to read them from")
-    slots = []  # mappings, in merge order
+    out = []
     for m in modules():
         if _weight_functions(m, "bias_function"):
             raise Fallback("a low-VRAM patch of a bias (h3rt merges LoRA weight pairs only)")
@@ -339,21 +334,36 @@ def pending_lora_patches(diffusion_model, rows):
             key, patches = getattr(f, "key", None), getattr(f, "patches", None)
             if not isinstance(key, str) or patches is None or key not in patches:
                 raise Fallback(f"a low-VRAM weight function h3rt cannot read ({type(f).__name__})")
-            if not key.endswith(".weight"):
-                raise Fallback(f"low-VRAM patch of '{key}': not a .weight")
-            module = key[: -len(".weight")]
-            last = -1  # the slot of this layer's previous patch
-            for i, p in enumerate(patches[key]):
-                up, down, alpha = _plain_lora(key, i, p, rows)
-                scale = float(p[0]) * (_alpha_value(alpha) if alpha is not None
-                                       else down.shape[0])
-                last = next((j for j in range(last + 1, len(slots))
-                             if module + ".lora_up.weight" not in slots[j]), len(slots))
-                if last == len(slots):
-                    slots.append({})
-                slots[last].update({module + ".lora_up.weight": up,
-                                    module + ".lora_down.weight": down,
-                                    module + ".alpha": np.array([scale], np.float32)})
+            out.append((key, patches[key]))
+    return out
+
+
+def lora_patch_tensors(patches, rows):
+    """ComfyUI weight patches [(key, patch list)] (a ModelPatcher's patches, or low-VRAM ones)
+    as h3rt.load's loras: [(mapping of LoRA key -> tensor, 1.0)]. rows(key): the output rows of
+    the layer a key names. A layer's k-th patch goes to a mapping after its (k-1)-th one's, so
+    each layer's patches merge in ComfyUI's order. A patch's strength goes into its alpha
+    (float32; no alpha: strength x rank, ComfyUI's scale of 1). A patch of a row range
+    (ComfyUI's offset on dim 0, e.g. a to_q LoRA on a fused qkv) becomes a pair over all rows,
+    zero outside the range. Fallback names the first patch that is not a LoRA pair (DoRA, LoCon
+    mid, strength_model, a function, a column offset, a bias, another adapter kind)."""
+    slots = []  # mappings, in merge order
+    for key, patch_list in patches:
+        if not key.endswith(".weight"):
+            raise Fallback(f"weight patch of '{key}': not a .weight (h3rt merges LoRA weight "
+                           "pairs only)")
+        module = key[: -len(".weight")]
+        last = -1  # the slot of this layer's previous patch
+        for i, p in enumerate(patch_list):
+            up, down, alpha = _plain_lora(key, i, p, rows)
+            scale = float(p[0]) * (_alpha_value(alpha) if alpha is not None else down.shape[0])
+            last = next((j for j in range(last + 1, len(slots))
+                         if module + ".lora_up.weight" not in slots[j]), len(slots))
+            if last == len(slots):
+                slots.append({})
+            slots[last].update({module + ".lora_up.weight": up,
+                                module + ".lora_down.weight": down,
+                                module + ".alpha": np.array([scale], np.float32)})
     return [(m, 1.0) for m in slots]
 
 
@@ -369,7 +379,7 @@ def _weight_functions(module, name):
 def _plain_lora(key, i, p, rows):
     """(up over all rows, down, alpha) of patch i of a layer, or Fallback naming what h3rt does
     not merge."""
-    what = f"low-VRAM patch {i} of '{key}'"
+    what = f"patch {i} of '{key}'"
     if not isinstance(p, (tuple, list)) or len(p) < 2:
         raise Fallback(f"{what}: not a (strength, adapter, ...) entry")
     strength_model = p[2] if len(p) > 2 else 1.0
@@ -426,7 +436,9 @@ class H3rtWrapper:
         # stream.
         self.device_memory_limit = str(device_memory_limit or "").strip()
         self.load = load  # h3rt.load unless given (the tests pass stand-in engines)
-        self.weight_patches = 0  # LoRA-style patches on the patched model (file path mode)
+        # The patched model's weight patches at patch time, [(key, patch list)]: file path mode
+        # merges them (LoRA pairs) into the file's weights.
+        self.file_patches = []
         self.engine = None
         self.engine_key = None
         self.host_text = HostText()  # a CUDA engine's text, copied once per distinct context
@@ -585,9 +597,6 @@ class H3rtWrapper:
 
     def _engine(self, executor):
         if self.weights == "from file path":
-            if self.weight_patches:
-                raise Fallback("weights from file path, but the model has weight patches "
-                               "(LoRA) that the file lacks")
             key = ("path", self.checkpoint_path, self.loras, self.device_memory_limit)
         else:
             dm = getattr(executor, "class_obj", None)
@@ -615,20 +624,23 @@ class H3rtWrapper:
         self.engine_key = key
         return self.engine
 
-    def _pending_loras(self, diffusion_model, state):
+    def _patch_loras(self, patches, state, what):
+        """patches() -> [(key, patch list)] as h3rt.load's loras (lora_patch_tensors); state():
+        the model's state dict (the layers' rows, for row-range patches). Patches h3rt cannot
+        merge: WeightsFallback (decided once per weights)."""
         def rows(key):
-            t = state.get(key[len("diffusion_model."):] if key.startswith("diffusion_model.")
-                          else key)
+            t = state().get(key[len("diffusion_model."):] if key.startswith("diffusion_model.")
+                            else key)
             return None if t is None else int(t.shape[0])
         try:
-            pending = pending_lora_patches(diffusion_model, rows)
+            loras = lora_patch_tensors(patches(), rows)
         except Fallback as e:
-            raise WeightsFallback(f"{e}; give the LoRA files to this node's 'loras' option "
-                                  "instead of a LoRA loader node (h3rt merges them itself)") \
-                from None
-        self._once(logging.INFO, f"merging {sum(len(m) // 3 for m, _ in pending)} low-VRAM LoRA "
-                   "patches of the model in h3rt (as its 'loras' option merges files)")
-        return pending
+            raise WeightsFallback(f"{what}: {e}; give the LoRA files to this node's 'loras' "
+                                  "option instead of a LoRA loader node (h3rt merges them "
+                                  "itself)") from None
+        self._once(logging.INFO, f"merging {sum(len(m) // 3 for m, _ in loras)} {what} in h3rt "
+                   "(as its 'loras' option merges files)")
+        return loras
 
     def _load(self, load, executor, key):
         opts = dict(device=self.device, attention=engine_attention(self.attention, self.device),
@@ -647,10 +659,17 @@ class H3rtWrapper:
             progress = load_progress_bar() if self.device == "cuda" else None
             if progress is not None:  # reading a 20-66 GB file takes tens of seconds
                 opts["load_progress"] = progress
+            if self.file_patches:  # the LoRA loaders' patches, which the file lacks
+                dm = getattr(executor, "class_obj", None)
+                state = (lambda: dm.state_dict()) if hasattr(dm, "state_dict") else dict
+                opts["loras"] = self._patch_loras(lambda: self.file_patches, state,
+                                                  "LoRA patches of the model") + list(self.loras)
             return load(path, **opts)
         orig = restore_quant_params(executor.class_obj, executor.class_obj.state_dict())
         if self._lowvram_patched():
-            opts["loras"] = self._pending_loras(executor.class_obj, orig) + list(self.loras)
+            dm = executor.class_obj
+            opts["loras"] = self._patch_loras(lambda: lowvram_patches(dm), lambda: orig,
+                                              "low-VRAM LoRA patches") + list(self.loras)
         state = {k: _weight_for_h3rt(k, t, self.device) for k, t in orig.items()}
         moved = [k for k, t in orig.items() if _on_device(t) and not _on_device(state[k])]
         if moved:
@@ -765,7 +784,8 @@ class H3rtPatchModel:
                               weights, checkpoint_path, loras=lora_list,
                               device_memory_limit=device_memory_limit)
         # Patches added by nodes after this one are not visible here (README: limits).
-        wrapper.weight_patches = len(getattr(model, "patches", None) or {})
+        wrapper.file_patches = [(k, list(v)) for k, v in
+                                (getattr(model, "patches", None) or {}).items()]
         patched.add_wrapper_with_key(DIFFUSION_MODEL, WRAPPER_KEY, wrapper)
         if refine_text == "in h3rt":
             # extra_conds refines the text once per run; h3rt's API takes the encoder's states.

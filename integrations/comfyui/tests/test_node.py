@@ -763,7 +763,7 @@ def test_lowvram_patches_h3rt_cannot_merge_run_comfyui(name, patch, reason, capl
         sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
     assert loader.calls == [] and wrapper.calls == {"h3rt": 0, "comfyui": 2}
     lines = [r.getMessage() for r in caplog.records if reason in r.getMessage()]
-    assert len(lines) == 1 and f"low-VRAM patch 0 of '{key}'" in lines[0], lines
+    assert len(lines) == 1 and f"low-VRAM LoRA patches: patch 0 of '{key}'" in lines[0], lines
     assert "'loras' option" in lines[0]
 
 
@@ -1037,18 +1037,37 @@ def test_cuda_node_runs_torch_latents_with_shifts_in_h3rt():
     assert wrapper.calls == {"h3rt": 2, "comfyui": 0}
 
 
-def test_file_path_weights_refuse_a_model_with_lora_patches(tmp_path):
+def test_file_path_weights_merge_the_models_lora_patches(tmp_path, caplog):
+    """Weights from the file path: the LoRA loaders' patches on the model given to the node (the
+    file lacks them) reach h3rt.load as in-memory LoRAs before the node's own loras; patches h3rt
+    cannot merge run ComfyUI's forward, naming the patch."""
+    caplog.set_level(logging.INFO, logger="h3rt")
     ckpt = tmp_path / "h3.safetensors"
     ckpt.write_bytes(b"")
-    loader = Loader()
-    base = FakePatcher(FakeH3({}))
-    base.patches = {"blocks.0.attn.qkv_proj.weight": [("lora", 1.0)]}
-    (out,) = h3rt_node.H3rtPatchModel().patch(base, device="cpu", weights="from file path",
-                                              checkpoint_path=str(ckpt))
-    out.wrappers["diffusion_model"]["h3rt"][0].load = loader
-    x, ts, ctx = inputs()
-    res = sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
-    assert loader.calls == [] and np.all(res[0] == COMFY_MARK)
+    lora = tmp_path / "a.safetensors"
+    lora.write_bytes(b"")
+    key = "diffusion_model.blocks.0.attn.qkv_proj.weight"
+    up, down = np.ones((768, 2), np.float32), np.ones((2, 192), np.float32)
+    for patch, merged in (((0.5, LoRAAdapter(up, down, 4.0), 1.0, None, None), True),
+                          ((1.0, ("diff", (np.ones((768, 192)),)), 1.0, None, None), False)):
+        loader = Loader()
+        base = FakePatcher(FakeH3({}))
+        base.patches = {key: [patch]}
+        (out,) = h3rt_node.H3rtPatchModel().patch(base, device="cpu", weights="from file path",
+                                                  checkpoint_path=str(ckpt), loras=f"{lora}:0.3")
+        base.patches[key].append(patch)  # added after the node: not seen (README: limits)
+        out.wrappers["diffusion_model"]["h3rt"][0].load = loader
+        x, ts, ctx = inputs()
+        res = sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+        if merged:
+            (mapping, one), rest = loader.calls[0][1]["loras"][0], loader.calls[0][1]["loras"][1:]
+            assert one == 1.0 and rest == [(str(lora), 0.3)]
+            assert mapping[key[:-7] + ".lora_up.weight"] is up
+            assert mapping[key[:-7] + ".alpha"].tolist() == [2.0]
+        else:
+            assert loader.calls == [] and np.all(res[0] == COMFY_MARK)
+            assert any(f"LoRA patches of the model: patch 0 of '{key}': a tuple adapter" in
+                       r.getMessage() for r in caplog.records)
 
 
 # ---- conditioning: the payload reaches h3rt's forward_conditioned ----
