@@ -628,9 +628,13 @@ class H3rtWrapper:
         """patches() -> [(key, patch list)] as h3rt.load's loras (lora_patch_tensors); state():
         the model's state dict (the layers' rows, for row-range patches). Patches h3rt cannot
         merge: WeightsFallback (decided once per weights)."""
+        cache = []
+
         def rows(key):
-            t = state().get(key[len("diffusion_model."):] if key.startswith("diffusion_model.")
-                            else key)
+            if not cache:
+                cache.append(state())
+            t = cache[0].get(key[len("diffusion_model."):] if key.startswith("diffusion_model.")
+                             else key)
             return None if t is None else int(t.shape[0])
         try:
             loras = lora_patch_tensors(patches(), rows)
