@@ -47,12 +47,15 @@ def _lora_list(loras):
 
 def _lora_tensors(i, mapping):
     """A LoRA's tensors as the library reads them: host, contiguous (torch tensors on a device
-    are copied to the host; they are small beside the model)."""
+    are copied to the host; they are small beside the model); a number (an alpha) as float32."""
     out = {}
     for key, v in mapping.items():
         if not isinstance(key, str):
             raise TypeError(f"loras[{i}]: keys must be strings, got {key!r}")
-        if hasattr(v, "detach"):  # torch
+        if isinstance(v, (int, float)):  # an alpha given as a number
+            import numpy as np
+            v = np.array([v], np.float32)
+        elif hasattr(v, "detach"):  # torch
             v = v.detach()
             v = v.cpu() if getattr(v.device, "type", "cpu") != "cpu" else v
             v = v.contiguous()

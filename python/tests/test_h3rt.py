@@ -356,6 +356,7 @@ def test_lora_tensors_in_memory_merge_as_the_file(golden, tmp_path):
     # Strided (transposed) arrays are made contiguous; the result is the file's bit for bit.
     given = dict(tensors)
     given[m + ".lora_up.weight"] = np.asfortranarray(tensors[m + ".lora_up.weight"])
+    given[m + ".alpha"] = 3  # a number: float32
     a = h3rt.load(WEIGHTS, loras=[(given, 0.6)])
     b = h3rt.load(WEIGHTS, loras=[(lora, 0.6)])
     assert a.lora_report == b.lora_report and a.lora_report["pairs"] == 1
