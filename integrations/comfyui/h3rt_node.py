@@ -10,6 +10,7 @@ input layouts and dtypes, with _forward's sign (the negation of h3rt's data-ward
 
 Imports neither torch nor comfy at module level: the tests run it against stand-ins with numpy.
 """
+import functools
 import json
 import logging
 import os
@@ -590,11 +591,6 @@ class H3rtWrapper:
         base = self.base_model
         return (id(diffusion_model), getattr(base, "current_weight_patches_uuid", None))
 
-    def _lowvram_patched(self):
-        # LoRA applied per layer at call time (low-VRAM loads): the state dict lacks it.
-        return self.base_model is not None and getattr(self.base_model, "lowvram_patch_counter",
-                                                       0)
-
     def _engine(self, executor):
         if self.weights == "from file path":
             key = ("path", self.checkpoint_path, self.loras, self.device_memory_limit)
@@ -628,13 +624,11 @@ class H3rtWrapper:
         """patches() -> [(key, patch list)] as h3rt.load's loras (lora_patch_tensors); state():
         the model's state dict (the layers' rows, for row-range patches). Patches h3rt cannot
         merge: WeightsFallback (decided once per weights)."""
-        cache = []
+        state = functools.cache(state)  # read once, and only for row-range patches
 
         def rows(key):
-            if not cache:
-                cache.append(state())
-            t = cache[0].get(key[len("diffusion_model."):] if key.startswith("diffusion_model.")
-                             else key)
+            t = state().get(key[len("diffusion_model."):] if key.startswith("diffusion_model.")
+                            else key)
             return None if t is None else int(t.shape[0])
         try:
             loras = lora_patch_tensors(patches(), rows)
@@ -670,7 +664,8 @@ class H3rtWrapper:
                                                   "LoRA patches of the model") + list(self.loras)
             return load(path, **opts)
         orig = restore_quant_params(executor.class_obj, executor.class_obj.state_dict())
-        if self._lowvram_patched():
+        # LoRA applied per layer at call time (low-VRAM loads): the state dict lacks it.
+        if getattr(self.base_model, "lowvram_patch_counter", 0):
             dm = executor.class_obj
             opts["loras"] = self._patch_loras(lambda: lowvram_patches(dm), lambda: orig,
                                               "low-VRAM LoRA patches") + list(self.loras)

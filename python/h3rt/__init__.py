@@ -18,6 +18,8 @@ import os
 import warnings
 from collections.abc import Mapping
 
+import numpy as np
+
 from ._h3rt import (Cancelled, Model, __version__, audio_sigma_from_video, latent_shape,
                     sigma_grid, simple_sigmas, t2va_layout, timestep_plan)
 from . import _h3rt
@@ -53,14 +55,10 @@ def _lora_tensors(i, mapping):
         if not isinstance(key, str):
             raise TypeError(f"loras[{i}]: keys must be strings, got {key!r}")
         if isinstance(v, (int, float)):  # an alpha given as a number
-            import numpy as np
             v = np.array([v], np.float32)
-        elif hasattr(v, "detach"):  # torch
-            v = v.detach()
-            v = v.cpu() if getattr(v.device, "type", "cpu") != "cpu" else v
-            v = v.contiguous()
+        elif hasattr(v, "detach"):  # torch (cpu() of a host tensor is the tensor itself)
+            v = v.detach().cpu().contiguous()
         else:
-            import numpy as np
             v = np.ascontiguousarray(v)
         out[key] = v
     return out

@@ -217,11 +217,12 @@ struct LoraSource {
 // In-memory tensors must be what a file would give: host, dense.
 LoraSource memory_source(const LoraSpec& spec) {
   const auto& tensors = spec.tensors;
-  for (const auto& [key, t] : *tensors)
+  LoraSource src{{}, [tensors](const std::string& k) { return tensors->at(k); }, tensors};
+  for (const auto& [key, t] : *tensors) {
     H3RT_CHECK(t.device() == Device::cpu && t.is_contiguous(), "LoRA ", spec.path, ": tensor '",
                key, "' must be a contiguous host tensor");
-  LoraSource src{{}, [tensors](const std::string& k) { return tensors->at(k); }, tensors};
-  for (const auto& kv : *tensors) src.keys.push_back(kv.first);
+    src.keys.push_back(key);
+  }
   return src;
 }
 
