@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   h3rt::cli::add_forward_command(app);
   h3rt::cli::add_info_command(app);
   h3rt::cli::add_compare_command(app);
+  h3rt::cli::add_selftest_command(app);
   CLI::App* bench = app.add_subcommand("bench",
                                        "Benchmarks on the GPU (JSON reports shaped like the "
                                        "reference stack's measurements) and report comparison");

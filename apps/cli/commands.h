@@ -9,6 +9,7 @@ void add_sample_command(CLI::App& app);
 void add_forward_command(CLI::App& app);
 void add_info_command(CLI::App& app);
 void add_compare_command(CLI::App& app);  // latent quality gate figures
+void add_selftest_command(CLI::App& app);  // the GPU kernels against the CPU reference
 // Benchmarks: each adds a subcommand to the `bench` verb.
 void add_bench_block_command(CLI::App& bench);
 void add_bench_step_command(CLI::App& bench);  // `bench step` and `bench sample`

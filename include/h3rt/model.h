@@ -13,6 +13,7 @@
 #include "h3rt/hybrid.h"
 #include "h3rt/layout.h"
 #include "h3rt/memory.h"
+#include "h3rt/safetensors.h"
 #include "h3rt/sparse.h"
 #include "h3rt/tensor.h"
 
@@ -211,6 +212,9 @@ H3Model load_model(const std::map<std::string, Tensor>& tensors, const LoadOptio
 // Deterministic synthetic weights (see synthetic.cpp for the hash), stored in the release's
 // dtypes: a runnable model with no files.
 H3Model make_synthetic_model(const H3Config& config, uint64_t seed);
+// The same weights as checkpoint tensors under the release's key names and dtypes (what
+// write_safetensors turns into a file that load_model reads back as make_synthetic_model).
+NamedTensors synthetic_checkpoint(const H3Config& config, uint64_t seed);
 
 struct WeightBytes {
   int64_t params = 0;        // number of parameters

@@ -413,6 +413,54 @@ def _rows_in(up, offset, total, what):
     return out
 
 
+# The self-test's verdict per CUDA device index, once per process: None (fit) or why not.
+_SELFTESTS = {}
+
+
+def _cuda_capability():
+    """(torch's current CUDA device index, its compute capability) or (None, None)."""
+    try:
+        import torch
+        if torch.cuda.is_available():
+            return torch.cuda.current_device(), tuple(torch.cuda.get_device_capability())
+    except Exception:  # no torch, or no usable CUDA: nothing to check
+        pass
+    return None, None
+
+
+def _run_selftest():
+    return _import_h3rt().selftest()
+
+
+def selftest_verdict():
+    """None when h3rt's GPU kernels may run on torch's current GPU, else why not. h3rt's own GPU
+    test suite has run on sm_90 only; on another arch (Blackwell: sm_100/120/121) h3rt.selftest()
+    checks its kernels against the CPU reference once per process and device (a few seconds)
+    before the first CUDA engine, and a failure sends every call to ComfyUI's forward."""
+    index, cc = _cuda_capability()
+    if cc is None or cc == (9, 0):
+        return None
+    if index not in _SELFTESTS:
+        log.info("h3rt: checking its GPU kernels on this sm_%d%d GPU once (h3rt.selftest)", *cc)
+        try:
+            r = _run_selftest()
+        except Exception as e:
+            why = f"h3rt.selftest raised {type(e).__name__}: {e}"
+        else:
+            failed = [f"{c['name']}: {c['detail']}" for c in r["cases"]
+                      if c["result"] == "failed"]
+            why = None if r["passed"] else (
+                f"h3rt's self-test failed on {r['device']} (seed {r['seed']}): "
+                + "; ".join(failed[:2] or ["no case ran"])
+                + "; h3rt's GPU results would not be trusted here (please report it)")
+        if why:
+            log.warning("h3rt: %s", why)
+        else:
+            log.info("h3rt: self-test passed (%d cases)", len(r["cases"]))
+        _SELFTESTS[index] = why
+    return _SELFTESTS[index]
+
+
 def engine_attention(attention, device):
     """The attention h3rt runs: Sage is GPU-only, so the CPU engine (the float reference) runs
     bf16 whatever the node says."""
@@ -603,6 +651,9 @@ class H3rtWrapper:
             return self.engine
         if self.engine_key == ("failed",) + key:
             raise Fallback("h3rt could not load these weights (logged above)")
+        why = selftest_verdict() if self.device == "cuda" else None
+        if why:
+            raise Fallback(why)
         self.engine = None  # drop the old weights before loading new ones
         load = self.load or _import_h3rt().load
         try:

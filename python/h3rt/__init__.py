@@ -14,6 +14,7 @@ x0 = x + sigma * v. ComfyUI's MiniMaxH3Model._forward returns -v (its denoised =
 See __init__.pyi for every signature.
 """
 
+import json
 import os
 import warnings
 from collections.abc import Mapping
@@ -25,7 +26,7 @@ from ._h3rt import (Cancelled, Model, __version__, audio_sigma_from_video, laten
 from . import _h3rt
 
 __all__ = ["Cancelled", "Model", "load", "preset", "sample", "t2va_layout", "timestep_plan",
-           "sigma_grid", "simple_sigmas", "audio_sigma_from_video", "latent_shape",
+           "sigma_grid", "simple_sigmas", "audio_sigma_from_video", "latent_shape", "selftest",
            "__version__"]
 
 
@@ -206,3 +207,13 @@ def sample(model, width=0, height=0, frames=0, steps=8, seed=440420, text=None, 
                          float(step_cache), int(step_cache_max), int(sparse_check),
                          float(sparse_check_bound), video_denoise_mask,
                          audio_denoise_mask, video_latent_image, audio_latent_image)
+
+
+def selftest(seed=0):
+    """The GPU kernels this build runs on this GPU against the CPU reference on fresh random data
+    (`h3rt selftest`; include/h3rt/selftest.h says what each case checks). Returns the report as
+    a dict: "passed" (bool), "device", "compute_capability", "gpu_suite_ran_on_this_arch",
+    "seed" (the one used; seed=0 draws a fresh one) and "cases" (name, result "passed" /
+    "failed" / "skipped", detail, seconds). Raises RuntimeError when the build has no CUDA
+    backend or no CUDA device is available."""
+    return json.loads(_h3rt._selftest(int(_seed(seed, "seed"))))

@@ -13,6 +13,7 @@
 #include "conditioning.h"
 #include "device_arrays.h"
 #include "h3rt/pipeline.h"
+#include "h3rt/selftest.h"
 
 namespace h3rt::py {
 namespace {
@@ -885,5 +886,14 @@ NB_MODULE(_h3rt, m) {
       arg("width"), arg("height"), arg("frames"),
       "The latents of a width x height video of `frames` frames (its audio at frames / 24 s), "
       "as `h3rt sample --width --height --frames` makes them.");
+  m.def(
+      "_selftest",
+      [](uint64_t seed) {
+        h3rt::SelftestOptions o;
+        o.seed = seed;
+        nb::gil_scoped_release release;
+        return h3rt::to_json(h3rt::selftest(o)).dump();
+      },
+      arg("seed"));
   m.attr("__version__") = H3RT_VERSION_STRING;
 }

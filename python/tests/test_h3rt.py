@@ -499,3 +499,18 @@ def test_latent_shape_is_the_clis():
     assert h3rt.latent_shape(192, 128, 1)["frames"] == 1
     with pytest.raises(ValueError, match="123"):
         h3rt.latent_shape(864, 480, 123)
+
+
+def test_selftest_arguments_and_without_a_gpu():
+    with pytest.raises(TypeError, match="seed"):
+        h3rt.selftest(seed=1.5)
+    with pytest.raises(ValueError, match="seed"):
+        h3rt.selftest(seed=-1)
+    try:
+        import torch
+        if torch.cuda.is_available():
+            pytest.skip("a GPU is present: test_h3rt_cuda.py runs the self-test")
+    except ImportError:
+        pass
+    with pytest.raises(RuntimeError, match="no CUDA device|built without CUDA"):
+        h3rt.selftest()

@@ -304,3 +304,10 @@ def test_sample_keeps_its_state_on_the_device(cuda_model):
     again = h3rt.sample(cuda_model, steps=3, scheduler="simple", sampler="res_multistep")
     np.testing.assert_array_equal(out["video_latents"].view(np.uint32),
                                   again["video_latents"].view(np.uint32))
+
+
+def test_selftest_passes_on_this_gpu():
+    r = h3rt.selftest(seed=11)
+    assert r["passed"], json.dumps(r, indent=1)
+    assert r["seed"] == 11 and r["device"] and len(r["cases"]) == 7
+    assert {c["result"] for c in r["cases"]} <= {"passed", "skipped"}

@@ -50,16 +50,23 @@ Tensor synth_tensor(const model::WeightSpec& spec, uint64_t seed, uint64_t k, in
 
 }  // namespace
 
-H3Model make_synthetic_model(const H3Config& config, uint64_t seed) {
+NamedTensors synthetic_checkpoint(const H3Config& config, uint64_t seed) {
   config.validate();
-  model::TensorSource src;
   const auto specs = model::weight_specs(config);
+  NamedTensors out;
   int64_t fan_in = 1;
   for (size_t k = 0; k < specs.size(); ++k) {
     const auto& s = specs[k];
     if (s.shape.size() == 2) fan_in = s.shape[1];  // a bias follows its weight
-    src[s.key] = {synth_tensor(s, seed, k, fan_in, config), "<synthetic>", QkvLayout::fused_thirds};
+    out.emplace_back(s.key, synth_tensor(s, seed, k, fan_in, config));
   }
+  return out;
+}
+
+H3Model make_synthetic_model(const H3Config& config, uint64_t seed) {
+  model::TensorSource src;
+  for (auto& [key, t] : synthetic_checkpoint(config, seed))
+    src[key] = {std::move(t), "<synthetic>", QkvLayout::fused_thirds};
   return {config, model::assemble_weights(config, src)};
 }
 

@@ -143,6 +143,16 @@ TEST(CliErrors, DeviceMemoryLimitAuto) {
 #endif
 }
 
+// selftest without a GPU: exit 1, naming what is missing.
+TEST(CliErrors, SelftestWithoutAGpu) {
+  if (cuda_current_device() >= 0) GTEST_SKIP() << "a CUDA device is present: the check would run";
+#ifdef H3RT_HAVE_CUDA
+  expect_error("selftest", "selftest: no CUDA device is available");
+#else
+  expect_error("selftest", "built without CUDA");
+#endif
+}
+
 // bench step --device-io (the C++ figure of tools/device/py_overhead.py): --help says what it
 // times and the report keys it adds; without a CUDA device (a CPU build, or a CUDA build on a
 // machine without a GPU) it fails naming the need, before any work.

@@ -329,6 +329,83 @@ def test_cuda_engine_takes_device_latents_without_host_copies():
         np.testing.assert_array_equal(r, (-k * a.astype(np.float32)).astype(np.float16))
 
 
+def selftest_report(passed, device="GPU B (sm_121)"):
+    cases = [{"name": "sage attention S=77 H=3", "result": "passed", "detail": "w4: ok",
+              "seconds": 0.1},
+             {"name": "forward nvfp4", "result": "passed" if passed else "failed",
+              "detail": "ok" if passed else "video max |error| 9 > 3x the CPU bf16 forward's 0.1",
+              "seconds": 0.2}]
+    return {"passed": passed, "device": device, "seed": 7, "cases": cases}
+
+
+@pytest.fixture
+def gpu_arch(monkeypatch):
+    """Sets torch's current GPU as the node sees it: gpu_arch((12, 1), report) with the stand-in
+    h3rt.selftest() returning `report` (an Exception instance: raising it); returns the list of
+    selftest calls."""
+    calls = []
+    monkeypatch.setattr(h3rt_node, "_SELFTESTS", {})
+
+    def set_arch(cc, report=None, index=0):
+        monkeypatch.setattr(h3rt_node, "_cuda_capability", lambda: (index, cc))
+
+        def run():
+            calls.append(cc)
+            if isinstance(report, Exception):
+                raise report
+            return report
+        monkeypatch.setattr(h3rt_node, "_run_selftest", run)
+        return calls
+    return set_arch
+
+
+def test_blackwell_gpu_runs_the_selftest_once_before_the_first_engine(gpu_arch, caplog):
+    caplog.set_level(logging.INFO, logger="h3rt")
+    calls = gpu_arch((12, 1), selftest_report(True))
+    for _ in range(2):  # two patched models in one process: one self-test
+        loader = Loader(CudaEngine())
+        _, out, wrapper = patched(loader, device="cuda")
+        x, ts, ctx = inputs()
+        sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+        assert wrapper.calls == {"h3rt": 1, "comfyui": 0} and len(loader.calls) == 1
+    assert calls == [(12, 1)]
+    assert any("self-test passed" in r.getMessage() for r in caplog.records)
+
+
+def test_failed_selftest_sends_every_call_to_comfyui_naming_the_case(gpu_arch, caplog):
+    caplog.set_level(logging.INFO, logger="h3rt")
+    calls = gpu_arch((12, 1), selftest_report(False))
+    loader = Loader(CudaEngine())
+    base, out, wrapper = patched(loader, device="cuda")
+    x, ts, ctx = inputs()
+    for _ in range(2):
+        res = sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+        assert np.all(res[0] == COMFY_MARK)
+    assert wrapper.calls == {"h3rt": 0, "comfyui": 2} and loader.calls == [] and calls == [(12, 1)]
+    msgs = [r.getMessage() for r in caplog.records]
+    assert any("self-test failed on GPU B (sm_121) (seed 7): forward nvfp4: video max" in m
+               for m in msgs), msgs
+    # device cpu never asks
+    _, out, _ = patched(Loader(), device="cpu")
+    sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+    assert calls == [(12, 1)]
+
+
+def test_selftest_that_raises_is_a_fallback_and_hopper_is_not_checked(gpu_arch, caplog):
+    caplog.set_level(logging.INFO, logger="h3rt")
+    gpu_arch((10, 0), RuntimeError("boom"))
+    _, out, wrapper = patched(Loader(CudaEngine()), device="cuda")
+    x, ts, ctx = inputs()
+    sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+    assert wrapper.calls == {"h3rt": 0, "comfyui": 1}
+    assert any("h3rt.selftest raised RuntimeError: boom" in r.getMessage()
+               for r in caplog.records)
+    calls = gpu_arch((9, 0), RuntimeError("never called"), index=1)  # the suite's own arch
+    _, out, wrapper = patched(Loader(CudaEngine()), device="cuda")
+    sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
+    assert wrapper.calls == {"h3rt": 1, "comfyui": 0} and calls == [(10, 0)]  # sm_100's run
+
+
 def test_unchanged_cuda_context_is_copied_to_the_host_once():
     loader = Loader(CudaEngine())
     _, out, wrapper = patched(loader, device="cuda")

@@ -1,0 +1,105 @@
+// The Sage self-test case on the device (selftest.h): host code over the op's launchers.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cuda/runtime.h"
+#include "h3rt/device.h"
+#include "h3rt/formats.h"
+#include "ops/attention_sage/attention_sage.h"
+#include "ops/attention_sage/attention_sage_cuda.h"
+#include "ops/attention_sage/selftest.h"
+
+namespace h3rt::attention_sage {
+namespace {
+
+constexpr float kSmScale = 0.08838834764831845f;  // 1/sqrt(128)
+
+template <typename T>
+std::vector<T> download(const void* src, int64_t count) {
+  std::vector<T> v(static_cast<size_t>(count));
+  H3RT_CUDA_CHECK(cudaMemcpy(v.data(), src, v.size() * sizeof(T), cudaMemcpyDeviceToHost));
+  return v;
+}
+
+template <typename T>
+int64_t mismatches(const std::vector<T>& a, const std::vector<T>& b) {
+  if (a.size() != b.size()) return static_cast<int64_t>(std::max(a.size(), b.size()));
+  int64_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
+  return n;
+}
+
+// Pre-pass outputs that differ from the reference, over all seven tensors.
+int64_t prepass_mismatches(const SageBuffers& b, const Quantized& ref) {
+  const int64_t S = ref.seq, H = ref.heads, n = H * ref.padded * kHeadDim;
+  return mismatches(download<int8_t>(b.q8, n), ref.q8) +
+         mismatches(download<int8_t>(b.k8, n), ref.k8) +
+         mismatches(download<uint8_t>(b.v8t, n), ref.v8t) +
+         mismatches(download<float>(b.q_scale, H * q_scales_per_head(S)), ref.q_scale) +
+         mismatches(download<float>(b.k_scale, H * k_scales_per_head(S)), ref.k_scale) +
+         mismatches(download<float>(b.v_scale, H * kHeadDim), ref.v_scale) +
+         mismatches(download<float>(b.k_mean, H * kHeadDim), ref.k_mean);
+}
+
+template <typename Ref>
+void compare(const std::vector<float>& got, const Ref& ref, double* rel_l2, double* cosine) {
+  double num = 0, den = 0, dot = 0, g2 = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double r = ref[i], d = got[i] - r;
+    num += d * d, den += r * r, dot += got[i] * r, g2 += double(got[i]) * got[i];
+  }
+  *rel_l2 = std::sqrt(num / den);
+  if (cosine) *cosine = dot / std::sqrt(den * g2);
+}
+
+}  // namespace
+
+SageSelftest run_sage_selftest(int64_t seq, int64_t heads, uint64_t seed) {
+  SageSelftest r;
+  r.variant = sage_variant_name(sage_resolve_variant(SageVariant::automatic));
+  r.seq = seq, r.heads = heads;
+  const int64_t hd = heads * kHeadDim, stride = 3 * hd + 64;             // a padded QKV row
+  std::vector<uint16_t> qkv(static_cast<size_t>(seq * stride), 0x7fc0);  // NaN in the gap
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  for (int64_t t = 0; t < seq; ++t)
+    for (int64_t c = 0; c < 3 * hd; ++c) qkv[t * stride + c] = f32_to_bf16(n01(g));
+
+  const size_t buf_bytes = sage_buffer_bytes(seq, heads);
+  auto d_qkv = device_alloc(qkv.size() * 2, 0), d_buf = device_alloc(buf_bytes, 0),
+       d_out = device_alloc(static_cast<size_t>(seq * hd * 2), 0);
+  H3RT_CUDA_CHECK(cudaMemcpy(d_qkv.get(), qkv.data(), qkv.size() * 2, cudaMemcpyHostToDevice));
+  H3RT_CUDA_CHECK(cudaMemset(d_buf.get(), 0, buf_bytes));  // the tickets start at zero
+  const SageBuffers b = sage_buffers(d_buf.get(), seq, heads);
+  SagePrepassParams pp;
+  pp.qkv = d_qkv.get(), pp.row_stride = stride, pp.seq = seq, pp.heads = heads;
+  pp.sm_scale = kSmScale, pp.buf = b;
+  H3RT_CUDA_CHECK(sage_prepass(pp, nullptr));
+  SageAttentionParams ap;
+  ap.buf = b, ap.seq = seq, ap.heads = heads, ap.out = d_out.get(), ap.out_row_stride = hd;
+  H3RT_CUDA_CHECK(sage_attention(ap, nullptr));
+  H3RT_CUDA_CHECK(cudaDeviceSynchronize());
+
+  const QkvView view{qkv.data(), seq, heads, stride};
+  const Quantized ref = quantize_reference(view, kSmScale);
+  r.prepass_mismatches = prepass_mismatches(b, ref);
+  std::vector<float> got(static_cast<size_t>(seq * hd));
+  const std::vector<uint16_t> out = download<uint16_t>(d_out.get(), seq * hd);
+  for (size_t i = 0; i < got.size(); ++i) {
+    got[i] = bf16_to_f32(out[i]);
+    r.non_finite += !std::isfinite(got[i]);
+  }
+  if (r.non_finite) return r;
+  const std::vector<double> exact = attention_exact_f64(view, kSmScale);
+  compare(got, attention_reference(ref, RowSum::p8), &r.rel_l2_sage, nullptr);
+  compare(got, exact, &r.rel_l2_exact, &r.cosine_exact);
+  compare(attention_reference(ref), exact, &r.ref_rel_l2_exact, nullptr);
+  return r;
+}
+
+}  // namespace h3rt::attention_sage
