@@ -25,7 +25,7 @@ void add_selftest_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "selftest",
       "Check the GPU kernels this build runs on this GPU against the CPU reference on fresh "
-      "random data (a few seconds): the Sage attention op, and the tiny model's forward with "
+      "random data (about 10 s): the Sage attention op, and the tiny model's forward with "
       "bf16, fp8_scaled, int8_convrot and nvfp4 block projections. h3rt's own GPU test suite has "
       "run on sm_90 only: on Blackwell (sm_100/120/121) this is the check of its kernels. Exit "
       "status 1 when a case fails");

@@ -164,5 +164,10 @@ def latent_shape(width: int, height: int, frames: int) -> dict[str, int]:
     frames (latent frames covering 1, 4, 4, 4, 4 pixel frames in turn, 16x spatial, 40 audio
     latents per second at 24 fps). ValueError for sizes h3rt refuses."""
 def simple_sigmas(steps: int, shift: float = 12.0) -> list[float]: ...
+def selftest(seed: int = 0) -> dict[str, Any]:
+    """The GPU kernels this build runs on this GPU against the CPU reference (`h3rt selftest`):
+    {"passed", "device", "compute_capability", "gpu_suite_ran_on_this_arch", "seed", "cases":
+    [{"name", "result": "passed" | "failed" | "skipped", "detail", "seconds"}]}. RuntimeError
+    without a CUDA backend or device."""
 def audio_sigma_from_video(sigma: float, video_shift: float = 12.0,
                            audio_shift: float = 3.0) -> float: ...

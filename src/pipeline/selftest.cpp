@@ -246,7 +246,7 @@ SelftestReport selftest(const SelftestOptions& o) {
   r.suite_ran_here = gpu_suite_ran_on(r.cc);
   r.seed = o.seed ? o.seed : (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
   const bool sage = r.cc == 90 || r.cc == 120 || r.cc == 121;
-  for (auto [seq, heads] : {std::pair<int64_t, int64_t>{77, 3}, {1000, 2}}) {
+  for (auto [seq, heads] : {std::pair<int64_t, int64_t>{77, 3}, {800, 1}}) {
     const std::string name =
         "sage attention S=" + std::to_string(seq) + " H=" + std::to_string(heads);
     r.cases.push_back(sage ? run_case(o, name, [&] { return sage_case(seq, heads, r.seed + seq); })

@@ -44,8 +44,8 @@ std::string bf16_rule_failure(const VelocityError& gpu, const VelocityError& cpu
 
 std::string sage_forward_failure(const VelocityError& gpu, const char* modality) {
   char b[200];
-  if (!(gpu.rel_l2 <= 0.15 && gpu.cosine >= 0.99)) {
-    std::snprintf(b, sizeof b, "%s rel L2 %.3g, cosine %.5f (bounds 0.15, 0.99)", modality,
+  if (!(gpu.rel_l2 <= 0.05 && gpu.cosine >= 0.999)) {
+    std::snprintf(b, sizeof b, "%s rel L2 %.3g, cosine %.5f (bounds 0.05, 0.999)", modality,
                   gpu.rel_l2, gpu.cosine);
     return b;
   }

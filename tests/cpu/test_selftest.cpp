@@ -72,9 +72,9 @@ TEST(Selftest, Bf16RuleBounds) {
 }
 
 TEST(Selftest, SageForwardBounds) {
-  EXPECT_EQ(sage_forward_failure({0, 0, 0.15, 0.99}, "video"), "");
-  EXPECT_NE(sage_forward_failure({0, 0, 0.151, 0.999}, "video"), "");
-  EXPECT_NE(sage_forward_failure({0, 0, 0.01, 0.989}, "audio"), "");
+  EXPECT_EQ(sage_forward_failure({0, 0, 0.05, 0.999}, "video"), "");
+  EXPECT_NE(sage_forward_failure({0, 0, 0.051, 0.9999}, "video"), "");
+  EXPECT_NE(sage_forward_failure({0, 0, 0.01, 0.9989}, "audio"), "");
 }
 
 TEST(Selftest, SageKernelBounds) {

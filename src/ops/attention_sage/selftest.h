@@ -14,7 +14,7 @@ struct SageSelftest {
   int64_t non_finite = 0;          // output values that are NaN or infinite
   double rel_l2_sage = 0;          // output against the CPU Sage reference (RowSum::p8)
   double rel_l2_exact = 0, cosine_exact = 0;  // output against fp64 attention
-  double ref_rel_l2_exact = 0;                // the CPU Sage reference against fp64 attention
+  double ref_rel_l2_exact = 0;                // that CPU Sage reference against fp64 attention
 };
 
 // "" when `r` is within the bounds: no pre-pass mismatch, every value finite, rel_l2_sage <=
