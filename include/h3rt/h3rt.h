@@ -13,8 +13,9 @@
 extern "C" {
 #endif
 
-#define H3RT_API_VERSION 6 /* bumped on any incompatible change of this header, and on additions \
-                            */
+#define H3RT_API_VERSION                                                  \
+  7 /* bumped on any incompatible change of this header, and on additions \
+     */
 
 typedef enum h3rt_status {
   H3RT_OK = 0,
@@ -212,6 +213,13 @@ h3rt_status h3rt_sample_shapes(const h3rt_model* model, const h3rt_sample_reques
 /* The whole sampling loop, the same bits as `h3rt sample`; the capacities are in floats. */
 h3rt_status h3rt_sample(h3rt_model* model, const h3rt_sample_request* request, float* video_latents,
                         int64_t video_capacity, float* audio_latents, int64_t audio_capacity);
+
+/* API version 7. `h3rt selftest` (h3rt/selftest.h): the GPU kernels this build runs on the current
+ * CUDA device against the CPU reference on fresh random data (seed 0: a fresh seed). *passed is 1
+ * when every case that applies passed, else 0; *report_json (may be NULL) points to the report as
+ * JSON, valid on this thread until its next h3rt_selftest call. H3RT_ERROR_RUNTIME without a CUDA
+ * backend or device (a failed case is *passed = 0, not an error). */
+h3rt_status h3rt_selftest(uint64_t seed, int* passed, const char** report_json);
 
 #ifdef __cplusplus
 }

@@ -7,6 +7,7 @@
 
 #include "h3rt/h3rt.h"
 #include "h3rt/pipeline.h"
+#include "h3rt/selftest.h"
 
 struct h3rt_model {
   std::unique_ptr<h3rt::Denoiser> denoiser;
@@ -17,6 +18,7 @@ struct h3rt_model {
 namespace {
 
 thread_local std::string g_last_error;
+thread_local std::string g_selftest_json;  // h3rt_selftest's report
 
 struct InvalidArgument : h3rt::Error {
   using h3rt::Error::Error;
@@ -412,6 +414,18 @@ h3rt_status h3rt_sample(h3rt_model* m, const h3rt_sample_request* r, float* vide
     const h3rt::SampleResult res = h3rt::sample(*m->denoiser, std::move(req), so);
     copy_out(res.video_latents, video_latents);
     copy_out(res.audio_latents, audio_latents);
+  });
+}
+
+h3rt_status h3rt_selftest(uint64_t seed, int* passed, const char** report_json) {
+  return guarded([&] {
+    C_CHECK(passed, "h3rt_selftest: passed is NULL");
+    h3rt::SelftestOptions o;
+    o.seed = seed;
+    const h3rt::SelftestReport r = h3rt::selftest(o);
+    g_selftest_json = h3rt::to_json(r).dump();
+    *passed = r.passed() ? 1 : 0;
+    if (report_json) *report_json = g_selftest_json.c_str();
   });
 }
 

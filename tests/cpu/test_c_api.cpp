@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "c_api_test_util.h"
+#include "h3rt/device.h"
 #include "h3rt/h3rt.h"
 #include "h3rt/pipeline.h"
 #include "h3rt/safetensors.h"
@@ -33,6 +34,21 @@ ForwardOutputs golden_forward(Denoiser& d) {
   const Request r = request_from_inputs(kGolden, d.config());
   return forward_at_sigma(d, r.layout, r.video_rows.data(), r.audio_rows.data(), r.text.data(),
                           golden_sigma());
+}
+
+// API version 7: h3rt_selftest refuses a NULL result and, without a GPU, fails naming why.
+TEST(CApi, SelftestArgumentsAndWithoutAGpu) {
+  const char* json = nullptr;
+  EXPECT_EQ(h3rt_selftest(1, nullptr, &json), H3RT_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(h3rt_last_error()).find("passed is NULL"), std::string::npos);
+  if (cuda_current_device() >= 0) GTEST_SKIP() << "a GPU is present: CApiV7Cuda runs it";
+  int passed = -1;
+  EXPECT_EQ(h3rt_selftest(0, &passed, &json), H3RT_ERROR_RUNTIME);
+  EXPECT_EQ(passed, -1);
+  const std::string e = h3rt_last_error();
+  EXPECT_TRUE(e.find("no CUDA device") != std::string::npos ||
+              e.find("built without CUDA") != std::string::npos)
+      << e;
 }
 
 TEST(CApi, VersionAndErrors) {

@@ -1,8 +1,9 @@
 // The C API's version-5 model options on a CUDA model: load progress over the blocks, and LoRAs
 // merged as the C++ options merge them (the same bits); version 6's h3rt_model_weight_streaming
-// under a limit that streams part of a twelve-block model.
+// under a limit that streams part of a twelve-block model; version 7's h3rt_selftest.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <utility>
 #include <vector>
 
@@ -113,6 +114,19 @@ TEST(CApiV6Cuda, WeightStreamingReportsThePartialPlan) {
   EXPECT_LE(w.planned_device_bytes, limit);
   EXPECT_STREQ(w.source, "pinned");
   h3rt_model_free(m);
+}
+
+TEST(CApiV7Cuda, SelftestPassesWithItsReport) {
+  H3RT_REQUIRE_GPU();
+  int passed = -1;
+  const char* json = nullptr;
+  ASSERT_EQ(h3rt_selftest(5, &passed, &json), H3RT_OK) << h3rt_last_error();
+  EXPECT_EQ(passed, 1) << json;
+  ASSERT_NE(json, nullptr);
+  const nlohmann::json j = nlohmann::json::parse(json);
+  EXPECT_EQ(j["seed"], 5u);
+  EXPECT_EQ(j["passed"], true);
+  EXPECT_EQ(j["cases"].size(), 7u);
 }
 
 }  // namespace
