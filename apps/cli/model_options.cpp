@@ -5,6 +5,8 @@
 
 #include "cli/progress.h"
 #include "cli/validators.h"
+#include "h3rt/device.h"
+#include "h3rt/selftest.h"
 
 namespace h3rt::cli {
 namespace {
@@ -179,6 +181,10 @@ std::unique_ptr<Denoiser> ModelOptions::create() const {
     progress->update(done);
   };
   std::unique_ptr<Denoiser> m = Denoiser::create(source_of(*this), d);
+  if (device == "cuda") {
+    const std::string note = untested_arch_note(cuda_device_cc(cuda_current_device()));
+    if (!note.empty()) std::fprintf(stderr, "h3rt: note: %s\n", note.c_str());
+  }
   for (const auto& w : m->lora_report().warnings) std::fprintf(stderr, "h3rt: %s\n", w.c_str());
   if (!loras.empty())
     std::fprintf(stderr, "h3rt: LoRA: %d pair(s) merged into %d layer(s)\n", m->lora_report().pairs,

@@ -25,6 +25,9 @@ Tensor comfy_audio_rows_view(const Tensor& latents);
 
 // The current CUDA device's index; -1 without CUDA or a device.
 int cuda_current_device();
+// The compute capability of CUDA device `device` as major * 10 + minor (90 for an H100, 121 for
+// a GB10); 0 without CUDA or that device.
+int cuda_device_cc(int device);
 // The device index of CUDA memory at `p` (a pointer from another framework); -1 for host memory.
 int cuda_pointer_device(const void* p);
 // `bytes` of device memory allocated on `stream` (stream-ordered: cudaMallocAsync) and freed on

@@ -67,6 +67,10 @@ SelftestReport selftest(const SelftestOptions& options = {});
 // (major * 10 + minor): only sm_90 (H100 / H200).
 bool gpu_suite_ran_on(int cc);
 
+// For front ends about to run on a GPU of compute capability cc: "" where the GPU suite ran
+// (sm_90) or cc is 0, else one line asking to run `h3rt selftest` there first.
+std::string untested_arch_note(int cc);
+
 nlohmann::json to_json(const SelftestReport& r);
 std::string format_selftest(const SelftestReport& r);  // a table, one line per case
 

@@ -114,7 +114,20 @@ def load(path_or_state_dict, device="cpu", precision=None, attention="bf16", cud
                         + type(path_or_state_dict).__name__)
     for w in model.lora_report["warnings"]:
         warnings.warn("h3rt: " + w)
+    if device == "cuda":
+        _note_untested_arch()
     return model
+
+
+_noted_archs = set()
+
+
+def _note_untested_arch():
+    """One warning per process and GPU arch the GPU test suite has not run on (h3rt.selftest)."""
+    note = _h3rt._untested_arch_note()
+    if note and note not in _noted_archs:
+        _noted_archs.add(note)
+        warnings.warn("h3rt: " + note)
 
 
 def _size_word(size):
@@ -161,9 +174,13 @@ def preset(name="tiny", weights_seed=0, device="cpu", precision=None, attention=
     (int8_group: the int8 convrot group, 0 for none, -1 the preset's: 256 for h3, 64 tiny).
     device_memory_limit, weight_stream_source, load_progress: as load ("file" holds the
     synthetic blocks in pageable host memory)."""
-    return _h3rt._load_preset(name, _seed(weights_seed, "weights_seed"), device, precision,
-                              attention, cuda_graphs, check_finite, gemm, int(int8_group),
-                              _size_word(device_memory_limit), weight_stream_source, load_progress)
+    model = _h3rt._load_preset(name, _seed(weights_seed, "weights_seed"), device, precision,
+                               attention, cuda_graphs, check_finite, gemm, int(int8_group),
+                               _size_word(device_memory_limit), weight_stream_source,
+                               load_progress)
+    if device == "cuda":
+        _note_untested_arch()
+    return model
 
 
 def sample(model, width=0, height=0, frames=0, steps=8, seed=440420, text=None, progress=None,

@@ -12,6 +12,7 @@
 #include "arrays.h"
 #include "conditioning.h"
 #include "device_arrays.h"
+#include "h3rt/device.h"
 #include "h3rt/pipeline.h"
 #include "h3rt/selftest.h"
 
@@ -895,5 +896,7 @@ NB_MODULE(_h3rt, m) {
         return h3rt::to_json(h3rt::selftest(o)).dump();
       },
       arg("seed"));
+  m.def("_untested_arch_note",
+        [] { return h3rt::untested_arch_note(h3rt::cuda_device_cc(h3rt::cuda_current_device())); });
   m.attr("__version__") = H3RT_VERSION_STRING;
 }

@@ -514,3 +514,18 @@ def test_selftest_arguments_and_without_a_gpu():
         pass
     with pytest.raises(RuntimeError, match="no CUDA device|built without CUDA"):
         h3rt.selftest()
+
+
+def test_untested_arch_note_warns_once_per_arch(monkeypatch):
+    monkeypatch.setattr(h3rt, "_noted_archs", set())
+    note = "h3rt's GPU test suite has run on sm_90 only; on this sm_121 GPU run `h3rt selftest`"
+    monkeypatch.setattr(h3rt._h3rt, "_untested_arch_note", lambda: note)
+    with pytest.warns(UserWarning, match="sm_121 GPU run `h3rt selftest`"):
+        h3rt._note_untested_arch()
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        h3rt._note_untested_arch()  # the same arch again: silent
+        monkeypatch.setattr(h3rt._h3rt, "_untested_arch_note", lambda: "")
+        h3rt._note_untested_arch()  # sm_90: nothing to say
+

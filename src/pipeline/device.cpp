@@ -76,6 +76,16 @@ int cuda_current_device() {
   return cudaGetDevice(&d) == cudaSuccess ? d : (cudaGetLastError(), -1);
 }
 
+int cuda_device_cc(int device) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return major * 10 + minor;
+}
+
 int cuda_pointer_device(const void* p) {
   cudaPointerAttributes a{};
   if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
@@ -100,6 +110,9 @@ void copy_to_host(void* dst, const void* src, size_t bytes, uintptr_t stream) {
 #else
 int cuda_current_device() {
   return -1;
+}
+int cuda_device_cc(int) {
+  return 0;
 }
 int cuda_pointer_device(const void*) {
   return -1;

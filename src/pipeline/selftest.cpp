@@ -35,6 +35,12 @@ bool gpu_suite_ran_on(int cc) {
   return cc == 90;
 }
 
+std::string untested_arch_note(int cc) {
+  if (cc == 0 || gpu_suite_ran_on(cc)) return "";
+  return "h3rt's GPU test suite has run on sm_90 only; on this sm_" + std::to_string(cc) +
+         " GPU run `h3rt selftest` once to check its kernels against the CPU reference";
+}
+
 nlohmann::json to_json(const SelftestReport& r) {
   nlohmann::json cases = nlohmann::json::array();
   for (const auto& c : r.cases)

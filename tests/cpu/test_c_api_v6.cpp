@@ -12,7 +12,7 @@ namespace h3rt {
 namespace {
 
 TEST(CApiV6, WeightStreamingOnTheCpuIsAllZero) {
-  EXPECT_EQ(h3rt_api_version(), 6);
+  EXPECT_GE(h3rt_api_version(), 6);
   h3rt_model* m = nullptr;
   ASSERT_EQ(h3rt_model_create((test::golden_dir() + "/weights.safetensors").c_str(), nullptr, &m),
             H3RT_OK)

@@ -57,6 +57,7 @@ std::vector<std::pair<std::string, std::string>> verbs() {
           {"forward", "--checkpoint " + kWeights + " --inputs " + kGolden + " --out " + tmp("f")},
           {"info", kWeights},
           {"compare", kWeights + " " + kWeights},
+          {"selftest", ""},
           {"quantize-nvfp4", "--in " + kGolden + " --out " + tmp("n")},
           {"quantize-checkpoint", "--in " + kWeights + " --out " + tmp("q") + " --format fp8"},
           {"int8-convrot", "--in " + kInt8 + " --out " + tmp("i")},
@@ -145,6 +146,7 @@ TEST(CliErrors, DeviceMemoryLimitAuto) {
 
 // selftest without a GPU: exit 1, naming what is missing.
 TEST(CliErrors, SelftestWithoutAGpu) {
+  expect_error("selftest --json /no/such/folder/r.json", "--json");
   if (cuda_current_device() >= 0) GTEST_SKIP() << "a CUDA device is present: the check would run";
 #ifdef H3RT_HAVE_CUDA
   expect_error("selftest", "selftest: no CUDA device is available");

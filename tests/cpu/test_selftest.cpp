@@ -123,6 +123,9 @@ TEST(Selftest, ReportVerdictAndForms) {
   EXPECT_NE(t.find("FAIL    forward nvfp4"), std::string::npos) << t;
   EXPECT_NE(t.find("FAILED: 1 of 2 cases"), std::string::npos) << t;
   EXPECT_NE(t.find("sm_90 only"), std::string::npos) << t;
+  EXPECT_EQ(untested_arch_note(90), "");
+  EXPECT_EQ(untested_arch_note(0), "");
+  EXPECT_NE(untested_arch_note(121).find("sm_121 GPU run `h3rt selftest`"), std::string::npos);
   EXPECT_TRUE(gpu_suite_ran_on(90));
   EXPECT_FALSE(gpu_suite_ran_on(121));
   EXPECT_FALSE(gpu_suite_ran_on(100));
