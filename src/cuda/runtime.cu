@@ -136,6 +136,24 @@ bool compiled_arch_listed(const std::string& arch) {
 #endif
 }
 
+std::string arch_support_error(int cc, const std::string& device, const std::string& list) {
+  if (compiled_arch_supports(cc / 10, cc % 10, list) != 0) return "";
+  const std::string arch = std::to_string(cc);
+  return "this h3rt was built for CUDA archs '" + list +
+         "' (H3RT_CUDA_ARCHS), which have no code for " + device + " (sm_" + arch +
+         "): rebuild with -DH3RT_CUDA_ARCHS=" + arch +
+         (cc == 90 || cc == 100 || cc == 120 || cc == 121 ? "a" : "") +
+         " (h3rt's kernels target sm_90a, sm_100a, sm_120a and sm_121a)";
+}
+
+std::string arch_support_error(int cc, const std::string& device) {
+#ifdef H3RT_CUDA_ARCH_LIST
+  return arch_support_error(cc, device, H3RT_CUDA_ARCH_LIST);
+#else
+  return arch_support_error(cc, device, "");
+#endif
+}
+
 int compiled_arch_supports(int cc_major, int cc_minor) {
 #ifdef H3RT_CUDA_ARCH_LIST
   return compiled_arch_supports(cc_major, cc_minor, H3RT_CUDA_ARCH_LIST);

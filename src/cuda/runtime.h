@@ -38,6 +38,11 @@ int compiled_arch_supports(int cc_major, int cc_minor);
 int compiled_arch_supports(int cc_major, int cc_minor, const std::string& list);
 // Whether the compile-time arch list names `arch` exactly (e.g. "90a": wgmma/TMA kernels exist).
 bool compiled_arch_listed(const std::string& arch);
+// "" when `list` (default: the compile-time one) has code for a device of compute capability cc
+// (major * 10 + minor) named `device`, else the error for the user: what the build has, what
+// the device is, and how to rebuild.
+std::string arch_support_error(int cc, const std::string& device, const std::string& list);
+std::string arch_support_error(int cc, const std::string& device);
 
 // Persistent-grid size for `kernel` (a __global__ function) with `threads` per CTA and `smem`
 // bytes of dynamic shared memory: CTAs resident per SM (occupancy query, after raising the

@@ -196,6 +196,11 @@ void check_options(const DenoiserOptions& o) {
 #ifdef H3RT_HAVE_CUDA
   if (o.device != Device::cuda) return;
   H3RT_CHECK(cuda::cuda_device_available(), "device cuda: no CUDA device is available");
+  int dev = 0;
+  H3RT_CUDA_CHECK(cudaGetDevice(&dev));
+  const std::string arch =
+      cuda::arch_support_error(cuda::current_device_cc(), cuda::device_name(dev));
+  H3RT_CHECK(arch.empty(), "device cuda: ", arch);
   H3RT_CHECK(precision_for(o) == Precision::bf16,
              "device cuda runs bf16 only; use precision bf16 (or the CPU for fp32)");
 #else

@@ -246,9 +246,8 @@ SelftestReport selftest(const SelftestOptions& o) {
   H3RT_CUDA_CHECK(cudaGetDevice(&dev));
   r.cc = cuda::current_device_cc();
   r.device = cuda::device_name(dev) + " (sm_" + std::to_string(r.cc) + ")";
-  H3RT_CHECK(cuda::compiled_arch_supports(r.cc / 10, r.cc % 10) != 0,
-             "selftest: this h3rt has no code for ", r.device, "; it was built for ",
-             H3RT_CUDA_ARCH_LIST, " (H3RT_CUDA_ARCHS)");
+  const std::string arch = cuda::arch_support_error(r.cc, cuda::device_name(dev));
+  H3RT_CHECK(arch.empty(), "selftest: ", arch);
   r.suite_ran_here = gpu_suite_ran_on(r.cc);
   r.seed = o.seed ? o.seed : (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
   const bool sage = r.cc == 90 || r.cc == 120 || r.cc == 121;

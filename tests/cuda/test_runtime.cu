@@ -48,6 +48,17 @@ TEST(CudaRuntime, ArchListParsing) {
   EXPECT_EQ(compiled_arch_supports(9, 0), compiled_arch_supports(9, 0, H3RT_CUDA_ARCH_LIST));
 }
 
+// The error a CUDA model gives on a GPU the build has no code for (no GPU needed).
+TEST(CudaRuntime, ArchSupportErrorNamesBuildDeviceAndRebuild) {
+  EXPECT_EQ(cuda::arch_support_error(90, "H100", "90a,121a"), "");
+  EXPECT_EQ(cuda::arch_support_error(121, "GB10", "90a,121a"), "");
+  const std::string e = cuda::arch_support_error(120, "RTX 5090", "90a,121a");
+  for (const char* want : {"'90a,121a'", "RTX 5090 (sm_120)", "-DH3RT_CUDA_ARCHS=120a"})
+    EXPECT_NE(e.find(want), std::string::npos) << want << " not in: " << e;
+  EXPECT_NE(cuda::arch_support_error(89, "RTX 4090", "90a").find("-DH3RT_CUDA_ARCHS=89 "),
+            std::string::npos);
+}
+
 TEST(CudaRuntime, LauncherRejectsBadShapesBeforeTouchingTheDevice) {
   ops::RmsNormModulateCudaParams p;
   p.x = reinterpret_cast<__nv_bfloat16*>(uintptr_t(256));
