@@ -7,10 +7,12 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "h3rt/device.h"
 #include "h3rt/lora.h"
 #include "h3rt/model.h"
 #include "h3rt/pipeline.h"
 #include "h3rt/safetensors.h"
+#include "h3rt/selftest.h"
 #include "model/weight_stream_plan.h"
 #include "model/weights.h"
 #ifdef H3RT_HAVE_CUDA
@@ -247,11 +249,16 @@ void print_h3(const SafetensorsFile& f, int64_t limit) {
                                         : "no CUDA device found: the CPU reference runs it");
   const bool int8 = std::any_of(formats.begin(), formats.end(),
                                 [](const auto& f) { return f.first.rfind("int8", 0) == 0; });
-  if (gpu && int8) {
-    const int cc = cuda::current_device_cc();
+  const int cc = gpu ? cuda::current_device_cc() : 0;
+  if (gpu) {
+    const std::string arch = cuda::arch_support_error(cc, cuda::device_name(cuda_current_device()));
+    const std::string note = untested_arch_note(cc);
+    if (!arch.empty()) std::printf("this GPU: %s\n", arch.c_str());
+    if (arch.empty() && !note.empty()) std::printf("this GPU: %s\n", note.c_str());
+  }
+  if (gpu && int8)
     std::printf("int8 GEMMs on this GPU (compute capability %d.%d): %s\n", cc / 10, cc % 10,
                 ops::int8_gemm_default_description().c_str());
-  }
 #else
   std::printf("this machine: h3rt built without CUDA: the CPU reference runs it\n");
 #endif
