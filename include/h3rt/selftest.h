@@ -15,6 +15,14 @@
 //                    output within rel L2 4e-3 of the CPU Sage reference (the kernels' row-sum
 //                    form) and its rel L2 against fp64 attention within 1.1x + 2e-3 of that
 //                    reference's own (and <= 0.05), cosine >= 0.999 (the GPU suite's bounds).
+//   sage attention S = 15499 (2 heads: ComfyUI's default 864x480, 124 frames) the whole pre-pass
+//                    bit-exact, the output on 32 sampled rows within rel L2 4e-3 of the CPU Sage
+//                    reference.
+//   int8 GEMM        the users' default block format at release widths: random bf16 rows
+//                    rotated and quantized (G = 256) and the int8 GEMM with its epilogue, at
+//                    15499 x 5376 -> 21504 (qkv at 864x480) and 2000 x 14336 -> 5376 (fc2's
+//                    width); 16 sampled rows' quantized values, scales and outputs bit-exact
+//                    with the host reference (include/h3rt/int8.h).
 //   forward <format> the tiny model (synthetic weights written as a checkpoint, its block
 //                    projections quantized as `h3rt quantize-checkpoint` does: bf16, fp8_scaled
 //                    with per-call activation scales, int8_convrot G = 64, nvfp4), one forward

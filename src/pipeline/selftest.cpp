@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <tuple>
 
 #include "h3rt/check.h"
 #include "h3rt/pipeline.h"
@@ -17,6 +18,7 @@
 #ifdef H3RT_HAVE_CUDA
 #include "cuda/runtime.h"
 #include "ops/attention_sage/selftest.h"
+#include "ops/int8_linear/selftest.h"
 #endif
 
 namespace h3rt {
@@ -150,12 +152,27 @@ Outcome sage_case(int64_t seq, int64_t heads, uint64_t seed) {
   const auto r = attention_sage::run_sage_selftest(seq, heads, seed);
   const std::string failure = attention_sage::sage_selftest_failure(r);
   char b[240];
-  std::snprintf(b, sizeof b,
-                "%s: pre-pass bit-exact; rel L2 %.2e vs the CPU Sage reference; vs fp64 rel L2 "
-                "%.4f (CPU reference %.4f), cosine %.6f",
-                r.variant.c_str(), r.rel_l2_sage, r.rel_l2_exact, r.ref_rel_l2_exact,
-                r.cosine_exact);
+  if (r.exact_checked)
+    std::snprintf(b, sizeof b,
+                  "%s: pre-pass bit-exact; rel L2 %.2e vs the CPU Sage reference; vs fp64 rel L2 "
+                  "%.4f (CPU reference %.4f), cosine %.6f",
+                  r.variant.c_str(), r.rel_l2_sage, r.rel_l2_exact, r.ref_rel_l2_exact,
+                  r.cosine_exact);
+  else
+    std::snprintf(b, sizeof b,
+                  "%s: pre-pass bit-exact; rel L2 %.2e vs the CPU Sage reference on %lld "
+                  "sampled rows",
+                  r.variant.c_str(), r.rel_l2_sage, static_cast<long long>(r.rows_checked));
   return failure.empty() ? pass(b) : fail(r.variant + ": " + failure);
+}
+
+Outcome int8_case(int64_t rows, int64_t in, int64_t out, uint64_t seed) {
+  const auto r = ops::run_int8_selftest(rows, in, out, 256, seed);
+  const std::string failure = ops::int8_selftest_failure(r);
+  const std::string paths = r.quantizer + " quantizer, " + r.gemm + " GEMM";
+  return failure.empty() ? pass(paths + ": q, scales and outputs of " +
+                                std::to_string(r.rows_checked) + " sampled rows bit-exact")
+                         : fail(paths + ": " + failure);
 }
 
 // One format's checkpoint, forwarded on the CPU (fp32 reference, bf16 baseline) once and on the
@@ -251,11 +268,20 @@ SelftestReport selftest(const SelftestOptions& o) {
   r.suite_ran_here = gpu_suite_ran_on(r.cc);
   r.seed = o.seed ? o.seed : (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
   const bool sage = r.cc == 90 || r.cc == 120 || r.cc == 121;
-  for (auto [seq, heads] : {std::pair<int64_t, int64_t>{77, 3}, {800, 1}}) {
+  // 15,499 rows: ComfyUI's default 864x480, 124 frames (every tile and ring index in use).
+  for (auto [seq, heads] : {std::pair<int64_t, int64_t>{77, 3}, {800, 1}, {15499, 2}}) {
     const std::string name =
         "sage attention S=" + std::to_string(seq) + " H=" + std::to_string(heads);
     r.cases.push_back(sage ? run_case(o, name, [&] { return sage_case(seq, heads, r.seed + seq); })
                            : skipped(name, "the Sage kernels run on sm_90 / sm_120 / sm_121"));
+  }
+
+  // The users' default block format at release widths: qkv of 864x480 and fc2's input width.
+  for (auto [rows, in, out] :
+       {std::tuple<int64_t, int64_t, int64_t>{15499, 5376, 21504}, {2000, 14336, 5376}}) {
+    const std::string name =
+        "int8 GEMM " + std::to_string(rows) + "x" + std::to_string(in) + "->" + std::to_string(out);
+    r.cases.push_back(run_case(o, name, [&] { return int8_case(rows, in, out, r.seed + in); }));
   }
 
   const TempDir dir(r.seed);

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -60,6 +61,21 @@ TEST(SageAttentionCpu, ReferenceTracksExactAttention) {
     EXPECT_LE(e.rel_l2, 0.05) << "S=" << seq;
     EXPECT_GE(e.cosine, 0.999) << "S=" << seq;
   }
+}
+
+// The rows form (the self-test's spot check at long S) gives those rows of the whole reference
+// bit for bit, in the order asked; a row outside S is an error.
+TEST(SageAttentionCpu, ReferenceRowsAreTheWholeReferencesRows) {
+  const Qkv x = random_qkv(300, 2, 77);
+  const Quantized z = quantize_reference(x.view(), kSmScale);
+  const std::vector<float> all = attention_reference(z, RowSum::p8);
+  const std::vector<int64_t> rows = {299, 0, 128, 7};
+  const std::vector<float> some = attention_reference_rows(z, rows, RowSum::p8);
+  const int64_t w = 2 * kHeadDim;
+  ASSERT_EQ(some.size(), rows.size() * w);
+  for (size_t i = 0; i < rows.size(); ++i)
+    EXPECT_EQ(std::memcmp(&some[i * w], &all[rows[i] * w], w * sizeof(float)), 0) << rows[i];
+  EXPECT_THROW(attention_reference_rows(z, {300}, RowSum::p8), Error);
 }
 
 TEST(SageAttentionCpu, P8RowSumsAreAsAccurate) {

@@ -14,6 +14,7 @@
 #include "h3rt/safetensors.h"
 #include "h3rt/selftest.h"
 #include "ops/attention_sage/selftest.h"
+#include "ops/int8_linear/selftest.h"
 #include "pipeline/selftest_bounds.h"
 #include "test_util.h"
 
@@ -95,6 +96,32 @@ TEST(Selftest, SageKernelBounds) {
   fails([](SageSelftest& r) { r.ref_rel_l2_exact = r.rel_l2_exact = 0.06; }, "fp64");  // > 0.05
   fails([](SageSelftest& r) { r.cosine_exact = 0.9989; }, "cosine");
   fails([](SageSelftest& r) { r.rel_l2_sage = std::nan(""); }, "CPU Sage reference");
+}
+
+// Sampled rows (S above kSampledFrom): the fp64 figures are not computed and not judged; the
+// Sage reference bound still is.
+TEST(Selftest, SageSampledRowsBounds) {
+  SageSelftest r;
+  r.exact_checked = false;
+  r.rows_checked = 32;
+  r.rel_l2_sage = 3e-3;
+  r.rel_l2_exact = std::nan("");  // not computed
+  EXPECT_EQ(sage_selftest_failure(r), "");
+  r.rel_l2_sage = 5e-3;
+  EXPECT_NE(sage_selftest_failure(r), "");
+}
+
+TEST(Selftest, Int8Bounds) {
+  ops::Int8Selftest r;
+  EXPECT_EQ(ops::int8_selftest_failure(r), "no row was checked");
+  r.rows_checked = 16;
+  EXPECT_EQ(ops::int8_selftest_failure(r), "");
+  r.y_mismatches = 1;
+  EXPECT_NE(ops::int8_selftest_failure(r).find("1 GEMM outputs of 16"), std::string::npos);
+  r.scale_mismatches = 2;
+  EXPECT_NE(ops::int8_selftest_failure(r).find("2 row scales"), std::string::npos);
+  r.q_mismatches = 3;
+  EXPECT_NE(ops::int8_selftest_failure(r).find("3 quantized values"), std::string::npos);
 }
 
 TEST(Selftest, ReportVerdictAndForms) {

@@ -126,7 +126,7 @@ TEST(CApiV7Cuda, SelftestPassesWithItsReport) {
   const nlohmann::json j = nlohmann::json::parse(json);
   EXPECT_EQ(j["seed"], 5u);
   EXPECT_EQ(j["passed"], true);
-  EXPECT_EQ(j["cases"].size(), 7u);
+  EXPECT_EQ(j["cases"].size(), 10u);
 }
 
 }  // namespace

@@ -19,7 +19,7 @@ TEST(SelftestCuda, PassesOnThisGpu) {
   std::fputs(format_selftest(r).c_str(), stdout);
   EXPECT_TRUE(r.passed());
   EXPECT_NE(r.seed, 0u);
-  ASSERT_EQ(r.cases.size(), 7u);
+  ASSERT_EQ(r.cases.size(), 10u);
   int ran = 0;
   for (const auto& c : r.cases) {
     EXPECT_TRUE(c.skipped || c.passed) << c.name << ": " << c.detail;
@@ -28,7 +28,7 @@ TEST(SelftestCuda, PassesOnThisGpu) {
   EXPECT_EQ(started.size(), static_cast<size_t>(ran));
   EXPECT_EQ(r.suite_ran_here, r.cc == 90);
   if (r.cc == 90) {
-    EXPECT_EQ(ran, 7);
+    EXPECT_EQ(ran, 10);
     EXPECT_NE(r.cases[0].detail.find("wgmma_pp3"), std::string::npos) << r.cases[0].detail;
   }
 }

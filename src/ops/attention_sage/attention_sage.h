@@ -128,6 +128,11 @@ enum class RowSum { fp32_p, p8 };
 std::vector<float> attention_reference(const Quantized& qz, RowSum row_sum = RowSum::fp32_p,
                                        const attention_sparse::BlockList* blocks = nullptr);
 
+// The dense reference's rows `rows` only (each as attention_reference computes it), [rows][H*128]:
+// spot checks at sequence lengths where every row would take minutes.
+std::vector<float> attention_reference_rows(const Quantized& qz, const std::vector<int64_t>& rows,
+                                            RowSum row_sum);
+
 // Exact attention in fp64 on the bf16 inputs: softmax(q k^T * sm_scale) v, [S][H*128].
 std::vector<double> attention_exact_f64(const QkvView& qkv, float sm_scale);
 

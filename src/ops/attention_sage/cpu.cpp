@@ -220,6 +220,19 @@ std::vector<float> attention_reference(const Quantized& z, RowSum row_sum,
   return out;
 }
 
+std::vector<float> attention_reference_rows(const Quantized& z, const std::vector<int64_t>& rows,
+                                            RowSum row_sum) {
+  H3RT_CHECK(z.seq > 0 && z.heads > 0, "attention_reference_rows: empty quantized tensors");
+  std::vector<float> out(rows.size() * z.heads * kD);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    H3RT_CHECK(rows[i] >= 0 && rows[i] < z.seq, "attention_reference_rows: row ", rows[i],
+               " outside S = ", z.seq);
+    for (int64_t h = 0; h < z.heads; ++h)
+      attention_row(z, h, rows[i], row_sum, nullptr, &out[(i * z.heads + h) * kD]);
+  }
+  return out;
+}
+
 std::vector<double> attention_exact_f64(const QkvView& x, float sm_scale) {
   check_view(x);
   const int64_t S = x.seq, H = x.heads;
