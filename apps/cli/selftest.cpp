@@ -25,9 +25,9 @@ void add_selftest_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "selftest",
       "Check the GPU kernels this build runs on this GPU against the CPU reference on fresh "
-      "random data (about 6 s on an H100 host): the Sage attention op, and the tiny model's "
-      "forward with bf16, fp8_scaled, int8_convrot and nvfp4 block projections. h3rt's own GPU "
-      "test suite has "
+      "random data (about 15 s on an H100 host): the Sage attention op (up to 864x480's 15,499 "
+      "rows), the int8 quantizer and GEMM at H3's widths, and the tiny model's forward with "
+      "bf16, fp8_scaled, int8_convrot and nvfp4 block projections. h3rt's own GPU test suite has "
       "run on sm_90 only: on Blackwell (sm_100/120/121) this is the check of its kernels. Exit "
       "status 1 when a case fails");
   cmd->add_option("--seed", o->seed, "Seed of the random data (0: a fresh one, printed)");

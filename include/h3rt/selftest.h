@@ -1,5 +1,5 @@
 // The GPU self-test (`h3rt selftest`, Python `h3rt.selftest()`): the kernels this build runs on
-// this GPU, checked against the CPU reference on fresh random data (about 6 s on an H100 host).
+// this GPU, checked against the CPU reference on fresh random data (about 15 s on an H100 host).
 //
 // Why: the project's GPU test suite has run on Hopper (sm_90) only. The Blackwell code paths
 // (sm_100 / sm_120 / sm_121: the mma.sync Sage kernel, the sm_120 int8 GEMM, the native NVFP4

@@ -436,7 +436,7 @@ def _run_selftest():
 def selftest_verdict():
     """None when h3rt's GPU kernels may run on torch's current GPU, else why not. h3rt's own GPU
     test suite has run on sm_90 only; on another arch (Blackwell: sm_100/120/121) h3rt.selftest()
-    checks its kernels against the CPU reference once per process and device (about 6 s on an
+    checks its kernels against the CPU reference once per process and device (about 15 s on an
     H100 host) before the first CUDA engine, and a failure sends every call to ComfyUI's
     forward."""
     index, cc = _cuda_capability()
