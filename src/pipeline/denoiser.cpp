@@ -17,6 +17,7 @@
 #include "model/model_cuda.h"
 #include "model/synthetic_gemm_cuda.h"
 #include "model/weight_stream_cuda.h"
+#include "ops/attention_sage/attention_sage_cuda.h"
 #endif
 
 namespace h3rt {
@@ -201,6 +202,10 @@ void check_options(const DenoiserOptions& o) {
   const std::string arch =
       cuda::arch_support_error(cuda::current_device_cc(), cuda::device_name(dev));
   H3RT_CHECK(arch.empty(), "device cuda: ", arch);
+  H3RT_CHECK(
+      o.attention != Attention::sage || attention_sage::sage_runs_on(cuda::current_device_cc()),
+      "attention sage: the Sage kernels run on sm_90, sm_120 and sm_121 (built for each); ",
+      cuda::device_name(dev), " is sm_", cuda::current_device_cc(), ": use attention bf16");
   H3RT_CHECK(precision_for(o) == Precision::bf16,
              "device cuda runs bf16 only; use precision bf16 (or the CPU for fp32)");
 #else

@@ -17,6 +17,7 @@
 
 #ifdef H3RT_HAVE_CUDA
 #include "cuda/runtime.h"
+#include "ops/attention_sage/attention_sage_cuda.h"
 #include "ops/attention_sage/selftest.h"
 #include "ops/int8_linear/selftest.h"
 #endif
@@ -267,7 +268,7 @@ SelftestReport selftest(const SelftestOptions& o) {
   H3RT_CHECK(arch.empty(), "selftest: ", arch);
   r.suite_ran_here = gpu_suite_ran_on(r.cc);
   r.seed = o.seed ? o.seed : (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
-  const bool sage = r.cc == 90 || r.cc == 120 || r.cc == 121;
+  const bool sage = attention_sage::sage_runs_on(r.cc);
   // 15,499 rows: ComfyUI's default 864x480, 124 frames (every tile and ring index in use).
   for (auto [seq, heads] : {std::pair<int64_t, int64_t>{77, 3}, {800, 1}, {15499, 2}}) {
     const std::string name =

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "cuda/runtime.h"
 #include "h3rt/formats.h"
 #include "ops/attention_sage/attention_sage.h"
 #include "ops/attention_sage/attention_sage_cuda.h"
@@ -240,6 +241,19 @@ void check_case(int64_t S, int64_t H, Input kind, const std::vector<SageVariant>
 void check_case(int64_t S, int64_t H, Input kind, SageVariant variant, uint32_t seed, int calls = 1,
                 Bounds bounds = {}) {
   check_case(S, H, kind, std::vector<SageVariant>{variant}, seed, calls, bounds);
+}
+
+// Where the Sage kernels run (no GPU needed): sm_90, sm_120, sm_121 when the build has them; a
+// CUDA model with attention sage elsewhere is refused at creation, naming this.
+TEST(SageAttentionArch, RunsOnHopperAndConsumerBlackwellOnly) {
+  for (int cc : {80, 89, 100, 103, 110}) EXPECT_FALSE(sage_runs_on(cc)) << cc;
+  for (int cc : {90, 120, 121}) {
+    const std::string a = std::to_string(cc);
+    EXPECT_EQ(sage_runs_on(cc),
+              cuda::compiled_arch_listed(a) || cuda::compiled_arch_listed(a + "a"))
+        << cc;
+  }
+  EXPECT_TRUE(sage_runs_on(90) || !cuda::compiled_arch_listed("90a"));
 }
 
 class SageAttentionCuda : public testing::Test {

@@ -98,9 +98,12 @@ struct SageAttentionParams {
   // Unset: dense.
   attention_sparse::BlockList blocks;
 };
+// Whether the Sage kernels run on a device of compute capability cc (major * 10 + minor) with this
+// binary: sm_90, sm_120 or sm_121, and the arch list names it (plain or "a").
+bool sage_runs_on(int cc);
 // Returns cudaErrorInvalidValue for bad arguments (a computed NVFP4 global scale included),
 // cudaErrorNotSupported when the device is not sm_90 / sm_120 / sm_121 (wgmma*: sm_90) or the
-// binary lacks that arch.
+// binary lacks that arch (sage_runs_on).
 cudaError_t sage_attention(const SageAttentionParams& p, cudaStream_t stream);
 
 namespace detail {

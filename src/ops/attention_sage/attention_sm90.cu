@@ -353,11 +353,7 @@ cudaError_t sage_attention(const SageAttentionParams& p, cudaStream_t stream) {
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
   if (e != cudaSuccess) return e;
   const bool sm90 = major == 9 && minor == 0;
-  const bool arch_ok = sm90 || (major == 12 && (minor == 0 || minor == 1));
-  // The arch list must name the device's arch, plain or "a" ("90a", "120a", "121a").
-  const std::string cc = std::to_string(major * 10 + minor);
-  if (!arch_ok || !(cuda::compiled_arch_listed(cc) || cuda::compiled_arch_listed(cc + "a")))
-    return cudaErrorNotSupported;
+  if (!sage_runs_on(major * 10 + minor)) return cudaErrorNotSupported;
   const SageVariant v = resolve(p.variant, sm90);
   if (p.blocks.enabled() && !blocks_fit(p, v)) return cudaErrorInvalidValue;
   if (v == SageVariant::wgmma_pp3) {
@@ -365,6 +361,13 @@ cudaError_t sage_attention(const SageAttentionParams& p, cudaStream_t stream) {
     return detail::sage_attention_wgmma(p, stream);
   }
   return launch(p, stream);
+}
+
+bool sage_runs_on(int cc) {
+  // The arch list must name the device's arch, plain or "a" ("90a", "120a", "121a").
+  const std::string a = std::to_string(cc);
+  return (cc == 90 || cc == 120 || cc == 121) &&
+         (cuda::compiled_arch_listed(a) || cuda::compiled_arch_listed(a + "a"));
 }
 
 SageVariant sage_resolve_variant(SageVariant v) {
