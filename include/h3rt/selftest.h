@@ -32,7 +32,7 @@
 //                    graph replay) bit-identical to the first.
 //   forward int8_convrot + sage  the same with Sage attention (what users run): rel L2 <=
 //                    0.05 and cosine >= 0.999 per modality against the CPU fp32 forward (exact
-//                    attention; an H100 measured 0.0045-0.0048), and the replay bit-identical.
+//                    attention; an H100 measured 0.0045-0.0051), and the replay bit-identical.
 //                    Skipped where the Sage kernels do not run (not sm_90 / 120 / 121).
 #pragma once
 

@@ -21,7 +21,7 @@ std::string bf16_rule_failure(const VelocityError& gpu, const VelocityError& cpu
                               const char* modality);
 // "" when a forward with Sage attention is within rel L2 <= 0.05 and cosine >= 0.999 of the CPU
 // fp32 forward (exact attention); else what is not. The tiny model on an H100 measured rel L2
-// 0.0045-0.0048 (bench/RESULTS.md, session 37): the bound has a 10x margin.
+// 0.0045-0.0051 (bench/RESULTS.md, session 37): the bound has a 10x margin.
 std::string sage_forward_failure(const VelocityError& gpu, const char* modality);
 
 }  // namespace h3rt::selftest_detail
