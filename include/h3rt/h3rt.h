@@ -13,9 +13,8 @@
 extern "C" {
 #endif
 
-#define H3RT_API_VERSION                                                  \
-  7 /* bumped on any incompatible change of this header, and on additions \
-     */
+/* Bumped on any incompatible change of this header, and on additions. */
+#define H3RT_API_VERSION 7
 
 typedef enum h3rt_status {
   H3RT_OK = 0,

@@ -298,22 +298,29 @@ Lora read_pairs(const LoraSource& source, const LoraSpec& spec) {
   return lora;
 }
 
+void check_strength(const LoraSpec& spec) {
+  H3RT_CHECK(std::isfinite(spec.strength), "LoRA ", spec.path, ": strength ", spec.strength,
+             " is not finite");
+}
+
+Lora read_file(std::shared_ptr<const SafetensorsFile> file, const LoraSpec& spec) {
+  LoraSource src{{}, [f = file.get()](const std::string& k) { return f->get(k); }, file};
+  for (const auto& e : file->entries()) src.keys.push_back(e.name);
+  return read_pairs(src, spec);
+}
+
 }  // namespace
 
 Lora read_lora(const LoraSpec& spec) {
-  H3RT_CHECK(std::isfinite(spec.strength), "LoRA ", spec.path, ": strength ", spec.strength,
-             " is not finite");
+  check_strength(spec);  // before the file is opened
   if (spec.tensors) return read_pairs(memory_source(spec), spec);
-  return read_lora(std::make_shared<const SafetensorsFile>(SafetensorsFile::open(spec.path)), spec);
+  return read_file(std::make_shared<const SafetensorsFile>(SafetensorsFile::open(spec.path)), spec);
 }
 
 Lora read_lora(std::shared_ptr<const SafetensorsFile> file, const LoraSpec& spec) {
   H3RT_CHECK(file, "read_lora: no file");
-  H3RT_CHECK(std::isfinite(spec.strength), "LoRA ", spec.path, ": strength ", spec.strength,
-             " is not finite");
-  LoraSource src{{}, [f = file.get()](const std::string& k) { return f->get(k); }, file};
-  for (const auto& e : file->entries()) src.keys.push_back(e.name);
-  return read_pairs(src, spec);
+  check_strength(spec);
+  return read_file(std::move(file), spec);
 }
 
 std::vector<LoraTargetGroup> lora_target_groups(const Lora& lora) {

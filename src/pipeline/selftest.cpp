@@ -94,6 +94,7 @@ SelftestReport selftest(const SelftestOptions&) {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr const char* kNoSage = "the Sage kernels run on sm_90 / sm_120 / sm_121";
 using selftest_detail::VelocityError;
 
 // A directory of its own under the system's temporary directory, removed with everything in it.
@@ -274,7 +275,7 @@ SelftestReport selftest(const SelftestOptions& o) {
     const std::string name =
         "sage attention S=" + std::to_string(seq) + " H=" + std::to_string(heads);
     r.cases.push_back(sage ? run_case(o, name, [&] { return sage_case(seq, heads, r.seed + seq); })
-                           : skipped(name, "the Sage kernels run on sm_90 / sm_120 / sm_121"));
+                           : skipped(name, kNoSage));
   }
 
   // The users' default block format at release widths: qkv of 864x480 and fc2's input width.
@@ -302,8 +303,7 @@ SelftestReport selftest(const SelftestOptions& o) {
     }));
     if (std::strcmp(format, "int8_convrot") != 0) continue;
     if (!sage) {
-      r.cases.push_back(
-          skipped(name + " + sage", "the Sage kernels run on sm_90 / sm_120 / sm_121"));
+      r.cases.push_back(skipped(name + " + sage", kNoSage));
     } else if (f.file.empty() || f.ref.video_velocity.empty()) {
       r.cases.push_back(skipped(name + " + sage", "the checkpoint's CPU forward did not run"));
     } else {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "core/spot_check.h"
 #include "h3rt/check.h"
 #include "h3rt/device.h"
 #include "h3rt/model.h"
@@ -122,6 +123,25 @@ TEST(Selftest, Int8Bounds) {
   EXPECT_NE(ops::int8_selftest_failure(r).find("2 row scales"), std::string::npos);
   r.q_mismatches = 3;
   EXPECT_NE(ops::int8_selftest_failure(r).find("3 quantized values"), std::string::npos);
+}
+
+// The release-shape cases' row choice: the fixed rows first, then distinct drawn rows in [0, n),
+// the same for the same seed; byte comparison counts differing elements.
+TEST(Selftest, SpotRowsAndByteMismatches) {
+  std::mt19937_64 a(5), b(5);
+  const std::vector<int64_t> r = spot_rows(1000, {0, 999, 500}, 32, a);
+  EXPECT_EQ(r, spot_rows(1000, {0, 999, 500}, 32, b));
+  ASSERT_EQ(r.size(), 32u);
+  EXPECT_EQ(std::vector<int64_t>(r.begin(), r.begin() + 3), (std::vector<int64_t>{0, 999, 500}));
+  for (size_t i = 0; i < r.size(); ++i) {
+    EXPECT_TRUE(r[i] >= 0 && r[i] < 1000) << r[i];
+    EXPECT_EQ(std::count(r.begin(), r.end(), r[i]), 1) << r[i];
+  }
+  std::mt19937_64 c(1);
+  EXPECT_EQ(spot_rows(4, {}, 4, c).size(), 4u);  // every row of a short output
+  const float x[] = {1.0f, 0.0f, 2.0f}, y[] = {1.0f, -0.0f, 3.0f};
+  EXPECT_EQ(byte_mismatches(x, y, 3), 2);  // -0 differs from +0 in its bytes
+  EXPECT_EQ(byte_mismatches(x, x, 3), 0);
 }
 
 TEST(Selftest, ReportVerdictAndForms) {

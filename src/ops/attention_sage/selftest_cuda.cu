@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "core/spot_check.h"
 #include "cuda/runtime.h"
 #include "h3rt/device.h"
 #include "h3rt/formats.h"
@@ -29,9 +30,7 @@ std::vector<T> download(const void* src, int64_t count) {
 template <typename T>
 int64_t mismatches(const std::vector<T>& a, const std::vector<T>& b) {
   if (a.size() != b.size()) return static_cast<int64_t>(std::max(a.size(), b.size()));
-  int64_t n = 0;
-  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
-  return n;
+  return byte_mismatches(a.data(), b.data(), static_cast<int64_t>(a.size()));
 }
 
 // Pre-pass outputs that differ from the reference, over all seven tensors.
@@ -55,18 +54,6 @@ void compare(const std::vector<float>& got, const Ref& ref, double* rel_l2, doub
   }
   *rel_l2 = std::sqrt(num / den);
   if (cosine) *cosine = dot / std::sqrt(den * g2);
-}
-
-// 32 distinct rows of S: the first two and last two, both sides of the 64- and 192-row tile
-// edges near the start, the rest drawn from `g`.
-std::vector<int64_t> sampled_rows(int64_t seq, std::mt19937_64& g) {
-  std::vector<int64_t> rows = {0, 1, 63, 64, 191, 192, seq / 2, seq - 2, seq - 1};
-  std::uniform_int_distribution<int64_t> pick(0, seq - 1);
-  while (rows.size() < 32) {
-    const int64_t t = pick(g);
-    if (std::find(rows.begin(), rows.end(), t) == rows.end()) rows.push_back(t);
-  }
-  return rows;
 }
 
 }  // namespace
@@ -108,7 +95,10 @@ SageSelftest run_sage_selftest(int64_t seq, int64_t heads, uint64_t seed) {
   }
   if (r.non_finite) return r;
   if (seq > kSampledFrom) {
-    const std::vector<int64_t> rows = sampled_rows(seq, g);
+    // The first two and last two rows, both sides of the 64- and 192-row tile edges near the
+    // start, the middle one, the rest drawn: 32 rows.
+    const std::vector<int64_t> rows =
+        spot_rows(seq, {0, 1, 63, 64, 191, 192, seq / 2, seq - 2, seq - 1}, 32, g);
     std::vector<float> picked;
     for (int64_t t : rows) picked.insert(picked.end(), &got[t * hd], &got[(t + 1) * hd]);
     compare(picked, attention_reference_rows(ref, rows, RowSum::p8), &r.rel_l2_sage, nullptr);

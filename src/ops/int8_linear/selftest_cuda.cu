@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "core/spot_check.h"
 #include "cuda/runtime.h"
 #include "h3rt/device.h"
 #include "h3rt/formats.h"
@@ -36,23 +37,6 @@ std::vector<T> row_of(const void* base, int64_t r, int64_t n) {
   H3RT_CUDA_CHECK(cudaMemcpy(v.data(), static_cast<const T*>(base) + r * n, n * sizeof(T),
                              cudaMemcpyDeviceToHost));
   return v;
-}
-
-template <typename T>
-int64_t mismatches(const T* a, const T* b, int64_t n) {
-  int64_t m = 0;
-  for (int64_t i = 0; i < n; ++i) m += std::memcmp(a + i, b + i, sizeof(T)) != 0;
-  return m;
-}
-
-std::vector<int64_t> sampled_rows(int64_t rows, std::mt19937_64& g) {
-  std::vector<int64_t> r = {0, 127, 128, rows - 1};
-  std::uniform_int_distribution<int64_t> pick(0, rows - 1);
-  while (r.size() < 16) {
-    const int64_t t = pick(g);
-    if (std::find(r.begin(), r.end(), t) == r.end()) r.push_back(t);
-  }
-  return r;
 }
 
 }  // namespace
@@ -94,7 +78,8 @@ Int8Selftest run_int8_selftest(int64_t rows, int64_t in, int64_t out, int group,
   H3RT_CUDA_CHECK(int8_linear_cuda(lp, nullptr));
   H3RT_CUDA_CHECK(cudaDeviceSynchronize());
 
-  const std::vector<int64_t> picked = sampled_rows(rows, g);
+  // The first and last rows, both sides of the first 128-row tile edge, the rest drawn.
+  const std::vector<int64_t> picked = spot_rows(rows, {0, 127, 128, rows - 1}, 16, g);
   const int64_t n = static_cast<int64_t>(picked.size());
   Tensor xs = Tensor::zeros(DType::bf16, {n, in});
   for (int64_t i = 0; i < n; ++i)
@@ -107,9 +92,9 @@ Int8Selftest run_int8_selftest(int64_t rows, int64_t in, int64_t out, int group,
     const auto q = row_of<int8_t>(dq.get(), picked[i], in);
     const auto s = row_of<float>(ds.get(), picked[i], 1);
     const auto y = row_of<uint16_t>(dy.get(), picked[i], out);
-    r.q_mismatches += mismatches(q.data(), hq.q.ptr<int8_t>() + i * in, in);
-    r.scale_mismatches += mismatches(s.data(), hq.scale.ptr<float>() + i, 1);
-    r.y_mismatches += mismatches(y.data(), hy.ptr<uint16_t>() + i * out, out);
+    r.q_mismatches += byte_mismatches(q.data(), hq.q.ptr<int8_t>() + i * in, in);
+    r.scale_mismatches += byte_mismatches(s.data(), hq.scale.ptr<float>() + i, 1);
+    r.y_mismatches += byte_mismatches(y.data(), hy.ptr<uint16_t>() + i * out, out);
   }
   r.rows_checked = n;
   return r;
