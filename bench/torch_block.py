@@ -30,11 +30,15 @@ Shapes: --seq 37810 is the seed shape (1344x768, 124 frames); 864x480x124 (Comfy
 414 audio + 14985 video rows; see latent_rows).
 
 Reports the median block time over repeats after warm-up (CUDA events) and a per-component
-attribution from events around each stage, as JSON."""
+attribution from events around each stage, as JSON; with --energy-seconds S also the energy per
+block: NVML's energy counter (nvmlDeviceGetTotalEnergyConsumption, through ctypes) around blocks
+run back to back for about S seconds, as h3rt bench block reports joules_per_block."""
 import argparse
+import ctypes
 import json
 import math
 import statistics
+import time
 
 import torch
 import torch.nn.functional as F
@@ -168,6 +172,53 @@ def rope_tables(S):
             "freqs": freqs}
 
 
+class EnergyCounter:
+    """NVML's total energy counter (mJ) of the GPU torch uses, read through ctypes; `mj()` is None
+    where NVML or the counter is unavailable."""
+
+    def __init__(self):
+        self.lib = self.handle = None
+        try:
+            lib = ctypes.CDLL("libnvidia-ml.so.1")
+            if lib.nvmlInit_v2() != 0:
+                return
+            handle = ctypes.c_void_p()
+            uuid = str(getattr(torch.cuda.get_device_properties(0), "uuid", ""))
+            by_uuid = uuid and lib.nvmlDeviceGetHandleByUUID(
+                ("GPU-" + uuid).encode(), ctypes.byref(handle)) == 0
+            if not by_uuid and lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) != 0:
+                return
+            self.lib, self.handle = lib, handle
+        except OSError:
+            pass
+
+    def mj(self):
+        if self.lib is None:
+            return None
+        v = ctypes.c_ulonglong()
+        ok = self.lib.nvmlDeviceGetTotalEnergyConsumption(self.handle, ctypes.byref(v)) == 0
+        return v.value if ok else None
+
+
+def energy_per_block(forward, block_ms, seconds):
+    """Blocks back to back for about `seconds` (no sync between them) with the energy counter
+    read around them: joules per block, mean watts, the block count and the wall ms per block."""
+    counter = EnergyCounter()
+    n = max(3, math.ceil(seconds * 1000.0 / block_ms))
+    torch.cuda.synchronize()
+    e0, t0 = counter.mj(), time.perf_counter()
+    for _ in range(n):
+        forward()
+    torch.cuda.synchronize()
+    e1, t1 = counter.mj(), time.perf_counter()
+    if e0 is None or e1 is None:
+        return {"available": False, "reason": "NVML energy counter unavailable"}
+    joules = (e1 - e0) / 1000.0
+    return {"available": True, "blocks": n, "joules_per_block": joules / n,
+            "power_w_mean": joules / (t1 - t0), "wall_ms_per_block": (t1 - t0) * 1000.0 / n,
+            "source": "NVML nvmlDeviceGetTotalEnergyConsumption around the blocks"}
+
+
 def run(gemm, args):
     torch.manual_seed(0)
     S, H, heads, Fd = args.seq, 5376, 56, 14336
@@ -211,8 +262,12 @@ def run(gemm, args):
     plain = [timed(False)[0] for _ in range(args.iters)]
     per = [timed(True)[1] for _ in range(args.iters)]
     comps = {c: statistics.median(p[c] for p in per) for c in COMPONENTS}
-    return {"block_ms": statistics.median(plain), "components_ms": comps,
-            "peak_allocated_bytes": torch.cuda.max_memory_allocated(), **info}
+    out = {"block_ms": statistics.median(plain), "components_ms": comps,
+           "peak_allocated_bytes": torch.cuda.max_memory_allocated(), **info}
+    if args.energy_seconds > 0:
+        out["energy"] = energy_per_block(lambda: blk.forward(x, mod, rope_tab, lambda _: None),
+                                         out["block_ms"], args.energy_seconds)
+    return out
 
 
 def comfy_kitchen_info(blk, x):
@@ -287,6 +342,9 @@ def main():
                     "(default with int8_convrot), eager: torch SwiGLU then fc2")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--energy-seconds", type=float, default=0.0,
+                    help="also measure joules per block over about this many seconds of blocks "
+                    "run back to back (NVML energy counter; 0: not measured)")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     shape = [args.width, args.height, args.frames]

@@ -22,7 +22,7 @@ message(STATUS "h3rt: CUDA backend ${H3RT_HAVE_CUDA} (archs: ${H3RT_CUDA_ARCHS})
 
 # CUTLASS/CuTe headers: from H3RT_CUTLASS_DIR, or the nvidia-cutlass wheel unpacked in .deps.
 set(H3RT_CUTLASS_DIR "${H3RT_DEPS_DIR}/cutlass/include" CACHE PATH "CUTLASS include folder")
-# The sm_90a CUTLASS kernels (five TUs, about 8 minutes on 2 cores) can be left out where only
+# The sm_90a CUTLASS kernels (two TUs, 45-105 s each on 2 cores) can be left out where only
 # compilation is checked (CI, to keep its time); the mma.sync int8 GEMM of sm_120/121 is always
 # built when the headers are there.
 option(H3RT_CUTLASS_SM90 "With CUTLASS headers: build the sm_90a CUTLASS GEMMs" ON)

@@ -2,9 +2,9 @@
 # Installs the CUTLASS/CuTe 4.2 headers (from the nvidia-cutlass==4.2.0.0 wheel, headers only)
 # into DEST/include, by default .deps/cutlass, where CMake looks for them (H3RT_CUTLASS_DIR).
 # With them the build adds the CUTLASS int8 GEMMs with the scales in the epilogue (Hopper wgmma,
-# and the mma.sync kernel that sm_120 / sm_121 run) and the CUTLASS fp8 GEMM; without them the
-# int8 GEMMs run cuBLASLt + an epilogue kernel, slower. Without DEST it does nothing where no
-# CUDA compiler is found (nvcc on PATH, $CUDACXX or /usr/local/cuda/bin/nvcc).
+# and the mma.sync kernel that sm_120 / sm_121 run); without them the int8 GEMMs run cuBLASLt +
+# an epilogue kernel, slower. Without DEST it does nothing where no CUDA compiler is found
+# (nvcc on PATH, $CUDACXX or /usr/local/cuda/bin/nvcc).
 # Usage: tools/install_cutlass.sh [DEST]. Needs pip and the network; when the download fails it
 # says so and exits 0 (the build goes on without CUTLASS) unless H3RT_CUTLASS_REQUIRED=1.
 set -euo pipefail

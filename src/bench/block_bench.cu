@@ -256,7 +256,6 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
   m.device = device;
   m.telemetry = std::move(tm);
   m.fp8 = o.fp8;
-  if (o.fp8) m.fp8_gemm = ops::fp8_gemm_path_name(ops::linear_fp8_resolve_path({}));
   m.nvfp4 = o.nvfp4;
   m.int8_group = o.int8_group;
   if (o.int8_group >= 0)

@@ -38,7 +38,6 @@ struct BlockMeasurements {
   int int8_group = -1;  // int8 W8A8 projections: the convrot group (0: plain int8); -1: none
   bool sage_attention = false;
   std::string nvfp4_algo;                 // the NVFP4 GEMM algorithm that ran
-  std::string fp8_gemm;                   // fp8: the GEMM path that ran (cublaslt, cutlass_sm90)
   std::vector<std::string> fused_inputs;  // projections whose producer quantized the input
   std::map<std::string, std::string> int8_gemm;  // int8: the GEMM each projection ran (qkv, ...)
   uint64_t seed = 0;

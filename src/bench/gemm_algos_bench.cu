@@ -138,25 +138,6 @@ nlohmann::json sweep_shape(const ops::lt::Gemm& base, Timer& tm, const GemmAlgos
           {"algos", list}};
 }
 
-// The CUTLASS sm_90a fp8 kernel (fp8_cutlass.h) on the same operands: its median ms, or -1
-// where it cannot run here.
-double time_fp8_cutlass(const ops::lt::Gemm& g, Timer& tm) {
-  if (!ops::linear_fp8_path_available(ops::Fp8GemmPath::kCutlassSm90)) return -1.0;
-  ops::LinearFp8CudaParams p;
-  p.x = static_cast<const __nv_fp8_e4m3*>(g.x);
-  p.w = static_cast<const __nv_fp8_e4m3*>(g.w);
-  p.x_scale = static_cast<const float*>(g.x_scale);
-  p.w_scale = static_cast<const float*>(g.w_scale);
-  p.bias = g.bias;
-  p.y = g.y;
-  p.rows = g.rows;
-  p.in = g.in;
-  p.out = g.out;
-  p.path = ops::Fp8GemmPath::kCutlassSm90;
-  if (ops::linear_fp8_cuda(p, tm.s) != cudaSuccess) return -1.0;
-  return tm.time([&] { H3RT_CUDA_CHECK(ops::linear_fp8_cuda(p, tm.s)); }).first;
-}
-
 }  // namespace
 
 nlohmann::json run_gemm_algos_bench(const GemmAlgosBenchOptions& o) {
@@ -187,7 +168,7 @@ nlohmann::json run_gemm_algos_bench(const GemmAlgosBenchOptions& o) {
     for (const std::string& kind : o.kinds) {
       std::printf(" S = %lld, %s (N x K):\n", (long long)m, kind.c_str());
       nlohmann::json shapes_json = nlohmann::json::array();
-      double t_default = 0, t_best = 0, t_cutlass = 0;
+      double t_default = 0, t_best = 0;
       for (const Shape& sh : shapes) {
         Operands op(m, sh.n, sh.k);
         fill_hashed_bf16(op.x16.p, m * sh.k, sh.k, 4.0f, true, 11 + sh.k, st);
@@ -198,29 +179,16 @@ nlohmann::json run_gemm_algos_bench(const GemmAlgosBenchOptions& o) {
         }
         const double flops = 2.0 * double(m) * double(sh.n) * double(sh.k);
         const ops::lt::Gemm g = gemm_for(kind, op, one.as<float>(), m, sh);
-        nlohmann::json shape = sweep_shape(g, tm, o, sh.name, flops, &t_default, &t_best);
-        const double tc = kind == "fp8" ? time_fp8_cutlass(g, tm) : -1.0;
-        if (tc > 0) {
-          shape["cutlass_sm90_ms"] = tc;
-          shape["cutlass_sm90_vs_default"] = shape["default_ms"].get<double>() / tc;
-          std::printf("       CUTLASS sm90 128x128 fp8: %8.3f ms %7.1f TF/s (%.3fx of #0)\n", tc,
-                      flops / tc * 1e-9, shape["default_ms"].get<double>() / tc);
-        }
-        t_cutlass = tc > 0 && t_cutlass >= 0 ? t_cutlass + tc : -1.0;
+        const nlohmann::json shape = sweep_shape(g, tm, o, sh.name, flops, &t_default, &t_best);
         shapes_json.push_back(shape);
       }
       std::printf("  total: default %.3f ms, per-shape best %.3f ms (%.3fx)\n", t_default, t_best,
                   t_default / t_best);
-      nlohmann::json run = {{"rows", m},
+      const nlohmann::json run = {{"rows", m},
                             {"kind", kind},
                             {"shapes", shapes_json},
                             {"total_default_ms", t_default},
                             {"total_best_ms", t_best}};
-      if (t_cutlass > 0) {
-        run["total_cutlass_sm90_ms"] = t_cutlass;
-        std::printf("  total CUTLASS sm90: %.3f ms (%.3fx of #0)\n", t_cutlass,
-                    t_default / t_cutlass);
-      }
       runs.push_back(run);
     }
   const std::string date = utc_date();

@@ -10,9 +10,7 @@
 // scheme: 1 and 4 reduce in bf16, less exact than one float32 accumulation, swizzle, cluster)
 // and the ratio, and per (S, kind) the totals of the four shapes. Operands are synthetic hashed
 // values (fp8: quantized from them with scale 1). Algorithms that refuse to run are listed as
-// such. For fp8, where this build and device run it, the CUTLASS sm_90a kernel
-// (ops/linear/fp8_cutlass.h) is timed on the same operands beside them. The int8 GEMMs have their
-// own sweep (bench int8-gemm: CUTLASS configs and cuBLASLt).
+// such. The int8 GEMMs have their own sweep (bench int8-gemm: CUTLASS configs and cuBLASLt).
 #pragma once
 
 #include <cstdint>

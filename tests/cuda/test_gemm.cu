@@ -107,11 +107,11 @@ TEST(CudaGemm, Bf16BiasStridedReleaseWidth) {
   run_bf16(67, 5376, 264, true, 64, 8);
 }
 
-// The e4m3 quantizer bit-exact with the host, then the fp8 GEMM on `path` (with and without
-// bias) against fp64 of the same quantized operands.
-void fp8_gemm_matches_fp64(ops::Fp8GemmPath path, int64_t rows, int64_t out) {
+// The e4m3 quantizer bit-exact with the host, then the fp8 GEMM (with and without bias) against
+// fp64 of the same quantized operands.
+void fp8_gemm_matches_fp64(int64_t rows, int64_t out) {
   const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed) + ", path " + ops::fp8_gemm_path_name(path));
+  SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 g(seed);
   const int64_t in = 5376;
   const float x_scale = 0.0125f, w_scale = 0.002f;
@@ -164,25 +164,16 @@ void fp8_gemm_matches_fp64(ops::Fp8GemmPath path, int64_t rows, int64_t out) {
     p.rows = rows;
     p.in = in;
     p.out = out;
-    p.path = path;
     ASSERT_EQ(ops::linear_fp8_cuda(p, nullptr), cudaSuccess);
     check(test::download<uint16_t>(dy), out, r, rows, in, out);
   }
 }
 
+// Ragged tiles (131 rows, 272 outputs) and several whole ones.
 TEST(CudaGemm, Fp8ScaledQuantizerBitExactAndGemmMatchesFp64) {
   H3RT_REQUIRE_GPU();
-  fp8_gemm_matches_fp64(ops::Fp8GemmPath::kCublasLt, 131, 272);
-}
-
-// The CUTLASS sm_90a fp8 kernel (fp8_cutlass.h): ragged M and N tiles (131 rows, 272 outputs
-// against 128 x 256 tiles), and several tiles of both.
-TEST(CudaGemm, Fp8CutlassSm90MatchesFp64) {
-  H3RT_REQUIRE_GPU();
-  if (!ops::linear_fp8_path_available(ops::Fp8GemmPath::kCutlassSm90))
-    GTEST_SKIP() << "the CUTLASS sm_90a fp8 kernel is not in this build or this is not sm_90";
-  fp8_gemm_matches_fp64(ops::Fp8GemmPath::kCutlassSm90, 131, 272);
-  fp8_gemm_matches_fp64(ops::Fp8GemmPath::kCutlassSm90, 600, 768);
+  fp8_gemm_matches_fp64(131, 272);
+  fp8_gemm_matches_fp64(600, 768);
 }
 
 }  // namespace

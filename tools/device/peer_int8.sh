@@ -4,7 +4,10 @@
 # int8_convrot linear (CUDA backend) + SageAttention2 in an eager PyTorch block
 # (bench/torch_block.py --gemm int8_convrot --attention sage), at the seed shape (1344x768x124,
 # 37,810 rows) and at 864x480x124 (15,499 rows as h3rt counts them); plus the fp8 + Sage pair
-# as a cross-check against bench/RESULTS.md.
+# as a cross-check against bench/RESULTS.md. Both sides also report joules per block from NVML's
+# energy counter over about H3RT_PEER_ENERGY_S seconds of blocks (default 2.5; h3rt: its
+# uninstrumented repetitions, --reps sized to match): the H100 / H200 run these blocks at their
+# power limit, where time follows energy.
 # Prepare here first (all git-ignored, never committed):
 #   H3RT_DEPS_LEAN=1 bash tools/device/pack_deps.sh .deps-lean   # .deps-lean/deps.tar.xz
 #   bash tools/peers/pack_comfy_kitchen.sh                       # .peers/comfy_kitchen.tar.xz
@@ -70,15 +73,18 @@ step() {  # name, limit in seconds, command... (skipped when it could end past t
   log "$name"; timeout "$limit" "$@" > "$R/$name.log" 2>&1; echo "rc=$?"; tail -3 "$R/$name.log"
 }
 ATT=sage; [ "$SAGE_OK" = 1 ] || ATT=sdpa
+ENERGY_S=${H3RT_PEER_ENERGY_S:-2.5}
 # most wanted first: the int8 pairs at both shapes, then the fp8 cross-check
 for gemm in int8 fp8; do
-  for shape in "seed 1344 768 124" "864x480 864 480 124"; do
-    read -r tag w h f <<< "$shape"
+  # the last field: h3rt's repetitions, about ENERGY_S seconds of blocks (67 / 17.5 ms each)
+  for shape in "seed 1344 768 124 68" "864x480 864 480 124 17.5"; do
+    read -r tag w h f ms <<< "$shape"
+    reps=$(python3 -c "import math; print(max(10, math.ceil($ENERGY_S * 1000 / $ms)))")
     peer_gemm=$gemm; [ "$gemm" = int8 ] && peer_gemm=int8_convrot
     step "h3rt_${gemm}_${tag}" 75 $B bench block --gemm "$gemm" --attention sage \
-      --width "$w" --height "$h" --frames "$f" --out "$R/h3rt_${gemm}_${tag}.json"
+      --width "$w" --height "$h" --frames "$f" --reps "$reps" --out "$R/h3rt_${gemm}_${tag}.json"
     step "torch_${gemm}_${tag}" 120 python3 bench/torch_block.py --gemm "$peer_gemm" \
-      --attention "$ATT" --width "$w" --height "$h" --frames "$f" \
+      --attention "$ATT" --width "$w" --height "$h" --frames "$f" --energy-seconds "$ENERGY_S" \
       --json "$R/torch_${gemm}_${tag}.json"
   done
 done
@@ -113,6 +119,12 @@ for gemm in ("int8", "fp8"):
         print(f"{gemm + ' ' + tag:22s} {str(rows_o) + '/' + str(p.get('seq')):>16s} {f(og):>13s} "
               f"{f(oe):>13s} {f(pm):>9s} {q(pm, og):>10s} {q(pm, oe):>10s}"
               + (f"  peer error: {res['error']}" if "error" in res else ""))
+        oj = (o.get("telemetry", {}).get("block") or {}).get("joules_per_block")
+        pj = (res.get("energy") or {}).get("joules_per_block")
+        if isinstance(oj, (int, float)) and isinstance(pj, (int, float)) and oj > 0:
+            print(f"    joules per block: h3rt {oj:.2f}, peer {pj:.2f}, peer/h3rt {pj / oj:.3f}; "
+                  f"mean W h3rt {o['telemetry']['block'].get('power_w_mean', 0):.0f}, "
+                  f"peer {res['energy'].get('power_w_mean', 0):.0f}")
         if gemm == "int8" and "block_ms" in res:
             info = {k: res.get(k) for k in ("attention", "qk_rope", "swiglu", "comfy_kitchen",
                                             "int8_linear_backend",

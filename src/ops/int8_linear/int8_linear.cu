@@ -187,12 +187,6 @@ const CutlassConfigInfo kCutlassConfigInfo[] = {
      kAlongN2},
     {Int8CutlassConfig::k128x256_n4, "128x256_n4", int8_detail::int8_linear_cutlass_sm90_128x256,
      kAlongN4},
-    {Int8CutlassConfig::kPp128x128, "pp128x128", int8_detail::int8_linear_cutlass_sm90_pp128x128,
-     kDefaultSchedule},
-    {Int8CutlassConfig::kPp128x128_n2, "pp128x128_n2",
-     int8_detail::int8_linear_cutlass_sm90_pp128x128, kAlongN2},
-    {Int8CutlassConfig::kPp128x128_n4, "pp128x128_n4",
-     int8_detail::int8_linear_cutlass_sm90_pp128x128, kAlongN4},
 };
 
 const CutlassConfigInfo* cutlass_config_info(Int8CutlassConfig c) {
@@ -209,9 +203,9 @@ struct CutlassAutoEntry {
   int64_t out, in, min_rows;
   Int8CutlassConfig config;
 };
-// Measured on an H100 80GB HBM3 (2026-12-05, session 18 call 1, median of 10): the ping-pong
-// kernel lost at every shape (15399 rows: qkv 3.242 ms, fc2 1.870 against the picks below). In
-// the block these picks also beat the H200's own sweep of session 9 on the H200 (17.54 against
+// Measured on an H100 80GB HBM3 (2026-12-05, session 18 call 1, median of 10): a ping-pong 128x128
+// kernel lost at every shape (15399 rows: qkv 3.242 ms, fc2 1.870 against the picks below; in the
+// block too, session 21, so it was retired). In the block these picks also beat the H200's own sweep of session 9 on the H200 (17.54 against
 // 18.64-18.95 ms at 864x480, a tie at the seed shape: bench/RESULTS.md sessions 19-20), so that
 // table was retired and this one serves every GPU.
 constexpr CutlassAutoEntry kCutlassAutoTable[] = {

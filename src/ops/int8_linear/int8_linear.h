@@ -95,19 +95,16 @@
 //    int8_linear.cu, kCutlassAutoTable):
 //      256x128[_nS]   cooperative 256x128x128, cluster 2x1 (the original kernel)
 //      128x256[_nS]   cooperative 128x256x128, cluster 2x1 (one m64n256 wgmma per warp group)
-//      pp128x128[_nS] ping-pong   128x128x128, cluster 2x1 (epilogue overlapped with the
-//                     other warp group's mainloop)
 //    without suffix CUTLASS's default schedule (heuristic raster, no swizzle); _nS rasterizes
 //    along N with swizzle S (S clusters along M side by side: L2 reuse of x and w tiles).
 //    All need in % 16 == 0, x_row_stride % 16 == 0, y_row_stride % 8 == 0, 16-byte aligned x,
 //    w, y. No workspace.
 //  - kCutlassSm80 (built with H3RT_HAVE_CUTLASS; any sm_80+ device the binary has code for):
 //    CUTLASS 4.2's 2.x-API mma.sync int8 GEMM (cp.async multistage, 128x256x64 tiles) with the
-//    same rule in an Sm80 EVT epilogue (gemm_cutlass_sm80.cu): no int32 staging. Meant as
-//    kAuto's path on sm_120 / sm_121 (GB10: no wgmma, and at 273 GB/s the staging of the
-//    cuBLASLt path costs about +58% by the byte count); OPT-IN (H3RT_INT8_GEMM=cutlass_sm80)
-//    until its GPU tests (the sm_90a code of the same source, on the H200) have passed: it has
-//    not run yet. Needs in % 16, x_row_stride % 16, out % 8, y_row_stride % 8 and 16-byte
+//    same rule in an Sm80 EVT epilogue (gemm_cutlass_sm80.cu): no int32 staging. kAuto's
+//    path on compute capability 12.x (GB10: no wgmma, and at 273 GB/s the staging of the
+//    cuBLASLt path costs about +58% by the byte count); its sm_90a build passed every GEMM test
+//    bit-exactly on an H100 (2026-12-05); it has never run on a 12.x GPU. Needs in % 16, x_row_stride % 16, out % 8, y_row_stride % 8 and 16-byte
 //    aligned x, w, y, w_scale, bias.
 //  - kCublasLt (any GPU): cuBLASLt int8 IMMA, CUBLAS_COMPUTE_32I with int32 output (cuBLASLt's
 //    int8 -> int8/f32-scaled variants round differently from the two-scale rule, so they are not
@@ -118,8 +115,8 @@
 // H3RT_INT8_GEMM=cutlass (CUTLASS sm90, config from the table) | cutlass_<config> (e.g.
 // cutlass_128x256_n4) | cutlass_sm80 | cublaslt; it applies only where params.path is kAuto.
 // kAuto: CUTLASS sm90 on compute capability 9.0 when compiled in and the shape qualifies (the
-// table's config; where CUTLASS refuses the arguments at run time, cuBLASLt); otherwise
-// cuBLASLt (CUTLASS mma.sync on compute capability 12.x once tested, see above). An explicitly
+// table's config; where CUTLASS refuses the arguments at run time, cuBLASLt); CUTLASS mma.sync
+// on compute capability 12.x where compiled in and the operands qualify; otherwise cuBLASLt. An explicitly
 // requested path or config that cannot run returns cudaErrorNotSupported (never a different
 // computation). Blackwell code (sm_100a/120a/121a) is compiled in CI but has never run (no
 // Blackwell GPU is available to the project); sm_100 takes the cuBLASLt path.
@@ -186,17 +183,12 @@ enum class Int8CutlassConfig : uint8_t {
   k128x256,
   k128x256_n2,
   k128x256_n4,
-  kPp128x128,
-  kPp128x128_n2,
-  kPp128x128_n4,
 };
 // Every config but kAuto, in the order above (benchmark columns, tests).
 inline constexpr Int8CutlassConfig kInt8CutlassConfigs[] = {
     Int8CutlassConfig::k256x128,      Int8CutlassConfig::k256x128_n2,
     Int8CutlassConfig::k256x128_n4,   Int8CutlassConfig::k128x256,
     Int8CutlassConfig::k128x256_n2,   Int8CutlassConfig::k128x256_n4,
-    Int8CutlassConfig::kPp128x128,    Int8CutlassConfig::kPp128x128_n2,
-    Int8CutlassConfig::kPp128x128_n4,
 };
 
 // The int32 staging of the cuBLASLt path is at most this many bytes per chunk of rows.
@@ -246,7 +238,7 @@ std::string int8_gemm_choice(int64_t rows, int64_t in, int64_t out);
 // The CUTLASS config `p` runs with when it resolves to kCutlassSm90: p.cutlass_config, else the
 // environment's (when p.path is kAuto), else the table's entry for (rows, out, in). Never kAuto.
 Int8CutlassConfig int8_linear_resolve_cutlass_config(const Int8LinearCudaParams& p);
-// "256x128", "128x256_n4", "pp128x128_n2", ... ("auto" for kAuto).
+// "256x128", "128x256_n4", ... ("auto" for kAuto).
 const char* int8_cutlass_config_name(Int8CutlassConfig config);
 
 // kAuto's CUTLASS config for a (rows, in, out) GEMM, from `h3rt bench int8-gemm` sweeps checked

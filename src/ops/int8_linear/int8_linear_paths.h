@@ -34,13 +34,12 @@ bool cutlass_sm90_supports(const Int8LinearCudaParams& p);
 // can_implement refuses the arguments):
 //  gemm_cutlass_sm90.cu:           cooperative 256x128x128, cluster 2x1 (the original kernel)
 //  gemm_cutlass_sm90_128x256.cu:   cooperative 128x256x128, cluster 2x1
-//  gemm_cutlass_sm90_pp128x128.cu: ping-pong   128x128x128, cluster 2x1
+// (a ping-pong 128x128 kernel lost in the block at both user shapes and was retired:
+// bench/RESULTS.md sessions 18, 21 and 38).
 cudaError_t int8_linear_cutlass_sm90(const Int8LinearCudaParams& p, CutlassSchedule s,
                                      cudaStream_t stream);
 cudaError_t int8_linear_cutlass_sm90_128x256(const Int8LinearCudaParams& p, CutlassSchedule s,
                                              cudaStream_t stream);
-cudaError_t int8_linear_cutlass_sm90_pp128x128(const Int8LinearCudaParams& p, CutlassSchedule s,
-                                               cudaStream_t stream);
 
 // gemm_cutlass_sm80.cu: the mma.sync kernel (CUTLASS 2.x API, Sm80 instructions, 128x256x64
 // tiles, EVT epilogue), the default on sm_120 / sm_121 (tested through its sm_90a build). Compiled

@@ -2,14 +2,11 @@
 // (cublaslt_gemm.h: layout, plan cache, workspaces), plus the e4m3 activation quantizer of the
 // fp8 path.
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "cuda/device_math.cuh"
 #include "cuda/runtime.h"
 #include "ops/linear/cublaslt_gemm.h"
 #include "ops/linear/e4m3_out.cuh"
-#include "ops/linear/fp8_cutlass.h"
 #include "ops/linear/linear.h"
 
 namespace h3rt::ops {
@@ -45,55 +42,11 @@ cudaError_t linear_bf16_cuda(const LinearCudaParams& p, cudaStream_t stream) {
   return run_linear("linear_bf16_cuda", gemm_of(p, lt::Operands::kBf16), stream);
 }
 
-namespace {
-
-// H3RT_FP8_GEMM=cublaslt|cutlass (kAuto when unset), read once.
-Fp8GemmPath env_fp8_path() {
-  static const Fp8GemmPath path = [] {
-    const char* s = std::getenv("H3RT_FP8_GEMM");
-    if (!s || !*s) return Fp8GemmPath::kAuto;
-    if (!std::strcmp(s, "cublaslt")) return Fp8GemmPath::kCublasLt;
-    if (!std::strcmp(s, "cutlass")) return Fp8GemmPath::kCutlassSm90;
-    H3RT_FAIL("H3RT_FP8_GEMM=", s, ": expected cublaslt or cutlass");
-  }();
-  return path;
-}
-
-}  // namespace
-
-const char* fp8_gemm_path_name(Fp8GemmPath path) {
-  switch (path) {
-    case Fp8GemmPath::kAuto:
-      return "auto";
-    case Fp8GemmPath::kCublasLt:
-      return "cublaslt";
-    case Fp8GemmPath::kCutlassSm90:
-      return "cutlass_sm90";
-  }
-  return "?";
-}
-
-bool linear_fp8_path_available(Fp8GemmPath path) {
-  if (path != Fp8GemmPath::kCutlassSm90) return true;
-  return fp8_detail::cutlass_sm90_compiled() && cuda::current_device_cc() == 90;
-}
-
-Fp8GemmPath linear_fp8_resolve_path(const LinearFp8CudaParams& p) {
-  const Fp8GemmPath path = p.path == Fp8GemmPath::kAuto ? env_fp8_path() : p.path;
-  return path == Fp8GemmPath::kAuto ? Fp8GemmPath::kCublasLt : path;
-}
-
 cudaError_t linear_fp8_cuda(const LinearFp8CudaParams& p, cudaStream_t stream) {
   H3RT_CHECK(p.x_scale && p.w_scale, "linear_fp8_cuda: x_scale and w_scale are required");
   H3RT_CHECK(p.in % 16 == 0 && (p.x_row_stride ? p.x_row_stride : p.in) % 16 == 0,
              "linear_fp8_cuda: in ", p.in,
              " and the x row stride must be multiples of 16 (fp8 GEMM constraint)");
-  if (linear_fp8_resolve_path(p) == Fp8GemmPath::kCutlassSm90) {
-    H3RT_CHECK(!p.fast_accum, "linear_fp8_cuda: the CUTLASS path has no fast accumulation");
-    if (p.rows == 0) return cudaSuccess;
-    if (!linear_fp8_path_available(Fp8GemmPath::kCutlassSm90)) return cudaErrorNotSupported;
-    return fp8_detail::linear_fp8_cutlass_sm90(p, stream);
-  }
   lt::Gemm g = gemm_of(p, lt::Operands::kFp8);
   g.w_scale = p.w_scale;
   g.x_scale = p.x_scale;

@@ -49,10 +49,8 @@ cudaError_t linear_bf16_cuda(const LinearCudaParams& p, cudaStream_t stream);
 // fp8 e4m3, per-tensor scales (fp8_scaled checkpoints): y = bf16((xq W^T) * x_scale * w_scale + b)
 // with xq = e4m3_satfinite(x / x_scale) from quantize_e4m3_cuda and W stored as e4m3. The scales
 // are device float32 scalars. in and the x row stride must be multiples of 16.
-// Which GEMM runs it: kAuto (the environment variable H3RT_FP8_GEMM=cublaslt|cutlass where set,
-// else cuBLASLt: the CUTLASS kernel has not been measured faster yet), cuBLASLt, or the CUTLASS
-// sm_90a kernel (fp8_cutlass.h; cudaErrorNotSupported where it cannot run, never another path).
-enum class Fp8GemmPath : uint8_t { kAuto, kCublasLt, kCutlassSm90 };
+// cuBLASLt runs it. A CUTLASS 4.2 sm_90a kernel measured 0.75-0.85x of cuBLASLt's speed alone and
+// 79.1 against 71.3 ms in the fp8 block (H100, bench/RESULTS.md session 18); it was retired.
 struct LinearFp8CudaParams {
   const __nv_fp8_e4m3* x = nullptr;  // [rows, in] quantized activations
   const __nv_fp8_e4m3* w = nullptr;  // [out, in] contiguous
@@ -62,14 +60,8 @@ struct LinearFp8CudaParams {
   __nv_bfloat16* y = nullptr;
   int64_t rows = 0, in = 0, out = 0, x_row_stride = 0, y_row_stride = 0;
   bool fast_accum = false;  // Hopper fp8 fast accumulation (less exact); off by default
-  Fp8GemmPath path = Fp8GemmPath::kAuto;
 };
 cudaError_t linear_fp8_cuda(const LinearFp8CudaParams& p, cudaStream_t stream);
-// The path p runs on the current device (kAuto resolved, the environment honoured), and whether
-// a path can run here at all (kCutlassSm90: built with CUTLASS for sm_90a, compute capability 9.0).
-Fp8GemmPath linear_fp8_resolve_path(const LinearFp8CudaParams& p);
-bool linear_fp8_path_available(Fp8GemmPath path);
-const char* fp8_gemm_path_name(Fp8GemmPath path);
 
 // q = e4m3_satfinite(float(x) / *scale), RNE (bit-exact with h3rt::f32_to_e4m3_satfinite).
 // cols and row strides multiples of 8.
