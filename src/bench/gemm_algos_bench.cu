@@ -185,10 +185,10 @@ nlohmann::json run_gemm_algos_bench(const GemmAlgosBenchOptions& o) {
       std::printf("  total: default %.3f ms, per-shape best %.3f ms (%.3fx)\n", t_default, t_best,
                   t_default / t_best);
       const nlohmann::json run = {{"rows", m},
-                            {"kind", kind},
-                            {"shapes", shapes_json},
-                            {"total_default_ms", t_default},
-                            {"total_best_ms", t_best}};
+                                  {"kind", kind},
+                                  {"shapes", shapes_json},
+                                  {"total_default_ms", t_default},
+                                  {"total_best_ms", t_best}};
       runs.push_back(run);
     }
   const std::string date = utc_date();

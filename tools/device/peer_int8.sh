@@ -104,6 +104,8 @@ def load(name):
             return json.load(f)
     except Exception as e:  # noqa: BLE001
         return {"missing": str(e)[:80]}
+print("h3rt's ms: medians over its repetitions (about the energy run's length); peer ms: the median "
+      "of 5 after 2 warm-up; 'sustained' pairs like lengths, back to back, at the power limit")
 print(f"{'pair':22s} {'rows h3rt/peer':>16s} {'ours graph ms':>13s} {'ours eager ms':>13s} "
       f"{'peer ms':>9s} {'peer/graph':>10s} {'peer/eager':>10s}")
 for gemm in ("int8", "fp8"):
@@ -122,7 +124,11 @@ for gemm in ("int8", "fp8"):
         oj = (o.get("telemetry", {}).get("block") or {}).get("joules_per_block")
         pj = (res.get("energy") or {}).get("joules_per_block")
         if isinstance(oj, (int, float)) and isinstance(pj, (int, float)) and oj > 0:
-            print(f"    joules per block: h3rt {oj:.2f}, peer {pj:.2f}, peer/h3rt {pj / oj:.3f}; "
+            # sustained: h3rt's uninstrumented p50 over its ~ENERGY_S s of repetitions against
+            # the peer's wall time per block over its ~ENERGY_S s back to back
+            pw = res["energy"]["wall_ms_per_block"]
+            print(f"    sustained ms per block: h3rt {f(oe)}, peer {pw:.2f}, peer/h3rt {q(pw, oe)}; "
+                  f"joules per block: h3rt {oj:.2f}, peer {pj:.2f}, peer/h3rt {pj / oj:.3f}; "
                   f"mean W h3rt {o['telemetry']['block'].get('power_w_mean', 0):.0f}, "
                   f"peer {res['energy'].get('power_w_mean', 0):.0f}")
         if gemm == "int8" and "block_ms" in res:

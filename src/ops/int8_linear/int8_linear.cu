@@ -205,9 +205,9 @@ struct CutlassAutoEntry {
 };
 // Measured on an H100 80GB HBM3 (2026-12-05, session 18 call 1, median of 10): a ping-pong 128x128
 // kernel lost at every shape (15399 rows: qkv 3.242 ms, fc2 1.870 against the picks below; in the
-// block too, session 21, so it was retired). In the block these picks also beat the H200's own sweep of session 9 on the H200 (17.54 against
-// 18.64-18.95 ms at 864x480, a tie at the seed shape: bench/RESULTS.md sessions 19-20), so that
-// table was retired and this one serves every GPU.
+// block too, session 21, so it was retired). In the block these picks also beat the H200's own
+// sweep of session 9 on the H200 (17.54 against 18.64-18.95 ms at 864x480, a tie at the seed shape:
+// bench/RESULTS.md sessions 19-20), so that table was retired and this one serves every GPU.
 constexpr CutlassAutoEntry kCutlassAutoTable[] = {
     {21504, 5376, 20000, Int8CutlassConfig::k256x128_n2},  // qkv: 6.055 (128x256_n4: 6.246)
     {21504, 5376, 0, Int8CutlassConfig::k128x256_n2},      // qkv at 15399 rows: 2.723

@@ -104,8 +104,8 @@
 //    same rule in an Sm80 EVT epilogue (gemm_cutlass_sm80.cu): no int32 staging. kAuto's
 //    path on compute capability 12.x (GB10: no wgmma, and at 273 GB/s the staging of the
 //    cuBLASLt path costs about +58% by the byte count); its sm_90a build passed every GEMM test
-//    bit-exactly on an H100 (2026-12-05); it has never run on a 12.x GPU. Needs in % 16, x_row_stride % 16, out % 8, y_row_stride % 8 and 16-byte
-//    aligned x, w, y, w_scale, bias.
+//    bit-exactly on an H100 (2026-12-05); it has never run on a 12.x GPU. Needs in % 16,
+//    x_row_stride % 16, out % 8, y_row_stride % 8 and 16-byte aligned x, w, y, w_scale, bias.
 //  - kCublasLt (any GPU): cuBLASLt int8 IMMA, CUBLAS_COMPUTE_32I with int32 output (cuBLASLt's
 //    int8 -> int8/f32-scaled variants round differently from the two-scale rule, so they are not
 //    used) into the workspace, `rows` in chunks of at most kInt8ChunkBytes of int32, each chunk
@@ -116,10 +116,10 @@
 // cutlass_128x256_n4) | cutlass_sm80 | cublaslt; it applies only where params.path is kAuto.
 // kAuto: CUTLASS sm90 on compute capability 9.0 when compiled in and the shape qualifies (the
 // table's config; where CUTLASS refuses the arguments at run time, cuBLASLt); CUTLASS mma.sync
-// on compute capability 12.x where compiled in and the operands qualify; otherwise cuBLASLt. An explicitly
-// requested path or config that cannot run returns cudaErrorNotSupported (never a different
-// computation). Blackwell code (sm_100a/120a/121a) is compiled in CI but has never run (no
-// Blackwell GPU is available to the project); sm_100 takes the cuBLASLt path.
+// on compute capability 12.x where compiled in and the operands qualify; otherwise cuBLASLt. An
+// explicitly requested path or config that cannot run returns cudaErrorNotSupported (never a
+// different computation). Blackwell code (sm_100a/120a/121a) is compiled in CI but has never run
+// (no Blackwell GPU is available to the project); sm_100 takes the cuBLASLt path.
 #pragma once
 
 #include <cstddef>
@@ -186,9 +186,8 @@ enum class Int8CutlassConfig : uint8_t {
 };
 // Every config but kAuto, in the order above (benchmark columns, tests).
 inline constexpr Int8CutlassConfig kInt8CutlassConfigs[] = {
-    Int8CutlassConfig::k256x128,      Int8CutlassConfig::k256x128_n2,
-    Int8CutlassConfig::k256x128_n4,   Int8CutlassConfig::k128x256,
-    Int8CutlassConfig::k128x256_n2,   Int8CutlassConfig::k128x256_n4,
+    Int8CutlassConfig::k256x128, Int8CutlassConfig::k256x128_n2, Int8CutlassConfig::k256x128_n4,
+    Int8CutlassConfig::k128x256, Int8CutlassConfig::k128x256_n2, Int8CutlassConfig::k128x256_n4,
 };
 
 // The int32 staging of the cuBLASLt path is at most this many bytes per chunk of rows.
