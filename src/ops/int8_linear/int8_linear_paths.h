@@ -34,8 +34,8 @@ bool cutlass_sm90_supports(const Int8LinearCudaParams& p);
 // can_implement refuses the arguments):
 //  gemm_cutlass_sm90.cu:           cooperative 256x128x128, cluster 2x1 (the original kernel)
 //  gemm_cutlass_sm90_128x256.cu:   cooperative 128x256x128, cluster 2x1
-// (a ping-pong 128x128 kernel lost in the block at both user shapes and was retired:
-// bench/RESULTS.md sessions 18, 21 and 38).
+// (a ping-pong 128x128 kernel's GEMMs were slower in the block at both user shapes; it was
+// retired: bench/RESULTS.md sessions 18, 21 and 38).
 cudaError_t int8_linear_cutlass_sm90(const Int8LinearCudaParams& p, CutlassSchedule s,
                                      cudaStream_t stream);
 cudaError_t int8_linear_cutlass_sm90_128x256(const Int8LinearCudaParams& p, CutlassSchedule s,
