@@ -20,6 +20,7 @@ void add_bench_block_command(CLI::App& bench) {
   struct Opts {
     std::string preset = "h3", out = "-", plot, peer;
     int reps = 10;
+    double sustain = 0;
     std::string gemm = "bf16", attention = "bf16";
     int64_t width = 0, height = 0, frames = 0;
     int group = 256;
@@ -63,6 +64,13 @@ void add_bench_block_command(CLI::App& bench) {
   cmd->add_option("--reps", o->reps, "Timed repetitions (medians)")
       ->check(positive_number())
       ->capture_default_str();
+  cmd->add_option("--sustain", o->sustain,
+                  "Also replay the block's CUDA graph back to back for about this many seconds "
+                  "(an input refill before each) and report the wall time and joules per block "
+                  "over the whole run (\"sustained\" in the telemetry): the blocks as a sampling "
+                  "run chains them, at the GPU's power limit where it has one (0: not run)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--out", o->out, "JSON report path, - for stdout")->capture_default_str();
   cmd->add_option("--plot", o->plot,
                   "Also draw the block breakdown as SVG: one bar per component (the seeds' "
@@ -88,6 +96,7 @@ void add_bench_block_command(CLI::App& bench) {
     b.h3_dims = o->preset == "h3";
     if (!b.h3_dims) b = {false, 10, 9, 7, 8, 12};
     b.reps = o->reps;
+    b.sustain_seconds = o->sustain;
     b.fp8 = o->gemm.rfind("fp8", 0) == 0;
     b.fp8_dynamic = o->gemm == "fp8-dynamic";
     b.nvfp4 = o->gemm.rfind("nvfp4", 0) == 0;

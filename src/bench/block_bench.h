@@ -22,6 +22,7 @@ struct BlockBenchOptions {
                         // group (0: no rotation)
   bool sage_attention = false;  // Sage 8-bit attention (with its pre-pass) instead of flash bf16
   uint64_t seed = 440420;
+  double sustain_seconds = 0;  // > 0: also the graph back to back for about this long (energy)
 };
 
 nlohmann::json run_block_bench(const BlockBenchOptions& o);

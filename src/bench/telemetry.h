@@ -110,6 +110,11 @@ struct BlockTelemetry {
   PowerSummary block;
   EnergyWindow block_energy;
   std::map<std::string, PowerSummary> components;
+  // bench block --sustain: the block's CUDA graph replayed back to back (an input refill before
+  // each) over sustained_wall_ms of host time; 0: not run.
+  PowerSummary sustained;
+  EnergyWindow sustained_energy;
+  double sustained_wall_ms = 0;
 };
 // The report's "telemetry" object; block_ms and component_ms are the p50 times.
 nlohmann::json block_telemetry_json(const BlockTelemetry& t, double block_ms,

@@ -175,6 +175,20 @@ TEST(Telemetry, BlockReportFields) {
   EXPECT_DOUBLE_EQ(comps.at("attention").at("joules_from_mean_power").get<double>(), 9.0);
   EXPECT_EQ(comps.at("swiglu").at("samples").get<int>(), 0);
   EXPECT_TRUE(comps.at("swiglu").at("power_w_mean").is_null());
+  EXPECT_FALSE(t.contains("sustained"));  // --sustain not given
+
+  // --sustain: 4 blocks back to back over 200 ms of wall time, 100 J on the counter.
+  m.telemetry.sustained = bench::summarize(s, {{0, 20}});
+  m.telemetry.sustained_energy = {5000.0, 105000.0, 4};
+  m.telemetry.sustained_wall_ms = 200.0;
+  const nlohmann::json with = bench::block_report(H3Config::tiny(), layout, m);
+  const auto& sus = with.at("telemetry").at("sustained");
+  EXPECT_EQ(sus.at("blocks").get<int>(), 4);
+  EXPECT_DOUBLE_EQ(sus.at("wall_ms_per_block").get<double>(), 50.0);
+  EXPECT_DOUBLE_EQ(sus.at("joules_per_block").get<double>(), 25.0);
+  EXPECT_EQ(sus.at("samples").get<int>(), 3);
+  EXPECT_DOUBLE_EQ(sus.at("joules_per_block_from_mean_power").get<double>(),
+                   sus.at("power_w_mean").get<double>() * 0.050);
 
   bench::BlockMeasurements none = block_measurements();  // default: not measured
   const nlohmann::json u = bench::block_report(H3Config::tiny(), layout, none).at("telemetry");

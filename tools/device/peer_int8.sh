@@ -4,10 +4,11 @@
 # int8_convrot linear (CUDA backend) + SageAttention2 in an eager PyTorch block
 # (bench/torch_block.py --gemm int8_convrot --attention sage), at the seed shape (1344x768x124,
 # 37,810 rows) and at 864x480x124 (15,499 rows as h3rt counts them); plus the fp8 + Sage pair
-# as a cross-check against bench/RESULTS.md. Both sides also report joules per block from NVML's
-# energy counter over about H3RT_PEER_ENERGY_S seconds of blocks (default 2.5; h3rt: its
-# uninstrumented repetitions, --reps sized to match): the H100 / H200 run these blocks at their
-# power limit, where time follows energy.
+# as a cross-check against bench/RESULTS.md. Both sides also run their block back to back for
+# about H3RT_PEER_ENERGY_S seconds (default 2.5; h3rt: `bench block --sustain`, its CUDA graph;
+# the peer: `torch_block.py --energy-seconds`) with NVML's energy counter around: wall ms and
+# joules per block at like lengths. The H100 / H200 run these blocks at their power limit, where
+# time follows energy.
 # Prepare here first (all git-ignored, never committed):
 #   H3RT_DEPS_LEAN=1 bash tools/device/pack_deps.sh .deps-lean   # .deps-lean/deps.tar.xz
 #   bash tools/peers/pack_comfy_kitchen.sh                       # .peers/comfy_kitchen.tar.xz
@@ -76,13 +77,12 @@ ATT=sage; [ "$SAGE_OK" = 1 ] || ATT=sdpa
 ENERGY_S=${H3RT_PEER_ENERGY_S:-2.5}
 # most wanted first: the int8 pairs at both shapes, then the fp8 cross-check
 for gemm in int8 fp8; do
-  # the last field: h3rt's repetitions, about ENERGY_S seconds of blocks (67 / 17.5 ms each)
-  for shape in "seed 1344 768 124 68" "864x480 864 480 124 17.5"; do
-    read -r tag w h f ms <<< "$shape"
-    reps=$(python3 -c "import math; print(max(10, math.ceil($ENERGY_S * 1000 / $ms)))")
+  for shape in "seed 1344 768 124" "864x480 864 480 124"; do
+    read -r tag w h f <<< "$shape"
     peer_gemm=$gemm; [ "$gemm" = int8 ] && peer_gemm=int8_convrot
     step "h3rt_${gemm}_${tag}" 75 $B bench block --gemm "$gemm" --attention sage \
-      --width "$w" --height "$h" --frames "$f" --reps "$reps" --out "$R/h3rt_${gemm}_${tag}.json"
+      --width "$w" --height "$h" --frames "$f" --sustain "$ENERGY_S" \
+      --out "$R/h3rt_${gemm}_${tag}.json"
     step "torch_${gemm}_${tag}" 120 python3 bench/torch_block.py --gemm "$peer_gemm" \
       --attention "$ATT" --width "$w" --height "$h" --frames "$f" --energy-seconds "$ENERGY_S" \
       --json "$R/torch_${gemm}_${tag}.json"
@@ -104,8 +104,8 @@ def load(name):
             return json.load(f)
     except Exception as e:  # noqa: BLE001
         return {"missing": str(e)[:80]}
-print("h3rt's ms: medians over its repetitions (about the energy run's length); peer ms: the median "
-      "of 5 after 2 warm-up; 'sustained' pairs like lengths, back to back, at the power limit")
+print("short runs: h3rt's medians of 10 repetitions, the peer's of 5 after 2 warm-up; 'sustained': "
+      "each side's block back to back for the same seconds, wall ms and joules per block")
 print(f"{'pair':22s} {'rows h3rt/peer':>16s} {'ours graph ms':>13s} {'ours eager ms':>13s} "
       f"{'peer ms':>9s} {'peer/graph':>10s} {'peer/eager':>10s}")
 for gemm in ("int8", "fp8"):
@@ -121,16 +121,15 @@ for gemm in ("int8", "fp8"):
         print(f"{gemm + ' ' + tag:22s} {str(rows_o) + '/' + str(p.get('seq')):>16s} {f(og):>13s} "
               f"{f(oe):>13s} {f(pm):>9s} {q(pm, og):>10s} {q(pm, oe):>10s}"
               + (f"  peer error: {res['error']}" if "error" in res else ""))
-        oj = (o.get("telemetry", {}).get("block") or {}).get("joules_per_block")
-        pj = (res.get("energy") or {}).get("joules_per_block")
-        if isinstance(oj, (int, float)) and isinstance(pj, (int, float)) and oj > 0:
-            # sustained: h3rt's uninstrumented p50 over its ~ENERGY_S s of repetitions against
-            # the peer's wall time per block over its ~ENERGY_S s back to back
-            pw = res["energy"]["wall_ms_per_block"]
-            print(f"    sustained ms per block: h3rt {f(oe)}, peer {pw:.2f}, peer/h3rt {q(pw, oe)}; "
+        os_ = o.get("telemetry", {}).get("sustained") or {}
+        pe = res.get("energy") or {}
+        oj, pj = os_.get("joules_per_block"), pe.get("joules_per_block")
+        ow, pw = os_.get("wall_ms_per_block"), pe.get("wall_ms_per_block")
+        if all(isinstance(v, (int, float)) and v > 0 for v in (oj, pj, ow, pw)):
+            print(f"    sustained ms per block: h3rt {ow:.2f}, peer {pw:.2f}, peer/h3rt {pw / ow:.3f}; "
                   f"joules per block: h3rt {oj:.2f}, peer {pj:.2f}, peer/h3rt {pj / oj:.3f}; "
-                  f"mean W h3rt {o['telemetry']['block'].get('power_w_mean', 0):.0f}, "
-                  f"peer {res['energy'].get('power_w_mean', 0):.0f}")
+                  f"mean W h3rt {os_.get('power_w_mean') or 0:.0f}, "
+                  f"peer {pe.get('power_w_mean') or 0:.0f}")
         if gemm == "int8" and "block_ms" in res:
             info = {k: res.get(k) for k in ("attention", "qk_rope", "swiglu", "comfy_kitchen",
                                             "int8_linear_backend",
