@@ -67,8 +67,8 @@ std::string gemm_description(const BlockMeasurements& m) {
   if (m.nvfp4) return nvfp4_gemm_description(m.nvfp4_algo, m.nvfp4_static_input_scale);
   if (m.fp8)
     return "fp8 e4m3 GEMMs (cublaslt), static per-tensor scales (the e4m3 input written by the "
-           "producer of the "
-           "projections marked fused, a quantize launch inside each of the others)";
+           "producer of the projections marked fused, a quantize launch inside each of the "
+           "others)";
   return "cuBLASLt bf16";
 }
 
