@@ -6,23 +6,26 @@
 #include <cstdio>
 #include <limits>
 
+#include "core/pair_sums.h"
+
 namespace h3rt::selftest_detail {
 
 VelocityError velocity_error(const FloatVec& got, const FloatVec& ref) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   VelocityError e;
-  double num = 0, den = 0, dot = 0, g2 = 0, sum = 0;
+  PairSums s;
+  double sum = 0;
   bool bad = got.size() != ref.size() || got.empty();
   for (size_t i = 0; !bad && i < got.size(); ++i) {
     const double g = got[i], r = ref[i], d = std::fabs(g - r);
     bad = !std::isfinite(g) || !std::isfinite(r);
     sum += d, e.max_abs = std::max(e.max_abs, d);
-    num += d * d, den += r * r, dot += g * r, g2 += g * g;
+    s.add(r, g);
   }
   if (bad) return {kInf, kInf, kInf, 0.0};
   e.mean_abs = sum / static_cast<double>(got.size());
-  e.rel_l2 = den > 0 ? std::sqrt(num / den) : (num > 0 ? kInf : 0.0);
-  e.cosine = den > 0 && g2 > 0 ? dot / std::sqrt(den * g2) : (den == g2 ? 1.0 : 0.0);
+  e.rel_l2 = s.rel_l2();
+  e.cosine = s.cosine();
   return e;
 }
 

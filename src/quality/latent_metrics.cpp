@@ -1,38 +1,13 @@
 // The latent comparison metrics of h3rt/quality.h (definitions there).
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
+#include "core/pair_sums.h"
 #include "h3rt/check.h"
 #include "h3rt/quality.h"
 
 namespace h3rt {
 namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-// Sums of one pair of value sets, from which rel L2, cosine and MSE follow.
-struct Sums {
-  double aa = 0, bb = 0, ab = 0, dd = 0;
-  int64_t n = 0;
-  void add(double a, double b) {
-    aa += a * a;
-    bb += b * b;
-    ab += a * b;
-    dd += (b - a) * (b - a);
-    ++n;
-  }
-  double rel_l2() const { return aa > 0 ? std::sqrt(dd / aa) : (dd > 0 ? kInf : 0.0); }
-  double cosine() const {
-    if (aa == 0 && bb == 0) return 1.0;
-    if (aa == 0 || bb == 0) return 0.0;
-    return ab / std::sqrt(aa * bb);
-  }
-  double psnr(double range) const {
-    if (dd == 0) return kInf;
-    return 10.0 * std::log10(range * range / (dd / double(n)));
-  }
-};
 
 // SSIM of one plane [h, w] (row-major, row stride w) with the windows of the header.
 struct PlaneSsim {
@@ -85,10 +60,10 @@ VideoComparison compare_video(const float* a, const float* b, const Shape& shape
     const auto [lo, hi] = std::minmax_element(a, a + n);
     r.data_range = *hi > *lo ? double(*hi) - double(*lo) : 1.0;
   }
-  Sums all;
+  PairSums all;
   double ssim_sum = 0;
   for (int64_t t = 0; t < T; ++t) {
-    Sums s;
+    PairSums s;
     PlaneSsim ss;
     for (int64_t c = 0; c < C; ++c) {
       const int64_t off = (c * T + t) * plane;
@@ -98,11 +73,7 @@ VideoComparison compare_video(const float* a, const float* b, const Shape& shape
     const double ssim = ss.windows ? ss.sum / double(ss.windows) : 1.0;
     r.frames.push_back({s.rel_l2(), s.cosine(), s.psnr(r.data_range), ssim});
     ssim_sum += ssim;
-    all.aa += s.aa;
-    all.bb += s.bb;
-    all.ab += s.ab;
-    all.dd += s.dd;
-    all.n += s.n;
+    all.add(s);
   }
   r.overall = {all.rel_l2(), all.cosine(), all.psnr(r.data_range), T ? ssim_sum / double(T) : 1.0};
   return r;
@@ -112,7 +83,7 @@ AudioComparison compare_audio(const float* a, const float* b, const Shape& shape
   const int64_t n = shape_numel(shape);
   AudioComparison r;
   r.shape = shape;
-  Sums s;
+  PairSums s;
   double ma = 0, mb = 0;
   for (int64_t i = 0; i < n; ++i) {
     s.add(a[i], b[i]);

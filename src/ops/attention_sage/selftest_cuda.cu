@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "core/pair_sums.h"
 #include "core/spot_check.h"
 #include "cuda/runtime.h"
 #include "h3rt/device.h"
@@ -47,13 +48,10 @@ int64_t prepass_mismatches(const SageBuffers& b, const Quantized& ref) {
 
 template <typename Ref>
 void compare(const std::vector<float>& got, const Ref& ref, double* rel_l2, double* cosine) {
-  double num = 0, den = 0, dot = 0, g2 = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double r = ref[i], d = got[i] - r;
-    num += d * d, den += r * r, dot += got[i] * r, g2 += double(got[i]) * got[i];
-  }
-  *rel_l2 = std::sqrt(num / den);
-  if (cosine) *cosine = dot / std::sqrt(den * g2);
+  PairSums s;
+  for (size_t i = 0; i < got.size(); ++i) s.add(ref[i], got[i]);
+  *rel_l2 = s.rel_l2();
+  if (cosine) *cosine = s.cosine();
 }
 
 }  // namespace
