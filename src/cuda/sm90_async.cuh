@@ -88,11 +88,12 @@ __device__ __forceinline__ void cluster_sync() {
       "barrier.cluster.wait.acquire.aligned;\n" ::
           : "memory");
 }
-// Arrives on the mbarrier at `bar`'s offset in the cluster's CTA of rank `rank`.
+// Arrives on the mbarrier at `bar`'s offset in the cluster's CTA of rank `rank` (the default
+// semantics, as for a local arrival after a wgmma wait).
 __device__ __forceinline__ void bar_arrive_remote(uint32_t bar, uint32_t rank) {
   asm volatile(
       "{\n .reg .b32 ra;\n mapa.shared::cluster.u32 ra, %0, %1;\n"
-      " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+      " mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
       "r"(rank)
       : "memory");
 }
