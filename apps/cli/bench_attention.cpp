@@ -21,13 +21,13 @@ namespace {
 CLI::Validator sage_variant_check() {
   return CLI::Validator(
       [](std::string& v) -> std::string {
-        if (v == "w4" || v == "wgmma_pp3" || v == "wgmma_pp3_mc") return {};
+        if (v == "w4" || v == "wgmma_pp3") return {};
         if (v == "w8" || v == "wgmma" || v == "wgmma_pingpong" || v == "wgmma_pp_overlap" ||
-            v == "wgmma3")
+            v == "wgmma3" || v == "wgmma_pp3_mc")
           return "Sage variant '" + v +
                  "' was retired (slower than wgmma_pp3 / w4 in bench/RESULTS.md); "
                  "use w4 or wgmma_pp3";
-        return "unknown Sage variant '" + v + "' (w4, wgmma_pp3, wgmma_pp3_mc)";
+        return "unknown Sage variant '" + v + "' (w4, wgmma_pp3)";
       },
       "VARIANT");
 }
@@ -47,8 +47,7 @@ void add_bench_attention_command(CLI::App& app) {
   cmd->add_option("--warmup", opt->warmup, "untimed runs")->capture_default_str();
   cmd->add_option("--iters", opt->iters, "timed runs (median reported)")->capture_default_str();
   cmd->add_option("--out", opt->json_path, "write results as JSON to this file");
-  cmd->add_option("--kernels", opt->kernels,
-                  "Sage variants to time: w4, wgmma_pp3, wgmma_pp3_mc (default: all)")
+  cmd->add_option("--kernels", opt->kernels, "Sage variants to time: w4, wgmma_pp3 (default: all)")
       ->check(sage_variant_check());
   cmd->add_option("--sparse", opt->sparse_tau,
                   "also time block-sparse Sage at this router tau (> 0): router, sparse kernel "

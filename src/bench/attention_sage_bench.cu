@@ -231,7 +231,7 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
     j["kernel_ms"]["flash_bf16"] = ms;
   }
   prepass();
-  for (SageVariant v : {SageVariant::w4, SageVariant::wgmma_pp3, SageVariant::wgmma_pp3_mc}) {
+  for (SageVariant v : {SageVariant::w4, SageVariant::wgmma_pp3}) {
     SageAttentionParams ap{b, S, H, out, H * kHeadDim, v};
     const char* name = sage_variant_name(v);
     if (!opt.kernels.empty() &&

@@ -75,15 +75,13 @@ cudaError_t sage_prepass(const SagePrepassParams& p, cudaStream_t stream);
 // sm_90 with a binary lacking sm_90a code). Both use RowSum::p8 (attention_sage.h). Other schedules
 // (w8, two-consumer and free-running wgmma) measured slower at the seed shape and were retired
 // (bench/RESULTS.md).
-// wgmma_pp3_mc (experiment): wgmma_pp3 with the K/V loads of two CTAs shared through a cluster
-// multicast (dense only; sparse runs wgmma_pp3). H3RT_SAGE_MC=1 makes it `automatic` on sm_90.
-enum class SageVariant { automatic, w4, wgmma_pp3, wgmma_pp3_mc };
+enum class SageVariant { automatic, w4, wgmma_pp3 };
 const char* sage_variant_name(SageVariant v);
 // The variant `automatic` runs on the current device with this binary (w4 or wgmma_pp3; others
 // unchanged), and the query rows one CTA of a variant computes (its query tile: the router must
 // pool over the same tiles). Throws nothing; a device query failure gives w4.
 SageVariant sage_resolve_variant(SageVariant v);
-int64_t sage_query_tile(SageVariant v);  // v resolved: 192 (wgmma_pp3*) or 64 (w4)
+int64_t sage_query_tile(SageVariant v);  // v resolved: 192 (wgmma_pp3) or 64 (w4)
 
 struct SageAttentionParams {
   SageBuffers buf;  // filled by sage_prepass
@@ -110,7 +108,7 @@ cudaError_t sage_attention(const SageAttentionParams& p, cudaStream_t stream);
 
 namespace detail {
 // The wgmma kernels (attention_wgmma_sm90.cu); arguments already checked by sage_attention.
-cudaError_t sage_attention_wgmma(const SageAttentionParams& p, bool multicast, cudaStream_t stream);
+cudaError_t sage_attention_wgmma(const SageAttentionParams& p, cudaStream_t stream);
 }  // namespace detail
 
 }  // namespace h3rt::attention_sage

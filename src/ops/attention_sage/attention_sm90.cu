@@ -26,7 +26,6 @@
 #include <cuda_fp8.h>
 
 #include <climits>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -326,9 +325,7 @@ cudaError_t launch(const SageAttentionParams& p, cudaStream_t stream) {
 // w4.
 SageVariant resolve(SageVariant v, bool sm90) {
   if (v != SageVariant::automatic) return v;
-  if (!sm90 || !cuda::compiled_arch_listed("90a")) return SageVariant::w4;
-  const char* mc = std::getenv("H3RT_SAGE_MC");  // experiment switch (session 39)
-  return mc && std::string(mc) == "1" ? SageVariant::wgmma_pp3_mc : SageVariant::wgmma_pp3;
+  return sm90 && cuda::compiled_arch_listed("90a") ? SageVariant::wgmma_pp3 : SageVariant::w4;
 }
 
 // The block list's shape matches the variant's tiling of (S, H).
@@ -359,9 +356,9 @@ cudaError_t sage_attention(const SageAttentionParams& p, cudaStream_t stream) {
   if (!sage_runs_on(major * 10 + minor)) return cudaErrorNotSupported;
   const SageVariant v = resolve(p.variant, sm90);
   if (p.blocks.enabled() && !blocks_fit(p, v)) return cudaErrorInvalidValue;
-  if (v == SageVariant::wgmma_pp3 || v == SageVariant::wgmma_pp3_mc) {
+  if (v == SageVariant::wgmma_pp3) {
     if (!sm90) return cudaErrorNotSupported;
-    return detail::sage_attention_wgmma(p, v == SageVariant::wgmma_pp3_mc, stream);
+    return detail::sage_attention_wgmma(p, stream);
   }
   return launch(p, stream);
 }
@@ -385,7 +382,7 @@ SageVariant sage_resolve_variant(SageVariant v) {
 }
 
 int64_t sage_query_tile(SageVariant v) {
-  return v == SageVariant::wgmma_pp3 || v == SageVariant::wgmma_pp3_mc ? 192 : 16 * kW;
+  return v == SageVariant::wgmma_pp3 ? 192 : 16 * kW;
 }
 
 const char* sage_variant_name(SageVariant v) {
@@ -396,8 +393,6 @@ const char* sage_variant_name(SageVariant v) {
       return "w4";
     case SageVariant::wgmma_pp3:
       return "wgmma_pp3";
-    case SageVariant::wgmma_pp3_mc:
-      return "wgmma_pp3_mc";
   }
   return "?";
 }

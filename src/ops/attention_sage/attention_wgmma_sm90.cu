@@ -21,8 +21,9 @@
 //   of block p. The phases of the consumers take turns (round robin through named barriers), so
 //   one consumer's softmax overlaps the others' matrix products.
 // Measured at the seed shape on an H200 this (wgmma_pp3) beat every other schedule we tried:
-// free-running consumers, two consumers of 64 rows with or without turns, and the O update
-// overlapped with the next QK product (bench/RESULTS.md; those variants were retired).
+// free-running consumers, two consumers of 64 rows with or without turns, the O update
+// overlapped with the next QK product, and two CTAs of a cluster sharing each K/V load by TMA
+// multicast (half the L2 reads, no fewer joules per block) (bench/RESULTS.md; all retired).
 // Block-sparse form (kSparse): the CTA visits only the key blocks its list names (ascending),
 // in list order; every visited block is computed exactly as in the dense kernel, so a full list
 // gives the dense output bit for bit. CTAs whose rows all lie past S exit at once.
@@ -156,33 +157,16 @@ struct KeyBlocks {
 // TMA loads, issued by one thread (thread 0). The block at position t goes to stage
 // t % kStages (use parity (t / kStages) & 1) once every consumer released the block that used
 // the stage before (t - kStages).
-// kMc (experiment): two CTAs of a cluster, adjacent query tiles of one head, share the K and V
-// loads: each loads 64 of the 128 rows of both tiles and multicasts them to both, so a stage is
-// refilled only once the consumers of both CTAs released it (each empty barrier counts both).
-template <bool kMc>
 struct Loader {
   const CUtensorMap* k;
   const CUtensorMap* v;
   int row0, v_row0;  // first K row of the head (h * Sp), first V^T row (h * 128)
-  uint32_t rank;     // kMc: this CTA's rank in its pair (the peer is rank ^ 1)
   // Loads key block kb into stage s, whose previous use had parity `parity ^ 1`.
   __device__ void block(const Smem& sm, int s, uint32_t parity, int kb) const {
     bar_wait(sm.empty(s), parity ^ 1);
     bar_expect_tx(sm.full(s), 2 * kTileBytes);
-    if constexpr (kMc) {
-      const uint32_t off = rank * (kTileBytes / 2);
-      const int r = static_cast<int>(rank) * (kBN / 2);
-      tma_load_2d_multicast(sm.k(s) + off, k, sm.full(s), 0, row0 + kb * kBN + r, 0x3);
-      tma_load_2d_multicast(sm.v(s) + off, v, sm.full(s), kb * kBN, v_row0 + r, 0x3);
-    } else {
-      tma_load_2d(sm.k(s), k, sm.full(s), 0, row0 + kb * kBN);
-      tma_load_2d(sm.v(s), v, sm.full(s), kb * kBN, v_row0);
-    }
-  }
-  // A consumer warp's release of stage s (lane 0): here and, kMc, in the peer.
-  __device__ void release(const Smem& sm, int s) const {
-    bar_arrive(sm.empty(s));
-    if constexpr (kMc) bar_arrive_remote(sm.empty(s), rank ^ 1u);
+    tma_load_2d(sm.k(s), k, sm.full(s), 0, row0 + kb * kBN);
+    tma_load_2d(sm.v(s), v, sm.full(s), kb * kBN, v_row0);
   }
 };
 
@@ -277,11 +261,10 @@ __device__ __forceinline__ void pv_issue(const Smem& sm, int s, const uint32_t (
 
 // After the PV wgmma of stage s completed: frees the stage, O = O*alpha + Ob and
 // l = l*alpha + lb (ob[64] and ob[66]: the whole row sums of P8 of rows r0 and r0 + 8).
-template <bool kMc>
-__device__ __forceinline__ void pv_finish(const Smem& sm, const Loader<kMc>& ld, int s, int lane,
-                                          Softmax& st, float (&ob)[68], float (&o)[64]) {
+__device__ __forceinline__ void pv_finish(const Smem& sm, int s, int lane, Softmax& st,
+                                          float (&ob)[68], float (&o)[64]) {
   reg_fence(ob);
-  if (lane == 0) ld.release(sm, s);
+  if (lane == 0) bar_arrive(sm.empty(s));
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = o[i] * st.alpha[(i / 2) % 2] + ob[i];
 #pragma unroll
@@ -305,9 +288,9 @@ __device__ __forceinline__ void qk_issue(uint32_t full, uint32_t parity, uint64_
 // Consumer c (0..C-1) of the CTA over the n key blocks of `kb` (positions t = 0..n-1).
 // Phases: QK(0) | PV(t-1), QK(t) for t = 1..n-1 | PV(n-1); the softmax of block t follows the
 // phase that issued QK(t). PV(t-1) completes and O is updated before QK(t) is issued.
-template <bool kNvfp4, bool kSparse, bool kMc>
-__device__ __forceinline__ void consumer(const Args& a, const Smem& sm, const Loader<kMc>& ld,
-                                         int c, int h, int q0, KeyBlocks<kSparse> kb, int n) {
+template <bool kNvfp4, bool kSparse>
+__device__ __forceinline__ void consumer(const Args& a, const Smem& sm, const Loader& ld, int c,
+                                         int h, int q0, KeyBlocks<kSparse> kb, int n) {
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int64_t hq = static_cast<int64_t>(h) * (a.padded / kQWarpRows * 8);
   // Rows past the padded length (last CTA of a 192-row tiling) use a valid scale; not written.
@@ -355,7 +338,7 @@ __device__ __forceinline__ void consumer(const Args& a, const Smem& sm, const Lo
     named_sync(my_bar, 256);
     pv_issue(sm, s_prev, pa, ob);
     wg_wait<0>();
-    pv_finish(sm, ld, s_prev, lane, st, ob, o);
+    pv_finish(sm, s_prev, lane, st, ob, o);
     qk_issue(full, ph_t, dk, da, acc);
     named_arrive(my_bar == C ? 1 : my_bar + 1, 256);  // other_bar: kept live, it spilled
     // Behind this phase's matrix products: the stage of position t + kAhead last held t - 3,
@@ -380,7 +363,7 @@ __device__ __forceinline__ void consumer(const Args& a, const Smem& sm, const Lo
     pv_issue(sm, (n - 1) % kStages, pa, ob);
     if (c != C - 1) named_arrive(other_bar, 256);
     wg_wait<0>();
-    pv_finish(sm, ld, (n - 1) % kStages, lane, st, ob, o);
+    pv_finish(sm, (n - 1) % kStages, lane, st, ob, o);
   }
 
   // Normalize: o * v_scale / l (l sums P8 = 448 p in e4m3, whole rows); bf16 pairs, written
@@ -398,7 +381,7 @@ __device__ __forceinline__ void consumer(const Args& a, const Smem& sm, const Lo
                                     word);
 }
 
-template <bool kNvfp4, bool kSparse, bool kMc>
+template <bool kNvfp4, bool kSparse>
 __global__ void __launch_bounds__(Shape::kThreads, 1)
     sage_wgmma_kernel(const __grid_constant__ CUtensorMap tm_q,
                       const __grid_constant__ CUtensorMap tm_k,
@@ -428,7 +411,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     bar_init(sm.q_full(), 1);
     for (int s = 0; s < kStages; ++s) {
       bar_init(sm.full(s), 1);
-      bar_init(sm.empty(s), 4 * C * (kMc ? 2 : 1));  // one arrival per consumer warp
+      bar_init(sm.empty(s), 4 * C);  // one arrival per consumer warp
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -441,24 +424,19 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     }
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   }
-  // kMc: the peer's barriers are initialized before any multicast or remote arrival reaches them.
-  if constexpr (kMc)
-    cluster_sync();
-  else
-    __syncthreads();
-  const Loader<kMc> ld{&tm_k, &tm_v, h * a.padded, h * kD, kMc ? cluster_rank() : 0u};
+  __syncthreads();
+  const Loader ld{&tm_k, &tm_v, h * a.padded, h * kD};
   if (threadIdx.x == 0) {
     bar_expect_tx(sm.q_full(), Shape::kBM * 128);
     tma_load_2d(sm.q, &tm_q, sm.q_full(), 0, h * a.padded + q0);
     for (int t = 0; t <= kAhead && t < n; ++t) ld.block(sm, t, 0, kb[t]);  // kAhead < kStages
   }
-  consumer<kNvfp4, kSparse, kMc>(a, sm, ld, wg, h, q0, kb, n);
-  if constexpr (kMc) cluster_sync();  // the peer's last remote arrivals land before this CTA exits
+  consumer<kNvfp4, kSparse>(a, sm, ld, wg, h, q0, kb, n);
 }
 
 #else  // not sm_90a: an empty body keeps the symbol.
 
-template <bool kNvfp4, bool kSparse, bool kMc>
+template <bool kNvfp4, bool kSparse>
 __global__ void sage_wgmma_kernel(const __grid_constant__ CUtensorMap,
                                   const __grid_constant__ CUtensorMap,
                                   const __grid_constant__ CUtensorMap, Args) {}
@@ -473,17 +451,14 @@ bool make_map(CUtensorMap* map, const void* base, uint64_t cols, uint64_t rows,
                                   box_rows, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
-cudaError_t launch(const SageAttentionParams& p, bool multicast, cudaStream_t stream) {
+cudaError_t launch(const SageAttentionParams& p, cudaStream_t stream) {
   using Sh = Shape;
   const uint64_t sp = static_cast<uint64_t>(padded_len(p.seq));
   const uint64_t heads = static_cast<uint64_t>(p.heads);
-  const bool sparse = p.blocks.enabled();
-  const bool mc = multicast && !sparse;  // sparse CTAs of a pair visit different key blocks
-  const uint32_t kv_rows = mc ? kBN / 2 : kBN;
   CUtensorMap maps[3];
   if (!make_map(&maps[0], p.buf.q8, kD, heads * sp, Sh::kBM) ||
-      !make_map(&maps[1], p.buf.k8, kD, heads * sp, kv_rows) ||
-      !make_map(&maps[2], p.buf.v8t, sp, heads * kD, kv_rows))
+      !make_map(&maps[1], p.buf.k8, kD, heads * sp) ||
+      !make_map(&maps[2], p.buf.v8t, sp, heads * kD))
     return cudaErrorInvalidValue;
   const Args a{p.buf.q_scale,
                p.buf.k_scale,
@@ -498,40 +473,26 @@ cudaError_t launch(const SageAttentionParams& p, bool multicast, cudaStream_t st
   // The NVFP4 epilogue is its own instantiation: kept out of the plain kernel, whose main loop
   // it would otherwise crowd (more spills measured with ptxas -v); so is the sparse form, which
   // leaves the dense kernel's code as it was.
-  const bool f4 = p.nvfp4.enabled();
-  auto kernel =
-      mc   ? (f4 ? sage_wgmma_kernel<true, false, true> : sage_wgmma_kernel<false, false, true>)
-      : f4 ? (sparse ? sage_wgmma_kernel<true, true, false> : sage_wgmma_kernel<true, false, false>)
-      : sparse ? sage_wgmma_kernel<false, true, false>
-               : sage_wgmma_kernel<false, false, false>;
+  const bool sparse = p.blocks.enabled();
+  auto kernel = p.nvfp4.enabled()
+                    ? (sparse ? sage_wgmma_kernel<true, true> : sage_wgmma_kernel<true, false>)
+                    : (sparse ? sage_wgmma_kernel<false, true> : sage_wgmma_kernel<false, false>);
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::kSmem);
   if (e != cudaSuccess) return e;
-  unsigned tiles = static_cast<unsigned>((sp + Sh::kBM - 1) / Sh::kBM);
-  if (mc) tiles += tiles % 2;  // whole pairs: an extra tile's rows lie past S (not written)
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(tiles, static_cast<unsigned>(p.heads));
-  cfg.blockDim = dim3(Sh::kThreads);
-  cfg.dynamicSmemBytes = Sh::kSmem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = 2;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = mc ? 1 : 0;  // plain launches stay as they were
-  return cudaLaunchKernelEx(&cfg, kernel, maps[0], maps[1], maps[2], a);
+  const dim3 grid(static_cast<unsigned>((sp + Sh::kBM - 1) / Sh::kBM),
+                  static_cast<unsigned>(p.heads));
+  kernel<<<grid, Sh::kThreads, Sh::kSmem, stream>>>(maps[0], maps[1], maps[2], a);
+  return cudaGetLastError();
 }
 
 }  // namespace
 
 namespace detail {
 
-cudaError_t sage_attention_wgmma(const SageAttentionParams& p, bool multicast,
-                                 cudaStream_t stream) {
+cudaError_t sage_attention_wgmma(const SageAttentionParams& p, cudaStream_t stream) {
   if (!cuda::compiled_arch_listed("90a")) return cudaErrorNotSupported;
-  return launch(p, multicast, stream);
+  return launch(p, stream);
 }
 
 }  // namespace detail
