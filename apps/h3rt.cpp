@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "cli/commands.h"
+#include "h3rt/build_info.h"
 #include "h3rt/check.h"
 #include "h3rt/pipeline.h"
 
@@ -11,6 +12,10 @@ int main(int argc, char** argv) {
   CLI::App app{"h3rt: MiniMax H3 audio-video diffusion runtime"};
   app.require_subcommand(1);
   app.fallthrough(false);
+  app.set_version_flag(
+      "--version", [] { return h3rt::build_summary(h3rt::build_info()); },
+      "Print h3rt's version and what this build holds (CUDA archs, toolkit, driver, int8 GEMM "
+      "paths) and exit");
   app.add_flag_callback(
       "--verbose", [] { h3rt::set_error_locations(true); },
       "Errors also name the failed check's source file and line (as H3RT_DEBUG=1 does); give it "

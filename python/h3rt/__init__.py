@@ -21,13 +21,13 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ._h3rt import (Cancelled, Model, __version__, audio_sigma_from_video, latent_shape,
-                    sigma_grid, simple_sigmas, t2va_layout, timestep_plan)
+from ._h3rt import (Cancelled, Model, __version__, audio_sigma_from_video, build_info,
+                    latent_shape, sigma_grid, simple_sigmas, t2va_layout, timestep_plan)
 from . import _h3rt
 
 __all__ = ["Cancelled", "Model", "load", "preset", "sample", "t2va_layout", "timestep_plan",
            "sigma_grid", "simple_sigmas", "audio_sigma_from_video", "latent_shape", "selftest",
-           "__version__"]
+           "build_info", "__version__"]
 
 
 def _lora_list(loras):

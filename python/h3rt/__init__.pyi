@@ -169,5 +169,9 @@ def selftest(seed: int = 0) -> dict[str, Any]:
     {"passed", "device", "compute_capability", "gpu_suite_ran_on_this_arch", "seed", "cases":
     [{"name", "result": "passed" | "failed" | "skipped", "detail", "seconds"}]}. RuntimeError
     without a CUDA backend or device."""
+def build_info() -> dict[str, Any]:
+    """What this build holds, as `h3rt --version` prints it ("summary"): {"version", "cuda",
+    "cuda_archs", "cuda_build_version", "cuda_driver_version", "cutlass_int8_sm90",
+    "cutlass_int8_sm80", "summary"}. Needs no GPU."""
 def audio_sigma_from_video(sigma: float, video_shift: float = 12.0,
                            audio_shift: float = 3.0) -> float: ...

@@ -12,6 +12,7 @@
 #include "arrays.h"
 #include "conditioning.h"
 #include "device_arrays.h"
+#include "h3rt/build_info.h"
 #include "h3rt/device.h"
 #include "h3rt/pipeline.h"
 #include "h3rt/selftest.h"
@@ -898,5 +899,21 @@ NB_MODULE(_h3rt, m) {
       arg("seed"));
   m.def("_untested_arch_note",
         [] { return h3rt::untested_arch_note(h3rt::cuda_device_cc(h3rt::cuda_current_device())); });
+  m.def(
+      "build_info",
+      [] {
+        const h3rt::BuildInfo b = h3rt::build_info();
+        nb::dict d;
+        d["version"] = b.version, d["cuda"] = b.cuda, d["cuda_archs"] = b.cuda_archs;
+        d["cuda_build_version"] = b.cuda_build_version;
+        d["cuda_driver_version"] = b.cuda_driver_version;
+        d["cutlass_int8_sm90"] = b.cutlass_int8_sm90, d["cutlass_int8_sm80"] = b.cutlass_int8_sm80;
+        d["summary"] = h3rt::build_summary(b);
+        return d;
+      },
+      "What this build holds, as `h3rt --version` prints it (\"summary\"): version, CUDA backend "
+      "and its archs (\"90a,121a\"), the CUDA toolkit it was built with and the one the driver "
+      "runs (13000 = 13.0; 0: no driver), and whether the int8 GEMMs run CUTLASS on sm_90 and "
+      "sm_12x. Needs no GPU.");
   m.attr("__version__") = H3RT_VERSION_STRING;
 }

@@ -529,3 +529,15 @@ def test_untested_arch_note_warns_once_per_arch(monkeypatch):
         monkeypatch.setattr(h3rt._h3rt, "_untested_arch_note", lambda: "")
         h3rt._note_untested_arch()  # sm_90: nothing to say
 
+
+
+def test_build_info_names_version_and_backend():
+    info = h3rt.build_info()
+    assert info["version"] == h3rt.__version__
+    assert info["summary"].startswith(f"h3rt {h3rt.__version__}\n")
+    if info["cuda"]:
+        for arch in info["cuda_archs"].split(","):
+            assert f"sm_{arch}" in info["summary"]
+        assert info["cuda_build_version"] >= 11000
+    else:
+        assert "CPU only" in info["summary"]

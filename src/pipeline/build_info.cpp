@@ -1,0 +1,62 @@
+// build_info(): what the build compiled in (H3RT_VERSION_STRING and H3RT_CUDA_ARCH_LIST come
+// from CMake; the int8 GEMM paths from their own TUs) and the driver's CUDA version.
+#include "h3rt/build_info.h"
+
+#ifdef H3RT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "ops/int8_linear/int8_linear_paths.h"
+#endif
+
+namespace h3rt {
+namespace {
+
+std::string cuda_version_text(int v) {
+  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+}
+
+// "90a,121a" -> "sm_90a, sm_121a"
+std::string arch_words(const std::string& list) {
+  std::string out, arch;
+  for (size_t i = 0; i <= list.size(); ++i) {
+    if (i < list.size() && list[i] != ',') {
+      arch += list[i];
+      continue;
+    }
+    if (!arch.empty()) out += (out.empty() ? "sm_" : ", sm_") + arch;
+    arch.clear();
+  }
+  return out;
+}
+
+}  // namespace
+
+BuildInfo build_info() {
+  BuildInfo b;
+  b.version = H3RT_VERSION_STRING;
+#ifdef H3RT_HAVE_CUDA
+  b.cuda = true;
+  b.cuda_archs = H3RT_CUDA_ARCH_LIST;
+  b.cuda_build_version = CUDART_VERSION;
+  if (cudaDriverGetVersion(&b.cuda_driver_version) != cudaSuccess) b.cuda_driver_version = 0;
+  b.cutlass_int8_sm90 = ops::int8_detail::cutlass_sm90_compiled();
+  b.cutlass_int8_sm80 = ops::int8_detail::cutlass_sm80_compiled();
+#endif
+  return b;
+}
+
+std::string build_summary(const BuildInfo& b) {
+  std::string s = "h3rt " + b.version + "\n";
+  if (!b.cuda) return s + "CUDA backend: not built (CPU only)";
+  s += "CUDA backend: kernels for " + arch_words(b.cuda_archs) + ", built with CUDA " +
+       cuda_version_text(b.cuda_build_version) + "; ";
+  s += b.cuda_driver_version > 0
+           ? "the driver runs CUDA " + cuda_version_text(b.cuda_driver_version)
+           : "no CUDA driver found";
+  const auto gemm = [](bool cutlass) { return std::string(cutlass ? "CUTLASS" : "cuBLASLt"); };
+  s += "; int8 GEMMs: " + gemm(b.cutlass_int8_sm90) + " on sm_90, " + gemm(b.cutlass_int8_sm80) +
+       " on sm_12x";
+  return s;
+}
+
+}  // namespace h3rt
