@@ -433,6 +433,15 @@ def _run_selftest():
     return _import_h3rt().selftest()
 
 
+def _build_line():
+    """`h3rt --version` on one line (version, CUDA archs, toolkit, driver, int8 GEMM paths): what
+    a report of a failure needs; or why h3rt is not importable."""
+    try:
+        return _import_h3rt().build_info()["summary"].replace("\n", "; ")
+    except Fallback as e:
+        return str(e)
+
+
 def selftest_verdict():
     """None when h3rt's GPU kernels may run on torch's current GPU, else why not. h3rt's own GPU
     test suite has run on sm_90 only; on another arch (Blackwell: sm_100/120/121) h3rt.selftest()
@@ -454,7 +463,8 @@ def selftest_verdict():
             why = None if r["passed"] else (
                 f"h3rt's self-test failed on {r['device']} (seed {r['seed']}): "
                 + "; ".join(failed[:2] or ["no case ran"])
-                + "; h3rt's GPU results would not be trusted here (please report it)")
+                + "; h3rt's GPU results would not be trusted here (please report it with: "
+                + _build_line() + ")")
         if why:
             log.warning("h3rt: %s", why)
         else:
@@ -732,8 +742,8 @@ class H3rtWrapper:
                         "(h3rt then holds its own copy of those on %s; int8/uint8 and bf16 weights "
                         "are used in place)", len(moved), self.device)
         model = load(state, **opts)
-        log.info("h3rt: engine built (%s, hidden %d, %d layers, %s)", model.device,
-                 model.config["hidden"], model.config["layers"], model.precision)
+        log.info("h3rt: engine built (%s, hidden %d, %d layers, %s; %s)", model.device,
+                 model.config["hidden"], model.config["layers"], model.precision, _build_line())
         return model
 
 

@@ -397,6 +397,13 @@ def test_failed_selftest_sends_every_call_to_comfyui_naming_the_case(gpu_arch, c
     msgs = [r.getMessage() for r in caplog.records]
     assert any("self-test failed on GPU B (sm_121) (seed 7): forward nvfp4: video max" in m
                for m in msgs), msgs
+    # a report names the build (h3rt --version), or why the package is missing
+    try:
+        import h3rt
+        build = f"please report it with: h3rt {h3rt.__version__}; CUDA backend: "
+    except ImportError:
+        build = "please report it with: the h3rt package is not importable"
+    assert any(build in m for m in msgs), msgs
     # device cpu never asks
     _, out, _ = patched(Loader(), device="cpu")
     sample_call(out, x, ts, ctx, minimax_payload=t2va_payload())
