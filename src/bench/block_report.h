@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bench/device_info.h"
+#include "bench/kernel_timeline.h"
 #include "bench/telemetry.h"
 #include "h3rt/layout.h"
 #include "h3rt/model.h"
@@ -30,6 +31,8 @@ struct BlockMeasurements {
   std::vector<double> instrumented_ms, uninstrumented_ms, graph_ms;
   int launcher_calls = 0;
   int64_t graph_nodes = 0, cupti_kernels = -1;  // -1: not counted (built without CUPTI)
+  bool has_timeline = false;                    // CUPTI: the kernels of one graph replay
+  KernelTimeline timeline;
   int64_t peak_allocated = 0, peak_reserved = 0;
   DeviceInfo device;
   BlockTelemetry telemetry;  // SM clock, power and energy (unavailable without NVML)

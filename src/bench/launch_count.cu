@@ -3,15 +3,17 @@
 #ifdef H3RT_HAVE_CUPTI
 #include <cupti.h>
 
-#include <atomic>
+#include <algorithm>
 #include <cstdlib>
+#include <mutex>
 
 #include "cuda/runtime.h"
 
 namespace h3rt::bench {
 namespace {
 
-std::atomic<int64_t> g_kernels{0};
+std::mutex g_mutex;  // CUPTI may deliver buffers on its own thread
+std::vector<KernelSpan> g_spans;
 
 void check(CUptiResult r, const char* what) {
   if (r == CUPTI_SUCCESS) return;
@@ -28,25 +30,47 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
 
 void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
   CUpti_Activity* rec = nullptr;
+  std::lock_guard<std::mutex> lock(g_mutex);
   while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS)
     if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL ||
-        rec->kind == CUPTI_ACTIVITY_KIND_KERNEL)
-      ++g_kernels;
+        rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
+      const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
+      g_spans.push_back({k->start, k->end, k->name ? k->name : "", true});
+    } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
+      const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
+      g_spans.push_back({m->start, m->end, "[memset]", false});
+    } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+      const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
+      g_spans.push_back({m->start, m->end, "[memcpy]", false});
+    }
   std::free(buffer);
 }
 
 }  // namespace
 
-int64_t count_kernel_launches(const std::function<void()>& work) {
+std::vector<KernelSpan> record_kernels(const std::function<void()>& work) {
   H3RT_CUDA_CHECK(cudaDeviceSynchronize());
   check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed), "register callbacks");
-  check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "enable kernel activity");
-  g_kernels = 0;
+  constexpr CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+                                          CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_MEMCPY};
+  for (auto k : kinds) check(cuptiActivityEnable(k), "enable activity");
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_spans.clear();
+  }
   work();
   H3RT_CUDA_CHECK(cudaDeviceSynchronize());
   check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "flush");
-  check(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "disable kernel activity");
-  return g_kernels.load();
+  for (auto k : kinds) check(cuptiActivityDisable(k), "disable activity");
+  std::vector<KernelSpan> out;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  out.swap(g_spans);
+  return out;
+}
+
+int64_t count_kernel_launches(const std::function<void()>& work) {
+  const auto spans = record_kernels(work);
+  return std::count_if(spans.begin(), spans.end(), [](const KernelSpan& k) { return k.kernel; });
 }
 
 }  // namespace h3rt::bench

@@ -253,6 +253,18 @@ StepMeasurements measure_steps(const StepBenchOptions& o, Setup& st) {
   }
   m.graph_telemetry.energy.end_mj = telemetry.energy_mj();
   telemetry.stop();
+#ifdef H3RT_HAVE_CUPTI
+  if (!m.graph.empty()) {  // one more graph step, outside the figures above
+    m.timeline = kernel_timeline(record_kernels([&] { session.forward(inputs(0)); }));
+    m.has_timeline = true;
+    std::fprintf(stderr,
+                 "bench step: one more graph step, %lld kernels: %.1f ms from the first kernel's "
+                 "start to the last one's end, %.2f ms of it (%.2f%%) between kernels\n",
+                 static_cast<long long>(m.timeline.kernels), m.timeline.span_us / 1e3,
+                 m.timeline.idle_us / 1e3,
+                 m.timeline.span_us > 0 ? 100.0 * m.timeline.idle_us / m.timeline.span_us : 0.0);
+  }
+#endif
   m.telemetry_header = telemetry.header_json();
   m.eager_telemetry.power = summarize(telemetry.samples(), eager_windows);
   m.graph_telemetry.power = summarize(telemetry.samples(), graph_windows);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bench/device_info.h"
+#include "bench/kernel_timeline.h"
 #include "bench/telemetry.h"
 #include "h3rt/layout.h"
 #include "h3rt/model.h"
@@ -53,6 +54,8 @@ struct StepMeasurements {
   int64_t graph_nodes = 0;
   int block_launches = 10;     // launcher calls of one block (model::kBlockLaunches, + 4 fp8)
   int64_t cupti_kernels = -1;  // per eager step; -1: not counted (built without CUPTI)
+  bool has_timeline = false;   // CUPTI: the device work of one more CUDA graph step
+  KernelTimeline timeline;
   int64_t weight_bytes = 0;    // device bytes of the model
   int64_t peak_allocated = 0, peak_reserved = 0;
   DeviceInfo device;

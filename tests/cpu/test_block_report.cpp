@@ -39,6 +39,14 @@ TEST(BlockReport, SeedShapedSchemaWithRooflinesAndRatios) {
   EXPECT_DOUBLE_EQ(roof.at("h200_hbm_4.8TBps_ms").get<double>(), swiglu_bytes / 4.8e9);
   EXPECT_DOUBLE_EQ(roof.at("achieved_GBps").get<double>(), swiglu_bytes / 2e6);
   EXPECT_TRUE(r.at("roofline").at("qkv_projection").contains("achieved_TFLOPs"));
+  EXPECT_FALSE(r.contains("kernel_timeline"));  // not recorded (no CUPTI)
+
+  m.has_timeline = true;
+  m.timeline = bench::kernel_timeline({{0, 5000, "a"}, {7000, 9000, "b"}});
+  const nlohmann::json t = bench::block_report(c, layout, m).at("kernel_timeline");
+  EXPECT_EQ(t.at("kernels").get<int64_t>(), 2);
+  EXPECT_DOUBLE_EQ(t.at("idle_ms").get<double>(), 0.002);
+  EXPECT_DOUBLE_EQ(t.at("span_ms").get<double>(), 0.009);
 }
 
 // The workload names the GEMM and attention paths that ran.

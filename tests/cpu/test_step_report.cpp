@@ -60,6 +60,15 @@ TEST(StepReport, SchemaMediansAndGraphComparison) {
   EXPECT_DOUBLE_EQ(r.at("velocity_checksums").at("video").at("sum").get<double>(), 3.0);
   EXPECT_TRUE(r.contains("peak_device_bytes"));
   EXPECT_TRUE(r.contains("setup"));
+  EXPECT_FALSE(r.contains("kernel_timeline"));  // not recorded (no CUPTI)
+
+  auto m = measurements();
+  m.has_timeline = true;
+  m.timeline = bench::kernel_timeline({{0, 5000, "a"}, {6000, 9000, "[memcpy]", false}});
+  const nlohmann::json t = bench::step_report(c, layout, m).at("kernel_timeline");
+  EXPECT_EQ(t.at("kernels").get<int64_t>(), 1);
+  EXPECT_EQ(t.at("memsets_and_memcpys").get<int64_t>(), 1);
+  EXPECT_DOUBLE_EQ(t.at("idle_fraction").get<double>(), 1.0 / 9.0);
 }
 
 TEST(StepReport, DifferentGraphVelocitiesAreReported) {
