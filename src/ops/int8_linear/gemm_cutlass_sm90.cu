@@ -4,9 +4,10 @@
 // multicast to both CTAs), with the exact two-scale EVT epilogue of gemm_cutlass_sm90_kernel.cuh.
 // The other tile configurations live in gemm_cutlass_sm90_<config>.cu (one TU each, so that they
 // compile in parallel). This TU also holds the shared availability and alignment checks.
-// Compiled only with the CUTLASS headers and the CMake option H3RT_CUTLASS_SM90 ON;
-// CUTLASS's sm90 kernels are empty stubs for other archs
-// (the dispatcher sends only compute capability 9.0 here).
+// Compiled only with the CUTLASS headers and the CMake option H3RT_CUTLASS_SM90 ON. CUTLASS 4.2
+// builds these kernels for sm_120a/121a too (TMA and epilogue code, the wgmma replaced by a
+// trap; ptxas's multicast advisory there comes from them), but the dispatcher sends only
+// compute capability 9.0 here: sm_12x runs the mma.sync kernel (gemm_cutlass_sm80.cu).
 #include <cstdint>
 
 #include "cuda/runtime.h"
