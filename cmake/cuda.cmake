@@ -26,6 +26,16 @@ set(H3RT_CUTLASS_DIR "${H3RT_DEPS_DIR}/cutlass/include" CACHE PATH "CUTLASS incl
 # compilation is checked (CI, to keep its time); the mma.sync int8 GEMM of sm_120/121 is always
 # built when the headers are there.
 option(H3RT_CUTLASS_SM90 "With CUTLASS headers: build the sm_90a CUTLASS GEMMs" ON)
+# pip builds (scikit-build-core) run no install script first: where the default folder has no
+# CUTLASS headers, fetch them as tools/install_cutlass.sh does (the nvidia-cutlass wheel alone,
+# headers only, into .deps/cutlass; a failed download leaves the build on cuBLASLt), so that
+# `pip install ./python` gets the CUTLASS int8 GEMMs, the only fast int8 path on sm_120/121.
+if(H3RT_HAVE_CUDA AND DEFINED SKBUILD AND NOT EXISTS "${H3RT_CUTLASS_DIR}/cutlass/cutlass.h" AND
+   H3RT_CUTLASS_DIR STREQUAL "${H3RT_DEPS_DIR}/cutlass/include")
+  message(STATUS "h3rt: no CUTLASS headers in ${H3RT_CUTLASS_DIR}: tools/install_cutlass.sh")
+  execute_process(COMMAND bash "${CMAKE_SOURCE_DIR}/tools/install_cutlass.sh"
+                          "${H3RT_DEPS_DIR}/cutlass")
+endif()
 if(H3RT_HAVE_CUDA)
   if(EXISTS "${H3RT_CUTLASS_DIR}/cutlass/cutlass.h")
     message(STATUS "h3rt: CUTLASS headers in ${H3RT_CUTLASS_DIR} (CUTLASS GEMMs built; sm_90a "
