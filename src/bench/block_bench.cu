@@ -254,9 +254,8 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
     model::block_forward_cuda(c, w, b, s);
     s.synchronize();
   });
-  reset_x();
-  s.synchronize();
-  const KernelTimeline timeline = kernel_timeline(record_kernels([&] {
+  reset_x();  // record_device_activity waits for it before recording
+  const KernelTimeline timeline = kernel_timeline(record_device_activity([&] {
     H3RT_CUDA_CHECK(cudaGraphLaunch(ge, s));
     s.synchronize();
   }));
@@ -264,7 +263,7 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
                "bench block: one graph replay, %lld kernels: %.3f ms from the first kernel's start "
                "to the last one's end, %.1f us of it (%.2f%%) between kernels\n",
                static_cast<long long>(timeline.kernels), timeline.span_us / 1e3, timeline.idle_us,
-               timeline.span_us > 0 ? 100.0 * timeline.idle_us / timeline.span_us : 0.0);
+               100.0 * timeline.idle_fraction());
 #endif
   H3RT_CUDA_CHECK(cudaGraphExecDestroy(ge));
   H3RT_CUDA_CHECK(cudaGraphDestroy(g));
@@ -291,7 +290,6 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
   m.graph_nodes = static_cast<int64_t>(graph_nodes);
   m.cupti_kernels = cupti_kernels;
 #ifdef H3RT_HAVE_CUPTI
-  m.has_timeline = true;
   m.timeline = timeline;
 #endif
   const auto mem = cuda::default_arena().stats();

@@ -182,9 +182,9 @@ nlohmann::json block_report(const H3Config& c, const SequenceLayout& layout,
       {"reps", m.uninstrumented_ms.size()},
       {"telemetry", block_telemetry_json(m.telemetry, block_ms, component_p50)},
   };
-  if (m.has_timeline)
+  if (m.timeline)
     report["kernel_timeline"] =
-        kernel_timeline_json(m.timeline,
+        kernel_timeline_json(*m.timeline,
                              "CUPTI kernel activity over one replay of the block's "
                              "CUDA graph (GPU timestamps)");
   if (m.nvfp4) report["nvfp4_fusion"] = nvfp4_fusion_report(c, S, m.nvfp4_static_input_scale);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,8 +32,8 @@ struct BlockMeasurements {
   std::vector<double> instrumented_ms, uninstrumented_ms, graph_ms;
   int launcher_calls = 0;
   int64_t graph_nodes = 0, cupti_kernels = -1;  // -1: not counted (built without CUPTI)
-  bool has_timeline = false;                    // CUPTI: the kernels of one graph replay
-  KernelTimeline timeline;
+  // CUPTI (unset without it): the kernels of one graph replay.
+  std::optional<KernelTimeline> timeline;
   int64_t peak_allocated = 0, peak_reserved = 0;
   DeviceInfo device;
   BlockTelemetry telemetry;  // SM clock, power and energy (unavailable without NVML)

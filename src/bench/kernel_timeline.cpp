@@ -118,7 +118,7 @@ nlohmann::json kernel_timeline_json(const KernelTimeline& t, const std::string& 
           {"span_ms", t.span_us / 1e3},
           {"busy_ms", t.busy_us / 1e3},
           {"idle_ms", t.idle_us / 1e3},
-          {"idle_fraction", t.span_us > 0 ? t.idle_us / t.span_us : 0.0},
+          {"idle_fraction", t.idle_fraction()},
           {"largest_gaps", gaps}};
 }
 

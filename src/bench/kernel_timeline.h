@@ -29,6 +29,7 @@ struct KernelTimeline {
   int64_t kernels = 0, copies = 0;  // copies: memsets and memcpys
   double span_us = 0, busy_us = 0, idle_us = 0;
   std::vector<KernelGap> largest;  // the longest gaps, longest first
+  double idle_fraction() const { return span_us > 0 ? idle_us / span_us : 0.0; }
 };
 
 // The timeline of `spans` (any order; overlapping kernels count once), keeping `keep` gaps.

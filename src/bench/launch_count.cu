@@ -48,7 +48,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
 
 }  // namespace
 
-std::vector<KernelSpan> record_kernels(const std::function<void()>& work) {
+std::vector<KernelSpan> record_device_activity(const std::function<void()>& work) {
   H3RT_CUDA_CHECK(cudaDeviceSynchronize());
   check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed), "register callbacks");
   constexpr CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
@@ -69,7 +69,7 @@ std::vector<KernelSpan> record_kernels(const std::function<void()>& work) {
 }
 
 int64_t count_kernel_launches(const std::function<void()>& work) {
-  const auto spans = record_kernels(work);
+  const auto spans = record_device_activity(work);
   return std::count_if(spans.begin(), spans.end(), [](const KernelSpan& k) { return k.kernel; });
 }
 

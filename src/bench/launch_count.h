@@ -14,9 +14,9 @@ namespace h3rt::bench {
 
 // Runs `work` (which must finish its GPU work before returning) with activity recording on, and
 // returns every kernel, memset and memcpy it ran on the device.
-std::vector<KernelSpan> record_kernels(const std::function<void()>& work);
+std::vector<KernelSpan> record_device_activity(const std::function<void()>& work);
 
-// The number of kernels `work` launched (record_kernels' kernels).
+// The number of kernels `work` launched (record_device_activity's kernels).
 int64_t count_kernel_launches(const std::function<void()>& work);
 
 }  // namespace h3rt::bench

@@ -255,14 +255,14 @@ StepMeasurements measure_steps(const StepBenchOptions& o, Setup& st) {
   telemetry.stop();
 #ifdef H3RT_HAVE_CUPTI
   if (!m.graph.empty()) {  // one more graph step, outside the figures above
-    m.timeline = kernel_timeline(record_kernels([&] { session.forward(inputs(0)); }));
-    m.has_timeline = true;
+    const KernelTimeline t =
+        kernel_timeline(record_device_activity([&] { session.forward(inputs(0)); }));
+    m.timeline = t;
     std::fprintf(stderr,
                  "bench step: one more graph step, %lld kernels: %.1f ms from the first kernel's "
                  "start to the last one's end, %.2f ms of it (%.2f%%) between kernels\n",
-                 static_cast<long long>(m.timeline.kernels), m.timeline.span_us / 1e3,
-                 m.timeline.idle_us / 1e3,
-                 m.timeline.span_us > 0 ? 100.0 * m.timeline.idle_us / m.timeline.span_us : 0.0);
+                 static_cast<long long>(t.kernels), t.span_us / 1e3, t.idle_us / 1e3,
+                 100.0 * t.idle_fraction());
   }
 #endif
   m.telemetry_header = telemetry.header_json();

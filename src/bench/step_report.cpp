@@ -185,9 +185,9 @@ nlohmann::json step_report(const H3Config& c, const SequenceLayout& layout,
   eager_t.name = "eager", eager_t.step_ms = eager_ms;
   graph_t.name = "cuda_graph", graph_t.step_ms = graph_ms;
   report["telemetry"] = steps_telemetry_json(m.telemetry_header, {eager_t, graph_t});
-  if (m.has_timeline)
+  if (m.timeline)
     report["kernel_timeline"] = kernel_timeline_json(
-        m.timeline,
+        *m.timeline,
         "CUPTI activity over one more CUDA graph step, not among the repetitions "
         "above (GPU timestamps; the step's host work before its first launch is "
         "outside the span)");

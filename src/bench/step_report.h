@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,8 +55,8 @@ struct StepMeasurements {
   int64_t graph_nodes = 0;
   int block_launches = 10;     // launcher calls of one block (model::kBlockLaunches, + 4 fp8)
   int64_t cupti_kernels = -1;  // per eager step; -1: not counted (built without CUPTI)
-  bool has_timeline = false;   // CUPTI: the device work of one more CUDA graph step
-  KernelTimeline timeline;
+  // CUPTI (unset without it): the device work of one more CUDA graph step.
+  std::optional<KernelTimeline> timeline;
   int64_t weight_bytes = 0;    // device bytes of the model
   int64_t peak_allocated = 0, peak_reserved = 0;
   DeviceInfo device;

@@ -41,7 +41,6 @@ TEST(BlockReport, SeedShapedSchemaWithRooflinesAndRatios) {
   EXPECT_TRUE(r.at("roofline").at("qkv_projection").contains("achieved_TFLOPs"));
   EXPECT_FALSE(r.contains("kernel_timeline"));  // not recorded (no CUPTI)
 
-  m.has_timeline = true;
   m.timeline = bench::kernel_timeline({{0, 5000, "a"}, {7000, 9000, "b"}});
   const nlohmann::json t = bench::block_report(c, layout, m).at("kernel_timeline");
   EXPECT_EQ(t.at("kernels").get<int64_t>(), 2);

@@ -63,7 +63,6 @@ TEST(StepReport, SchemaMediansAndGraphComparison) {
   EXPECT_FALSE(r.contains("kernel_timeline"));  // not recorded (no CUPTI)
 
   auto m = measurements();
-  m.has_timeline = true;
   m.timeline = bench::kernel_timeline({{0, 5000, "a"}, {6000, 9000, "[memcpy]", false}});
   const nlohmann::json t = bench::step_report(c, layout, m).at("kernel_timeline");
   EXPECT_EQ(t.at("kernels").get<int64_t>(), 1);
