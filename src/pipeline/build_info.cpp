@@ -2,6 +2,8 @@
 // from CMake; the int8 GEMM paths from their own TUs) and the driver's CUDA version.
 #include "h3rt/build_info.h"
 
+#include <algorithm>
+
 #ifdef H3RT_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
@@ -29,6 +31,18 @@ std::string arch_words(const std::string& list) {
   return out;
 }
 
+// Whether the arch list ("90a,121a") has an arch of major version `major` (9 -> "90a").
+bool has_major(const std::string& list, int major) {
+  size_t i = 0;
+  while (i < list.size()) {
+    const size_t end = std::min(list.find(',', i), list.size());
+    const std::string arch = list.substr(i, end - i);
+    if (arch.size() >= 2 && std::stoi(arch) / 10 == major) return true;
+    i = end + 1;
+  }
+  return false;
+}
+
 }  // namespace
 
 BuildInfo build_info() {
@@ -53,9 +67,16 @@ std::string build_summary(const BuildInfo& b) {
   s += b.cuda_driver_version > 0
            ? "the driver runs CUDA " + cuda_version_text(b.cuda_driver_version)
            : "no CUDA driver found";
+  // The int8 GEMM path of each arch family the build has kernels for, and only those.
   const auto gemm = [](bool cutlass) { return std::string(cutlass ? "CUTLASS" : "cuBLASLt"); };
-  s += "; int8 GEMMs: " + gemm(b.cutlass_int8_sm90) + " on sm_90, " + gemm(b.cutlass_int8_sm80) +
-       " on sm_12x";
+  std::string paths;
+  const auto add = [&](int major, const std::string& path, const char* family) {
+    if (has_major(b.cuda_archs, major)) paths += (paths.empty() ? "" : ", ") + path + " on " + family;
+  };
+  add(9, gemm(b.cutlass_int8_sm90), "sm_90");
+  add(10, "cuBLASLt", "sm_10x");
+  add(12, gemm(b.cutlass_int8_sm80), "sm_12x");
+  if (!paths.empty()) s += "; int8 GEMMs: " + paths;
   return s;
 }
 

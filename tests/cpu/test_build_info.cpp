@@ -50,6 +50,16 @@ TEST(BuildInfo, SummaryFollowsTheFields) {
   b.cuda_driver_version = 12080, b.cutlass_int8_sm90 = true;
   EXPECT_NE(build_summary(b).find("the driver runs CUDA 12.8; int8 GEMMs: CUTLASS on sm_90"),
             std::string::npos);
+  // Only the arch families the build has kernels for are named.
+  b.cuda_archs = "90a";
+  EXPECT_EQ(build_summary(b).substr(build_summary(b).find("; int8")),
+            "; int8 GEMMs: CUTLASS on sm_90");
+  b.cuda_archs = "100a,121a";
+  EXPECT_EQ(build_summary(b).substr(build_summary(b).find("; int8")),
+            "; int8 GEMMs: cuBLASLt on sm_10x, CUTLASS on sm_12x");
+  b.cuda_archs = "90a,100a,120a,121a";
+  EXPECT_EQ(build_summary(b).substr(build_summary(b).find("; int8")),
+            "; int8 GEMMs: CUTLASS on sm_90, cuBLASLt on sm_10x, CUTLASS on sm_12x");
 }
 
 TEST(BuildInfo, CliVersionPrintsTheSummary) {

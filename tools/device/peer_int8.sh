@@ -16,6 +16,9 @@
 # Device tool: command `bash tools/device/peer_int8.sh`, carry [".deps-lean", ".peers"].
 # Everything lands in $OUT/peer_int8.tar.gz (logs, JSON, summary.txt); the summary table is
 # printed at the end. H3RT_BUDGET_S (default 540) skips a step that could end past it.
+# Already built elsewhere in the same call (saves their build time): H3RT_CLI=path/to/h3rt (an
+# sm_90a build with CUTLASS, e.g. from tools/device/build.sh or built here) and H3RT_SAGE_DIR=
+# the install folder of tools/peers/build_sageattention.sh.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-$PWD/out}
@@ -44,7 +47,10 @@ if [ ! -d "$SAGE_SRC" ] && [ -f .peers/SageAttention.tar.xz ]; then
   xz -dc .peers/SageAttention.tar.xz | tar -x -C /tmp/sage-src && SAGE_SRC=/tmp/sage-src/SageAttention
 fi
 SAGE_OK=0
-if [ -d "$SAGE_SRC" ]; then
+if [ -n "${H3RT_SAGE_DIR:-}" ]; then
+  ln -sfn "$(cd "$H3RT_SAGE_DIR" && pwd)" /tmp/sage-peer && SAGE_OK=1
+  echo "sage: prebuilt at $H3RT_SAGE_DIR"
+elif [ -d "$SAGE_SRC" ]; then
   ( MAX_JOBS=6 timeout 330 bash tools/peers/build_sageattention.sh "$SAGE_SRC" /tmp/sage-peer \
       > "$R/sage_build.log" 2>&1; echo "rc=$?" >> "$R/sage_build.log" ) &
   SAGE_PID=$!
@@ -55,12 +61,18 @@ log "comfy-kitchen"
 timeout 60 bash tools/peers/unpack_comfy_kitchen.sh .peers/comfy_kitchen.tar.xz /tmp/ck \
   > "$R/comfy_kitchen_import.log" 2>&1; echo "comfy-kitchen import rc=$?"
 cat "$R/comfy_kitchen_import.log"
-log "build h3rt_cli (sm_90a)"
-t0=$(date +%s)
-H3RT_DEPS_DIR=$DEPS H3RT_TARGETS=h3rt_cli timeout 330 bash tools/device/build.sh \
-  > "$R/build.log" 2>&1 || { tail -40 "$R/build.log"; cp build-device.log "$R/" 2>/dev/null; exit 1; }
-log "built in $(( $(date +%s) - t0 )) s"
-B=build-device/h3rt
+if [ -n "${H3RT_CLI:-}" ]; then
+  B=$H3RT_CLI
+  log "h3rt_cli given: $B"
+else
+  log "build h3rt_cli (sm_90a)"
+  t0=$(date +%s)
+  H3RT_DEPS_DIR=$DEPS H3RT_TARGETS=h3rt_cli timeout 330 bash tools/device/build.sh \
+    > "$R/build.log" 2>&1 || { tail -40 "$R/build.log"; cp build-device.log "$R/" 2>/dev/null; exit 1; }
+  log "built in $(( $(date +%s) - t0 )) s"
+  B=build-device/h3rt
+fi
+"$B" --version | tail -1 | tee "$R/h3rt_version.txt"
 if [ -n "${SAGE_PID:-}" ]; then
   wait "$SAGE_PID"; tail -2 "$R/sage_build.log"
   grep -q '^rc=0' "$R/sage_build.log" && SAGE_OK=1
