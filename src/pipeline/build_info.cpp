@@ -3,6 +3,7 @@
 #include "h3rt/build_info.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #ifdef H3RT_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -36,8 +37,8 @@ bool has_major(const std::string& list, int major) {
   size_t i = 0;
   while (i < list.size()) {
     const size_t end = std::min(list.find(',', i), list.size());
-    const std::string arch = list.substr(i, end - i);
-    if (arch.size() >= 2 && std::stoi(arch) / 10 == major) return true;
+    const long arch = std::strtol(list.c_str() + i, nullptr, 10);  // "121a" -> 121; never throws
+    if (arch / 10 == major) return true;
     i = end + 1;
   }
   return false;
