@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #ifdef H3RT_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -18,30 +20,34 @@ std::string cuda_version_text(int v) {
   return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
 }
 
-// "90a,121a" -> "sm_90a, sm_121a"
-std::string arch_words(const std::string& list) {
-  std::string out, arch;
+// "90a,121a" -> {"90a", "121a"}
+std::vector<std::string> split_archs(const std::string& list) {
+  std::vector<std::string> archs;
+  std::string arch;
   for (size_t i = 0; i <= list.size(); ++i) {
     if (i < list.size() && list[i] != ',') {
       arch += list[i];
       continue;
     }
-    if (!arch.empty()) out += (out.empty() ? "sm_" : ", sm_") + arch;
+    if (!arch.empty()) archs.push_back(arch);
     arch.clear();
   }
+  return archs;
+}
+
+// "90a,121a" -> "sm_90a, sm_121a"
+std::string arch_words(const std::string& list) {
+  std::string out;
+  for (const std::string& arch : split_archs(list)) out += (out.empty() ? "sm_" : ", sm_") + arch;
   return out;
 }
 
 // Whether the arch list ("90a,121a") has an arch of major version `major` (9 -> "90a").
 bool has_major(const std::string& list, int major) {
-  size_t i = 0;
-  while (i < list.size()) {
-    const size_t end = std::min(list.find(',', i), list.size());
-    const long arch = std::strtol(list.c_str() + i, nullptr, 10);  // "121a" -> 121; never throws
-    if (arch / 10 == major) return true;
-    i = end + 1;
-  }
-  return false;
+  const auto archs = split_archs(list);
+  return std::any_of(archs.begin(), archs.end(), [&](const std::string& a) {
+    return std::strtol(a.c_str(), nullptr, 10) / 10 == major;  // "121a" -> 121; never throws
+  });
 }
 
 }  // namespace
@@ -72,7 +78,8 @@ std::string build_summary(const BuildInfo& b) {
   const auto gemm = [](bool cutlass) { return std::string(cutlass ? "CUTLASS" : "cuBLASLt"); };
   std::string paths;
   const auto add = [&](int major, const std::string& path, const char* family) {
-    if (has_major(b.cuda_archs, major)) paths += (paths.empty() ? "" : ", ") + path + " on " + family;
+    if (has_major(b.cuda_archs, major))
+      paths += (paths.empty() ? "" : ", ") + path + " on " + family;
   };
   add(9, gemm(b.cutlass_int8_sm90), "sm_90");
   add(10, "cuBLASLt", "sm_10x");
