@@ -46,6 +46,11 @@ void add_bench_attention_command(CLI::App& app) {
   cmd->add_option("--heads", opt->heads, "attention heads (head_dim 128)")->capture_default_str();
   cmd->add_option("--warmup", opt->warmup, "untimed runs")->capture_default_str();
   cmd->add_option("--iters", opt->iters, "timed runs (median reported)")->capture_default_str();
+  cmd->add_option("--sustain", opt->sustain_seconds,
+                  "also run each Sage kernel's whole call (pre-pass + kernel) back to back for "
+                  "about this many seconds, with SM clock, power and joules per call from NVML "
+                  "(\"sustained\" in --out): whether the attention alone runs at the power limit")
+      ->check(non_negative_number());
   cmd->add_option("--out", opt->json_path, "write results as JSON to this file");
   cmd->add_option("--kernels", opt->kernels, "Sage variants to time: w4, wgmma_pp3 (default: all)")
       ->check(sage_variant_check());
@@ -56,16 +61,16 @@ void add_bench_attention_command(CLI::App& app) {
   cmd->add_option("--sparse-prefix", opt->sparse_prefix_rows,
                   "with --sparse: rows [0, N) are the prefix (keys always computed, rows dense; "
                   "default: the seed shape's text + audio rows; capped at --seq)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->capture_default_str();
   cmd->add_option("--sparse-band", opt->sparse_band,
                   "with --sparse: key blocks within +-N of a query tile always computed")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->capture_default_str();
   cmd->add_option("--sparse-max-blocks", opt->sparse_max_blocks,
                   "with --sparse: cap on routed key blocks per query tile beyond the forced "
                   "ones (0: none)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->capture_default_str();
   cmd->add_option("--prepass", opt->prepass, "pre-pass algorithms to time side by side")
       ->check(CLI::IsMember({"two_launch", "fused_l2"}))

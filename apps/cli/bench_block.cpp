@@ -69,7 +69,7 @@ void add_bench_block_command(CLI::App& bench) {
                   "(an input refill before each) and report the wall time and joules per block "
                   "over the whole run (\"sustained\" in the telemetry): the blocks as a sampling "
                   "run chains them, at the GPU's power limit where it has one (0: not run)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->capture_default_str();
   cmd->add_option("--out", o->out, "JSON report path, - for stdout")->capture_default_str();
   cmd->add_option("--plot", o->plot,

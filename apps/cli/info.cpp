@@ -243,10 +243,11 @@ void print_h3(const SafetensorsFile& f, int64_t limit) {
   std::printf("%.3fB parameters\n", b.params / 1e9);
   print_device_plan(c, src, limit);
 #ifdef H3RT_HAVE_CUDA
-  const bool gpu = cuda::cuda_device_available();
+  const std::string no_gpu = cuda::cuda_device_unavailable_reason();
+  const bool gpu = no_gpu.empty();
   std::printf("this machine: %s\n", gpu ? "a CUDA device is present (--device cuda runs the CUDA "
                                           "paths above; --device cpu the CPU reference)"
-                                        : "no CUDA device found: the CPU reference runs it");
+                                        : (no_gpu + ": the CPU reference runs it").c_str());
   const bool int8 = std::any_of(formats.begin(), formats.end(),
                                 [](const auto& f) { return f.first.rfind("int8", 0) == 0; });
   const int cc = gpu ? cuda::current_device_cc() : 0;

@@ -19,6 +19,18 @@ inline CLI::Validator positive_number() {
       "> 0");
 }
 
+// A finite number >= 0 (CLI::NonNegativeNumber lets NaN through, and its message prints the
+// whole double range).
+inline CLI::Validator non_negative_number() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        double v = 0;
+        if (CLI::detail::lexical_cast(s, v) && std::isfinite(v) && v >= 0) return {};
+        return "must be a finite number >= 0, got " + s;
+      },
+      ">= 0");
+}
+
 // A seed: an integer in [0, 2^64) as written (CLI11 would wrap -1 to 2^64 - 1 and clamp larger
 // values to it).
 inline CLI::Validator seed_number() {

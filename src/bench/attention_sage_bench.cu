@@ -6,10 +6,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "bench/attention_sage_bench.h"
+#include "bench/device_info.h"
+#include "bench/sustained_run.h"
+#include "bench/telemetry.h"
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
 #include "h3rt/check.h"
@@ -100,6 +104,25 @@ Tensor device_bytes(size_t n) {
   return cuda::device_empty(DType::u8, {static_cast<int64_t>(n)});
 }
 
+// `call` (pre-pass + kernel) back to back for opt.sustain_seconds: one line, the JSON object.
+nlohmann::json sustained_calls(const AttentionBenchOptions& opt, const char* name, double call_ms,
+                               const std::function<void()>& call) {
+  TelemetrySampler t(make_nvml_telemetry(current_device_info().pci_bus_id));
+  t.start();
+  const SustainedRun r = run_sustained(t, call_ms, opt.sustain_seconds, call, nullptr);
+  t.stop();
+  const nlohmann::json header = t.header_json();
+  std::printf(
+      "kernel %-16s: sustained, %d calls back to back, %.3f ms each (short median %.3f): "
+      "%s\n",
+      name, r.energy.units, r.wall_ms / r.energy.units, call_ms,
+      telemetry_line(header, r.power, r.energy, "call").c_str());
+  nlohmann::json j = sustained_json(r, "call");
+  j["telemetry"] = header;
+  j["short_median_ms"] = call_ms;
+  return j;
+}
+
 // Dense Sage (automatic kernel) against router + block-sparse kernel on the same pre-pass buffers;
 // `dense` receives the dense output. Prints one block of lines, returns the JSON fields.
 nlohmann::json sparse_bench(const AttentionBenchOptions& opt, const attention_sage::SageBuffers& b,
@@ -170,6 +193,7 @@ nlohmann::json sparse_bench(const AttentionBenchOptions& opt, const attention_sa
 }  // namespace
 
 int run_attention_bench(const AttentionBenchOptions& opt) {
+  cuda::require_cuda_device("bench attention");
   using namespace h3rt::attention_sage;
   H3RT_CHECK(opt.seq > 0 && opt.heads > 0 && opt.iters > 0, "attention bench: bad options");
   const int64_t S = opt.seq, H = opt.heads, stride = 3 * H * kHeadDim;
@@ -255,6 +279,11 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
     j["kernel_ms"][name] = ms;
     j["total_ms"][name] = ms + pre_ms;
     j["rel_l2_vs_flash_bf16"][name] = err;
+    if (opt.sustain_seconds > 0)
+      j["sustained"][name] = sustained_calls(opt, name, ms + pre_ms, [&] {
+        prepass();
+        attn();
+      });
   }
   if (opt.sparse_tau > 0) j["sparse"] = sparse_bench(opt, b, qkv, out, ref, d_acc, pre_ms);
   H3RT_CUDA_CHECK(cudaDeviceSynchronize());
@@ -263,6 +292,7 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
 }
 
 void run_attention_on_file(const std::string& inputs, const std::string& outputs) {
+  cuda::require_cuda_device("bench attention --inputs");
   using namespace h3rt::attention_sage;
   const SafetensorsFile in = SafetensorsFile::open(inputs);
   NamedTensors results;

@@ -2,6 +2,8 @@
 // w4, wgmma_pp3) timed separately with CUDA events (warm-up, then the median of timed runs), next
 // to the dense bf16 flash kernel on the same input; FLOPs = 4*S^2*128*heads.
 // Each Sage output is compared with the bf16 flash output (rel. L2) as a sanity check.
+// With sustain_seconds > 0: each Sage kernel's whole call also back to back for that long, with
+// SM clock, power and joules per call (the attention alone at the power limit, or not).
 // With sparse_tau > 0: the block-sparse form side by side with dense Sage (the automatic kernel):
 // the router, the sparse kernel, the computed fraction of key blocks and the sparse output's
 // rel. L2 against the dense Sage output. On these N(0,1) inputs attention is not local, so that
@@ -19,6 +21,9 @@ struct AttentionBenchOptions {
   int64_t heads = 56;
   int warmup = 3;
   int iters = 10;
+  // > 0: each Sage kernel's whole call (pre-pass + kernel) also back to back for about this many
+  // seconds, with clock, power and the energy counter around the run ("sustained" in the JSON)
+  double sustain_seconds = 0;
   std::string json_path;             // optional: write the results as JSON here
   std::vector<std::string> kernels;  // Sage variants to time (names); empty: all
   std::vector<std::string> prepass = {"two_launch", "fused_l2"};  // pre-pass algorithms to time

@@ -9,6 +9,7 @@
 #include "bench/block_bench.h"
 #include "bench/block_report.h"
 #include "bench/launch_count.h"
+#include "bench/sustained_run.h"
 #include "bench/telemetry.h"
 #include "cuda/arena.h"
 #include "cuda/runtime.h"
@@ -65,31 +66,10 @@ void make_fp8(model::DeviceLinear& l, float wmax, bool dynamic, cudaStream_t s) 
   H3RT_CUDA_CHECK(ops::quantize_e4m3_cuda(q, s));
 }
 
-// Replays `graph` back to back for about `seconds` (a refill of the input launched before each
-// replay, no host wait between them), the energy counter and the samples around the whole run:
-// the blocks as a sampling run's step graph chains them, at the power limit where there is one.
-void sustained_run(cudaGraphExec_t graph, double block_ms, double seconds,
-                   const std::function<void()>& refill, TelemetrySampler& t, cudaStream_t s,
-                   BlockTelemetry& tm) {
-  const int n = std::max(3, static_cast<int>(std::ceil(seconds * 1e3 / block_ms)));
-  H3RT_CUDA_CHECK(cudaStreamSynchronize(s));
-  const double t0 = t.now_ms();
-  tm.sustained_energy.begin_mj = t.energy_mj();
-  for (int i = 0; i < n; ++i) {
-    refill();
-    H3RT_CUDA_CHECK(cudaGraphLaunch(graph, s));
-  }
-  H3RT_CUDA_CHECK(cudaStreamSynchronize(s));
-  tm.sustained_energy.end_mj = t.energy_mj();
-  tm.sustained_wall_ms = t.now_ms() - t0;
-  tm.sustained_energy.units = n;
-  tm.sustained = summarize(t.samples(), {{t0, t0 + tm.sustained_wall_ms}});
-}
-
 }  // namespace
 
 nlohmann::json run_block_bench(const BlockBenchOptions& o) {
-  H3RT_CHECK(cuda::cuda_device_available(), "bench block needs a CUDA device; none was found");
+  cuda::require_cuda_device("bench block");
   const H3Config c = o.h3_dims ? H3Config::h3() : H3Config::tiny();
   SequenceLayout layout = make_t2va_layout(o.text_len, o.audio_len, o.frames, o.height, o.width);
   TimestepPlan plan = make_timestep_plan(layout, 0.3f, 0.631579f);
@@ -221,8 +201,16 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
   model::block_forward_cuda(c, w, b, s);
   H3RT_CUDA_CHECK(cudaStreamEndCapture(s, &g));
   H3RT_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  // --sustain: the graph back to back as a sampling run's step graph chains blocks, at the
+  // power limit where there is one (a refill of the input launched before each replay).
   if (o.sustain_seconds > 0)
-    sustained_run(ge, median(plain), o.sustain_seconds, reset_x, telemetry, s, tm);
+    tm.sustained = run_sustained(
+        telemetry, median(plain), o.sustain_seconds,
+        [&] {
+          reset_x();
+          H3RT_CUDA_CHECK(cudaGraphLaunch(ge, s));
+        },
+        s);
   telemetry.stop();
   const std::vector<TelemetrySample> samples = telemetry.samples();
   tm.header = telemetry.header_json();
@@ -231,11 +219,11 @@ nlohmann::json run_block_bench(const BlockBenchOptions& o) {
     tm.components[name] = summarize(samples, windows);
   std::fprintf(stderr, "bench block: %s\n",
                telemetry_line(tm.header, tm.block, tm.block_energy, "block").c_str());
-  if (tm.sustained_wall_ms > 0)
-    std::fprintf(stderr,
-                 "bench block: sustained, %d graph replays back to back, %.2f ms each: %s\n",
-                 tm.sustained_energy.units, tm.sustained_wall_ms / tm.sustained_energy.units,
-                 telemetry_line(tm.header, tm.sustained, tm.sustained_energy, "block").c_str());
+  if (tm.sustained.wall_ms > 0)
+    std::fprintf(
+        stderr, "bench block: sustained, %d graph replays back to back, %.2f ms each: %s\n",
+        tm.sustained.energy.units, tm.sustained.wall_ms / tm.sustained.energy.units,
+        telemetry_line(tm.header, tm.sustained.power, tm.sustained.energy, "block").c_str());
   size_t graph_nodes = 0;
   H3RT_CUDA_CHECK(cudaGraphGetNodes(g, nullptr, &graph_nodes));
   for (int r = 0; r < o.reps; ++r) {

@@ -369,7 +369,7 @@ nlohmann::json bench_attention(const BlockKernelsBenchOptions& o, cudaStream_t s
 }  // namespace
 
 nlohmann::json run_block_kernels_bench(const BlockKernelsBenchOptions& o) {
-  H3RT_CHECK(cuda::cuda_device_available(), "bench-kernels: no CUDA device");
+  cuda::require_cuda_device("bench kernels");
   H3RT_CHECK(o.iters >= 1 && o.warmup >= 0, "bench-kernels: iters >= 1 and warmup >= 0");
   int dev = 0;
   H3RT_CUDA_CHECK(cudaGetDevice(&dev));

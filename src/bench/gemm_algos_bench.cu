@@ -141,6 +141,7 @@ nlohmann::json sweep_shape(const ops::lt::Gemm& base, Timer& tm, const GemmAlgos
 }  // namespace
 
 nlohmann::json run_gemm_algos_bench(const GemmAlgosBenchOptions& o) {
+  cuda::require_cuda_device("bench gemm-algos");
   H3RT_CHECK(!o.rows.empty() && o.iters >= 1 && o.warmup >= 0 && o.max_algos >= 1 &&
                  o.max_algos <= ops::lt::kMaxAlgos,
              "gemm-algos bench: bad options (--max-algos 1..", ops::lt::kMaxAlgos, ")");

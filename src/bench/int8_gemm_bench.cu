@@ -140,6 +140,7 @@ nlohmann::json time_rotation_added(const Int8GemmBenchOptions& o, int64_t m, Tim
 }  // namespace
 
 nlohmann::json run_int8_gemm_bench(const Int8GemmBenchOptions& o) {
+  cuda::require_cuda_device("bench int8-gemm");
   H3RT_CHECK(!o.rows.empty() && o.iters >= 1 && o.warmup >= 0 && o.hidden % 256 == 0 &&
                  o.inner % 256 == 0 && o.ffn % 256 == 0,
              "int8-gemm bench: bad options (widths must be multiples of 256)");

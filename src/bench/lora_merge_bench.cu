@@ -30,6 +30,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 nlohmann::json run_lora_merge_bench(const LoraMergeBenchOptions& o) {
+  cuda::require_cuda_device("bench lora-merge");
   const std::optional<H3Config> config = config_preset(o.preset);
   H3RT_CHECK(config, "bench lora-merge: unknown preset '", o.preset, "' (tiny or h3)");
   cuda::Stream stream;

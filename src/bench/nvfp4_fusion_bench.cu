@@ -202,6 +202,7 @@ nlohmann::json bench_producer(Dev& d, Timer& t, const Producer& pr, int warmup, 
 }  // namespace
 
 nlohmann::json run_nvfp4_fusion_bench(const Nvfp4FusionBenchOptions& o) {
+  cuda::require_cuda_device("bench nvfp4-fusion");
   H3RT_CHECK(o.rows > 0 && o.hidden % 16 == 0 && o.ffn % 16 == 0 && o.iters >= 1,
              "nvfp4-fusion bench: bad options");
   int dev = 0;

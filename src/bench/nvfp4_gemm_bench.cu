@@ -53,6 +53,7 @@ void quantize(const void* x, int64_t rows, int64_t cols, Nvfp4ScaleRule rule, co
 }  // namespace
 
 nlohmann::json run_nvfp4_gemm_bench(const Nvfp4GemmBenchOptions& o) {
+  cuda::require_cuda_device("bench nvfp4-gemm");
   H3RT_CHECK(o.rows > 0 && o.hidden % 64 == 0 && o.inner % 64 == 0 && o.ffn % 64 == 0 &&
                  o.iters >= 1 && o.warmup >= 0,
              "nvfp4-gemm bench: bad options (hidden, inner and ffn must be multiples of 64)");

@@ -31,6 +31,7 @@ struct Variant {
 }  // namespace
 
 int run_nvfp4_quantize_bench(const Nvfp4BenchOptions& o) {
+  cuda::require_cuda_device("bench quantize-nvfp4");
   H3RT_CHECK(o.rows > 0 && o.cols > 0 && o.cols % 16 == 0 && o.buffers >= 1 && o.iters >= 1,
              "nvfp4 bench: bad options (cols must be a multiple of 16)");
   int dev = 0;

@@ -51,7 +51,7 @@ struct Setup {
 
 // `resident`: the model loads whole whatever the limit (--compare-resident's first run).
 Setup setup(const StepBenchOptions& o, const char* verb, bool resident = false) {
-  H3RT_CHECK(cuda::cuda_device_available(), "bench ", verb, " needs a CUDA device; none was found");
+  cuda::require_cuda_device(std::string("bench ") + verb);
   Setup st;
   st.c = *config_preset(o.preset);
   st.layout = make_t2va_layout(o.text_len, o.audio_len, o.frames, o.height, o.width);

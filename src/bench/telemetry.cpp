@@ -139,6 +139,17 @@ std::string telemetry_line(const nlohmann::json& header, const PowerSummary& s,
   return line;
 }
 
+nlohmann::json sustained_json(const SustainedRun& r, const std::string& unit) {
+  if (r.wall_ms <= 0 || r.energy.units <= 0) return nullptr;
+  const double ms = r.wall_ms / r.energy.units;
+  nlohmann::json j = power_json(r.power, ms, "joules_per_" + unit + "_from_mean_power");
+  const auto joules = r.energy.joules_per_unit();
+  j[unit + "s"] = r.energy.units;
+  j["wall_ms_per_" + unit] = ms;
+  j["joules_per_" + unit] = number_or_null(joules.has_value(), joules.value_or(0));
+  return j;
+}
+
 nlohmann::json block_telemetry_json(const BlockTelemetry& t, double block_ms,
                                     const std::map<std::string, double>& component_ms) {
   nlohmann::json j = t.header;
@@ -159,13 +170,8 @@ nlohmann::json block_telemetry_json(const BlockTelemetry& t, double block_ms,
   j["components_note"] =
       "samples taken while the component ran in the instrumented repetitions; joules = mean "
       "power x p50 time (short components get few or no samples)";
-  if (t.sustained_wall_ms > 0 && t.sustained_energy.units > 0) {
-    const double ms = t.sustained_wall_ms / t.sustained_energy.units;
-    nlohmann::json run = power_json(t.sustained, ms, "joules_per_block_from_mean_power");
-    const auto j_sus = t.sustained_energy.joules_per_unit();
-    run["blocks"] = t.sustained_energy.units;
-    run["wall_ms_per_block"] = ms;
-    run["joules_per_block"] = number_or_null(j_sus.has_value(), j_sus.value_or(0));
+  nlohmann::json run = sustained_json(t.sustained, "block");
+  if (!run.is_null()) {
     run["note"] =
         "the block's CUDA graph replayed back to back (an input refill before each, counted), "
         "host wall time and the energy counter around the whole run";

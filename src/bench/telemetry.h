@@ -103,6 +103,17 @@ nlohmann::json power_json(const PowerSummary& s, double unit_ms, const std::stri
 std::string telemetry_line(const nlohmann::json& header, const PowerSummary& s,
                            const EnergyWindow& e, const std::string& unit);
 
+// A run of units launched back to back (bench block --sustain, bench attention --sustain): the
+// samples and the energy counter over wall_ms of host time. wall_ms 0: not run.
+struct SustainedRun {
+  PowerSummary power;
+  EnergyWindow energy;  // units: how many ran
+  double wall_ms = 0;
+};
+// {"<unit>s", "wall_ms_per_<unit>", "joules_per_<unit>" (energy counter) and power_json's fields
+// with "joules_per_<unit>_from_mean_power"}; null when the run did not happen.
+nlohmann::json sustained_json(const SustainedRun& r, const std::string& unit);
+
 // Telemetry of one bench block run: the block (uninstrumented repetitions, energy counter) and
 // each component (instrumented repetitions). header: TelemetrySampler::header_json.
 struct BlockTelemetry {
@@ -111,10 +122,8 @@ struct BlockTelemetry {
   EnergyWindow block_energy;
   std::map<std::string, PowerSummary> components;
   // bench block --sustain: the block's CUDA graph replayed back to back (an input refill before
-  // each) over sustained_wall_ms of host time; 0: not run.
-  PowerSummary sustained;
-  EnergyWindow sustained_energy;
-  double sustained_wall_ms = 0;
+  // each).
+  SustainedRun sustained;
 };
 // The report's "telemetry" object; block_ms and component_ms are the p50 times.
 nlohmann::json block_telemetry_json(const BlockTelemetry& t, double block_ms,

@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <string>
 
 #include "cuda/runtime.h"
 
@@ -38,6 +39,39 @@ bool cuda_device_available() {
     return false;
   }
   return n > 0;
+}
+
+namespace {
+
+std::string cuda_version(int v) {  // 13000 -> "13.0"
+  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+}
+
+}  // namespace
+
+std::string cuda_device_unavailable_reason() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  cudaGetLastError();  // not sticky: later calls start clean
+  if (e == cudaSuccess && n > 0) return {};
+  const std::string none = "no CUDA device is available";
+  if (e == cudaSuccess || e == cudaErrorNoDevice)
+    return none + " (the NVIDIA driver lists no GPU; see nvidia-smi and CUDA_VISIBLE_DEVICES)";
+  if (e == cudaErrorInsufficientDriver) {
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    if (driver == 0) return none + " (no NVIDIA driver was found)";
+    return none + " (the NVIDIA driver supports CUDA " + cuda_version(driver) +
+           ", older than the CUDA " + cuda_version(runtime) +
+           " runtime this build uses: update the driver)";
+  }
+  return none + " (" + cudaGetErrorName(e) + ": " + cudaGetErrorString(e) + ")";
+}
+
+void require_cuda_device(const std::string& what) {
+  const std::string why = cuda_device_unavailable_reason();
+  if (!why.empty()) throw Error(what + " needs a CUDA device, and " + why);
 }
 
 int current_device_cc() {

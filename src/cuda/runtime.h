@@ -26,6 +26,13 @@ inline bool aligned16(const void* p) {
 // True when the CUDA runtime works and at least one device is present. Tests GTEST_SKIP on false.
 bool cuda_device_available();
 
+// Empty when a CUDA device can be used; otherwise why not, in a user's terms, starting with
+// "no CUDA device is available" (e.g. the driver is older than this build's CUDA runtime).
+std::string cuda_device_unavailable_reason();
+
+// Throws h3rt::Error("<what> needs a CUDA device, and " + the reason above) when none is usable.
+void require_cuda_device(const std::string& what);
+
 // Compute capability of the current device as major*10+minor (90 for an H200, 121 for a GB10).
 int current_device_cc();
 

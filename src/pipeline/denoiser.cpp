@@ -196,7 +196,8 @@ void check_options(const DenoiserOptions& o) {
              "int8 group size must be 0, 16, 64 or 256 (-1: the preset's), got ", o.int8_group);
 #ifdef H3RT_HAVE_CUDA
   if (o.device != Device::cuda) return;
-  H3RT_CHECK(cuda::cuda_device_available(), "device cuda: no CUDA device is available");
+  const std::string no_gpu = cuda::cuda_device_unavailable_reason();
+  H3RT_CHECK(no_gpu.empty(), "device cuda: ", no_gpu);
   int dev = 0;
   H3RT_CUDA_CHECK(cudaGetDevice(&dev));
   const std::string arch =
@@ -331,9 +332,9 @@ ForwardOutputs Denoiser::run_checked(const ForwardInputs& in,
 int64_t resolve_device_memory_limit(int64_t limit, [[maybe_unused]] int64_t in_place_bytes) {
   if (limit != kDeviceMemoryAuto) return limit;
 #ifdef H3RT_HAVE_CUDA
-  H3RT_CHECK(cuda::cuda_device_available(),
-             "device_memory_limit auto reads the GPU's free memory, and no CUDA device is "
-             "available: give a size (e.g. 24GB)");
+  const std::string no_gpu = cuda::cuda_device_unavailable_reason();
+  H3RT_CHECK(no_gpu.empty(), "device_memory_limit auto reads the GPU's free memory, and ", no_gpu,
+             ": give a size (e.g. 24GB)");
   size_t free_b = 0, total_b = 0;
   H3RT_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   return auto_device_memory_limit(static_cast<int64_t>(free_b) + in_place_bytes,

@@ -259,7 +259,8 @@ FormatRun prepare_format(const TempDir& dir, const std::string& bf16_file,
 }  // namespace
 
 SelftestReport selftest(const SelftestOptions& o) {
-  H3RT_CHECK(cuda::cuda_device_available(), "selftest: no CUDA device is available");
+  const std::string no_gpu = cuda::cuda_device_unavailable_reason();
+  H3RT_CHECK(no_gpu.empty(), "selftest: ", no_gpu);
   SelftestReport r;
   int dev = 0;
   H3RT_CUDA_CHECK(cudaGetDevice(&dev));

@@ -131,6 +131,28 @@ TEST(CliErrors, GpuVerbsOfACpuBuild) {
 }
 #endif
 
+#ifdef H3RT_HAVE_CUDA
+// A CUDA build on a machine without a usable GPU (CI's): every GPU benchmark says which verb
+// needs the device and why none is usable, with no CUDA call site in the message.
+TEST(CliErrors, GpuVerbsWithoutAGpu) {
+  if (cuda_current_device() >= 0) GTEST_SKIP() << "a CUDA device is present: the benches would run";
+  for (const auto& [verb, args] : verbs())
+    if (verb.rfind("bench ", 0) == 0 && verb != "bench compare" && verb != "bench load")
+      expect_error(verb, verb + " needs a CUDA device, and no CUDA device is available (");
+  expect_error("bench attention --inputs " + kGolden + " --outputs " + tmp("a.safetensors"),
+               "bench attention --inputs needs a CUDA device");
+  expect_error("sample --device cuda", "device cuda: no CUDA device is available (");
+}
+
+// --sustain takes a finite number of seconds >= 0, and says so in those words.
+TEST(CliErrors, SustainSeconds) {
+  for (const char* verb : {"bench block", "bench attention"}) {
+    expect_error(std::string(verb) + " --sustain -1", "must be a finite number >= 0, got -1");
+    expect_error(std::string(verb) + " --sustain nan", "must be a finite number >= 0, got nan");
+  }
+}
+#endif
+
 // device memory limit auto: info and the bench verbs resolve it from the GPU's free memory
 // when they read their options; without a GPU they ask for a size.
 TEST(CliErrors, DeviceMemoryLimitAuto) {
@@ -140,7 +162,7 @@ TEST(CliErrors, DeviceMemoryLimitAuto) {
 #ifdef H3RT_HAVE_CUDA
   for (const char* verb : {"step", "sample"})
     expect_error(std::string("bench ") + verb + " --preset tiny --device-memory-limit auto",
-                 "no CUDA device is available: give a size");
+                 "free memory, and no CUDA device is available (");
 #endif
 }
 
@@ -167,7 +189,7 @@ TEST(CliErrors, BenchStepDeviceIo) {
   if (cuda_current_device() >= 0) GTEST_SKIP() << "a CUDA device is present: the bench would run";
 #ifdef H3RT_HAVE_CUDA
   expect_error("bench step --preset tiny --device-io --out " + tmp("d.json"),
-               "bench step needs a CUDA device; none was found");
+               "bench step needs a CUDA device, and no CUDA device is available");
 #else
   expect_error("bench step --preset tiny --device-io", "built without CUDA");
 #endif

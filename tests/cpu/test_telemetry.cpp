@@ -178,9 +178,7 @@ TEST(Telemetry, BlockReportFields) {
   EXPECT_FALSE(t.contains("sustained"));  // --sustain not given
 
   // --sustain: 4 blocks back to back over 200 ms of wall time, 100 J on the counter.
-  m.telemetry.sustained = bench::summarize(s, {{0, 20}});
-  m.telemetry.sustained_energy = {5000.0, 105000.0, 4};
-  m.telemetry.sustained_wall_ms = 200.0;
+  m.telemetry.sustained = {bench::summarize(s, {{0, 20}}), {5000.0, 105000.0, 4}, 200.0};
   const nlohmann::json with = bench::block_report(H3Config::tiny(), layout, m);
   const auto& sus = with.at("telemetry").at("sustained");
   EXPECT_EQ(sus.at("blocks").get<int>(), 4);
@@ -194,6 +192,25 @@ TEST(Telemetry, BlockReportFields) {
   const nlohmann::json u = bench::block_report(H3Config::tiny(), layout, none).at("telemetry");
   EXPECT_FALSE(u.at("available").get<bool>());
   EXPECT_FALSE(u.contains("block"));
+}
+
+// bench attention --sustain: the same fields named by the unit; nothing when the run did not
+// happen; joules null when the energy counter could not be read.
+TEST(Telemetry, SustainedRunFields) {
+  const auto s = samples_at({0, 10, 20, 30});
+  bench::SustainedRun r{bench::summarize(s, {{0, 30}}), {2000.0, 12000.0, 5}, 250.0};
+  const nlohmann::json j = bench::sustained_json(r, "call");
+  EXPECT_EQ(j.at("calls").get<int>(), 5);
+  EXPECT_DOUBLE_EQ(j.at("wall_ms_per_call").get<double>(), 50.0);
+  EXPECT_DOUBLE_EQ(j.at("joules_per_call").get<double>(), 2.0);  // 10 J over 5 calls
+  EXPECT_EQ(j.at("samples").get<int>(), 4);
+  EXPECT_DOUBLE_EQ(j.at("joules_per_call_from_mean_power").get<double>(),
+                   j.at("power_w_mean").get<double>() * 0.050);
+  EXPECT_FALSE(j.contains("blocks"));
+
+  r.energy.end_mj.reset();
+  EXPECT_TRUE(bench::sustained_json(r, "call").at("joules_per_call").is_null());
+  EXPECT_TRUE(bench::sustained_json(bench::SustainedRun{}, "call").is_null());
 }
 
 TEST(Telemetry, StepReportFields) {
