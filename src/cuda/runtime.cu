@@ -32,15 +32,6 @@ cudaError_t check_launch(const char* what, const char* file, int line) {
   return err;
 }
 
-bool cuda_device_available() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky-free error so later calls start clean
-    return false;
-  }
-  return n > 0;
-}
-
 namespace {
 
 std::string cuda_version(int v) {  // 13000 -> "13.0"
@@ -49,24 +40,34 @@ std::string cuda_version(int v) {  // 13000 -> "13.0"
 
 }  // namespace
 
+std::string device_unavailable_text(cudaError_t count_error, int count, int driver_version,
+                                    int runtime_version) {
+  if (count_error == cudaSuccess && count > 0) return {};
+  const std::string none = "no CUDA device is available";
+  if (count_error == cudaSuccess || count_error == cudaErrorNoDevice)
+    return none + " (the NVIDIA driver lists no GPU; see nvidia-smi and CUDA_VISIBLE_DEVICES)";
+  if (count_error == cudaErrorInsufficientDriver && driver_version == 0)
+    return none + " (no NVIDIA driver was found)";
+  if (count_error == cudaErrorInsufficientDriver)
+    return none + " (the NVIDIA driver supports CUDA " + cuda_version(driver_version) +
+           ", older than the CUDA " + cuda_version(runtime_version) +
+           " runtime this build uses: update the driver)";
+  return none + " (" + cudaGetErrorName(count_error) + ": " + cudaGetErrorString(count_error) + ")";
+}
+
 std::string cuda_device_unavailable_reason() {
-  int n = 0;
+  int n = 0, driver = 0, runtime = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
   cudaGetLastError();  // not sticky: later calls start clean
-  if (e == cudaSuccess && n > 0) return {};
-  const std::string none = "no CUDA device is available";
-  if (e == cudaSuccess || e == cudaErrorNoDevice)
-    return none + " (the NVIDIA driver lists no GPU; see nvidia-smi and CUDA_VISIBLE_DEVICES)";
-  if (e == cudaErrorInsufficientDriver) {
-    int driver = 0, runtime = 0;
+  if (e != cudaSuccess) {
     cudaDriverGetVersion(&driver);
     cudaRuntimeGetVersion(&runtime);
-    if (driver == 0) return none + " (no NVIDIA driver was found)";
-    return none + " (the NVIDIA driver supports CUDA " + cuda_version(driver) +
-           ", older than the CUDA " + cuda_version(runtime) +
-           " runtime this build uses: update the driver)";
   }
-  return none + " (" + cudaGetErrorName(e) + ": " + cudaGetErrorString(e) + ")";
+  return device_unavailable_text(e, n, driver, runtime);
+}
+
+bool cuda_device_available() {
+  return cuda_device_unavailable_reason().empty();
 }
 
 void require_cuda_device(const std::string& what) {

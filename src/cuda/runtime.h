@@ -30,6 +30,11 @@ bool cuda_device_available();
 // "no CUDA device is available" (e.g. the driver is older than this build's CUDA runtime).
 std::string cuda_device_unavailable_reason();
 
+// The same text from cudaGetDeviceCount's result and the driver's and runtime's CUDA versions
+// (cudaDriverGetVersion gives 0 without a driver), for tests of every form.
+std::string device_unavailable_text(cudaError_t count_error, int count, int driver_version,
+                                    int runtime_version);
+
 // Throws h3rt::Error("<what> needs a CUDA device, and " + the reason above) when none is usable.
 void require_cuda_device(const std::string& what);
 

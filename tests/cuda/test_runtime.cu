@@ -33,6 +33,24 @@ TEST(CudaRuntime, CheckMacroThrowsWithNameExpressionAndLocation) {
   set_error_locations(before);
 }
 
+// Why no GPU is usable, in each form a user can meet (no GPU test: pure text).
+TEST(CudaRuntime, DeviceUnavailableText) {
+  EXPECT_EQ(cuda::device_unavailable_text(cudaSuccess, 1, 13000, 13000), "");
+  const std::string none = "no CUDA device is available (";
+  EXPECT_EQ(cuda::device_unavailable_text(cudaErrorInsufficientDriver, 0, 12040, 13000),
+            none +
+                "the NVIDIA driver supports CUDA 12.4, older than the CUDA 13.0 runtime this "
+                "build uses: update the driver)");
+  EXPECT_EQ(cuda::device_unavailable_text(cudaErrorInsufficientDriver, 0, 0, 13000),
+            none + "no NVIDIA driver was found)");
+  for (cudaError_t e : {cudaErrorNoDevice, cudaSuccess})
+    EXPECT_EQ(cuda::device_unavailable_text(e, 0, 13000, 13000),
+              none + "the NVIDIA driver lists no GPU; see nvidia-smi and CUDA_VISIBLE_DEVICES)");
+  const std::string other =
+      cuda::device_unavailable_text(cudaErrorDevicesUnavailable, 0, 13000, 13000);
+  EXPECT_EQ(other.rfind(none + "cudaErrorDevicesUnavailable: ", 0), 0u) << other;
+}
+
 TEST(CudaRuntime, ArchListParsing) {
   const std::string list = "90a,121a";
   EXPECT_EQ(compiled_arch_supports(9, 0, list), 90);
