@@ -1,7 +1,9 @@
 #include "cli/model_options.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <optional>
+#include <system_error>
 
 #include "cli/progress.h"
 #include "cli/validators.h"
@@ -150,7 +152,12 @@ DenoiserOptions ModelOptions::denoiser_options() const {
   d.attention = parse_attention(attention, "--attention");
   d.cuda_graphs = cuda_graph == "on";
   d.fp8_activations = parse_fp8_activations(fp8_activations, "--fp8-activations");
-  for (const auto& l : loras) d.loras.push_back(parse_lora_spec(l));
+  for (const auto& l : loras) {
+    d.loras.push_back(parse_lora_spec(l));
+    std::error_code ec;
+    H3RT_CHECK(std::filesystem::is_regular_file(d.loras.back().path, ec), "--lora ", l, ": ",
+               d.loras.back().path, " is not a file");
+  }
   d.lora_skip_unmatched = lora_skip_unmatched;
   d.check_finite = parse_check_finite(check_finite, "--check-finite");
   d.device_memory_limit = parse_memory_size(device_memory_limit, "--device-memory-limit");

@@ -2,6 +2,7 @@
 // in a safetensors file written through the atomic writer (temp file + rename).
 #include "pipeline/resume.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -58,17 +59,19 @@ std::string request_fingerprint(const Request& r) {
   return f.hex();
 }
 
-// The first 8 + n bytes of a safetensors file (length and JSON header) and its size.
-std::string header_identity(const std::string& path) {
+// The first 8 + n bytes of a safetensors file (length and JSON header) and its size. `what`
+// names the file's role in the errors ("checkpoint", "LoRA file").
+std::string header_identity(const std::string& path, const char* what) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
-  H3RT_CHECK(in, path, ": cannot open to compute the model identity");
+  H3RT_CHECK(in, what, " ", path, ": cannot open: ", std::strerror(errno));
   const auto size = static_cast<uint64_t>(in.tellg());
   in.seekg(0);
   unsigned char len[8] = {};
   in.read(reinterpret_cast<char*>(len), 8);
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(len[i]) << (8 * i);
-  H3RT_CHECK(in && n <= size - 8, path, ": not a safetensors file (header length ", n, ")");
+  H3RT_CHECK(in && n <= size - 8, what, " ", path, ": not a safetensors file (header length ", n,
+             ")");
   std::string header(n, '\0');
   in.read(header.data(), static_cast<std::streamsize>(n));
   Fnv f;
@@ -218,9 +221,10 @@ std::string tensors_identity(const std::map<std::string, Tensor>& tensors) {
 std::string model_identity(const ModelSource& s, const DenoiserOptions& o) {
   std::string id = s.checkpoint.empty()
                        ? "preset " + s.preset + ", weights seed " + std::to_string(s.weights_seed)
-                       : resume::header_identity(s.checkpoint);
+                       : resume::header_identity(s.checkpoint, "checkpoint");
   if (!s.checkpoint.empty()) id += "; qkv layout " + std::to_string(static_cast<int>(s.qkv_layout));
-  if (!s.qkv_override.empty()) id += "; qkv override " + resume::header_identity(s.qkv_override);
+  if (!s.qkv_override.empty())
+    id += "; qkv override " + resume::header_identity(s.qkv_override, "qkv override");
   id += std::string("; attention ") + (o.attention == Attention::sage ? "sage" : "bf16");
   id += std::string("; fp8 activations ") +
         (o.fp8_activations == Fp8Activations::dynamic ? "dynamic" : "static");
@@ -233,8 +237,10 @@ std::string model_identity(const ModelSource& s, const DenoiserOptions& o) {
   // LoRAs change the weights: each file's identity and strength, in merge order (nothing without
   // any, so the identity files had before stays).
   for (const LoraSpec& l : o.loras)
-    id += "; lora " + (l.tensors ? tensors_identity(*l.tensors) : resume::header_identity(l.path)) +
-          " strength " + resume::f64_text(l.strength);
+    id +=
+        "; lora " +
+        (l.tensors ? tensors_identity(*l.tensors) : resume::header_identity(l.path, "LoRA file")) +
+        " strength " + resume::f64_text(l.strength);
   if (!o.loras.empty() && o.lora_skip_unmatched) id += "; lora pairs that do not fit skipped";
   return id;
 }

@@ -196,6 +196,8 @@ TEST(CliErrors, BenchStepDeviceIo) {
 }
 
 TEST(CliErrors, BadOptionValues) {
+  expect_error("sample --lora /no/such/lora.safetensors:0.5",
+               "--lora /no/such/lora.safetensors:0.5: /no/such/lora.safetensors is not a file");
   expect_error("sample --steps 0", "--steps must be in [1, 1000], got 0");
   expect_error("sample --device gpu", "--device");
   expect_error("sample --precision fp16", "--precision");
