@@ -346,8 +346,9 @@ Target target_of(const Model& m, nb::handle video, nb::handle audio, nb::handle 
                   {1, c.in_channels, -1, -1, -1}, "[1, " + C + ", T, H, W] (H and W even)");
   t.T = vs[2], t.H = vs[3], t.W = vs[4];
   if (t.T < 1 || t.H < 2 || t.W < 2 || t.H % 2 || t.W % 2)
-    raise_value(
-        ("video: expected shape [1, " + C + ", T, H, W] with T >= 1 and even H, W >= 2").c_str());
+    raise_value(("video: expected shape [1, " + C +
+                 ", T, H, W] with T >= 1 and even H, W >= 2, got " + shape_str(vs))
+                    .c_str());
   t.N = check_shape(dims_of(audio, "audio", t.dev ? &t.dev->second : nullptr), "audio",
                     {1, c.audio_channels, 2, -1},
                     "[1, " + Ca + ", 2, N] (ComfyUI's audio latent)")[3];

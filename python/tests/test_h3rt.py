@@ -159,6 +159,8 @@ def test_bad_inputs_name_the_argument(model, golden):
     text = golden["input/text_embeds"]
     with pytest.raises(ValueError, match=r"video: expected shape \[1, 24, T, H, W\]"):
         model.forward_latents(video[:, :20], audio, 0.7, text)
+    with pytest.raises(ValueError, match=r"even H, W >= 2, got \[1, 24, 7, 8, 11\]"):
+        model.forward_latents(video[..., :11], audio, 0.7, text)
     with pytest.raises(ValueError, match=r"audio: expected shape \[1, 32, 2, N\]"):
         model.forward_latents(video, golden["input/audio_latents"], 0.7, text)
     with pytest.raises(ValueError, match=r"text: expected shape \[1, L, 64\] or \[L, 64\]"):
