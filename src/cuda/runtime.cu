@@ -6,6 +6,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/cuda_text.h"
 #include "cuda/runtime.h"
 
 namespace h3rt::cuda {
@@ -32,14 +33,6 @@ cudaError_t check_launch(const char* what, const char* file, int line) {
   return err;
 }
 
-namespace {
-
-std::string cuda_version(int v) {  // 13000 -> "13.0"
-  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
-}
-
-}  // namespace
-
 std::string device_unavailable_text(cudaError_t count_error, int count, int driver_version,
                                     int runtime_version) {
   if (count_error == cudaSuccess && count > 0) return {};
@@ -49,8 +42,8 @@ std::string device_unavailable_text(cudaError_t count_error, int count, int driv
   if (count_error == cudaErrorInsufficientDriver && driver_version == 0)
     return none + " (no NVIDIA driver was found)";
   if (count_error == cudaErrorInsufficientDriver)
-    return none + " (the NVIDIA driver supports CUDA " + cuda_version(driver_version) +
-           ", older than the CUDA " + cuda_version(runtime_version) +
+    return none + " (the NVIDIA driver supports CUDA " + cuda_version_text(driver_version) +
+           ", older than the CUDA " + cuda_version_text(runtime_version) +
            " runtime this build uses: update the driver)";
   return none + " (" + cudaGetErrorName(count_error) + ": " + cudaGetErrorString(count_error) + ")";
 }
@@ -86,15 +79,10 @@ int current_device_cc() {
 int compiled_arch_supports(int cc_major, int cc_minor, const std::string& list) {
   int best = 0;
   bool exact = false;
-  size_t pos = 0;
-  while (pos <= list.size()) {
-    size_t end = list.find_first_of(",;", pos);
-    if (end == std::string::npos) end = list.size();
-    std::string tok = list.substr(pos, end - pos);
-    pos = end + 1;
+  for (const std::string& tok : split_arch_list(list)) {
     size_t digits = 0;
     while (digits < tok.size() && tok[digits] >= '0' && tok[digits] <= '9') ++digits;
-    if (digits < 2) continue;  // "", "native" or garbage: not a usable arch
+    if (digits < 2) continue;  // "native" or garbage: not a usable arch
     int arch = std::stoi(tok.substr(0, digits));
     std::string suffix = tok.substr(digits);
     int major = arch / 10, minor = arch % 10;

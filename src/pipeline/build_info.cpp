@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "core/cuda_text.h"
+
 #ifdef H3RT_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
@@ -16,35 +18,17 @@
 namespace h3rt {
 namespace {
 
-std::string cuda_version_text(int v) {
-  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
-}
-
-// "90a,121a" -> {"90a", "121a"}
-std::vector<std::string> split_archs(const std::string& list) {
-  std::vector<std::string> archs;
-  std::string arch;
-  for (size_t i = 0; i <= list.size(); ++i) {
-    if (i < list.size() && list[i] != ',') {
-      arch += list[i];
-      continue;
-    }
-    if (!arch.empty()) archs.push_back(arch);
-    arch.clear();
-  }
-  return archs;
-}
-
 // "90a,121a" -> "sm_90a, sm_121a"
 std::string arch_words(const std::string& list) {
   std::string out;
-  for (const std::string& arch : split_archs(list)) out += (out.empty() ? "sm_" : ", sm_") + arch;
+  for (const std::string& arch : split_arch_list(list))
+    out += (out.empty() ? "sm_" : ", sm_") + arch;
   return out;
 }
 
 // Whether the arch list ("90a,121a") has an arch of major version `major` (9 -> "90a").
 bool has_major(const std::string& list, int major) {
-  const auto archs = split_archs(list);
+  const auto archs = split_arch_list(list);
   return std::any_of(archs.begin(), archs.end(), [&](const std::string& a) {
     return std::strtol(a.c_str(), nullptr, 10) / 10 == major;  // "121a" -> 121; never throws
   });
