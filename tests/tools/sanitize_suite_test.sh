@@ -4,15 +4,8 @@
 # REPORTED (memcheck errors, racecheck hazards, initcheck reports), TEST FAILED, SKIPPED (gtest,
 # and initcheck n/a), TIMEOUT, TOOL FAILED and NOT RUN (budget spent). Checks the TSV, the summary,
 # the logs' archive, the order (durations file), a test that runs alone and the exit codes.
-set -uo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-check() {  # description, command...
-  local what=$1; shift
-  if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fails=$((fails + 1)); fi
-}
+# shellcheck source=tests/tools/check_lib.sh
+source "$(dirname "$0")/check_lib.sh"
 
 # The stand-in test binary: a gtest-like list and run; FAKE_TOOL comes from the stand-in tool.
 cat > "$tmp/fake_tests" <<'EOF'

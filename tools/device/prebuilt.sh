@@ -11,6 +11,7 @@
 #   bash tools/device/prebuilt.sh --pack build --python /path/to/python3.12
 # packs .prebuilt/py.tar.xz; there, sourcing exports H3RT_PY and H3RT_CLI for the GPU tests:
 #   PYTHONPATH=$H3RT_PY:python/tests python3 -m pytest python/tests/test_h3rt_cuda.py
+# tools/device/prebuilt_check.sh runs all of the checks on them in one call.
 if [ "${1:-}" = "--pack" ]; then
   set -euo pipefail
   build=${2:-build}
@@ -39,13 +40,15 @@ if [ "${1:-}" = "--pack" ]; then
   du -sh "$root/.prebuilt"/*
   exit 0
 fi
-B=/tmp/h3rt-prebuilt
-mkdir -p "$B" /tmp/h3rt-shared
-tar -C "$B" -xJf .prebuilt/bin.tar.xz && tar -C /tmp/h3rt-shared -xJf .prebuilt/golden.tar.xz
-export H3RT_SHARED_DIR=/tmp/h3rt-shared
+# H3RT_DEVICE_TMP: where they are unpacked (default /tmp; tests/tools/prebuilt_check_test.sh).
+B=${H3RT_DEVICE_TMP:-/tmp}/h3rt-prebuilt
+mkdir -p "$B" "${H3RT_DEVICE_TMP:-/tmp}/h3rt-shared"
+tar -C "$B" -xJf .prebuilt/bin.tar.xz &&
+  tar -C "${H3RT_DEVICE_TMP:-/tmp}/h3rt-shared" -xJf .prebuilt/golden.tar.xz
+export H3RT_SHARED_DIR=${H3RT_DEVICE_TMP:-/tmp}/h3rt-shared
 mv "$B/tests/h3rt_cuda_tests" "$B/" 2>/dev/null
 if [ -f .prebuilt/py.tar.xz ]; then
-  export H3RT_PY=/tmp/h3rt-py H3RT_CLI=$B/h3rt
+  export H3RT_PY=${H3RT_DEVICE_TMP:-/tmp}/h3rt-py H3RT_CLI=$B/h3rt
   mkdir -p "$H3RT_PY" && tar -C "$H3RT_PY" -xJf .prebuilt/py.tar.xz
 fi
 echo "prebuilt: $(cat .prebuilt/commit 2>/dev/null) $("$B/h3rt" --version 2>&1 | head -1)"
