@@ -17,7 +17,7 @@ cmake --build "$build" -j"$(nproc)" --target h3rt_tests h3rt_cli fuzz_safetensor
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # The install-consumer test links a plain C program against the library, and the device
-# scripts' plumbing tests run shell scripts only: none is for this build.
+# scripts' plumbing tests (label device_scripts) run shell scripts only: none is for this build.
 ctest --test-dir "$build" --output-on-failure -j"$(nproc)" \
-  -E '^(h3rt_install_consumer|h3rt_sanitize_suite_plumbing|h3rt_prebuilt_check_plumbing)$' \
+  -E '^h3rt_install_consumer$' -LE '^device_scripts$' \
   ${1:+-R "$1"}

@@ -41,14 +41,14 @@ if [ "${1:-}" = "--pack" ]; then
   exit 0
 fi
 # H3RT_DEVICE_TMP: where they are unpacked (default /tmp; tests/tools/prebuilt_check_test.sh).
-B=${H3RT_DEVICE_TMP:-/tmp}/h3rt-prebuilt
-mkdir -p "$B" "${H3RT_DEVICE_TMP:-/tmp}/h3rt-shared"
-tar -C "$B" -xJf .prebuilt/bin.tar.xz &&
-  tar -C "${H3RT_DEVICE_TMP:-/tmp}/h3rt-shared" -xJf .prebuilt/golden.tar.xz
-export H3RT_SHARED_DIR=${H3RT_DEVICE_TMP:-/tmp}/h3rt-shared
+unpack_root=${H3RT_DEVICE_TMP:-/tmp}
+B=$unpack_root/h3rt-prebuilt
+export H3RT_SHARED_DIR=$unpack_root/h3rt-shared
+mkdir -p "$B" "$H3RT_SHARED_DIR"
+tar -C "$B" -xJf .prebuilt/bin.tar.xz && tar -C "$H3RT_SHARED_DIR" -xJf .prebuilt/golden.tar.xz
 mv "$B/tests/h3rt_cuda_tests" "$B/" 2>/dev/null
 if [ -f .prebuilt/py.tar.xz ]; then
-  export H3RT_PY=${H3RT_DEVICE_TMP:-/tmp}/h3rt-py H3RT_CLI=$B/h3rt
+  export H3RT_PY=$unpack_root/h3rt-py H3RT_CLI=$B/h3rt
   mkdir -p "$H3RT_PY" && tar -C "$H3RT_PY" -xJf .prebuilt/py.tar.xz
 fi
 echo "prebuilt: $(cat .prebuilt/commit 2>/dev/null) $("$B/h3rt" --version 2>&1 | head -1)"
